@@ -1,0 +1,25 @@
+# The two quickstart commands are `make demo` and `make test`; both create .venv on first use.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch is pinned here: an open range would pull a multi-GB CUDA build.
+TORCH := torch==2.13.0
+
+.PHONY: install demo test bench-quick clean
+
+$(BIN)/securevfl: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)" -e ".[test,bench]"
+	touch $@
+
+install: $(BIN)/securevfl
+
+demo: install
+	$(BIN)/securevfl train --method splitnn --dataset breast-cancer --parties 2 --epochs 30 --report out/demo.json
+
+test: install
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

@@ -1,0 +1,1 @@
+"""ECDH private set intersection (pure protocol core + I/O). Does not import torch."""
