@@ -1,0 +1,114 @@
+"""Pairwise blinding factors that sum to zero over the passive parties (EASTER Eq. 4-6).
+
+Each pair of passive parties (i, j) shares a seed s_ij (Diffie–Hellman + HKDF, see
+:mod:`securevfl.privacy.kdf`). For a round (batch) r and step label, party i's blinding factor is
+
+    mask_i = sum_{j > i} PRG(s_ij, r) - sum_{j < i} PRG(s_ij, r)   (mod 2^64),
+
+with parties ordered by name. Every PRG(s_ij, r) appears once with + (at the lower-ordered
+party) and once with - (at the higher), so sum_i mask_i = 0 and the active party, adding the
+blinded embeddings encode(x_i) + mask_i, obtains exactly sum_i encode(x_i) and nothing else
+(EASTER sec. III, "Blinding Factor Generation"; the classic pairwise-mask construction of
+Bonawitz et al. 2017, sec. 3). This module is the no-dropout scheme; for dropout recovery and
+double masking see :mod:`securevfl.privacy.secagg`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from securevfl.errors import ConfigError, DataError
+from securevfl.privacy.fixed_point import DEFAULT_FRAC_BITS, decode, encode, ring_sum
+from securevfl.privacy.kdf import PAIRWISE_MASK_LABEL, pairwise_seed
+from securevfl.privacy.key_agreement import KeyAgreement, KeyPair, PublicKey
+from securevfl.privacy.prg import STEP_PAIRWISE, prg_uint64
+
+
+def derive_pairwise_seeds(
+    agreement: KeyAgreement,
+    own_name: str,
+    own_keys: KeyPair,
+    peer_publics: Mapping[str, PublicKey],
+    session_id: bytes,
+    label: str = PAIRWISE_MASK_LABEL,
+) -> dict[str, bytes]:
+    """Seeds s_ij for every peer j: HKDF(DH(own, peer), label || session || sorted names)."""
+    if own_name in peer_publics:
+        raise ConfigError("peer_publics must not contain the party itself")
+    return {
+        peer: pairwise_seed(
+            agreement.exchange(own_keys.private, public), session_id, own_name, peer, label
+        )
+        for peer, public in peer_publics.items()
+    }
+
+
+def add_pairwise_mask(
+    values: np.ndarray,
+    own_name: str,
+    peer_seeds: Mapping[str, bytes],
+    round_index: int,
+    step: str | int = STEP_PAIRWISE,
+    sign: int = 1,
+) -> np.ndarray:
+    """Add ``sign`` times party ``own_name``'s pairwise mask to a uint64 array in place."""
+    if values.dtype != np.uint64:
+        raise DataError("masks are added to uint64 ring elements")
+    if sign not in (1, -1):
+        raise ConfigError("sign must be +1 or -1")
+    for peer, seed in peer_seeds.items():
+        if peer == own_name:
+            raise ConfigError("a party has no pairwise seed with itself")
+        stream = prg_uint64(seed, values.shape, round_index, step)
+        if (peer > own_name) == (sign == 1):
+            np.add(values, stream, out=values)
+        else:
+            np.subtract(values, stream, out=values)
+    return values
+
+
+def pairwise_mask(
+    own_name: str,
+    peer_seeds: Mapping[str, bytes],
+    shape: tuple[int, ...],
+    round_index: int,
+    step: str | int = STEP_PAIRWISE,
+) -> np.ndarray:
+    """The blinding factor of ``own_name`` for (round, step): uint64 array of ``shape``."""
+    return add_pairwise_mask(
+        np.zeros(shape, dtype=np.uint64), own_name, peer_seeds, round_index, step
+    )
+
+
+def mask_values(
+    values: np.ndarray,
+    own_name: str,
+    peer_seeds: Mapping[str, bytes],
+    round_index: int,
+    step: str | int = STEP_PAIRWISE,
+    frac_bits: int = DEFAULT_FRAC_BITS,
+    n_terms: int | None = None,
+) -> np.ndarray:
+    """Blinded embedding encode(x) + mask (EASTER Eq. 6), ready to send to the active party.
+
+    ``n_terms`` (default: number of parties = peers + 1) sets the overflow headroom.
+    """
+    terms = len(peer_seeds) + 1 if n_terms is None else n_terms
+    encoded = encode(values, frac_bits, terms)
+    return add_pairwise_mask(encoded, own_name, peer_seeds, round_index, step)
+
+
+def unmask_sum(masked: Sequence[np.ndarray], frac_bits: int = DEFAULT_FRAC_BITS) -> np.ndarray:
+    """Active party: add all blinded embeddings mod 2^64 (masks cancel) and decode the sum."""
+    return decode(ring_sum(list(masked)), frac_bits)
+
+
+__all__ = [
+    "add_pairwise_mask",
+    "derive_pairwise_seeds",
+    "mask_values",
+    "pairwise_mask",
+    "unmask_sum",
+]

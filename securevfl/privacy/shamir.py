@@ -1,0 +1,143 @@
+"""Shamir secret sharing of short byte strings over the prime field GF(2^521 - 1).
+
+Used for dropout recovery (Bonawitz et al., CCS 2017, sec. 4): a party's per-round key-agreement
+secret and self-mask seed are split into n shares with threshold t; any t shares reconstruct
+by Lagrange interpolation at x = 0, while t - 1 shares are statistically independent of the
+secret (Shamir 1979). The field is the Mersenne prime 2^521 - 1, large enough for secrets of up
+to 64 bytes (X25519 keys, 256/320-bit DH exponents, 32-byte seeds). Polynomial coefficients
+are drawn uniformly by rejection sampling (no modular bias). Arithmetic uses gmpy2.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import gmpy2
+
+from securevfl.errors import ConfigError, CryptoError, ProtocolError
+
+PRIME = (1 << 521) - 1
+_PRIME_MPZ = gmpy2.mpz(PRIME)
+MAX_SECRET_BYTES = 64
+_Y_BYTES = 66
+_HEADER = struct.Struct(">IHH")  # x, threshold, secret length
+
+Urandom = Callable[[int], bytes]
+
+
+@dataclass(frozen=True)
+class Share:
+    """One Shamir share: the point (x, y) plus the threshold and secret length it belongs to."""
+
+    x: int
+    y: int = field(repr=False)
+    threshold: int
+    secret_len: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.x < (1 << 32):
+            raise ProtocolError(f"share index must be in [1, 2^32), got {self.x}")
+        if not 0 <= self.y < PRIME:
+            raise ProtocolError("share value outside the field")
+        if not 1 <= self.threshold <= 0xFFFF or not 1 <= self.secret_len <= MAX_SECRET_BYTES:
+            raise ProtocolError("malformed share header")
+
+    def to_bytes(self) -> bytes:
+        """Fixed 74-byte wire form: x (4) || threshold (2) || secret_len (2) || y (66)."""
+        return _HEADER.pack(self.x, self.threshold, self.secret_len) + self.y.to_bytes(
+            _Y_BYTES, "big"
+        )
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> Share:
+        """Parse :meth:`to_bytes` output; malformed input raises :class:`ProtocolError`."""
+        if len(blob) != _HEADER.size + _Y_BYTES:
+            raise ProtocolError("a Shamir share is 74 bytes")
+        x, threshold, secret_len = _HEADER.unpack_from(blob)
+        return cls(x, int.from_bytes(blob[_HEADER.size :], "big"), threshold, secret_len)
+
+
+SHARE_BYTES = _HEADER.size + _Y_BYTES
+
+
+def _random_field_element(urandom: Urandom) -> gmpy2.mpz:
+    while True:  # rejection sampling; P(reject) = 2^-521
+        value = int.from_bytes(urandom(_Y_BYTES), "big") & PRIME
+        if value < PRIME:
+            return gmpy2.mpz(value)
+
+
+def split_secret(
+    secret: bytes,
+    threshold: int,
+    x_indices: Sequence[int],
+    urandom: Urandom | None = None,
+) -> tuple[Share, ...]:
+    """Split ``secret`` into one share per x index (distinct, >= 1); any ``threshold`` recover it."""
+    if not 1 <= len(secret) <= MAX_SECRET_BYTES:
+        raise ConfigError(f"secret must be 1..{MAX_SECRET_BYTES} bytes, got {len(secret)}")
+    xs = [int(x) for x in x_indices]
+    if len(set(xs)) != len(xs) or any(not 1 <= x < (1 << 32) for x in xs):
+        raise ConfigError("share indices must be distinct integers in [1, 2^32)")
+    if not 1 < threshold <= len(xs):
+        raise ConfigError(f"threshold must satisfy 1 < t <= n (n={len(xs)}), got {threshold}")
+    draw = urandom or os.urandom
+    coeffs = [gmpy2.mpz(int.from_bytes(secret, "big"))]
+    coeffs += [_random_field_element(draw) for _ in range(threshold - 1)]
+    shares = []
+    for x in xs:
+        acc = gmpy2.mpz(0)
+        for c in reversed(coeffs):  # Horner
+            acc = (acc * x + c) % _PRIME_MPZ
+        shares.append(Share(x, int(acc), threshold, len(secret)))
+    return tuple(shares)
+
+
+def interpolate_at_zero(points: Sequence[tuple[int, int]]) -> int:
+    """Lagrange interpolation at x = 0 of the polynomial through ``points`` over GF(2^521 - 1)."""
+    xs = [gmpy2.mpz(x) for x, _ in points]
+    if len(set(xs)) != len(xs):
+        raise ProtocolError("duplicate share indices")
+    total = gmpy2.mpz(0)
+    for i, (xi, (_, yi)) in enumerate(zip(xs, points, strict=True)):
+        num = gmpy2.mpz(1)
+        den = gmpy2.mpz(1)
+        for j, xj in enumerate(xs):
+            if i != j:
+                num = num * xj % _PRIME_MPZ
+                den = den * (xj - xi) % _PRIME_MPZ
+        total = (total + yi * num * gmpy2.invert(den, _PRIME_MPZ)) % _PRIME_MPZ
+    return int(total)
+
+
+def reconstruct_secret(shares: Sequence[Share]) -> bytes:
+    """Recover the secret from at least ``threshold`` consistent shares (the first t are used).
+
+    Fewer shares than the threshold raise :class:`ProtocolError`; a result that does not fit
+    the recorded length (inconsistent or tampered shares) raises :class:`CryptoError`.
+    """
+    if not shares:
+        raise ProtocolError("no shares to reconstruct from")
+    threshold, secret_len = shares[0].threshold, shares[0].secret_len
+    if any(s.threshold != threshold or s.secret_len != secret_len for s in shares):
+        raise ProtocolError("shares of different secrets mixed")
+    if len(shares) < threshold:
+        raise ProtocolError(f"need {threshold} shares to reconstruct, got {len(shares)}")
+    value = interpolate_at_zero([(s.x, s.y) for s in shares[:threshold]])
+    if value >= 1 << (8 * secret_len):
+        raise CryptoError("inconsistent shares")
+    return value.to_bytes(secret_len, "big")
+
+
+__all__ = [
+    "MAX_SECRET_BYTES",
+    "PRIME",
+    "SHARE_BYTES",
+    "Share",
+    "interpolate_at_zero",
+    "reconstruct_secret",
+    "split_secret",
+]
