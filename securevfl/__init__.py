@@ -1,0 +1,47 @@
+"""securevfl: secure vertical federated learning — PSI alignment, VFL methods, measured crypto.
+
+Heavy submodules (torch) load on first use of the names below, so ``import securevfl.errors``
+and the torch-free ``psi`` package stay light.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from securevfl.errors import (
+    ConfigError,
+    CryptoError,
+    DataError,
+    EncodingOverflowError,
+    PartyFailure,
+    ProtocolError,
+    SecureVFLError,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "train": "securevfl.api",
+    "run": "securevfl.api",
+    "RunConfig": "securevfl.api",
+    "RunReport": "securevfl.report",
+    "TrainConfig": "securevfl.methods",
+    "PartitionSpec": "securevfl.data",
+    "DatasetOptions": "securevfl.data",
+    "load_dataset": "securevfl.data",
+    "method_names": "securevfl.methods",
+    "dataset_names": "securevfl.data",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'securevfl' has no attribute {name!r}")
+
+
+__all__ = [
+    "ConfigError", "CryptoError", "DataError", "EncodingOverflowError", "PartyFailure", "ProtocolError",
+    "SecureVFLError", "__version__", *_LAZY,
+]

@@ -1,0 +1,252 @@
+"""The ``securevfl`` command: a thin typer shell over the Python API (no logic lives only here)."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import typer
+from typer.exceptions import TyperException
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from securevfl.errors import PartyFailure, SecureVFLError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="securevfl: private set intersection and secure vertical federated learning.")
+console = Console(stderr=False)
+err_console = Console(stderr=True)
+
+DEBUG_HELP = "Show full tracebacks on errors."
+
+
+def _parse_pairs(values: list[str], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            from securevfl.errors import ConfigError
+
+            raise ConfigError(f"{what} must look like NAME=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    from securevfl.errors import ConfigError
+
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"expected comma-separated integers, got {text!r}") from None
+
+
+@app.command()
+def train(
+    method: str = typer.Option("splitnn", help="Training method (see `securevfl methods`)."),
+    dataset: str = typer.Option("breast-cancer", help="Dataset name, or csv:PATH / parquet:PATH."),
+    parties: int = typer.Option(2, help="Number of parties (1 active + passives)."),
+    party_names: str = typer.Option("", help="Comma-separated party names; the first is active."),
+    epochs: int = typer.Option(50, help="Training epochs."),
+    batch_size: int = typer.Option(32, help="Batch size."),
+    lr: float = typer.Option(1e-3, help="Learning rate (Adam)."),
+    seed: int = typer.Option(0, help="Seed for partition, initialisation and batch order (not for secrets)."),
+    device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda[:N]."),
+    embedding_dim: int = typer.Option(16, help="Embedding width of bottom models."),
+    hidden: str = typer.Option("64", help="Hidden layer sizes, comma-separated."),
+    features: list[str] = typer.Option([], "--features", help="PARTY=col1,col2 (repeat per party)."),
+    partition: str = typer.Option("", "--partition", help="Named partition preset."),
+    split: str = typer.Option("", help="Feature split: random | contiguous | strips."),
+    active_features: int = typer.Option(-1, help="Number of features for the active party."),
+    aligned: int = typer.Option(0, help="Number of aligned training rows (default: all)."),
+    aligned_ratio: float = typer.Option(0.0, help="Fraction of training rows that are aligned."),
+    unaligned: str = typer.Option("drop", help="Rows outside the intersection: drop | active | spread | disjoint."),
+    test_size: float = typer.Option(0.2, help="Fraction of rows held out for testing."),
+    id_column: str = typer.Option("", help="ID column of a csv:/parquet: dataset."),
+    label_column: str = typer.Option("", help="Label column of a csv:/parquet: dataset."),
+    n_samples: int = typer.Option(10_000, help="Rows of the synthetic dataset."),
+    n_features: int = typer.Option(40, help="Columns of the synthetic dataset."),
+    option: list[str] = typer.Option([], "--option", help="Method option KEY=VALUE (repeatable)."),
+    secagg: str = typer.Option("", help="Secure aggregation of embeddings: dh | paillier | none (methods that aggregate)."),
+    key_agreement: str = typer.Option("", help="Key agreement for --secagg dh: x25519 | ffdh."),
+    frac_bits: int = typer.Option(-1, help="Fractional bits of the fixed-point ring encoding."),
+    drop_prob: float = typer.Option(-1.0, help="Probability that a passive party drops in a round."),
+    distill_loss: str = typer.Option("", help="APC-VFL distillation loss: mse | mae."),
+    fail_prob: float = typer.Option(-1.0, help="TabVFL: probability a guest is offline for an epoch."),
+    on_fail: str = typer.Option("", help="TabVFL: what the host uses for an offline guest: cache | zeros."),
+    bandwidth_mbps: float = typer.Option(100.0, help="Simulated link bandwidth, Mbit/s."),
+    latency_ms: float = typer.Option(10.0, help="Simulated link latency, ms."),
+    report: Path = typer.Option(Path("out/run.json"), help="Where to write the JSON report (+ .md)."),
+    quiet: bool = typer.Option(False, help="No progress bar."),
+    debug: bool = typer.Option(False, help=DEBUG_HELP),
+) -> None:
+    """Train a VFL model and write a report (JSON + Markdown)."""
+    from securevfl.api import train as api_train
+
+    opts: dict[str, Any] = _parse_pairs(option, "--option")
+    flagged = {"secagg": secagg, "key_agreement": key_agreement, "frac_bits": frac_bits, "drop_prob": drop_prob,
+               "distill_loss": distill_loss, "fail_prob": fail_prob, "on_fail": on_fail}
+    opts.update({k: v for k, v in flagged.items() if v not in ("", -1, -1.0)})
+    feature_map = {k: [c for c in v.split(",") if c] for k, v in _parse_pairs(features, "--features").items()}
+    with _progress(quiet) as on_progress:
+        result = api_train(
+            method, dataset, parties=parties,
+            party_names=[n.strip() for n in party_names.split(",")] if party_names else None,
+            epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, device=device,
+            embedding_dim=embedding_dim, hidden=_ints(hidden), features=feature_map or None,
+            preset=partition or None, split=split or None,
+            active_features=active_features if active_features >= 0 else None,
+            aligned=aligned or None, aligned_ratio=aligned_ratio or None, unaligned=unaligned,
+            test_size=test_size, id_column=id_column or None, label_column=label_column or None,
+            n_samples=n_samples, n_features=n_features, options=opts,
+            bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms, progress=on_progress)
+    json_path, md_path = result.save(report)
+    print_summary(result)
+    console.print(f"report: {json_path} and {md_path}")
+
+
+class _progress:
+    """Context manager yielding a progress callback for the active party (rich bar)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self._bar: Progress | None = None
+        self._task: Any = None
+
+    def __enter__(self):
+        if self.quiet:
+            return None
+        self._bar = Progress(TextColumn("[bold]training[/]"), BarColumn(), TextColumn("{task.completed}/{task.total} epochs"),
+                             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                             console=err_console, transient=True)
+        self._bar.__enter__()
+        self._task = self._bar.add_task("train", total=None, info="")
+        return self.update
+
+    def update(self, epoch: int, epochs: int, **info: float) -> None:
+        text = " ".join(f"{k}={v:.4f}" for k, v in info.items() if isinstance(v, float))
+        self._bar.update(self._task, completed=epoch, total=epochs, info=text)  # type: ignore[union-attr]
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+
+def print_summary(result: Any) -> None:
+    """Metrics, time split and traffic as rich tables."""
+    metrics = Table(title=f"{result.method} on {result.dataset}", show_header=True)
+    metrics.add_column("metric")
+    metrics.add_column("value", justify="right")
+    for k, v in result.metrics.items():
+        if isinstance(v, float):
+            metrics.add_row(k, f"{v:.4f}")
+    console.print(metrics)
+    per_party = result.metrics.get("per_party")
+    if per_party:
+        t = Table(title="per-party test metrics")
+        cols = list(next(iter(per_party.values())))
+        t.add_column("party")
+        for c in cols:
+            t.add_column(c, justify="right")
+        for party, m in per_party.items():
+            t.add_row(party, *(f"{m[c]:.4f}" for c in cols))
+        console.print(t)
+    c = result.cost
+    cost = Table(title="where the time went")
+    cost.add_column("category")
+    cost.add_column("seconds", justify="right")
+    cost.add_row("model compute", f"{c['compute_s']:.3f}")
+    for prim, s in c["crypto_s"].items():
+        cost.add_row(f"crypto: {prim}", f"{s:.3f}")
+    cost.add_row("serialisation", f"{c['serialize_s']:.3f}")
+    cost.add_row("simulated network", f"{c['simulated_network_s']:.3f}")
+    cost.add_row("wall clock", f"{result.wall_s:.3f}")
+    console.print(cost)
+    if c["comm"]["bytes"]:
+        links = Table(title=f"traffic ({c['rounds']} rounds)")
+        links.add_column("link")
+        links.add_column("bytes", justify="right")
+        links.add_column("messages", justify="right")
+        for link, b in c["comm"]["bytes"].items():
+            links.add_row(link, f"{b:,}", f"{c['comm']['messages'][link]:,}")
+        console.print(links)
+
+
+@app.command()
+def datasets(debug: bool = typer.Option(False, help=DEBUG_HELP)) -> None:
+    """List the bundled datasets with their shapes."""
+    from securevfl.data import DatasetOptions, describe_datasets, load_dataset
+
+    table = Table(title="datasets (also csv:PATH and parquet:PATH)")
+    for col in ("name", "rows", "features", "classes", "description"):
+        table.add_column(col)
+    for name, desc in describe_datasets().items():
+        ds = load_dataset(name, DatasetOptions())
+        table.add_row(name, str(ds.n_rows), str(len(ds.feature_columns)), str(ds.n_classes), desc)
+    console.print(table)
+
+
+@app.command()
+def methods(debug: bool = typer.Option(False, help=DEBUG_HELP)) -> None:
+    """List the training methods and their options."""
+    import dataclasses
+
+    from securevfl.methods import method_class, method_names
+
+    table = Table(title="methods")
+    for col in ("name", "summary", "options (--option KEY=VALUE)"):
+        table.add_column(col)
+    for name in method_names():
+        cls = method_class(name)
+        opts = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls.Options))
+        table.add_row(name, cls.summary, opts or "-")
+    console.print(table)
+
+
+def report_error(exc: SecureVFLError, debug: bool) -> None:
+    """Print a SecureVFLError as one clear line (and its traceback with --debug)."""
+    if debug:
+        if isinstance(exc, PartyFailure) and exc.traceback_text:
+            err_console.print(exc.traceback_text, markup=False, highlight=False)
+        else:
+            err_console.print("".join(traceback.format_exception(exc)), markup=False, highlight=False)
+    if isinstance(exc, PartyFailure) and isinstance(exc.cause, SecureVFLError):
+        message = f"{exc.cause} (party {exc.party}, during {exc.stage})"
+    else:
+        message = str(exc)
+    err_console.print(f"error: {message}", markup=False, highlight=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the app; a SecureVFLError becomes one clear line on stderr and exit code 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        app(args=argv, prog_name="securevfl", standalone_mode=False)
+        return 0
+    except typer.Exit as exc:
+        return exc.exit_code
+    except SecureVFLError as exc:
+        report_error(exc, "--debug" in argv)
+        return 2
+    except typer.Abort:
+        err_console.print("aborted")
+        return 130
+    except TyperException as exc:  # usage errors: typer formats them itself
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            err_console.print(f"error: {exc}")
+        return int(getattr(exc, "exit_code", 2))
+
+
+def entry() -> None:
+    """setuptools console-script target."""
+    raise SystemExit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,275 @@
+"""The vertical partitioner: from one labelled table to the tables each party would really hold.
+
+A :class:`PartitionSpec` says which features go to which party (explicit lists, a named preset,
+a seeded random or contiguous split, or vertical image strips), how many training rows are
+aligned (held by every party), what happens to the rest (``unaligned`` policy) and how many rows
+are held out for testing. :func:`partition` returns one :class:`PartyTable` per party — IDs,
+features and, at the active party only, labels — with each party's rows in its own shuffled order,
+exactly what PSI would be run on. The test rows are aligned rows every party holds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from securevfl.data.datasets import Dataset
+from securevfl.errors import ConfigError
+
+SPLITS = ("random", "contiguous", "strips")
+UNALIGNED_POLICIES = ("drop", "active", "spread", "disjoint")
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class PartyTable:
+    """One party's local table: row IDs, raw features, and labels at the active party only."""
+
+    name: str
+    ids: np.ndarray
+    features: np.ndarray
+    feature_names: tuple[str, ...]
+    labels: np.ndarray | None = None
+    strip_shape: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.features):
+            raise ConfigError(f"{self.name}: {len(self.ids)} IDs but {len(self.features)} feature rows")
+        if self.labels is not None and len(self.labels) != len(self.ids):
+            raise ConfigError(f"{self.name}: {len(self.ids)} IDs but {len(self.labels)} labels")
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """How to cut one dataset into a VFL scenario. Parties are ``active``, ``passive1``, ... by default."""
+
+    parties: int = 2
+    names: tuple[str, ...] | None = None
+    features: Mapping[str, Sequence[str]] | None = None
+    preset: str | None = None
+    split: str | None = None  # default: strips for image datasets, random otherwise
+    active_features: int | None = None
+    aligned: int | None = None
+    aligned_ratio: float | None = None
+    unaligned: str = "drop"
+    test_size: float = 0.2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.parties < 1:
+            raise ConfigError(f"parties must be >= 1, got {self.parties}")
+        if self.names is not None:
+            if len(self.names) != self.parties:
+                raise ConfigError(f"{len(self.names)} party names given for {self.parties} parties")
+            if len(set(self.names)) != len(self.names):
+                raise ConfigError(f"party names must be distinct: {self.names}")
+            for n in self.names:
+                if not _NAME_RE.match(n):
+                    raise ConfigError(f"invalid party name {n!r} (letters, digits, _ . -; start with a letter)")
+        if self.split is not None and self.split not in SPLITS:
+            raise ConfigError(f"unknown split {self.split!r}; choose one of {', '.join(SPLITS)}")
+        if self.unaligned not in UNALIGNED_POLICIES:
+            raise ConfigError(f"unknown unaligned policy {self.unaligned!r}; choose one of {', '.join(UNALIGNED_POLICIES)}")
+        if self.aligned is not None and self.aligned_ratio is not None:
+            raise ConfigError("give either aligned or aligned_ratio, not both")
+        if self.aligned is not None and self.aligned < 1:
+            raise ConfigError(f"aligned must be >= 1, got {self.aligned}")
+        if self.aligned_ratio is not None and not 0 < self.aligned_ratio <= 1:
+            raise ConfigError(f"aligned_ratio must be in (0, 1], got {self.aligned_ratio}")
+        if not 0 < self.test_size < 1:
+            raise ConfigError(f"test_size must be in (0, 1), got {self.test_size}")
+        if self.active_features is not None and self.active_features < 0:
+            raise ConfigError(f"active_features must be >= 0, got {self.active_features}")
+
+    @property
+    def party_names(self) -> tuple[str, ...]:
+        if self.names is not None:
+            return self.names
+        return ("active",) + tuple(f"passive{i}" for i in range(1, self.parties))
+
+
+Preset = Callable[[Dataset, PartitionSpec], PartitionSpec]
+_PRESETS: dict[str, tuple[Preset, str]] = {}
+
+
+def register_preset(name: str, description: str) -> Callable[[Preset], Preset]:
+    """Register a named partition preset: a function that fills in a spec for a dataset."""
+
+    def wrap(fn: Preset) -> Preset:
+        _PRESETS[name] = (fn, description)
+        return fn
+
+    return wrap
+
+
+def preset_names() -> list[str]:
+    return sorted(_PRESETS)
+
+
+def resolve_preset(dataset: Dataset, spec: PartitionSpec) -> PartitionSpec:
+    """Apply ``spec.preset`` (if any) and return the resulting explicit spec."""
+    if spec.preset is None:
+        return spec
+    if spec.preset not in _PRESETS:
+        raise ConfigError(f"unknown partition preset {spec.preset!r}; choose one of {', '.join(preset_names()) or 'none'}")
+    return replace(_PRESETS[spec.preset][0](dataset, spec), preset=None)
+
+
+def _strips(dataset: Dataset, names: Sequence[str], active_features: int | None) -> dict[str, list[str]]:
+    """Vertical strips of an image: each party gets a contiguous band of pixel columns."""
+    h, w = dataset.image_shape  # type: ignore[misc]
+    out: dict[str, list[str]] = {}
+    if active_features == 0:  # a label-only active party: the strips go to the passives
+        out[names[0]] = []
+        names = names[1:]
+    if len(names) > w:
+        raise ConfigError(f"cannot cut a {w}-pixel-wide image into {len(names)} vertical strips")
+    bounds = np.linspace(0, w, len(names) + 1).round().astype(int)
+    for name, lo, hi in zip(names, bounds[:-1], bounds[1:]):
+        out[name] = [f"px_{r}_{c}" for r in range(h) for c in range(lo, hi)]
+    return out
+
+
+def assign_features(dataset: Dataset, spec: PartitionSpec) -> dict[str, list[str]]:
+    """Feature names per party, validated: known columns, each given once, no passive left empty."""
+    names = spec.party_names
+    columns = list(dataset.feature_columns)
+    if spec.features is not None:
+        given = {n: list(spec.features.get(n, [])) for n in names}
+        unknown_parties = set(spec.features) - set(names)
+        if unknown_parties:
+            raise ConfigError(f"features given for unknown parties {sorted(unknown_parties)}; parties are {list(names)}")
+        known = set(columns)
+        seen: dict[str, str] = {}
+        for party, feats in given.items():
+            for f in feats:
+                if f not in known:
+                    raise ConfigError(f"unknown column {f!r} given to {party}")
+                if f in seen:
+                    raise ConfigError(f"feature {f!r} given to both {seen[f]} and {party}")
+                seen[f] = party
+        assignment = given
+    else:
+        split = spec.split or ("strips" if dataset.image_shape else "random")
+        if split == "strips":
+            if dataset.image_shape is None:
+                raise ConfigError(f"split 'strips' needs an image dataset; {dataset.name} is tabular")
+            assignment = _strips(dataset, names, spec.active_features)
+        else:
+            order = list(columns)
+            if split == "random":
+                rng = np.random.default_rng(spec.seed)
+                order = [order[i] for i in rng.permutation(len(order))]
+            assignment = {}
+            rest = order
+            passives = names[1:]
+            if spec.active_features is not None:
+                if spec.active_features > len(order) - len(passives):
+                    raise ConfigError(
+                        f"active_features={spec.active_features} leaves fewer than one feature per passive party "
+                        f"({len(order)} features, {len(passives)} passive parties)")
+                assignment[names[0]] = order[: spec.active_features]
+                rest = order[spec.active_features :]
+                chunks = np.array_split(np.arange(len(rest)), max(1, len(passives)))
+                for party, idx in zip(passives, chunks):
+                    assignment[party] = [rest[i] for i in idx]
+                if not passives:
+                    assignment[names[0]] = order
+            else:
+                if len(order) < len(names):
+                    raise ConfigError(f"{len(order)} features cannot be split among {len(names)} parties")
+                chunks = np.array_split(np.arange(len(order)), len(names))
+                for party, idx in zip(names, chunks):
+                    assignment[party] = [order[i] for i in idx]
+    for party in names[1:]:
+        if not assignment.get(party):
+            raise ConfigError(f"party {party!r} has no features")
+    if not assignment.get(names[0]) and spec.active_features != 0 and spec.features is None:
+        raise ConfigError(f"party {names[0]!r} has no features (pass active_features=0 for a label-only active party)")
+    return {n: list(assignment.get(n, [])) for n in names}
+
+
+@dataclass(frozen=True)
+class PartitionedData:
+    """What :func:`partition` produces: the local tables, plus the simulation's ground truth."""
+
+    tables: dict[str, PartyTable]
+    active: str
+    classes: tuple[str, ...]
+    test_ids: frozenset[str]
+    dataset: str
+    notes: tuple[str, ...] = field(default=())
+
+
+def _row_owners(n_train: int, n_aligned: int, policy: str, names: Sequence[str],
+                rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Which training-pool rows (0..n_train-1, already shuffled) each party holds."""
+    aligned = np.arange(n_aligned)
+    rest = np.arange(n_aligned, n_train)
+    owners = {n: [aligned] for n in names}
+    active, passives = names[0], list(names[1:])
+    if policy == "active":
+        owners[active].append(rest)
+    elif policy == "spread":
+        if len(passives) < 2:
+            raise ConfigError("unaligned='spread' needs at least two passive parties")
+        owners[active].append(rest)
+        for i, chunk in enumerate(np.array_split(rest, len(passives))):
+            owners[passives[i]].append(chunk)
+    elif policy == "disjoint":
+        for name, chunk in zip(names, np.array_split(rest, len(names))):
+            owners[name].append(chunk)
+    return {n: np.concatenate(parts) for n, parts in owners.items()}
+
+
+def partition(dataset: Dataset, spec: PartitionSpec) -> PartitionedData:
+    """Cut ``dataset`` into per-party tables following ``spec`` (see module docstring)."""
+    from sklearn.model_selection import train_test_split
+
+    spec = resolve_preset(dataset, spec)
+    names = spec.party_names
+    features = assign_features(dataset, spec)
+    labels = dataset.labels()
+    n = dataset.n_rows
+    stratify = labels if np.bincount(labels).min() >= 2 else None
+    train_rows, test_rows = train_test_split(
+        np.arange(n), test_size=spec.test_size, random_state=spec.seed, stratify=stratify)
+    rng = np.random.default_rng(spec.seed + 1)
+    train_rows = rng.permutation(train_rows)
+    n_train = len(train_rows)
+    if spec.aligned is not None:
+        if spec.aligned > n_train:
+            raise ConfigError(f"aligned={spec.aligned} exceeds the {n_train} training rows "
+                              f"({n} rows minus {len(test_rows)} test rows)")
+        n_aligned = spec.aligned
+    elif spec.aligned_ratio is not None:
+        n_aligned = max(1, int(round(spec.aligned_ratio * n_train)))
+    else:
+        n_aligned = n_train
+    owners = _row_owners(n_train, n_aligned, spec.unaligned, names, rng)
+    ids = dataset.frame[dataset.id_column].to_numpy(dtype=object)
+    tables = {}
+    for i, name in enumerate(names):
+        rows = np.concatenate([train_rows[owners[name]], test_rows])
+        rows = np.random.default_rng(spec.seed + 100 + i).permutation(rows)  # each party's own order
+        cols = features[name]
+        X = dataset.frame[cols].to_numpy(dtype=np.float32) if cols else np.zeros((n, 0), np.float32)
+        strip = None
+        if dataset.image_shape is not None and cols and all(c.startswith("px_") for c in cols):
+            width = len({c.rsplit("_", 1)[1] for c in cols})
+            if width * dataset.image_shape[0] == len(cols):
+                strip = (dataset.image_shape[0], width)
+        tables[name] = PartyTable(
+            name=name, ids=ids[rows], features=X[rows], feature_names=tuple(cols),
+            labels=labels[rows] if i == 0 else None, strip_shape=strip)
+    notes = [f"{n_aligned} of {n_train} training rows aligned; unaligned policy {spec.unaligned!r}; "
+             f"{len(test_rows)} test rows held by every party"]
+    return PartitionedData(tables=tables, active=names[0], classes=dataset.classes,
+                           test_ids=frozenset(ids[test_rows]), dataset=dataset.name, notes=tuple(notes))

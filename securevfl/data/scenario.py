@@ -1,0 +1,161 @@
+"""A VFL scenario: every party's table plus the agreed alignment, and each party's own view of it.
+
+Alignment comes from PSI in a real run (:func:`scenario_from_tables` with a PSI aligner) or, in
+a simulation, from a plaintext intersection that the scenario records as such. The active party
+then holds out test rows among the aligned positions (non-secret indices it announces); every
+party standardises its own features with statistics of its own training rows. A role receives
+only its own :class:`PartyData` — never another party's table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from securevfl.data.partition import PartitionedData, PartyTable
+from securevfl.errors import ConfigError, DataError
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Per party: positions of its aligned rows in the agreed order, and of its unaligned rows."""
+
+    aligned: dict[str, np.ndarray]
+    unaligned: dict[str, np.ndarray]
+    method: str
+    cost: dict = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return len(next(iter(self.aligned.values())))
+
+
+Aligner = Callable[[Mapping[str, PartyTable], str], Alignment]
+
+
+def align_plaintext(tables: Mapping[str, PartyTable], active: str) -> Alignment:
+    """Plaintext intersection for simulations (every party's IDs in one place): NOT private.
+
+    Used only when the caller asks to skip PSI; the report records ``alignment: plaintext``.
+    """
+    common = None
+    for t in tables.values():
+        common = set(t.ids) if common is None else common & set(t.ids)
+    order = np.array(sorted(common or ()), dtype=object)
+    aligned, unaligned = {}, {}
+    for name, t in tables.items():
+        pos = {v: i for i, v in enumerate(t.ids)}
+        aligned[name] = np.array([pos[v] for v in order], dtype=np.int64)
+        mask = np.ones(len(t.ids), bool)
+        mask[aligned[name]] = False
+        unaligned[name] = np.flatnonzero(mask)
+    return Alignment(aligned=aligned, unaligned=unaligned, method="plaintext (simulation, PSI skipped)")
+
+
+@dataclass(frozen=True)
+class PartyData:
+    """One party's data as its role sees it (features standardised with its own training stats)."""
+
+    name: str
+    feature_names: tuple[str, ...]
+    X_train: np.ndarray
+    X_test: np.ndarray
+    X_unaligned: np.ndarray
+    ids_train: np.ndarray
+    ids_unaligned: np.ndarray
+    y_train: np.ndarray | None = None
+    y_test: np.ndarray | None = None
+    y_unaligned: np.ndarray | None = None
+    strip_shape: tuple[int, int] | None = None
+    n_classes: int = 2
+
+    @property
+    def n_features(self) -> int:
+        return self.X_train.shape[1]
+
+    @property
+    def X_local(self) -> np.ndarray:
+        """All rows this party holds outside the test set (aligned training rows first)."""
+        return np.concatenate([self.X_train, self.X_unaligned])
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Tables, alignment and the train/test split over aligned positions."""
+
+    tables: dict[str, PartyTable]
+    active: str
+    classes: tuple[str, ...]
+    alignment: Alignment
+    train: np.ndarray
+    test: np.ndarray
+    dataset: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def parties(self) -> tuple[str, ...]:
+        return tuple(self.tables)
+
+    @property
+    def passives(self) -> tuple[str, ...]:
+        return tuple(n for n in self.tables if n != self.active)
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    def party_data(self, name: str, *, standardize: bool = True) -> PartyData:
+        """The view of party ``name``: its aligned train/test rows in agreed order, its own rest."""
+        if name not in self.tables:
+            raise ConfigError(f"unknown party {name!r}; parties are {list(self.tables)}")
+        t = self.tables[name]
+        aligned = self.alignment.aligned[name]
+        train_rows, test_rows = aligned[self.train], aligned[self.test]
+        rest = self.alignment.unaligned[name]
+        X = t.features.astype(np.float32)
+        if standardize and X.shape[1]:
+            fit_rows = np.concatenate([train_rows, rest])
+            mean = X[fit_rows].mean(axis=0)
+            std = X[fit_rows].std(axis=0)
+            X = (X - mean) / np.where(std > 1e-8, std, 1.0)
+        y = t.labels
+        return PartyData(
+            name=name, feature_names=t.feature_names,
+            X_train=X[train_rows], X_test=X[test_rows], X_unaligned=X[rest],
+            ids_train=t.ids[train_rows], ids_unaligned=t.ids[rest],
+            y_train=None if y is None else y[train_rows],
+            y_test=None if y is None else y[test_rows],
+            y_unaligned=None if y is None else y[rest],
+            strip_shape=t.strip_shape, n_classes=len(self.classes))
+
+
+def scenario_from_partition(data: PartitionedData, aligner: Aligner = align_plaintext) -> Scenario:
+    """Align simulated tables and keep the partition's test rows as the test set."""
+    alignment = aligner(data.tables, data.active)
+    active_ids = data.tables[data.active].ids[alignment.aligned[data.active]]
+    is_test = np.array([i in data.test_ids for i in active_ids], dtype=bool)
+    return Scenario(tables=dict(data.tables), active=data.active, classes=data.classes,
+                    alignment=alignment, train=np.flatnonzero(~is_test), test=np.flatnonzero(is_test),
+                    dataset=data.dataset, notes=data.notes + (f"alignment: {alignment.method}",))
+
+
+def scenario_from_tables(tables: Mapping[str, PartyTable], active: str, classes: tuple[str, ...], *,
+                         test_size: float = 0.2, seed: int = 0, aligner: Aligner = align_plaintext,
+                         dataset: str = "") -> Scenario:
+    """Align real per-party tables (PSI in production) and hold out a stratified test split."""
+    from sklearn.model_selection import train_test_split
+
+    if active not in tables or tables[active].labels is None:
+        raise DataError(f"the active party {active!r} must hold the labels")
+    alignment = aligner(tables, active)
+    n = alignment.size
+    if n < 10:
+        raise DataError(f"only {n} rows are shared by all parties; at least 10 are needed to train and test")
+    y = tables[active].labels[alignment.aligned[active]]
+    stratify = y if np.bincount(y).min() >= 2 else None
+    train, test = train_test_split(np.arange(n), test_size=test_size, random_state=seed, stratify=stratify)
+    return Scenario(tables=dict(tables), active=active, classes=classes, alignment=alignment,
+                    train=np.sort(train), test=np.sort(test), dataset=dataset,
+                    notes=(f"alignment: {alignment.method}; {n} shared rows",))

@@ -1,0 +1,174 @@
+"""The Meter: what one party spent on compute, cryptography, serialisation and communication.
+
+Time is attributed *exclusively* to the innermost open category, so a crypto call made inside a
+compute block counts as crypto, not twice. Model compute on CUDA is measured correctly by calling
+the injected ``synchronize`` before each clock reading (asynchronous kernels would otherwise be
+charged to whoever synchronises next). Messages are recorded per directed link ``"SRC->DST"``
+together with their Lamport depth, from which communication rounds and the simulated network time
+follow (see :class:`NetworkModel`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+
+from securevfl.errors import ConfigError
+
+COMPUTE = "compute"
+SERIALIZE = "serialize"
+CRYPTO_PREFIX = "crypto."
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """Bandwidth and latency of every link, to turn byte and round counts into transfer time.
+
+    Messages of the same Lamport depth are in flight at the same time, so one depth level costs
+    one latency plus the largest per-link transfer at that level; levels add up.
+    """
+
+    bandwidth_mbps: float = 100.0
+    latency_ms: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth_mbps > 0:
+            raise ConfigError(f"bandwidth_mbps must be > 0, got {self.bandwidth_mbps}")
+        if not self.latency_ms >= 0:
+            raise ConfigError(f"latency_ms must be >= 0, got {self.latency_ms}")
+
+    def transfer_seconds(self, depth_link_bytes: Mapping[int, Mapping[str, int]]) -> float:
+        """Critical-path transfer time for bytes grouped by depth, then by link."""
+        per_byte = 8.0 / (self.bandwidth_mbps * 1e6)
+        total = 0.0
+        for links in depth_link_bytes.values():
+            total += self.latency_ms / 1e3 + max(links.values(), default=0) * per_byte
+        return total
+
+
+@dataclass
+class MeterSnapshot:
+    """Plain numbers copied out of one or more meters (safe to keep after the run)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    bytes: dict[str, int] = field(default_factory=dict)
+    messages: dict[str, int] = field(default_factory=dict)
+    depth_link_bytes: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def rounds(self) -> int:
+        """Communication rounds: the longest chain of causally dependent messages."""
+        return max(self.depth_link_bytes, default=0)
+
+    @property
+    def compute_s(self) -> float:
+        return self.seconds.get(COMPUTE, 0.0)
+
+    @property
+    def serialize_s(self) -> float:
+        return self.seconds.get(SERIALIZE, 0.0)
+
+    @property
+    def crypto_s(self) -> dict[str, float]:
+        return {
+            k[len(CRYPTO_PREFIX) :]: v for k, v in sorted(self.seconds.items()) if k.startswith(CRYPTO_PREFIX)
+        }
+
+    def merged(self, other: MeterSnapshot) -> MeterSnapshot:
+        """Sum of two snapshots (times and counts add; depth maps merge per link)."""
+        out = MeterSnapshot(dict(self.seconds), dict(self.bytes), dict(self.messages),
+                            {d: dict(l) for d, l in self.depth_link_bytes.items()})
+        for k, v in other.seconds.items():
+            out.seconds[k] = out.seconds.get(k, 0.0) + v
+        for k, v in other.bytes.items():
+            out.bytes[k] = out.bytes.get(k, 0) + v
+        for k, v in other.messages.items():
+            out.messages[k] = out.messages.get(k, 0) + v
+        for d, links in other.depth_link_bytes.items():
+            slot = out.depth_link_bytes.setdefault(d, {})
+            for k, v in links.items():
+                slot[k] = slot.get(k, 0) + v
+        return out
+
+
+class Meter:
+    """Per-party cost recorder. Thread-confined: one Meter belongs to one party's thread."""
+
+    def __init__(
+        self,
+        party: str,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        synchronize: Callable[[], None] | None = None,
+    ) -> None:
+        self.party = party
+        self._clock = clock
+        self._synchronize = synchronize
+        self._seconds: dict[str, float] = defaultdict(float)
+        self._bytes: dict[str, int] = defaultdict(int)
+        self._messages: dict[str, int] = defaultdict(int)
+        self._depth_link_bytes: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._stack: list[list] = []  # [category, started_at]
+        self._lock = threading.Lock()
+
+    # -- time ---------------------------------------------------------------------------------
+    @contextmanager
+    def measure(self, category: str, *, sync: bool = False) -> Iterator[None]:
+        """Attribute the time spent inside the block to ``category`` (exclusive of inner blocks)."""
+        if sync and self._synchronize is not None:
+            self._synchronize()
+        now = self._clock()
+        if self._stack:
+            parent = self._stack[-1]
+            self._seconds[parent[0]] += now - parent[1]
+        frame = [category, now]
+        self._stack.append(frame)
+        try:
+            yield
+        finally:
+            if sync and self._synchronize is not None:
+                self._synchronize()
+            end = self._clock()
+            self._stack.pop()
+            self._seconds[category] += end - frame[1]
+            if self._stack:
+                self._stack[-1][1] = end
+
+    def compute(self) -> AbstractContextManager[None]:
+        """Model compute; synchronises the accelerator at both ends so kernels are charged here."""
+        return self.measure(COMPUTE, sync=True)
+
+    def crypto(self, primitive: str) -> AbstractContextManager[None]:
+        """Cryptography, by primitive name such as ``secagg.mask`` or ``paillier.encrypt``."""
+        return self.measure(CRYPTO_PREFIX + primitive)
+
+    def serialize(self) -> AbstractContextManager[None]:
+        """Encoding and decoding of wire messages."""
+        return self.measure(SERIALIZE)
+
+    def add_seconds(self, category: str, seconds: float) -> None:
+        """Record time measured elsewhere (for example in a worker process)."""
+        self._seconds[category] += seconds
+
+    # -- communication ------------------------------------------------------------------------
+    def record_message(self, src: str, dst: str, nbytes: int, depth: int) -> None:
+        """Record one message of ``nbytes`` sent on ``src->dst`` at Lamport depth ``depth``."""
+        link = f"{src}->{dst}"
+        with self._lock:
+            self._bytes[link] += nbytes
+            self._messages[link] += 1
+            self._depth_link_bytes[depth][link] += nbytes
+
+    def snapshot(self) -> MeterSnapshot:
+        """Copy of everything recorded so far."""
+        with self._lock:
+            return MeterSnapshot(
+                seconds=dict(self._seconds),
+                bytes=dict(self._bytes),
+                messages=dict(self._messages),
+                depth_link_bytes={d: dict(l) for d, l in self._depth_link_bytes.items()},
+            )

@@ -1,0 +1,75 @@
+"""Transports move encoded envelopes between parties; method code never sees which one is used.
+
+:class:`InProcessTransport` keeps one FIFO queue per directed link and is what the threaded
+runtime uses today. A network transport (gRPC with mutual TLS, one process per party) implements
+the same three methods.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from securevfl.errors import ProtocolError, RunAborted
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One message on a link: a tag naming what it is, its Lamport depth and the encoded payload."""
+
+    src: str
+    dst: str
+    tag: str
+    depth: int
+    payload: bytes
+
+
+class Transport(ABC):
+    """Moves envelopes between named parties."""
+
+    @abstractmethod
+    def send(self, envelope: Envelope) -> None:
+        """Deliver ``envelope`` to ``envelope.dst`` (non-blocking for the sender)."""
+
+    @abstractmethod
+    def recv(self, dst: str, src: str, abort: threading.Event, timeout: float | None = None) -> Envelope:
+        """Next envelope from ``src`` to ``dst``; raises RunAborted once ``abort`` is set."""
+
+    def close(self) -> None:
+        """Release resources. The in-process transport has none."""
+
+
+class InProcessTransport(Transport):
+    """Per-link FIFO queues between threads of one process."""
+
+    _POLL_S = 0.05
+
+    def __init__(self, parties: list[str]) -> None:
+        self._parties = frozenset(parties)
+        self._queues: dict[tuple[str, str], queue.SimpleQueue[Envelope]] = {
+            (a, b): queue.SimpleQueue() for a in parties for b in parties if a != b
+        }
+
+    def _link(self, src: str, dst: str) -> queue.SimpleQueue[Envelope]:
+        try:
+            return self._queues[(src, dst)]
+        except KeyError:
+            raise ProtocolError(f"no link {src}->{dst}; parties are {sorted(self._parties)}") from None
+
+    def send(self, envelope: Envelope) -> None:
+        self._link(envelope.src, envelope.dst).put(envelope)
+
+    def recv(self, dst: str, src: str, abort: threading.Event, timeout: float | None = None) -> Envelope:
+        link = self._link(src, dst)
+        waited = 0.0
+        while True:
+            if abort.is_set():
+                raise RunAborted(f"{dst} stopped waiting for {src}: the run was aborted")
+            try:
+                return link.get(timeout=self._POLL_S)
+            except queue.Empty:
+                waited += self._POLL_S
+                if timeout is not None and waited >= timeout:
+                    raise TimeoutError(f"{dst} waited {timeout:.0f} s for a message from {src}") from None

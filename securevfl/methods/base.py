@@ -1,0 +1,165 @@
+"""What a method is: a strategy object that hands the runtime one role per party.
+
+A method subclasses :class:`Method`, declares its options as a frozen dataclass, and implements
+:meth:`Method.roles`. Roles talk only through ``ctx.send`` / ``ctx.recv``; the active role returns
+an :class:`ActiveOutcome` with test-set scores, from which the runtime computes metrics. Shared
+per-batch machinery (agreed batch order, optimiser steps, embedding exchange helpers) lives here
+so that methods stay small and an encrypted variant never copies a training loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from securevfl.data.scenario import Scenario
+from securevfl.errors import ConfigError
+from securevfl.federation.runtime import PartyContext
+
+Role = Callable[[PartyContext], Any]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings every method understands; method-specific ones go in ``options``."""
+
+    epochs: int = 50
+    batch_size: int = 32
+    lr: float = 1e-3
+    seed: int = 0
+    embedding_dim: int = 16
+    hidden: tuple[int, ...] = (64,)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1:
+            raise ConfigError(f"epochs must be >= 1, got {self.epochs}")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.embedding_dim < 1:
+            raise ConfigError(f"embedding_dim must be >= 1, got {self.embedding_dim}")
+        if any(h < 1 for h in self.hidden):
+            raise ConfigError(f"hidden sizes must be >= 1, got {self.hidden}")
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A method without options of its own."""
+
+
+@dataclass
+class ActiveOutcome:
+    """What the active role returns: test labels and scores, plus anything worth reporting."""
+
+    y_true: np.ndarray
+    scores: np.ndarray
+    per_party: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_options(options_type: type, values: Mapping[str, Any]) -> Any:
+    """Build a method's options dataclass, rejecting unknown keys with the list of valid ones."""
+    valid = {f.name: f for f in dataclasses.fields(options_type)}
+    unknown = sorted(set(values) - set(valid))
+    if unknown:
+        listed = ", ".join(valid) or "none"
+        raise ConfigError(f"unknown option(s) {', '.join(unknown)} for this method; valid options: {listed}")
+    converted = {}
+    for key, value in values.items():
+        default = valid[key].default
+        if isinstance(value, str) and default is not dataclasses.MISSING and not isinstance(default, str):
+            try:
+                value = type(default)(value) if not isinstance(default, bool) else value.lower() in ("1", "true", "yes")
+            except (TypeError, ValueError):
+                raise ConfigError(f"option {key}={value!r} is not a valid {type(default).__name__}") from None
+        converted[key] = value
+    return options_type(**converted)
+
+
+class Method(ABC):
+    """A VFL method: roles for the active and passive parties, built from one scenario."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    Options: ClassVar[type] = NoOptions
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config
+        self.options = parse_options(self.Options, config.options)
+
+    @abstractmethod
+    def roles(self, scenario: Scenario) -> dict[str, Role]:
+        """One role per party of ``scenario``; each role sees only its own PartyData."""
+
+    def describe(self) -> dict[str, Any]:
+        """Options as plain values, for the report."""
+        return dataclasses.asdict(self.options)
+
+
+_METHODS: dict[str, type[Method]] = {}
+
+
+def register_method(cls: type[Method]) -> type[Method]:
+    """Class decorator: register a method under ``cls.name``."""
+    if cls.name in _METHODS:
+        raise ConfigError(f"method {cls.name!r} is registered twice")
+    _METHODS[cls.name] = cls
+    return cls
+
+
+def method_names() -> list[str]:
+    return sorted(_METHODS)
+
+
+def method_class(name: str) -> type[Method]:
+    """The registered class for ``name``; unknown names raise ConfigError listing the valid ones."""
+    try:
+        return _METHODS[name]
+    except KeyError:
+        raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(method_names())}") from None
+
+
+def create_method(name: str, config: TrainConfig) -> Method:
+    return method_class(name)(config)
+
+
+# -- shared per-batch machinery ---------------------------------------------------------------
+
+def batch_plan(n_rows: int, batch_size: int, seed: int, epoch: int) -> Iterator[np.ndarray]:
+    """Agreed batch order for one epoch: every party derives the same permutation from the run seed.
+
+    The seed is part of the run configuration all parties agree on; batch order is not secret.
+    """
+    order = np.random.default_rng([seed, epoch]).permutation(n_rows)
+    for start in range(0, n_rows, batch_size):
+        yield order[start : start + batch_size]
+
+
+def n_batches(n_rows: int, batch_size: int) -> int:
+    return (n_rows + batch_size - 1) // batch_size
+
+
+def party_generator(seed: int, party: str) -> torch.Generator:
+    """A torch generator private to one party (model init), derived from the run seed and its name."""
+    digest = np.frombuffer(party.encode().ljust(8, b"\0")[:8], dtype=np.uint64)[0]
+    g = torch.Generator()
+    g.manual_seed(int((seed * 1_000_003 + int(digest)) % (2**63)))
+    return g
+
+
+def as_tensor(array: np.ndarray, device: Any) -> torch.Tensor:
+    return torch.as_tensor(array, dtype=torch.float32, device=device)
+
+
+def predict_scores(logits: torch.Tensor) -> np.ndarray:
+    """Class probabilities as a numpy array."""
+    return torch.softmax(logits.detach(), dim=1).cpu().numpy()

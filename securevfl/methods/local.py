@@ -1,0 +1,75 @@
+"""Local: the active party alone on its own features — the baseline every VFL paper reports."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from securevfl.data.scenario import PartyData, Scenario
+from securevfl.errors import ConfigError
+from securevfl.federation.runtime import PartyContext
+from securevfl.methods.base import (
+    ActiveOutcome,
+    Method,
+    Role,
+    TrainConfig,
+    as_tensor,
+    batch_plan,
+    party_generator,
+    predict_scores,
+    register_method,
+)
+from securevfl.models import MLP, init_parameters
+
+
+def local_mlp_role(data: PartyData, config: TrainConfig) -> Role:
+    """Train an MLP (same shape as a SplitNN bottom + top) on the active party's aligned rows."""
+
+    def role(ctx: PartyContext) -> ActiveOutcome:
+        if data.n_features == 0:
+            raise ConfigError("local needs the active party to hold features")
+        device = ctx.device
+        hidden = (*config.hidden, config.embedding_dim, *config.hidden)
+        model = init_parameters(MLP(data.n_features, hidden, data.n_classes),
+                                party_generator(config.seed, ctx.name)).to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=config.lr)
+        loss_fn = nn.CrossEntropyLoss()
+        X = as_tensor(data.X_train, device)
+        y = torch.as_tensor(data.y_train, dtype=torch.long, device=device)
+        history = []
+        for epoch in range(config.epochs):
+            ctx.stage = f"train epoch {epoch + 1}"
+            total = 0.0
+            for idx in batch_plan(len(X), config.batch_size, config.seed, epoch):
+                with ctx.meter.compute():
+                    loss = loss_fn(model(X[idx]), y[idx])
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    total += float(loss.detach()) * len(idx)
+            history.append({"epoch": epoch + 1, "train_loss": total / len(X)})
+            ctx.progress(epoch=epoch + 1, epochs=config.epochs, loss=history[-1]["train_loss"])
+        ctx.stage = "evaluate"
+        with ctx.meter.compute(), torch.no_grad():
+            scores = predict_scores(model.eval()(as_tensor(data.X_test, device)))
+        return ActiveOutcome(y_true=data.y_test, scores=scores, history=history)
+
+    return role
+
+
+def idle_role(ctx: PartyContext) -> None:
+    """A party that takes no part (baselines where only the active party trains)."""
+    return None
+
+
+@register_method
+class Local(Method):
+    """The active party's model on its own features only; passive parties stay idle."""
+
+    name = "local"
+    summary = "active party alone on its own features (baseline)"
+
+    def roles(self, scenario: Scenario) -> dict[str, Role]:
+        roles: dict[str, Role] = {p: idle_role for p in scenario.passives}
+        roles[scenario.active] = local_mlp_role(scenario.party_data(scenario.active), self.config)
+        return roles

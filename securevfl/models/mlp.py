@@ -1,0 +1,45 @@
+"""Multilayer perceptrons, initialised from an explicit generator (no global seeding)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+ACTIVATIONS = {"relu": nn.ReLU, "selu": nn.SELU, "tanh": nn.Tanh, "gelu": nn.GELU, "leaky_relu": nn.LeakyReLU}
+
+
+def init_parameters(module: nn.Module, generator: torch.Generator) -> nn.Module:
+    """Re-initialise Linear / Conv weights (Kaiming-uniform, PyTorch's default) from ``generator``.
+
+    PyTorch's built-in init draws from the global RNG, which threads share; parties initialise
+    from their own generator so runs are reproducible without global seeding.
+    """
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d)):
+            nn.init.kaiming_uniform_(m.weight, a=5**0.5, generator=generator)
+            if m.bias is not None:
+                fan_in = m.weight[0].numel()
+                bound = 1 / fan_in**0.5 if fan_in > 0 else 0
+                nn.init.uniform_(m.bias, -bound, bound, generator=generator)
+    return module
+
+
+class MLP(nn.Sequential):
+    """``in_dim -> hidden... -> out_dim`` with an activation between layers (none after the last)."""
+
+    def __init__(self, in_dim: int, hidden: Sequence[int], out_dim: int, *, activation: str = "relu",
+                 final_activation: bool = False, batch_norm: bool = False) -> None:
+        layers: list[nn.Module] = []
+        dims = [in_dim, *hidden, out_dim]
+        act = ACTIVATIONS[activation]
+        for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+            layers.append(nn.Linear(a, b))
+            last = i == len(dims) - 2
+            if not last or final_activation:
+                if batch_norm and not last:
+                    layers.append(nn.BatchNorm1d(b))
+                layers.append(act())
+        super().__init__(*layers)
+        self.in_dim, self.out_dim = in_dim, out_dim

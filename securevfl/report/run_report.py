@@ -1,0 +1,110 @@
+"""RunReport: what one run measured, written as JSON (for machines) and Markdown (for people)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from securevfl.federation.meter import MeterSnapshot, NetworkModel
+
+
+def cost_from_snapshots(snapshots: Mapping[str, MeterSnapshot], network: NetworkModel) -> dict[str, Any]:
+    """The report's ``cost`` block: totals over parties, per-link traffic, rounds, simulated network."""
+    total = MeterSnapshot()
+    for snap in snapshots.values():
+        total = total.merged(snap)
+    return {
+        "compute_s": total.compute_s,
+        "crypto_s": total.crypto_s,
+        "serialize_s": total.serialize_s,
+        "comm": {"bytes": dict(sorted(total.bytes.items())), "messages": dict(sorted(total.messages.items()))},
+        "total_bytes": sum(total.bytes.values()),
+        "rounds": total.rounds,
+        "simulated_network_s": network.transfer_seconds(total.depth_link_bytes),
+        "network_model": asdict(network),
+        "per_party": {
+            name: {"compute_s": s.compute_s, "crypto_s": s.crypto_s, "serialize_s": s.serialize_s,
+                   "bytes_sent": sum(v for k, v in s.bytes.items() if k.startswith(name + "->"))}
+            for name, s in snapshots.items()
+        },
+    }
+
+
+@dataclass
+class RunReport:
+    """Everything a run measured. ``to_dict`` is the JSON contract documented in the README."""
+
+    method: str
+    dataset: str
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    cost: dict[str, Any]
+    wall_s: float
+    parties: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=_jsonable)
+
+    def to_markdown(self) -> str:
+        """A human-readable summary: metrics, time split, traffic per link."""
+        lines = [f"# securevfl run: {self.method} on {self.dataset}", ""]
+        lines += ["## Metrics", "", "| metric | value |", "|---|---|"]
+        for k, v in self.metrics.items():
+            if isinstance(v, float):
+                lines.append(f"| {k} | {v:.4f} |")
+        per_party = self.metrics.get("per_party")
+        if per_party:
+            lines += ["", "| party | " + " | ".join(next(iter(per_party.values()))) + " |",
+                      "|---|" + "---|" * len(next(iter(per_party.values())))]
+            for party, m in per_party.items():
+                lines.append(f"| {party} | " + " | ".join(f"{v:.4f}" for v in m.values()) + " |")
+        c = self.cost
+        lines += ["", "## Cost", "", "| category | seconds |", "|---|---|",
+                  f"| model compute | {c['compute_s']:.3f} |", f"| serialisation | {c['serialize_s']:.3f} |"]
+        for prim, s in c["crypto_s"].items():
+            lines.append(f"| crypto: {prim} | {s:.3f} |")
+        lines += [f"| simulated network ({c['network_model']['bandwidth_mbps']} Mbit/s, "
+                  f"{c['network_model']['latency_ms']} ms) | {c['simulated_network_s']:.3f} |",
+                  f"| wall clock | {self.wall_s:.3f} |", "",
+                  f"Communication rounds: {c['rounds']}; total bytes: {c['total_bytes']:,}", "",
+                  "| link | bytes | messages |", "|---|---|---|"]
+        for link, b in c["comm"]["bytes"].items():
+            lines.append(f"| {link} | {b:,} | {c['comm']['messages'][link]:,} |")
+        if self.parties:
+            lines += ["", "## Parties", "", "| party | rows | features | aligned | unaligned |", "|---|---|---|---|---|"]
+            for name, p in self.parties.items():
+                lines.append(f"| {name} | {p['rows']} | {p['features']} | {p['aligned']} | {p['unaligned']} |")
+        if self.notes:
+            lines += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
+        return "\n".join(lines) + "\n"
+
+    def save(self, path: str | Path) -> tuple[Path, Path]:
+        """Write ``path`` (JSON) and the same name with ``.md``; returns both paths."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        json_path = path if path.suffix == ".json" else path.with_suffix(".json")
+        md_path = json_path.with_suffix(".md")
+        json_path.write_text(self.to_json())
+        md_path.write_text(self.to_markdown())
+        return json_path, md_path
+
+
+def _jsonable(value: Any) -> Any:
+    import numpy as np
+
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
