@@ -1,0 +1,128 @@
+"""Turn a party's raw IDs into the exact strings that get hashed: type checks, normalisation, dups.
+
+Every party must apply the *same* normalisation, or equal people will not match; the options are
+therefore part of the protocol parameters and checked in the first message. Options, always
+applied in this fixed order whatever order they are given in:
+
+``strip``     remove leading/trailing whitespace (``str.strip()``)
+``casefold``  Unicode case folding (``str.casefold()``: "Straße" -> "strasse"), stronger than lower()
+``nfc``       Unicode NFC normalisation, so "é" as one code point equals "e" + combining accent
+
+Integers become their decimal string; ``None``/NaN and empty strings are errors, as are duplicate
+IDs within one party unless ``duplicates="keep_first"`` (then the first row wins).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from securevfl.errors import ConfigError, DataError
+
+NORMALIZATIONS: tuple[str, ...] = ("strip", "casefold", "nfc")
+DUPLICATE_POLICIES: tuple[str, ...] = ("error", "keep_first")
+
+
+def parse_normalize(spec: str | Iterable[str] | None) -> tuple[str, ...]:
+    """Parse ``"strip,casefold"`` or an iterable of names into the canonical ordered tuple."""
+    if spec is None:
+        return ()
+    names = spec.split(",") if isinstance(spec, str) else list(spec)
+    chosen = {n.strip().lower() for n in names if n and n.strip()}
+    unknown = chosen - set(NORMALIZATIONS)
+    if unknown:
+        raise ConfigError(
+            f"unknown normalisation {sorted(unknown)}; choose from {', '.join(NORMALIZATIONS)}"
+        )
+    return tuple(n for n in NORMALIZATIONS if n in chosen)
+
+
+def normalize_bits(options: Sequence[str]) -> int:
+    """Bit mask of the options, sent in the HELLO message so both parties can check agreement."""
+    return sum(1 << NORMALIZATIONS.index(n) for n in parse_normalize(options))
+
+
+def normalize_id(value: str, options: Sequence[str]) -> str:
+    """Apply the normalisation options to one ID (order: strip, casefold, nfc)."""
+    if "strip" in options:
+        value = value.strip()
+    if "casefold" in options:
+        value = value.casefold()
+    if "nfc" in options:
+        value = unicodedata.normalize("NFC", value)
+    return value
+
+
+def id_to_str(value: object) -> str | None:
+    """Return the ID as a string, ``None`` for a null, or raise ``TypeError`` for other types."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return None
+    if isinstance(value, bool | np.bool_):
+        raise TypeError("boolean")
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        if math.isnan(value):
+            return None
+        if float(value).is_integer():
+            return str(int(value))
+        raise TypeError(f"non-integer number {value!r}")
+    raise TypeError(type(value).__name__)
+
+
+@dataclass(frozen=True)
+class PreparedIDs:
+    """The strings a party hashes, and for each the row of the party's input it came from."""
+
+    items: list[str]
+    rows: np.ndarray  # int64, same length as items
+    n_input: int
+
+
+def prepare_ids(
+    ids: Sequence[object],
+    normalize: Sequence[str] = (),
+    duplicates: str = "error",
+    source: str = "input",
+) -> PreparedIDs:
+    """Convert, normalise and de-duplicate IDs; errors name ``source`` and the offending row."""
+    if duplicates not in DUPLICATE_POLICIES:
+        raise ConfigError(f"duplicates must be one of {DUPLICATE_POLICIES}, not {duplicates!r}")
+    options = parse_normalize(normalize)
+    seen: dict[str, int] = {}
+    items: list[str] = []
+    rows: list[int] = []
+    for row, raw in enumerate(ids):
+        try:
+            value = id_to_str(raw)
+        except TypeError as exc:
+            raise DataError(f"{source}: unsupported ID type at row {row}: {exc}") from None
+        if value is None:
+            raise DataError(f"{source}: null ID at row {row}")
+        if options:
+            value = normalize_id(value, options)
+        if not value:
+            raise DataError(f"{source}: empty ID at row {row}")
+        first = seen.setdefault(value, row)
+        if first != row:
+            if duplicates == "error":
+                raise DataError(
+                    f"{source}: duplicate ID at rows {first} and {row} "
+                    "(use keep_first to keep the first occurrence)"
+                )
+            continue
+        items.append(value)
+        rows.append(row)
+    try:
+        for item in items:
+            item.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(f"{source}: ID is not valid Unicode text ({exc.reason})") from None
+    return PreparedIDs(items, np.asarray(rows, dtype=np.int64), len(ids))

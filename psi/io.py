@@ -1,0 +1,147 @@
+"""File edges of the PSI: read an ID column from CSV/Parquet, write aligned/unaligned rows + report.
+
+CSV cells are read as text (so ``007`` stays ``007``; only empty cells are null). Parquet columns
+keep their type; integers become their decimal string (see :mod:`psi.ids`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from securevfl.errors import DataError
+
+from .ids import prepare_ids
+from .protocol import PSIConfig
+from .runner import PSIResult, run_prepared
+
+CSV_SUFFIXES = (".csv", ".txt", ".tsv")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def _where(path: Path, column: str) -> str:
+    return f"{path} (column {column!r})"
+
+
+def read_ids(path: str | os.PathLike, id_column: str) -> list[object]:
+    """Read one ID column as a list of raw values; errors name the file and the column."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    suffix = path.suffix.lower()
+    if suffix in PARQUET_SUFFIXES:
+        import pyarrow.parquet as pq
+
+        try:
+            names = pq.read_schema(path).names
+        except Exception as exc:  # pyarrow raises several types for unreadable files
+            raise DataError(f"{path}: not a readable Parquet file ({exc})") from None
+        if id_column not in names:
+            raise DataError(f"{path}: missing ID column {id_column!r} (columns: {names})")
+        values = pq.read_table(path, columns=[id_column]).column(0).to_pylist()
+    elif suffix in CSV_SUFFIXES:
+        sep = "\t" if suffix == ".tsv" else ","
+        try:
+            header = pd.read_csv(path, sep=sep, nrows=0)
+        except pd.errors.EmptyDataError:
+            raise DataError(f"{_where(path, id_column)}: file is empty") from None
+        if id_column not in header.columns:
+            raise DataError(
+                f"{path}: missing ID column {id_column!r} (columns: {list(header.columns)})"
+            )
+        frame = pd.read_csv(
+            path, sep=sep, usecols=[id_column], dtype=str, keep_default_na=False,
+            na_values=[""],
+        )
+        col = frame[id_column]
+        values = col.astype(object).where(col.notna(), None).tolist()
+    else:
+        raise DataError(
+            f"{path}: unsupported file type {suffix!r} (use {CSV_SUFFIXES + PARQUET_SUFFIXES})"
+        )
+    if not values:
+        raise DataError(f"{_where(path, id_column)}: no rows")
+    return values
+
+
+def write_outputs(
+    result: PSIResult,
+    raw_ids: Mapping[str, Sequence[object]],
+    id_column: str,
+    out_dir: str | os.PathLike,
+    extra_report: Mapping[str, object] | None = None,
+) -> dict[str, Path]:
+    """Write ``<party>_aligned.csv``, ``<party>_unaligned.csv`` and ``psi_report.json``.
+
+    Aligned files list the party's IDs as they appear in its own file, in the agreed order,
+    with ``position`` = the 0-based data row in that file. Parties that do not learn the
+    intersection in this mode get no row files.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    for party in result.parties:
+        rows = result.aligned[party]
+        if rows is None:
+            continue
+        ids = np.asarray(raw_ids[party], dtype=object)
+        for kind, positions in (("aligned", rows), ("unaligned", result.unaligned[party])):
+            path = out / f"{party}_{kind}.csv"
+            pd.DataFrame({"position": positions, id_column: ids[positions]}).to_csv(
+                path, index=False
+            )
+            written[f"{party}_{kind}"] = path
+    report = result.report()
+    report.update(extra_report or {})
+    report["files"] = {k: str(v) for k, v in written.items()}
+    path = out / "psi_report.json"
+    path.write_text(json.dumps(report, indent=2, sort_keys=True))
+    written["report"] = path
+    return written
+
+
+def run_files(
+    party_files: Mapping[str, str | os.PathLike],
+    id_column: str,
+    out_dir: str | os.PathLike,
+    *,
+    active: str | None = None,
+    mode: str = "both",
+    normalize: Sequence[str] | str = (),
+    duplicates: str = "error",
+    digest_len: int = 16,
+    workers: int | None = None,
+    progress: bool = False,
+    urandom: Callable[[int], bytes] = os.urandom,
+) -> PSIResult:
+    """Read each party's ID column, run :func:`psi.run_prepared`, write the outputs; see there."""
+    config = PSIConfig(mode=mode, digest_len=digest_len, normalize=normalize)
+    t0 = time.perf_counter()
+    raw = {name: read_ids(path, id_column) for name, path in party_files.items()}
+    prepared = {
+        name: prepare_ids(
+            raw[name], config.normalize, duplicates, source=_where(Path(party_files[name]), id_column)
+        )
+        for name in party_files
+    }
+    t_read = time.perf_counter() - t0
+    result = run_prepared(
+        prepared, active=active, config=config, workers=workers, progress=progress,
+        urandom=urandom,
+    )
+    t1 = time.perf_counter()
+    write_outputs(
+        result, raw, id_column, out_dir,
+        {"id_column": id_column, "inputs": {k: str(v) for k, v in party_files.items()},
+         "read_seconds": round(t_read, 6)},
+    )
+    result.extra.update(
+        read_seconds=round(t_read, 6), write_seconds=round(time.perf_counter() - t1, 6)
+    )
+    return result
