@@ -77,7 +77,7 @@ class PaillierBackend(ABC):
         return int(value)
 
     def one(self) -> Any:
-        """The trivial encryption of zero (ciphertext 1), used for empty sums."""
+        """Return the trivial encryption of zero (ciphertext 1), used for empty sums."""
         return self.from_int(1)
 
     # -- tensor layer --------------------------------------------------------------------------
@@ -102,12 +102,12 @@ class PaillierBackend(ABC):
         return tensor.decrypt(self)
 
     def require_private_key(self) -> PaillierPrivateKey:
-        """The private key, or CryptoError when this backend only has the public key."""
+        """Return the private key; raise CryptoError when this backend holds only the public."""
         if self.private_key is None:
             raise CryptoError("this backend holds no private key")
         return self.private_key
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release worker processes, if any."""
 
     def __enter__(self) -> PaillierBackend:

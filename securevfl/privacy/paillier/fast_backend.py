@@ -122,13 +122,13 @@ class FastEngine:
         return acc
 
     def encrypt(self, plaintexts: Sequence[int], rs: Sequence[int]) -> list[mpz]:
-        """c = (1 + m n) h_s^r mod n^2 for each (m, r)."""
+        """Encrypt: c = (1 + m n) h_s^r mod n^2 for each (m, r)."""
         n, nsq = self.n, self.nsq
         hs_pow = self.hs_pow
         return [(mpz(m) * n + 1) * hs_pow(r) % nsq for m, r in zip(plaintexts, rs, strict=True)]
 
     def rerandomize(self, ciphertexts: Sequence[Any], rs: Sequence[int]) -> list[mpz]:
-        """c * h_s^r mod n^2."""
+        """Re-randomise: c * h_s^r mod n^2."""
         nsq = self.nsq
         hs_pow = self.hs_pow
         return [mpz(c) * hs_pow(r) % nsq for c, r in zip(ciphertexts, rs, strict=True)]
@@ -148,7 +148,7 @@ class FastEngine:
         return out
 
     def mul(self, ciphertexts: Sequence[Any], scalars: Sequence[int]) -> list[mpz]:
-        """c^k mod n^2 for signed k (negative k inverts c; gmpy2.powmod handles it)."""
+        """Multiply: c^k mod n^2 for signed k (gmpy2.powmod inverts c for negative k)."""
         nsq = self.nsq
         powmod = gmpy2.powmod
         out = []
@@ -282,16 +282,16 @@ class FastBackend(PaillierBackend):
         return self._run("decrypt", list(ciphertexts))
 
     def add_raw(self, a: Sequence[Any], b: Sequence[Any]) -> list[Any]:
-        """a * b mod n^2."""
+        """Add: a * b mod n^2."""
         nsq = self.engine.nsq
         return [x * y % nsq for x, y in zip(a, b, strict=True)]
 
     def mul_raw(self, ciphertexts: Sequence[Any], scalars: Sequence[int]) -> list[Any]:
-        """c^k mod n^2, parallel for large inputs."""
+        """Multiply: c^k mod n^2, parallel for large inputs."""
         return self._run("mul", list(ciphertexts), [int(k) for k in scalars])
 
     def add_plain_raw(self, ciphertexts: Sequence[Any], plaintexts: Sequence[int]) -> list[Any]:
-        """c * (1 + m n) mod n^2."""
+        """Add plaintext: c * (1 + m n) mod n^2."""
         n, nsq = self.engine.n, self.engine.nsq
         return [mpz(c) * ((int(m) % n) * n + 1) % nsq
                 for c, m in zip(ciphertexts, plaintexts, strict=True)]

@@ -114,7 +114,7 @@ class PaillierPublicKey:
         return cls(n=int(n), hs=derive_hs(int(n), randbits))
 
     def with_fresh_hs(self, randbits: RandBits | None = None) -> PaillierPublicKey:
-        """The same key with an independently drawn DJN base."""
+        """Return the same key with an independently drawn DJN base."""
         return PaillierPublicKey.from_n(self.n, randbits)
 
     def to_bytes(self) -> bytes:
@@ -209,7 +209,7 @@ def derive_hs(n: int, randbits: RandBits | None = None) -> int:
 
 
 def _random_prime(bits: int, randbits: RandBits) -> mpz:
-    """A random prime of exactly ``bits`` bits whose top two bits are set (so p*q has 2*bits)."""
+    """Draw a prime of exactly ``bits`` bits, top two bits set (so p*q has 2*bits)."""
     while True:
         candidate = mpz(randbits(bits)) | (mpz(3) << (bits - 2)) | 1
         prime = gmpy2.next_prime(candidate)

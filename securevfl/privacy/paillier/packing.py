@@ -123,7 +123,7 @@ class PackingLayout:
         return acc
 
     def unpack(self, plaintexts: list[int], terms: int, length: int) -> list[int]:
-        """Split plaintexts into slots, remove ``terms`` offsets, return the first ``length`` per row.
+        """Split plaintexts into slots, remove ``terms`` offsets, keep ``length`` values per row.
 
         ``plaintexts`` holds rows * per_row ints in row order; the result is rows * length signed
         fixed-point ints. A plaintext wider than the slots means a corrupted or foreign ciphertext.

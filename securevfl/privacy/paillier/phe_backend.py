@@ -22,7 +22,7 @@ from .keys import PaillierPrivateKey, PaillierPublicKey, RandBits
 def to_phe_keys(
     public_key: PaillierPublicKey, private_key: PaillierPrivateKey | None = None
 ) -> tuple[phe_paillier.PaillierPublicKey, phe_paillier.PaillierPrivateKey | None]:
-    """The same key material as python-paillier objects (g = n + 1 in both)."""
+    """Return the same key material as python-paillier objects (g = n + 1 in both)."""
     phe_public = phe_paillier.PaillierPublicKey(public_key.n)
     phe_private = None
     if private_key is not None:

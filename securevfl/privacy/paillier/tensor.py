@@ -61,7 +61,8 @@ def _tree_sum(backend: PaillierBackend, data: np.ndarray, axes: tuple[int, ...])
         return _object_array([backend.one()] * math.prod(rest), rest)
     while flat.shape[0] > 1:
         half = flat.shape[0] // 2
-        summed = backend.add_raw(flat[:half].ravel().tolist(), flat[half : 2 * half].ravel().tolist())
+        left, right = flat[:half].ravel().tolist(), flat[half : 2 * half].ravel().tolist()
+        summed = backend.add_raw(left, right)
         stacked = _object_array(summed, (half,) + rest)
         if flat.shape[0] % 2:
             stacked = np.concatenate([stacked, flat[2 * half :]], axis=0)
@@ -154,7 +155,7 @@ class EncryptedTensor:
         return EncryptedTensor(self.backend, ciphertexts, **fields)
 
     def with_backend(self, backend: PaillierBackend) -> EncryptedTensor:
-        """The same ciphertexts bound to another backend of the same key (e.g. phe <-> fast)."""
+        """Rebind the ciphertexts to another backend of the same key (e.g. phe <-> fast)."""
         if backend.public_key.fingerprint != self.fingerprint:
             raise CryptoError("backend holds a different key")
         data = _object_array([backend.from_int(int(c)) for c in self.ciphertexts.ravel()],
@@ -200,7 +201,8 @@ class EncryptedTensor:
         return self.shape[0]
 
     def __repr__(self) -> str:
-        packed = f", packed {self.layout.slots}x{self.layout.spec.slot_bits}b" if self.layout else ""
+        layout = self.layout
+        packed = f", packed {layout.slots}x{layout.spec.slot_bits}b" if layout else ""
         return (f"EncryptedTensor(shape={self.shape}, scale_bits={self.scale_bits}{packed}, "
                 f"key={self.fingerprint.hex()[:12]})")
 
