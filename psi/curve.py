@@ -16,17 +16,17 @@ item of the other party, including items outside the intersection: one bit of a 
 per session, and the bits from repeated sessions with fresh salts accumulate. That is a leak
 beyond the ideal PSI functionality, so we do not use the raw encoding.
 
-Instead we use try-and-increment onto the curve itself:
-``u_c = SHA-256(DST || salt || id || c) mod 2^255`` for ``c = 0, 1, ...``; the first ``u_c < p`` with
-``u^3 + A u^2 + u`` a non-zero square mod ``p`` is the point. Modelling SHA-256 as a random oracle,
-the output is uniform over the u-coordinates of E(F_p) minus the 2-torsion, i.e. a random oracle
-into E/{±1}; the X25519 clamp (a multiple of the cofactor 8) then maps it into the prime-order
-subgroup. Security of the blinded values then rests on DDH in that subgroup (x-only form), as in
-the standard DH-PSI proof in the random-oracle model. Expected cost: two SHA-256 and two Legendre
-symbols per ID (~4 µs with gmpy2; ~10 % of the two X25519 multiplications each ID needs).
-Try-and-increment is not constant-time in the number of tries; that timing is local to the party
-that owns the ID (it never crosses the wire) and is outside the semi-honest network model.
-A constant-time alternative is Elligator 2 (RFC 9380, section 6.7.1), at the same cost order.
+Instead we use try-and-increment onto the curve itself: ``u_c = SHA-256(DST || salt || id || c) mod
+2^255`` for ``c = 0, 1, ...``; the first ``u_c < p`` with ``u^3 + A u^2 + u`` a non-zero square mod
+``p`` is the point. Modelling SHA-256 as a random oracle, the output is uniform over the
+u-coordinates of E(F_p) minus the 2-torsion, i.e. a random oracle into E/{±1}; the X25519 clamp (a
+multiple of the cofactor 8) then maps it into the prime-order subgroup. Security of the blinded
+values then rests on DDH in that subgroup (x-only form), as in the standard DH-PSI proof in the
+random-oracle model. Expected cost: two SHA-256 and two Legendre symbols per ID (~4 µs with gmpy2;
+~10 % of the two X25519 multiplications each ID needs). Try-and-increment is not constant-time in
+the number of tries; that timing is local to the party that owns the ID (it never crosses the wire)
+and is outside the semi-honest network model. A constant-time alternative is Elligator 2 (RFC 9380,
+section 6.7.1), at the same cost order.
 
 Received points are validated (canonical encoding, on the curve, not of small order) before use:
 an honest peer only ever sends such points, so anything else is a protocol error.
@@ -298,7 +298,12 @@ class CurveEngine:
 
         def tasks() -> Iterator[tuple[bytes, bytes, int, int]]:
             for start in range(0, n, size):
-                yield key.secret, raw[start * POINT_BYTES : start * POINT_BYTES + step], out_len, start
+                yield (
+                    key.secret,
+                    raw[start * POINT_BYTES : start * POINT_BYTES + step],
+                    out_len,
+                    start,
+                )
 
         out = np.empty((n, out_len), np.uint8)
         t0 = time.perf_counter()

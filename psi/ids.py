@@ -5,7 +5,7 @@ therefore part of the protocol parameters and checked in the first message. Opti
 applied in this fixed order whatever order they are given in:
 
 ``strip``     remove leading/trailing whitespace (``str.strip()``)
-``casefold``  Unicode case folding (``str.casefold()``: "Straße" -> "strasse"), stronger than lower()
+``casefold``  Unicode case folding (``str.casefold()``: "Straße" -> "strasse")
 ``nfc``       Unicode NFC normalisation, so "é" as one code point equals "e" + combining accent
 
 Integers become their decimal string; ``None``/NaN and empty strings are errors, as are duplicate

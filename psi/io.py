@@ -56,7 +56,11 @@ def read_ids(path: str | os.PathLike, id_column: str) -> list[object]:
                 f"{path}: missing ID column {id_column!r} (columns: {list(header.columns)})"
             )
         frame = pd.read_csv(
-            path, sep=sep, usecols=[id_column], dtype=str, keep_default_na=False,
+            path,
+            sep=sep,
+            usecols=[id_column],
+            dtype=str,
+            keep_default_na=False,
             na_values=[""],
         )
         col = frame[id_column]
@@ -126,20 +130,33 @@ def run_files(
     raw = {name: read_ids(path, id_column) for name, path in party_files.items()}
     prepared = {
         name: prepare_ids(
-            raw[name], config.normalize, duplicates, source=_where(Path(party_files[name]), id_column)
+            raw[name],
+            config.normalize,
+            duplicates,
+            source=_where(Path(party_files[name]), id_column),
         )
         for name in party_files
     }
     t_read = time.perf_counter() - t0
     result = run_prepared(
-        prepared, active=active, config=config, workers=workers, progress=progress,
+        prepared,
+        active=active,
+        config=config,
+        workers=workers,
+        progress=progress,
         urandom=urandom,
     )
     t1 = time.perf_counter()
     write_outputs(
-        result, raw, id_column, out_dir,
-        {"id_column": id_column, "inputs": {k: str(v) for k, v in party_files.items()},
-         "read_seconds": round(t_read, 6)},
+        result,
+        raw,
+        id_column,
+        out_dir,
+        {
+            "id_column": id_column,
+            "inputs": {k: str(v) for k, v in party_files.items()},
+            "read_seconds": round(t_read, 6),
+        },
     )
     result.extra.update(
         read_seconds=round(t_read, 6), write_seconds=round(time.perf_counter() - t1, 6)

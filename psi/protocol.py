@@ -4,7 +4,7 @@ Roles: the *initiator* (the active party) and the *responder* (a passive party).
 ``H`` the salted hash onto Curve25519 (:mod:`psi.curve`) and ``a``, ``b`` fresh per-session keys::
 
     0 HELLO    I -> R  session ID, mode, digest length, normalisation, salt share r_I, |X|
-    1 REPLY    R -> I  salt share r_R, {H(y)^b} (shuffled)                 salt = SHA-256(sid|r_I|r_R)
+    1 REPLY    R -> I  salt share r_R, {H(y)^b} (shuffled); salt = SHA-256(sid|r_I|r_R)
     2 BLINDED  I -> R  {H(x)^a} (shuffled), and in mode "both" {H(y)^ba} (R's order)
     3 DOUBLE   R -> I  {H(x)^ab} (I's order; shuffled again in mode "cardinality")
     4 ALIGN    I -> R  only with N > 2 parties in mode "both": the global order
@@ -33,7 +33,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
@@ -130,13 +130,13 @@ def derive_salt(session_id: bytes, initiator_share: bytes, responder_share: byte
 
 
 def secret_permutation(n: int, urandom: Urandom) -> np.ndarray:
-    """A uniformly random permutation of ``range(n)`` from OS randomness (64-bit sort keys)."""
+    """Return a uniformly random permutation of ``range(n)`` (64-bit keys from urandom)."""
     keys = np.frombuffer(bytes(urandom(8 * n)), dtype="<u8") if n else np.empty(0, "<u8")
     return np.argsort(keys, kind="stable")
 
 
 def match_sorted(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Indices ``(ia, ib)`` with ``a[ia] == b[ib]``, ordered by the matched value (ascending).
+    """Return indices ``(ia, ib)`` with ``a[ia] == b[ib]``, sorted by matched value.
 
     Rows are fixed-width byte strings. Raises :class:`MalformedMessageError` if a value repeats
     within one side (an honest run never produces that: IDs are unique per party).
@@ -367,7 +367,9 @@ class PSIInitiator(_Side):
             self.outcome.size, self.outcome.positions, self.outcome.positions[order]
         )
         self._state = "done"
-        msg = Message(MessageType.ALIGN, STEP_OF[MessageType.ALIGN], self.session_id, {"order": order})
+        msg = Message(
+            MessageType.ALIGN, STEP_OF[MessageType.ALIGN], self.session_id, {"order": order}
+        )
         return self._encode(msg)
 
 

@@ -219,7 +219,9 @@ def run_prepared(
             size = len(global_active)
             if align:
                 for p, order in zip(passives, orders, strict=True):
-                    data = ledger.send(active, p, ledger.timed(active, lambda o=order, p=p: inits[p].align(o)))
+                    data = ledger.send(
+                        active, p, ledger.timed(active, lambda o=order, p=p: inits[p].align(o))
+                    )
                     ledger.timed(p, lambda d=data, p=p: resps[p].handle(d))
                 flights += 1
         if engine.on_progress is not None and bar is not None:
@@ -232,7 +234,10 @@ def run_prepared(
     for p in passives:
         io, ro = inits[p].outcome, resps[p].outcome
         pairwise[p] = PairwiseResult(
-            active, p, int(io.size), _rows(prepared[active], io.positions),
+            active,
+            p,
+            int(io.size),
+            _rows(prepared[active], io.positions),
             _rows(prepared[p], ro.positions),
         )
         if config.mode is not Mode.BOTH:
@@ -286,6 +291,10 @@ def run_local(
         for name, ids in party_ids.items()
     }
     return run_prepared(
-        prepared, active=active, config=config, workers=workers, progress=progress,
+        prepared,
+        active=active,
+        config=config,
+        workers=workers,
+        progress=progress,
         urandom=urandom,
     )
