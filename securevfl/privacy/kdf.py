@@ -48,7 +48,7 @@ def hkdf_sha256(
 
 
 def pairwise_info(label: str, session_id: bytes, party_a: str, party_b: str) -> bytes:
-    """The HKDF ``info`` for a pair: label, session ID and the two names in sorted order."""
+    """Build the HKDF ``info`` for a pair: label, session ID and the two names in sorted order."""
     if party_a == party_b:
         raise ConfigError(f"a pairwise key needs two distinct parties, got {party_a!r} twice")
     low, high = sorted((party_a, party_b))

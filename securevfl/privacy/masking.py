@@ -76,7 +76,7 @@ def pairwise_mask(
     round_index: int,
     step: str | int = STEP_PAIRWISE,
 ) -> np.ndarray:
-    """The blinding factor of ``own_name`` for (round, step): uint64 array of ``shape``."""
+    """Compute the blinding factor of ``own_name`` for (round, step): uint64 array of ``shape``."""
     return add_pairwise_mask(
         np.zeros(shape, dtype=np.uint64), own_name, peer_seeds, round_index, step
     )

@@ -45,7 +45,7 @@ def step_id(step: str | int) -> int:
 
 
 def counter_block(round_index: int, step: str | int) -> bytes:
-    """Initial 16-byte CTR block for (round, step): round || step_id || zero block counter."""
+    """Build the initial 16-byte CTR block for (round, step): round || step_id || zero block counter."""
     if isinstance(round_index, bool) or not isinstance(round_index, int | np.integer):
         raise ConfigError(f"round_index must be an int, got {round_index!r}")
     if not 0 <= int(round_index) < (1 << 64):
@@ -61,7 +61,9 @@ def prg_bytes(seed: bytes, n_bytes: int, round_index: int, step: str | int) -> b
         raise ConfigError(f"n_bytes must be >= 0, got {n_bytes}")
     if (n_bytes + 15) // 16 > _MAX_BLOCKS:
         raise ConfigError("PRG request exceeds 2^32 AES blocks for one (round, step)")
-    encryptor = Cipher(algorithms.AES(seed), modes.CTR(counter_block(round_index, step))).encryptor()
+    encryptor = Cipher(
+        algorithms.AES(seed), modes.CTR(counter_block(round_index, step))
+    ).encryptor()
     # update_into needs len(data) + block_size - 1 bytes of room; keep a 16-byte tail.
     out = bytearray(n_bytes + 16)
     view = memoryview(out)
@@ -87,8 +89,8 @@ def prg_uint64(
         raise ConfigError(f"shape must be non-negative, got {shape_t}")
     count = int(np.prod(shape_t, dtype=np.int64)) if shape_t else 1
     buf = prg_bytes(seed, 8 * count, round_index, step)
-    return np.frombuffer(buf, dtype="<u8", count=count).astype(np.uint64, copy=False).reshape(
-        shape_t
+    return (
+        np.frombuffer(buf, dtype="<u8", count=count).astype(np.uint64, copy=False).reshape(shape_t)
     )
 
 

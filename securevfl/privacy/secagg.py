@@ -76,8 +76,10 @@ class InsufficientSurvivorsError(ProtocolError):
 
 
 def default_threshold(n_parties: int) -> int:
-    """Majority threshold floor(n/2) + 1 (at least 2): the smallest t with two disjoint
-    survivor sets impossible, so one unmask request cannot be split into two."""
+    """Return the majority threshold floor(n/2) + 1 (at least 2).
+
+    It is the smallest t for which two disjoint sets of t responders cannot exist.
+    """
     return max(2, n_parties // 2 + 1)
 
 
@@ -123,7 +125,7 @@ class SecAggConfig:
             raise ProtocolError(f"unknown party {party!r}") from None
 
     def agreement(self) -> KeyAgreement:
-        """The key agreement scheme object."""
+        """Build the key agreement scheme object."""
         return create_key_agreement(self.key_agreement)
 
 
@@ -140,7 +142,7 @@ class KeyAdvert:
 
 @dataclass(frozen=True)
 class KeyDirectory:
-    """Aggregator -> every passive party: all channel public keys (EASTER: keys via the active party)."""
+    """Aggregator -> all passive parties: every channel public key (keys travel via the active party)."""
 
     channel_publics: Mapping[str, bytes]
 
@@ -157,7 +159,7 @@ class RoundSetup:
 
 @dataclass(frozen=True)
 class SetupBundle:
-    """Aggregator -> one passive party: all round mask public keys and the shares addressed to it."""
+    """Aggregator -> one passive party: the round's mask public keys and the shares for it."""
 
     round_index: int
     mask_publics: Mapping[str, bytes]
@@ -218,9 +220,7 @@ def _round_pairwise_seed(
     peer_public: PublicKey,
 ) -> bytes:
     secret = agreement.exchange(own_private, peer_public, validate=False)
-    return pairwise_seed(
-        secret, _mask_session(config, round_index), own, peer, PAIRWISE_MASK_LABEL
-    )
+    return pairwise_seed(secret, _mask_session(config, round_index), own, peer, PAIRWISE_MASK_LABEL)
 
 
 def _signed_pairwise_sum(
@@ -306,13 +306,13 @@ def receive_keys(state: PassiveSecAggState, directory: KeyDirectory) -> PassiveS
         if public.scheme != config.key_agreement:
             raise ProtocolError("channel key of the wrong scheme")
         secret = agreement.exchange(state.channel_keys.private, public, validate=False)
-        keys[peer] = pairwise_seed(
-            secret, config.session_id, state.name, peer, CHANNEL_KEY_LABEL
-        )
+        keys[peer] = pairwise_seed(secret, config.session_id, state.name, peer, CHANNEL_KEY_LABEL)
     return dataclasses.replace(state, channel_aead_keys=keys)
 
 
-def share_keys(state: PassiveSecAggState, round_index: int) -> tuple[PassiveSecAggState, RoundSetup]:
+def share_keys(
+    state: PassiveSecAggState, round_index: int
+) -> tuple[PassiveSecAggState, RoundSetup]:
     """Draw round ``round_index``'s mask key pair and self seed; Shamir-share both to all peers.
 
     Shares for a peer are encrypted for it (the aggregator only routes them). A round can be
@@ -339,9 +339,7 @@ def share_keys(state: PassiveSecAggState, round_index: int) -> tuple[PassiveSecA
         nonce = state._draw(_NONCE_BYTES)
         aad = _share_aad(config, state.name, party, round_index, mask_public)
         plaintext = k_share.to_bytes() + b_share.to_bytes()
-        ciphertext = ChaCha20Poly1305(state.channel_aead_keys[party]).encrypt(
-            nonce, plaintext, aad
-        )
+        ciphertext = ChaCha20Poly1305(state.channel_aead_keys[party]).encrypt(nonce, plaintext, aad)
         encrypted[party] = nonce + ciphertext
     own = config.share_index(state.name) - 1
     secrets_ = {**state.round_secrets, round_index: _RoundSecrets(mask_keys, self_seed)}
@@ -371,7 +369,6 @@ def receive_setup(state: PassiveSecAggState, bundle: SetupBundle) -> PassiveSecA
         raise InsufficientSurvivorsError(
             f"round {r} has {len(participants)} participants, below threshold {config.threshold}"
         )
-    agreement = config.agreement()
     publics: dict[str, PublicKey] = {}
     key_shares = dict(staged.key_shares)
     self_shares = dict(staged.self_shares)
@@ -501,9 +498,7 @@ class AggregatorSecAggState:
     config: SecAggConfig
     channel_publics: Mapping[str, bytes] = field(default_factory=dict)
     round_publics: Mapping[int, Mapping[str, bytes]] = field(default_factory=dict)
-    pending_inputs: Mapping[int, Mapping[str, np.ndarray]] = field(
-        default_factory=dict, repr=False
-    )
+    pending_inputs: Mapping[int, Mapping[str, np.ndarray]] = field(default_factory=dict, repr=False)
     requests: Mapping[int, UnmaskRequest] = field(default_factory=dict)
 
     @classmethod
@@ -584,9 +579,7 @@ def unmask_request(
         raise InsufficientSurvivorsError(
             f"{len(received)} masked inputs in round {r}, below threshold {agg.config.threshold}"
         )
-    request = UnmaskRequest(
-        r, tuple(sorted(received)), tuple(sorted(set(publics) - set(received)))
-    )
+    request = UnmaskRequest(r, tuple(sorted(received)), tuple(sorted(set(publics) - set(received))))
     return (
         dataclasses.replace(
             agg,

@@ -46,7 +46,7 @@ class Share:
             raise ProtocolError("malformed share header")
 
     def to_bytes(self) -> bytes:
-        """Fixed 74-byte wire form: x (4) || threshold (2) || secret_len (2) || y (66)."""
+        """Serialise to the fixed 74-byte wire form: x (4) || threshold (2) || secret_len (2) || y (66)."""
         return _HEADER.pack(self.x, self.threshold, self.secret_len) + self.y.to_bytes(
             _Y_BYTES, "big"
         )
@@ -76,7 +76,7 @@ def split_secret(
     x_indices: Sequence[int],
     urandom: Urandom | None = None,
 ) -> tuple[Share, ...]:
-    """Split ``secret`` into one share per x index (distinct, >= 1); any ``threshold`` recover it."""
+    """Split ``secret`` into one share per x index (distinct, >= 1); any t shares recover it."""
     if not 1 <= len(secret) <= MAX_SECRET_BYTES:
         raise ConfigError(f"secret must be 1..{MAX_SECRET_BYTES} bytes, got {len(secret)}")
     xs = [int(x) for x in x_indices]
