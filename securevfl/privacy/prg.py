@@ -45,7 +45,7 @@ def step_id(step: str | int) -> int:
 
 
 def counter_block(round_index: int, step: str | int) -> bytes:
-    """Build the initial 16-byte CTR block for (round, step): round || step_id || zero block counter."""
+    """Build the initial CTR block: round (8 B) || step_id (4 B) || zero block counter (4 B)."""
     if isinstance(round_index, bool) or not isinstance(round_index, int | np.integer):
         raise ConfigError(f"round_index must be an int, got {round_index!r}")
     if not 0 <= int(round_index) < (1 << 64):

@@ -142,7 +142,7 @@ class KeyAdvert:
 
 @dataclass(frozen=True)
 class KeyDirectory:
-    """Aggregator -> all passive parties: every channel public key (keys travel via the active party)."""
+    """Aggregator -> all passive parties: every channel public key (routed via the aggregator)."""
 
     channel_publics: Mapping[str, bytes]
 

@@ -46,7 +46,7 @@ class Share:
             raise ProtocolError("malformed share header")
 
     def to_bytes(self) -> bytes:
-        """Serialise to the fixed 74-byte wire form: x (4) || threshold (2) || secret_len (2) || y (66)."""
+        """Serialise to 74 bytes: x (4) || threshold (2) || secret_len (2) || y (66)."""
         return _HEADER.pack(self.x, self.threshold, self.secret_len) + self.y.to_bytes(
             _Y_BYTES, "big"
         )
