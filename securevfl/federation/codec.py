@@ -30,7 +30,7 @@ _ALLOWED_DTYPES = frozenset(
 
 
 def _pack_array(array: np.ndarray) -> bytes:
-    array = np.ascontiguousarray(array)
+    array = np.require(array, requirements='C')  # keeps 0-d arrays 0-d, unlike ascontiguousarray
     dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
     name = dtype.name
     if name not in _ALLOWED_DTYPES:
@@ -54,7 +54,7 @@ def _unpack_array(data: bytes) -> np.ndarray:
     count = int(np.prod(shape)) if shape else 1
     if count * dtype.itemsize != len(body):
         raise ProtocolError("array body length does not match its header")
-    return np.frombuffer(body, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+    return np.frombuffer(body, dtype=dtype).reshape(tuple(shape)).astype(dtype.newbyteorder("="))
 
 
 def _default(obj: Any) -> msgpack.ExtType:

@@ -1,0 +1,87 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from securevfl.data import (
+    DatasetOptions,
+    PartitionSpec,
+    load_dataset,
+    partition,
+    scenario_from_partition,
+)
+from securevfl.errors import ConfigError, DataError
+
+
+def test_registered_datasets_have_string_ids_and_labels():
+    for name, rows, cols in (("breast-cancer", 569, 30), ("digits", 1797, 64)):
+        ds = load_dataset(name)
+        assert ds.n_rows == rows and len(ds.feature_columns) == cols
+        assert ds.frame[ds.id_column].map(type).eq(str).all()
+    assert load_dataset("digits").image_shape == (8, 8)
+    assert "mean radius" in load_dataset("breast-cancer").feature_columns
+    syn = load_dataset("synthetic", DatasetOptions(n_samples=500, n_features=12))
+    assert syn.n_rows == 500 and len(syn.feature_columns) == 12
+
+
+def test_partition_rows_alignment_and_labels_only_at_active():
+    ds = load_dataset("breast-cancer")
+    sc = scenario_from_partition(partition(ds, PartitionSpec(parties=3, aligned=200, unaligned="active")))
+    active, p1 = sc.party_data("active"), sc.party_data("passive1")
+    assert p1.y_train is None and active.y_train is not None
+    assert len(active.X_train) == len(p1.X_train) == 200
+    assert (active.ids_train == p1.ids_train).all()  # agreed order
+    assert len(active.X_unaligned) > 0 and len(p1.X_unaligned) == 0
+    feats = [set(sc.tables[n].feature_names) for n in sc.parties]
+    assert sum(map(len, feats)) == 30 and not (feats[0] & feats[1])
+
+
+def test_image_strips_and_label_only_active():
+    ds = load_dataset("digits")
+    sc = scenario_from_partition(partition(ds, PartitionSpec(parties=3, active_features=0)))
+    assert sc.party_data("active").n_features == 0
+    assert sc.party_data("passive1").strip_shape == (8, 4)
+
+
+@pytest.mark.parametrize("spec, message", [
+    (dict(features={"active": ["nope"], "passive1": ["mean radius"]}), "unknown column"),
+    (dict(features={"active": ["mean radius"], "passive1": ["mean radius"]}), "given to both"),
+    (dict(features={"active": ["mean radius"], "passive1": []}), "has no features"),
+    (dict(aligned=10_000), "exceeds"),
+])
+def test_bad_specs_name_the_problem(spec, message):
+    with pytest.raises(ConfigError, match=message):
+        partition(load_dataset("breast-cancer"), PartitionSpec(parties=2, **spec))
+
+
+def _write(tmp_path, frame, name="t.csv"):
+    path = tmp_path / name
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_user_csv_string_and_integer_ids(tmp_path):
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(60, 4)), columns=list("abcd"))
+    frame.insert(0, "cid", range(1000, 1060))
+    frame["y"] = np.where(frame["a"] > 0, "yes", "no")
+    ds = load_dataset(f"csv:{_write(tmp_path, frame)}", DatasetOptions(id_column="cid", label_column="y"))
+    assert ds.feature_columns == ("a", "b", "c", "d") and set(ds.classes) == {"no", "yes"}
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda f: f.assign(cid=[1] * len(f)), "duplicate"),
+    (lambda f: f.assign(cid=[None] + list(f.cid[1:])), "missing"),
+    (lambda f: f.drop(columns=["y"]), "label column"),
+])
+def test_user_csv_errors(tmp_path, mutate, message):
+    frame = pd.DataFrame({"cid": range(20), "a": range(20), "y": [0, 1] * 10})
+    path = _write(tmp_path, mutate(frame))
+    with pytest.raises(DataError, match=message):
+        load_dataset(f"csv:{path}", DatasetOptions(id_column="cid", label_column="y"))
+
+
+def test_missing_file_and_unknown_dataset():
+    with pytest.raises(DataError, match="not found"):
+        load_dataset("csv:/no/such/file.csv", DatasetOptions(id_column="a", label_column="b"))
+    with pytest.raises(ConfigError, match="unknown dataset"):
+        load_dataset("nope")
