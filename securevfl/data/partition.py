@@ -61,6 +61,8 @@ class PartitionSpec:
     unaligned: str = "drop"
     test_size: float = 0.2
     seed: int = 0
+    active_rows: int | None = None  # with unaligned="disjoint": rows the active party holds in all
+
 
     def __post_init__(self) -> None:
         if self.parties < 1:
@@ -87,6 +89,8 @@ class PartitionSpec:
             raise ConfigError(f"test_size must be in (0, 1), got {self.test_size}")
         if self.active_features is not None and self.active_features < 0:
             raise ConfigError(f"active_features must be >= 0, got {self.active_features}")
+        if self.active_rows is not None and self.unaligned != "disjoint":
+            raise ConfigError("active_rows is only meaningful with unaligned='disjoint'")
 
     @property
     def party_names(self) -> tuple[str, ...]:
@@ -209,8 +213,12 @@ class PartitionedData:
 
 
 def _row_owners(n_train: int, n_aligned: int, policy: str, names: Sequence[str],
-                rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Which training-pool rows (0..n_train-1, already shuffled) each party holds."""
+                rng: np.random.Generator, active_unaligned: int | None = None) -> dict[str, np.ndarray]:
+    """Which training-pool rows (0..n_train-1, already shuffled) each party holds.
+
+    With ``disjoint`` and ``active_unaligned`` set, the active party takes that many unaligned
+    rows and the passive parties split the rest (instead of equal shares for every party).
+    """
     aligned = np.arange(n_aligned)
     rest = np.arange(n_aligned, n_train)
     owners = {n: [aligned] for n in names}
@@ -223,6 +231,13 @@ def _row_owners(n_train: int, n_aligned: int, policy: str, names: Sequence[str],
         owners[active].append(rest)
         for i, chunk in enumerate(np.array_split(rest, len(passives))):
             owners[passives[i]].append(chunk)
+    elif policy == "disjoint" and active_unaligned is not None:
+        if not 0 <= active_unaligned <= len(rest):
+            raise ConfigError(f"the active party cannot hold {active_unaligned} unaligned rows: "
+                              f"{len(rest)} rows lie outside the intersection")
+        owners[active].append(rest[:active_unaligned])
+        for name, chunk in zip(passives, np.array_split(rest[active_unaligned:], max(1, len(passives)))):
+            owners[name].append(chunk)
     elif policy == "disjoint":
         for name, chunk in zip(names, np.array_split(rest, len(names))):
             owners[name].append(chunk)
@@ -253,7 +268,8 @@ def partition(dataset: Dataset, spec: PartitionSpec) -> PartitionedData:
         n_aligned = max(1, int(round(spec.aligned_ratio * n_train)))
     else:
         n_aligned = n_train
-    owners = _row_owners(n_train, n_aligned, spec.unaligned, names, rng)
+    active_unaligned = None if spec.active_rows is None else spec.active_rows - n_aligned - len(test_rows)
+    owners = _row_owners(n_train, n_aligned, spec.unaligned, names, rng, active_unaligned)
     ids = dataset.frame[dataset.id_column].to_numpy(dtype=object)
     tables = {}
     for i, name in enumerate(names):
