@@ -100,7 +100,7 @@ def test_overflow_detected_not_wrapped(backend, keys):
     pk = keys[0]
     big = pk.n // 3 - 2
     with pytest.raises(EncodingOverflowError):
-        backend.encrypt(np.array([big + 10], dtype=object).astype(float) * 4, frac_bits=0)
+        backend.encrypt(np.array([1.0, 2.0**900]), frac_bits=200)  # 2^1100 > n
     enc = backend.encrypt_raw([big])  # raw residue: a value just inside the signed range
     from securevfl.privacy.paillier import EncryptedTensor
 
@@ -139,11 +139,15 @@ def test_backends_decrypt_each_others_results(pair, a, b, k):
 
 
 def test_fast_table_matches_plain_exponentiation(keys):
-    table = FastBackend(*keys, workers=1, randbits=det_randbits(b"r"))
+    crt = FastBackend(*keys, workers=1, randbits=det_randbits(b"r"))
+    public = FastBackend(keys[0], workers=1, randbits=det_randbits(b"r"))
+    no_crt = FastBackend(*keys, workers=1, randbits=det_randbits(b"r"), crt_encrypt=False)
     plain = FastBackend(*keys, workers=1, randbits=det_randbits(b"r"), use_table=False)
+    assert crt.engine.crt_encrypt and not public.engine.crt_encrypt
     m = [0, 1, 12345, keys[0].n - 1]
-    assert table.encrypt_raw(m) == plain.encrypt_raw(m)
-    assert table.decrypt_raw(plain.encrypt_raw(m)) == m
+    expected = plain.encrypt_raw(m)
+    assert crt.encrypt_raw(m) == public.encrypt_raw(m) == no_crt.encrypt_raw(m) == expected
+    assert crt.decrypt_raw(expected) == m
 
 
 def test_fast_parallel_path_matches_serial(keys):

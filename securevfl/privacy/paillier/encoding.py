@@ -59,8 +59,12 @@ def decode_signed(residues: list[int], n: int) -> list[int]:
     return out
 
 
-def from_fixed_ints(ints: list[int], scale_bits: int) -> np.ndarray:
+def from_fixed_ints(ints: list[int] | np.ndarray, scale_bits: int) -> np.ndarray:
     """Divide signed ints by 2^scale_bits, correctly rounded to float64."""
+    if isinstance(ints, np.ndarray) and ints.dtype == np.int64:
+        return np.ldexp(ints.astype(np.float64), -scale_bits)
+    if isinstance(ints, np.ndarray):
+        ints = ints.ravel().tolist()
     if scale_bits <= 0:
         return np.array([float(v << -scale_bits) for v in ints], dtype=np.float64)
     divisor = 1 << scale_bits

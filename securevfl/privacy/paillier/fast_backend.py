@@ -15,6 +15,9 @@ is the floor for kappa-bit security (224 at 2048-bit n, kappa = 112; 256 at 3072
 default doubles that floor: **448 bits for n <= 2048, 512 bits above** (4 * kappa, margin against
 multi-target/batch variants since millions of ciphertexts share one h_s). Lower values are refused.
 
+A backend that holds the private key evaluates h_s^r mod p^2 and mod q^2 from two half-size
+tables and recombines by CRT (same ciphertext, ~1.5x faster encryption for the key holder).
+
 Decryption uses CRT (Paillier 1999, section 7): m_p = L_p(c^(p-1) mod p^2) h_p mod p, likewise
 mod q, then Garner recombination; about 3-4x faster than working mod n^2.
 
@@ -71,6 +74,7 @@ class FastEngine:
         p: int | None = None,
         q: int | None = None,
         use_table: bool = True,
+        crt_encrypt: bool = True,
     ) -> None:
         self.n = mpz(n)
         self.nsq = self.n * self.n
@@ -79,7 +83,10 @@ class FastEngine:
         self.r_bytes = -(-r_bits // 8)
         self.use_table = use_table
         self._table: list[list[mpz]] | None = None
+        self._table_q: list[list[mpz]] = []
+        self._psq_inv = mpz(0)
         self.has_private = p is not None
+        self.crt_encrypt = crt_encrypt and p is not None and q is not None
         if p is not None and q is not None:
             p, q = sorted((mpz(p), mpz(q)))
             self.p, self.q = p, q
@@ -89,20 +96,32 @@ class FastEngine:
             self.hq = gmpy2.invert((gmpy2.powmod(g, q - 1, self.qsq) - 1) // q, q)
             self.p_inv = gmpy2.invert(p, q)
 
+    @staticmethod
+    def _build_table(base: mpz, modulus: mpz, rows: int) -> list[list[mpz]]:
+        """T[i][j] = base^(j * 2^(8 i)) mod modulus for i < rows, j < 256."""
+        table = []
+        for _ in range(rows):
+            row = [mpz(1), base]
+            for _ in range(2, 1 << WINDOW_BITS):
+                row.append(row[-1] * base % modulus)
+            table.append(row)
+            base = row[-1] * base % modulus  # base^(2^8)
+        return table
+
     @property
     def table(self) -> list[list[mpz]]:
-        """Window table T[i][j] = h_s^(j * 2^(8 i)) mod n^2, built on first use."""
+        """Fixed-base window table(s), built on first use (mod n^2; mod p^2 and q^2 if private).
+
+        With the private key, h_s^r is computed mod p^2 and mod q^2 (half-size numbers, about
+        3x cheaper multiplications) and recombined by CRT: the key holder encrypts ~1.5x faster.
+        """
         if self._table is None:
-            nsq = self.nsq
-            rows = []
-            base = self.hs
-            for _ in range(self.r_bytes):
-                row = [mpz(1), base]
-                for _ in range(2, 1 << WINDOW_BITS):
-                    row.append(row[-1] * base % nsq)
-                rows.append(row)
-                base = row[-1] * base % nsq  # base^(2^8)
-            self._table = rows
+            if self.crt_encrypt:
+                self._table = self._build_table(self.hs % self.psq, self.psq, self.r_bytes)
+                self._table_q = self._build_table(self.hs % self.qsq, self.qsq, self.r_bytes)
+                self._psq_inv = gmpy2.invert(self.psq, self.qsq)
+            else:
+                self._table = self._build_table(self.hs, self.nsq, self.r_bytes)
         return self._table
 
     def table_bytes(self) -> int:
@@ -113,13 +132,22 @@ class FastEngine:
         """h_s^r mod n^2 by the fixed-base table (about r_bits / 8 multiplications)."""
         if not self.use_table:
             return gmpy2.powmod(self.hs, r, self.nsq)
-        nsq = self.nsq
         table = self.table
-        acc = mpz(1)
-        for row, byte in zip(table, int(r).to_bytes(self.r_bytes, "little"), strict=True):
+        r_bytes = int(r).to_bytes(self.r_bytes, "little")
+        if not self.crt_encrypt:
+            nsq = self.nsq
+            acc = mpz(1)
+            for row, byte in zip(table, r_bytes, strict=True):
+                if byte:
+                    acc = acc * row[byte] % nsq
+            return acc
+        psq, qsq = self.psq, self.qsq
+        acc_p, acc_q = mpz(1), mpz(1)
+        for row_p, row_q, byte in zip(table, self._table_q, r_bytes, strict=True):
             if byte:
-                acc = acc * row[byte] % nsq
-        return acc
+                acc_p = acc_p * row_p[byte] % psq
+                acc_q = acc_q * row_q[byte] % qsq
+        return acc_p + psq * ((acc_q - acc_p) * self._psq_inv % qsq)
 
     def encrypt(self, plaintexts: Sequence[int], rs: Sequence[int]) -> list[mpz]:
         """Encrypt: c = (1 + m n) h_s^r mod n^2 for each (m, r)."""
@@ -167,9 +195,8 @@ class FastEngine:
 _WORKER_ENGINE: dict[str, FastEngine] = {}
 
 
-def _init_worker(n: int, hs: int, r_bits: int, p: int | None, q: int | None, table: bool) -> None:
-    engine = FastEngine(n, hs, r_bits, p, q, use_table=table)
-    _WORKER_ENGINE["engine"] = engine
+def _init_worker(*engine_args: Any) -> None:
+    _WORKER_ENGINE["engine"] = FastEngine(*engine_args)
 
 
 def _worker_call(method: str, args: tuple[Sequence[Any], ...]) -> list[Any]:
@@ -192,6 +219,7 @@ class FastBackend(PaillierBackend):
         randbits: RandBits | None = None,
         r_bits: int | None = None,
         use_table: bool = True,
+        crt_encrypt: bool = True,
         workers: int | None = None,
         parallel_min_items: int = 1024,
         mp_start_method: str | None = None,
@@ -213,8 +241,9 @@ class FastBackend(PaillierBackend):
         )
         p = private_key.p if private_key is not None else None
         q = private_key.q if private_key is not None else None
-        self._engine_args = (public_key.n, public_key.hs, self.r_bits, p, q, use_table)
-        self.engine = FastEngine(*self._engine_args[:5], use_table=use_table)
+        self._engine_args = (public_key.n, public_key.hs, self.r_bits, p, q, use_table,
+                             crt_encrypt)
+        self.engine = FastEngine(*self._engine_args)
         self._pool: Executor | None = None
 
     # -- parallel plumbing ---------------------------------------------------------------------

@@ -37,8 +37,8 @@ class PackingSpec:
             raise ConfigError("slot_bits must be in [8, 1024]")
         if self.max_summands < 1:
             raise ConfigError("max_summands must be >= 1")
-        if not 0 <= self.frac_bits:
-            raise ConfigError("frac_bits must be >= 0")
+        if not 0 <= self.frac_bits <= self.slot_bits:
+            raise ConfigError("frac_bits must be in [0, slot_bits]")
         if self.value_bits < 1:
             raise ConfigError(
                 f"slot_bits={self.slot_bits} leaves no room for values with "
@@ -88,69 +88,90 @@ class PackingLayout:
         """Ciphertexts needed for ``length`` values along the packed axis."""
         return max(1, -(-length // self.slots))
 
+    def _byte_width(self) -> int | None:
+        """Bytes per slot when slots map onto numpy unsigned integers, else None."""
+        b = self.spec.slot_bits
+        return b // 8 if b % 8 == 0 and b // 8 in (1, 2, 4, 8) else None
+
+    def _slot_contents(self, values: np.ndarray) -> np.ndarray:
+        """Offset slot contents v + 2^w (uint64 when w <= 62, else Python ints), range-checked."""
+        spec = self.spec
+        f, w = spec.frac_bits, spec.value_bits
+        overflow = EncodingOverflowError(
+            f"value outside the packing range +-{spec.max_abs_value:g} "
+            f"(value_bits={w}, frac_bits={f})"
+        )
+        if w <= 62 and values.dtype.kind in "fiub":
+            if values.dtype.kind == "f":
+                if not np.all(np.isfinite(values)):
+                    raise overflow
+                scaled = np.rint(np.ldexp(values.astype(np.float64), f))
+                if values.size and not (scaled.min() >= -(2.0**w) and scaled.max() < 2.0**w):
+                    raise overflow
+                ints = scaled.astype(np.int64)
+            else:
+                lo, hi = -((1 << w) >> f), max(1, (1 << w) >> f)
+                if values.size and not (int(values.min()) >= lo and int(values.max()) < hi):
+                    raise overflow
+                ints = values.astype(np.int64) << f
+            return (ints + (1 << w)).astype(np.uint64)
+        ints = to_fixed_ints(values, f)
+        for v in ints:
+            if not -(1 << w) <= v < (1 << w):
+                raise overflow
+        return np.array([v + (1 << w) for v in ints], dtype=object).reshape(values.shape)
+
     def pack_rows(self, values: np.ndarray) -> tuple[list[int], int]:
         """Pack a 2-D array (rows, length) row-wise; returns plaintext ints and per-row count."""
-        spec = self.spec
         rows, length = values.shape
         per_row = self.n_ciphertexts(length)
-        ints = to_fixed_ints(values, spec.frac_bits)
-        w = spec.value_bits
-        lo, hi = -(1 << w), (1 << w)
-        offset_ints = np.zeros((rows, per_row * self.slots), dtype=object)
-        offset_ints[:, :] = 1 << w  # padding slots hold an encoded zero
-        flat = np.array(ints, dtype=object).reshape(rows, length) if length else offset_ints[:, :0]
-        for v in ints:
-            if not lo <= v < hi:
-                raise EncodingOverflowError(
-                    f"value outside the packing range +-{spec.max_abs_value:g} "
-                    f"(value_bits={w}, frac_bits={spec.frac_bits})"
-                )
-        offset_ints[:, :length] = flat + (1 << w)
-        grouped = offset_ints.reshape(rows * per_row, self.slots)
-        return [self._join(row.tolist()) for row in grouped], per_row
-
-    def _join(self, slot_values: list[int]) -> int:
+        slots = self.slots
+        contents = self._slot_contents(values)
+        full = np.full((rows, per_row * slots), 1 << self.spec.value_bits, dtype=contents.dtype)
+        full[:, :length] = contents  # padding slots hold an encoded zero
+        grouped = full.reshape(rows * per_row, slots)[:, ::-1]  # slot 0 least significant
+        width = self._byte_width()
+        if width is not None and contents.dtype == np.uint64:
+            raw = np.ascontiguousarray(grouped).astype(f">u{width}").tobytes()
+            step = slots * width
+            chunks = range(0, len(raw), step)
+            return [int.from_bytes(raw[i : i + step], "big") for i in chunks], per_row
         b = self.spec.slot_bits
-        if b % 8 == 0 and b <= 64:
-            width = b // 8
-            dtype = np.dtype(f">u{width}") if width in (1, 2, 4, 8) else None
-            if dtype is not None:
-                raw = np.array(slot_values[::-1], dtype=np.uint64).astype(dtype).tobytes()
-                return int.from_bytes(raw, "big")
-        acc = 0
-        for v in reversed(slot_values):
-            acc = (acc << b) | v
-        return acc
+        out = []
+        for row in grouped.tolist():
+            acc = 0
+            for v in row:
+                acc = (acc << b) | int(v)
+            out.append(acc)
+        return out, per_row
 
-    def unpack(self, plaintexts: list[int], terms: int, length: int) -> list[int]:
+    def unpack(self, plaintexts: list[int], terms: int, length: int) -> np.ndarray:
         """Split plaintexts into slots, remove ``terms`` offsets, keep ``length`` values per row.
 
-        ``plaintexts`` holds rows * per_row ints in row order; the result is rows * length signed
-        fixed-point ints. A plaintext wider than the slots means a corrupted or foreign ciphertext.
+        ``plaintexts`` holds rows * per_row ints in row order; the result is a (rows, length)
+        array of signed fixed-point ints (int64, or object for slots wider than 64 bits). A
+        plaintext wider than its slots means a corrupted or foreign ciphertext.
         """
         b = self.spec.slot_bits
         slots = self.slots
         total_bits = b * slots
         offset = terms << self.spec.value_bits
         per_row = self.n_ciphertexts(length)
-        out: list[int] = []
-        width = b // 8
-        fast = b % 8 == 0 and width in (1, 2, 4, 8)
-        mask = (1 << b) - 1
-        for index, m in enumerate(plaintexts):
-            m = int(m)
-            if m >> total_bits:
+        rows = len(plaintexts) // per_row
+        for m in plaintexts:
+            if int(m) >> total_bits:
                 raise EncodingOverflowError("packed plaintext overflowed its slots")
-            if fast:
-                raw = m.to_bytes(total_bits // 8, "big")
-                words = np.frombuffer(raw, dtype=f">u{width}")[::-1]
-                if b < 64:
-                    slot_values = (words.astype(np.int64) - offset).tolist()
-                else:
-                    slot_values = [int(v) - offset for v in words.tolist()]
-            else:
-                slot_values = [((m >> (i * b)) & mask) - offset for i in range(slots)]
-            position = index % per_row
-            keep = min(slots, length - position * slots)
-            out.extend(slot_values[:keep])
-        return out
+        width = self._byte_width()
+        if width is not None:
+            raw = b"".join(int(m).to_bytes(total_bits // 8, "big") for m in plaintexts)
+            words = np.frombuffer(raw, dtype=f">u{width}").astype(np.uint64)
+            words = words.reshape(len(plaintexts), slots)[:, ::-1]
+            # Sums lie in [-2^63, 2^63): modular uint64 subtraction then a signed view is exact.
+            signed = (words - np.uint64(offset)).view(np.int64)
+        else:
+            mask = (1 << b) - 1
+            signed = np.array(
+                [[((int(m) >> (i * b)) & mask) - offset for i in range(slots)] for m in plaintexts],
+                dtype=object,
+            ).reshape(len(plaintexts), slots)
+        return signed.reshape(rows, per_row * slots)[:, :length]
