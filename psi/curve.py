@@ -60,13 +60,16 @@ try:  # gmpy2 is a declared dependency of securevfl; the pure-Python path gives 
     import gmpy2 as _gmpy2
 
     _P_MPZ = _gmpy2.mpz(FIELD_PRIME)
+    _jacobi = _gmpy2.jacobi
 
     def _is_nonzero_square(value: int) -> bool:
-        return _gmpy2.legendre(value, _P_MPZ) == 1
+        """Euler's criterion via GMP's Jacobi symbol (equal to Legendre's, ``p`` being prime)."""
+        return _jacobi(value, _P_MPZ) == 1
 
 except ImportError:  # pragma: no cover - exercised only without gmpy2
 
     def _is_nonzero_square(value: int) -> bool:
+        """Euler's criterion: ``value^((p-1)/2) == 1 (mod p)``."""
         return pow(value, _HALF, FIELD_PRIME) == 1
 
 
@@ -86,15 +89,16 @@ def hash_prefix(salt: bytes) -> bytes:
     return len(HASH_DST).to_bytes(1, "little") + HASH_DST + len(salt).to_bytes(1, "little") + salt
 
 
+_COUNTERS = [bytes((c,)) for c in range(_MAX_TRIES)]
+
+
 def hash_to_curve(item: bytes, prefix: bytes) -> bytes:
     """Hash one encoded ID to a u-coordinate on Curve25519 (try-and-increment, see module doc)."""
-    base = hashlib.sha256(prefix)
-    base.update(item)
-    for counter in range(_MAX_TRIES):
-        h = base.copy()
-        h.update(counter.to_bytes(1, "little"))
-        u = int.from_bytes(h.digest(), "little") & _MASK_255
-        if u < FIELD_PRIME and _is_nonzero_square(_curve_rhs(u)):
+    base = prefix + item
+    sha256, from_bytes = hashlib.sha256, int.from_bytes
+    for counter in _COUNTERS:
+        u = from_bytes(sha256(base + counter).digest(), "little") & _MASK_255
+        if u < FIELD_PRIME and _is_nonzero_square((u * (u * (u + CURVE_A) + 1)) % FIELD_PRIME):
             return u.to_bytes(POINT_BYTES, "little")
     raise CryptoError("hash to curve failed")  # probability 2^-256
 

@@ -91,7 +91,10 @@ class PSIResult:
 class _Ledger:
     """Counts bytes and messages per directed link and accumulates party wall time."""
 
-    def __init__(self, parties: Sequence[str]) -> None:
+    def __init__(
+        self, parties: Sequence[str], tap: Callable[[str, str, bytes], None] | None = None
+    ) -> None:
+        self.tap = tap
         self.bytes: dict[str, int] = {}
         self.messages: dict[str, int] = {}
         self.wall = dict.fromkeys(parties, 0.0)
@@ -100,7 +103,10 @@ class _Ledger:
         link = f"{src}->{dst}"
         self.bytes[link] = self.bytes.get(link, 0) + len(data)
         self.messages[link] = self.messages.get(link, 0) + 1
-        return bytes(data)  # what crosses the wire is a plain byte string
+        data = bytes(data)  # what crosses the wire is a plain byte string
+        if self.tap is not None:
+            self.tap(src, dst, data)
+        return data  # what crosses the wire is a plain byte string
 
     def timed(self, party: str, fn: Callable[[], Any]) -> Any:
         t0 = time.perf_counter()
@@ -167,8 +173,12 @@ def run_prepared(
     progress: bool = False,
     urandom: Callable[[int], bytes] = os.urandom,
     engine: CurveEngine | None = None,
+    tap: Callable[[str, str, bytes], None] | None = None,
 ) -> PSIResult:
-    """Run the PSI on already prepared (normalised, de-duplicated) IDs. See :func:`run_local`."""
+    """Run the PSI on already prepared (normalised, de-duplicated) IDs. See :func:`run_local`.
+
+    ``tap(src, dst, data)`` sees every serialised message (tests use it to inspect the wire).
+    """
     config = config or PSIConfig()
     names = tuple(prepared)
     if len(names) < 2:
@@ -183,7 +193,7 @@ def run_prepared(
             "cannot be combined into an N-party count"
         )
     align = config.mode is Mode.BOTH and len(passives) > 1
-    ledger = _Ledger(names)
+    ledger = _Ledger(names, tap)
     t_start = time.perf_counter()
     with ExitStack() as stack:
         bar = None
@@ -275,6 +285,7 @@ def run_local(
     workers: int | None = None,
     progress: bool = False,
     urandom: Callable[[int], bytes] = os.urandom,
+    tap: Callable[[str, str, bytes], None] | None = None,
 ) -> PSIResult:
     """Run ECDH PSI among all parties in this process (each with its own fresh keys).
 
@@ -297,4 +308,5 @@ def run_local(
         workers=workers,
         progress=progress,
         urandom=urandom,
+        tap=tap,
     )
