@@ -76,8 +76,10 @@ def encode(
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         return np.zeros(x.shape, dtype=np.uint64)
-    # ldexp scales by an exact power of two, so rounding is the only error source.
-    scaled = np.rint(np.ldexp(x, frac_bits))
+    # Multiplying by a power of two is exact (barring overflow to inf, caught below), so
+    # rounding is the only error source. (np.ldexp is equivalent but ~10x slower.)
+    scaled = np.multiply(x, float(1 << frac_bits), out=np.empty_like(x))
+    np.rint(scaled, out=scaled)
     hi = float(scaled.max())
     lo = float(scaled.min())
     if not (np.isfinite(hi) and np.isfinite(lo)):
@@ -100,7 +102,9 @@ def decode(encoded: np.ndarray, frac_bits: int = DEFAULT_FRAC_BITS) -> np.ndarra
     arr = np.asarray(encoded)
     if arr.dtype != np.uint64:
         raise DataError(f"decode expects a uint64 array, got dtype {arr.dtype}")
-    return np.ldexp(arr.view(np.int64).astype(np.float64), -frac_bits)
+    out = arr.view(np.int64).astype(np.float64)
+    out *= 1.0 / float(1 << frac_bits)  # exact: a power of two
+    return out
 
 
 def ring_sum(arrays: list[np.ndarray] | tuple[np.ndarray, ...]) -> np.ndarray:

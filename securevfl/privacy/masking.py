@@ -23,7 +23,7 @@ from securevfl.errors import ConfigError, DataError
 from securevfl.privacy.fixed_point import DEFAULT_FRAC_BITS, decode, encode, ring_sum
 from securevfl.privacy.kdf import PAIRWISE_MASK_LABEL, pairwise_seed
 from securevfl.privacy.key_agreement import KeyAgreement, KeyPair, PublicKey
-from securevfl.privacy.prg import STEP_PAIRWISE, prg_uint64
+from securevfl.privacy.prg import STEP_PAIRWISE, add_prg_streams
 
 
 def derive_pairwise_seeds(
@@ -58,14 +58,12 @@ def add_pairwise_mask(
         raise DataError("masks are added to uint64 ring elements")
     if sign not in (1, -1):
         raise ConfigError("sign must be +1 or -1")
-    for peer, seed in peer_seeds.items():
-        if peer == own_name:
-            raise ConfigError("a party has no pairwise seed with itself")
-        stream = prg_uint64(seed, values.shape, round_index, step)
-        if (peer > own_name) == (sign == 1):
-            np.add(values, stream, out=values)
-        else:
-            np.subtract(values, stream, out=values)
+    if own_name in peer_seeds:
+        raise ConfigError("a party has no pairwise seed with itself")
+    higher = [seed for peer, seed in peer_seeds.items() if peer > own_name]
+    lower = [seed for peer, seed in peer_seeds.items() if peer < own_name]
+    plus, minus = (higher, lower) if sign == 1 else (lower, higher)
+    add_prg_streams(values, plus, minus, round_index, step)
     return values
 
 

@@ -15,7 +15,9 @@ cryptographic PRG: its output is indistinguishable from uniform without the seed
 from __future__ import annotations
 
 import hashlib
+import math
 import struct
+from collections.abc import Iterable
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -53,26 +55,43 @@ def counter_block(round_index: int, step: str | int) -> bytes:
     return struct.pack(">QII", int(round_index), step_id(step), 0)
 
 
-def prg_bytes(seed: bytes, n_bytes: int, round_index: int, step: str | int) -> bytearray:
-    """``n_bytes`` of AES-CTR keystream for (seed, round, step), written in 128 KiB chunks."""
+def _check_seed(seed: bytes) -> None:
     if len(seed) not in _VALID_KEY_BYTES:
         raise ConfigError(f"PRG seed must be 16 or 32 bytes, got {len(seed)}")
+
+
+def _check_size(n_bytes: int) -> None:
     if n_bytes < 0:
         raise ConfigError(f"n_bytes must be >= 0, got {n_bytes}")
     if (n_bytes + 15) // 16 > _MAX_BLOCKS:
         raise ConfigError("PRG request exceeds 2^32 AES blocks for one (round, step)")
-    encryptor = Cipher(
-        algorithms.AES(seed), modes.CTR(counter_block(round_index, step))
-    ).encryptor()
-    # update_into needs len(data) + block_size - 1 bytes of room; keep a 16-byte tail.
-    out = bytearray(n_bytes + 16)
-    view = memoryview(out)
+
+
+def _keystream_into(seed: bytes, block: bytes, out: memoryview, n_bytes: int) -> None:
+    """Write ``n_bytes`` of AES-CTR keystream into ``out`` (which has 16 spare bytes)."""
+    encryptor = Cipher(algorithms.AES(seed), modes.CTR(block)).encryptor()
     pos = 0
     while pos < n_bytes:
         size = min(CHUNK_BYTES, n_bytes - pos)
-        data = _ZERO_CHUNK if size == CHUNK_BYTES else bytes(size)
-        pos += encryptor.update_into(data, view[pos : pos + size + 15])
-    del view
+        data = _ZERO_CHUNK if size == CHUNK_BYTES else _ZERO_CHUNK[:size]
+        # update_into needs len(data) + block_size - 1 bytes of room.
+        pos += encryptor.update_into(data, out[pos : pos + size + 15])
+
+
+def _shape_tuple(shape: int | tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+    shape_t = (int(shape),) if isinstance(shape, int | np.integer) else tuple(map(int, shape))
+    if any(s < 0 for s in shape_t):
+        raise ConfigError(f"shape must be non-negative, got {shape_t}")
+    return shape_t, math.prod(shape_t)
+
+
+def prg_bytes(seed: bytes, n_bytes: int, round_index: int, step: str | int) -> bytearray:
+    """``n_bytes`` of AES-CTR keystream for (seed, round, step) (plus 16 trailing spare bytes)."""
+    _check_seed(seed)
+    _check_size(n_bytes)
+    out = bytearray(n_bytes + 16)
+    with memoryview(out) as view:
+        _keystream_into(seed, counter_block(round_index, step), view, n_bytes)
     return out
 
 
@@ -84,18 +103,44 @@ def prg_uint64(
     Deterministic: the same (seed, round, step, shape) always yields the same array, and a
     larger shape extends a smaller one (same keystream prefix).
     """
-    shape_t = (shape,) if isinstance(shape, int | np.integer) else tuple(int(s) for s in shape)
-    if any(s < 0 for s in shape_t):
-        raise ConfigError(f"shape must be non-negative, got {shape_t}")
-    count = int(np.prod(shape_t, dtype=np.int64)) if shape_t else 1
+    shape_t, count = _shape_tuple(shape)
     buf = prg_bytes(seed, 8 * count, round_index, step)
     return (
         np.frombuffer(buf, dtype="<u8", count=count).astype(np.uint64, copy=False).reshape(shape_t)
     )
 
 
+def add_prg_streams(
+    values: np.ndarray,
+    plus_seeds: Iterable[bytes],
+    minus_seeds: Iterable[bytes],
+    round_index: int,
+    step: str | int,
+) -> np.ndarray:
+    """In place: ``values += sum PRG(plus) - sum PRG(minus)`` (mod 2^64) for (round, step).
+
+    Equivalent to adding :func:`prg_uint64` outputs, but reuses one scratch buffer and
+    computes the counter block once: the hot path of masking with many peers.
+    """
+    if values.dtype != np.uint64 or not values.flags.c_contiguous:
+        raise ConfigError("values must be a C-contiguous uint64 array")
+    n_bytes = 8 * values.size
+    _check_size(n_bytes)
+    block = counter_block(round_index, step)
+    scratch = bytearray(n_bytes + 16)
+    stream = np.frombuffer(scratch, dtype="<u8", count=values.size).reshape(values.shape)
+    with memoryview(scratch) as view:
+        for seeds, op in ((plus_seeds, np.add), (minus_seeds, np.subtract)):
+            for seed in seeds:
+                _check_seed(seed)
+                _keystream_into(seed, block, view, n_bytes)
+                op(values, stream, out=values)
+    return values
+
+
 __all__ = [
     "CHUNK_BYTES",
+    "add_prg_streams",
     "STEP_PAIRWISE",
     "STEP_SELF",
     "counter_block",

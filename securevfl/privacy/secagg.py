@@ -62,7 +62,7 @@ from securevfl.privacy.key_agreement import (
     PublicKey,
     create_key_agreement,
 )
-from securevfl.privacy.prg import STEP_SELF, prg_uint64
+from securevfl.privacy.prg import STEP_SELF, add_prg_streams
 from securevfl.privacy.shamir import SHARE_BYTES, Share, reconstruct_secret, split_secret
 
 Urandom = Callable[[int], bytes]
@@ -228,13 +228,9 @@ def _signed_pairwise_sum(
 ) -> np.ndarray:
     """Sum_{j>own} PRG(s_j) - Sum_{j<own} PRG(s_j) as uint64 (the EASTER blinding factor)."""
     acc = np.zeros(shape, dtype=np.uint64)
-    for peer, seed in seeds.items():
-        stream = prg_uint64(seed, shape, r, config.step)
-        if peer > own:
-            np.add(acc, stream, out=acc)
-        else:
-            np.subtract(acc, stream, out=acc)
-    return acc
+    higher = [seed for peer, seed in seeds.items() if peer > own]
+    lower = [seed for peer, seed in seeds.items() if peer < own]
+    return add_prg_streams(acc, higher, lower, r, config.step)
 
 
 def _drop_rounds(mapping: Mapping[int, object], keep: Callable[[int], bool]) -> dict:
@@ -426,9 +422,10 @@ def masked_input(
         )
         for peer, public in view.mask_publics.items()
     }
-    masked = encoded
-    np.add(masked, prg_uint64(secrets_.self_seed, masked.shape, r, STEP_SELF), out=masked)
-    np.add(masked, _signed_pairwise_sum(config, state.name, seeds, masked.shape, r), out=masked)
+    masked = add_prg_streams(encoded, [secrets_.self_seed], [], r, STEP_SELF)
+    higher = [seed for peer, seed in seeds.items() if peer > state.name]
+    lower = [seed for peer, seed in seeds.items() if peer < state.name]
+    add_prg_streams(masked, higher, lower, r, config.step)
     # Stale rounds (set up but never masked) can no longer be asked for: forget them.
     new_state = dataclasses.replace(
         state,
@@ -627,9 +624,11 @@ def aggregate(
     total = np.zeros(shape, dtype=np.uint64)
     for masked in inputs.values():
         np.add(total, masked, out=total)
-    for u in request.survivors:
-        seed = reconstruct_secret([resp.self_seed_shares[u] for resp in responders])
-        np.subtract(total, prg_uint64(seed, shape, r, STEP_SELF), out=total)
+    self_seeds = [
+        reconstruct_secret([resp.self_seed_shares[u] for resp in responders])
+        for u in request.survivors
+    ]
+    add_prg_streams(total, [], self_seeds, r, STEP_SELF)
     publics = agg.round_publics[r]
     agreement = config.agreement()
     for d in request.dropped:
@@ -637,16 +636,20 @@ def aggregate(
         keys = agreement.keypair_from_private(private)
         if keys.public.to_bytes() != publics[d]:
             raise CryptoError("reconstructed mask key does not match the published key")
-        for j in request.survivors:
-            seed = _round_pairwise_seed(
+        seeds = {
+            j: _round_pairwise_seed(
                 config, agreement, r, d, private, j, PublicKey.from_bytes(publics[j])
             )
-            stream = prg_uint64(seed, shape, r, config.step)
-            # Survivor j added +PRG if d > j, else -PRG: undo it.
-            if d > j:
-                np.subtract(total, stream, out=total)
-            else:
-                np.add(total, stream, out=total)
+            for j in request.survivors
+        }
+        # Survivor j added +PRG(s_jd) if d > j, else -PRG(s_jd): undo exactly that.
+        add_prg_streams(
+            total,
+            [seed for j, seed in seeds.items() if d < j],
+            [seed for j, seed in seeds.items() if d > j],
+            r,
+            config.step,
+        )
     new_agg = dataclasses.replace(
         agg,
         pending_inputs={k: v for k, v in agg.pending_inputs.items() if k != r},
