@@ -1,4 +1,4 @@
-"""PSI protocol and local runner: correctness vs Python sets, modes, N parties, wire hygiene, errors."""
+"""PSI protocol and runner: correctness vs Python sets, modes, N parties, wire hygiene, errors."""
 
 from __future__ import annotations
 
