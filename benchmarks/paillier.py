@@ -1,0 +1,215 @@
+"""Paillier throughput: python-paillier (``phe``) vs securevfl's ``fast`` backend, same run.
+
+Per-value rates at 2048-bit keys for encrypt / decrypt / ciphertext add / scalar multiply, for
+phe's own API (EncryptedNumber, default obfuscation), ``fast`` unpacked (one value per
+ciphertext) and ``fast`` packed (63 x 32-bit slots per ciphertext), plus ablations (no CRT
+encryption, i.e. a party with only the public key; no fixed-base table) and the process pool.
+
+    .venv/bin/python benchmarks/paillier.py --quick --out out/paillier.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from securevfl.privacy.paillier import (  # noqa: E402
+    PackingSpec,
+    create_backend,
+    generate_keypair,
+    to_phe_keys,
+)
+
+
+def rate(count: int, fn: Callable[[], object], repeat: int = 1) -> float:
+    """Items per second for ``fn`` processing ``count`` items (best of ``repeat``)."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return count / best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="about one minute")
+    parser.add_argument("--out", type=Path, help="write the figures as JSON")
+    parser.add_argument("--bits", type=int, default=2048, choices=[2048, 3072])
+    parser.add_argument("--workers", type=int, default=2, help="processes for the parallel rows")
+    args = parser.parse_args()
+
+    scale = 1 if args.quick else 4
+    n_phe_enc, n_phe_dec, n_phe_ops = 300 * scale, 300 * scale, 2000 * scale
+    n_fast, n_fast_dec, n_ops = 2000 * scale, 300 * scale, 4000 * scale
+    packed_rows = 60 * scale  # ciphertexts in the packed runs
+    rng = np.random.default_rng(0)
+    console = Console()
+
+    t0 = time.perf_counter()
+    pk, sk = generate_keypair(args.bits)
+    keygen_s = time.perf_counter() - t0
+    phe_pub, phe_priv = to_phe_keys(pk, sk)
+    fast = create_backend("fast", pk, sk, workers=1)
+    fast_public = create_backend("fast", pk, workers=1)
+    fast_notable = create_backend("fast", pk, workers=1, use_table=False)
+    t0 = time.perf_counter()
+    _ = fast.engine.table
+    _ = fast_public.engine.table
+    table_s = (time.perf_counter() - t0) / 2
+    results: dict[str, float | int | str] = {
+        "key_bits": args.bits,
+        "r_bits": fast.r_bits,
+        "keygen_s": round(keygen_s, 3),
+        "table_build_s": round(table_s, 3),
+        "table_mib": round(fast.engine.table_bytes() / 2**20, 2),
+    }
+
+    # ---- python-paillier, its own API ------------------------------------------------------
+    x = rng.normal(size=max(n_phe_enc, n_phe_dec, n_phe_ops))
+    phe_enc: list = []
+    results["phe_encrypt_per_s"] = rate(
+        n_phe_enc, lambda: phe_enc.extend(phe_pub.encrypt(float(v)) for v in x[:n_phe_enc]))
+    pool = (phe_enc * (n_phe_ops // len(phe_enc) + 1))[:n_phe_ops]
+    results["phe_decrypt_per_s"] = rate(
+        n_phe_dec, lambda: [phe_priv.decrypt(c) for c in pool[:n_phe_dec]])
+    results["phe_add_per_s"] = rate(
+        n_phe_ops, lambda: [a + b for a, b in zip(pool, pool[1:] + pool[:1], strict=True)], 3)
+    ints = [secrets.randbelow(2**16) for _ in range(n_phe_ops)]
+    results["phe_scalar_mul_int_per_s"] = rate(
+        n_phe_ops, lambda: [c * k for c, k in zip(pool, ints, strict=True)])
+    floats = rng.normal(size=n_phe_ops).tolist()
+    results["phe_scalar_mul_float_per_s"] = rate(
+        n_phe_ops, lambda: [c * k for c, k in zip(pool, floats, strict=True)])
+
+    # ---- fast, unpacked ----------------------------------------------------------------------
+    xf = rng.normal(size=n_fast)
+    holder: dict[str, object] = {}
+    results["fast_encrypt_per_s"] = rate(
+        n_fast, lambda: holder.__setitem__("enc", fast.encrypt(xf)), 2)
+    enc = holder["enc"]
+    results["fast_public_key_encrypt_per_s"] = rate(n_fast // 2, lambda: fast_public.encrypt(
+        xf[: n_fast // 2]))
+    n_nt = max(50, n_fast // 20)
+    results["fast_no_table_encrypt_per_s"] = rate(n_nt, lambda: fast_notable.encrypt(xf[:n_nt]))
+    results["fast_decrypt_per_s"] = rate(n_fast_dec, lambda: fast.decrypt(enc[:n_fast_dec]), 2)
+    big = fast.encrypt(rng.normal(size=n_ops)) if n_ops > n_fast else enc
+    big = big[:n_ops]
+    results["fast_add_per_s"] = rate(n_ops, lambda: big + big, 3)
+    ints_arr = np.array([secrets.randbelow(2**16) for _ in range(n_ops)], dtype=np.int64)
+    results["fast_scalar_mul_int_per_s"] = rate(n_ops, lambda: big * ints_arr, 2)
+    floats_arr = rng.normal(size=n_ops)
+    results["fast_scalar_mul_float_per_s"] = rate(n_ops, lambda: big * floats_arr, 2)
+    results["fast_bytes_per_value_unpacked"] = enc.nbytes / enc.size
+
+    # ---- fast, packed ------------------------------------------------------------------------
+    spec = PackingSpec(slot_bits=32, max_summands=16, frac_bits=16)
+    probe = fast.encrypt(np.zeros(1), packing=spec)
+    slots = probe.layout.slots
+    xp = rng.normal(size=(packed_rows, slots))
+    results["packed_slots"] = slots
+    results["fast_packed_encrypt_values_per_s"] = rate(
+        xp.size, lambda: holder.__setitem__("penc", fast.encrypt(xp, packing=spec)), 2)
+    penc = holder["penc"]
+    results["fast_packed_decrypt_values_per_s"] = rate(xp.size, lambda: fast.decrypt(penc), 2)
+    results["fast_packed_add_values_per_s"] = rate(xp.size, lambda: penc + penc, 3)
+    results["fast_packed_scalar_mul_values_per_s"] = rate(xp.size, lambda: penc * 3, 3)
+    results["fast_bytes_per_value_packed"] = penc.nbytes / penc.size
+    err = float(np.max(np.abs(fast.decrypt(penc + penc) - 2 * xp)))
+    results["packed_max_abs_error"] = err
+
+    # ---- fast, process pool --------------------------------------------------------------------
+    if args.workers > 1:
+        with create_backend("fast", pk, sk, workers=args.workers, parallel_min_items=64) as par:
+            t0 = time.perf_counter()
+            par.encrypt(xf[:128])  # starts the pool and builds each worker's table
+            results["pool_startup_s"] = round(time.perf_counter() - t0, 3)
+            results["fast_parallel_encrypt_per_s"] = rate(
+                n_fast, lambda: holder.__setitem__("penc2", par.encrypt(xf)), 2)
+            results["fast_parallel_decrypt_per_s"] = rate(
+                n_fast_dec, lambda: par.decrypt(holder["penc2"][:n_fast_dec]), 2)
+            results["fast_parallel_packed_encrypt_values_per_s"] = rate(
+                xp.size, lambda: holder.__setitem__("pp", par.encrypt(xp, packing=spec)), 2)
+            results["fast_parallel_packed_decrypt_values_per_s"] = rate(
+                xp.size, lambda: par.decrypt(holder["pp"]), 2)
+        results["workers"] = args.workers
+
+    # ---- ratios ------------------------------------------------------------------------------
+    phe_e, phe_d = results["phe_encrypt_per_s"], results["phe_decrypt_per_s"]
+    results["encrypt_speedup_vs_phe"] = results["fast_packed_encrypt_values_per_s"] / phe_e
+    results["decrypt_speedup_vs_phe"] = results["fast_packed_decrypt_values_per_s"] / phe_d
+    results["encrypt_speedup_vs_phe_unpacked"] = results["fast_encrypt_per_s"] / phe_e
+    results["decrypt_speedup_vs_phe_unpacked"] = results["fast_decrypt_per_s"] / phe_d
+    results["encrypt_speedup_vs_phe_public_key_only"] = (
+        results["fast_public_key_encrypt_per_s"] / phe_e)
+    results["add_speedup_vs_phe_unpacked"] = results["fast_add_per_s"] / results["phe_add_per_s"]
+    results["scalar_mul_int_speedup_vs_phe_unpacked"] = (
+        results["fast_scalar_mul_int_per_s"] / results["phe_scalar_mul_int_per_s"])
+    results["scalar_mul_float_speedup_vs_phe_unpacked"] = (
+        results["fast_scalar_mul_float_per_s"] / results["phe_scalar_mul_float_per_s"])
+    results["quick"] = bool(args.quick)
+    results["cpu_count"] = os.cpu_count() or 0
+    results["machine"] = platform.platform()
+
+    table = Table(title=f"Paillier per-value throughput, {args.bits}-bit n, r = {fast.r_bits} bits")
+    table.add_column("operation")
+    for col in ("phe /s", "fast /s", "fast packed values/s", "fast/phe", "packed/phe"):
+        table.add_column(col, justify="right")
+
+    def fmt(v: object) -> str:
+        return f"{v:,.0f}" if isinstance(v, (int, float)) else "-"
+
+    rows = [
+        ("encrypt", "phe_encrypt_per_s", "fast_encrypt_per_s", "fast_packed_encrypt_values_per_s"),
+        ("decrypt", "phe_decrypt_per_s", "fast_decrypt_per_s", "fast_packed_decrypt_values_per_s"),
+        ("add ciphertexts", "phe_add_per_s", "fast_add_per_s", "fast_packed_add_values_per_s"),
+        ("x int (<2^16)", "phe_scalar_mul_int_per_s", "fast_scalar_mul_int_per_s",
+         "fast_packed_scalar_mul_values_per_s"),
+        ("x float", "phe_scalar_mul_float_per_s", "fast_scalar_mul_float_per_s", None),
+    ]
+    for label, p, f, pk_ in rows:
+        pv, fv = results[p], results[f]
+        packed = results[pk_] if pk_ else None
+        table.add_row(label, fmt(pv), fmt(fv), fmt(packed), f"{fv / pv:.1f}x",
+                      f"{packed / pv:.1f}x" if packed else "-")
+    console.print(table)
+    extra = Table(title="ablations and pool")
+    extra.add_column("figure")
+    extra.add_column("value", justify="right")
+    for key in ("fast_public_key_encrypt_per_s", "fast_no_table_encrypt_per_s",
+                "fast_parallel_encrypt_per_s", "fast_parallel_decrypt_per_s",
+                "fast_parallel_packed_encrypt_values_per_s",
+                "fast_parallel_packed_decrypt_values_per_s", "pool_startup_s", "table_build_s",
+                "table_mib", "keygen_s", "fast_bytes_per_value_unpacked",
+                "fast_bytes_per_value_packed", "packed_max_abs_error"):
+        if key in results:
+            value = results[key]
+            extra.add_row(key, f"{value:,.3g}" if value < 100 else f"{value:,.0f}")
+    console.print(extra)
+    console.print(
+        f"encrypt_speedup_vs_phe = {results['encrypt_speedup_vs_phe']:.1f}x packed "
+        f"({results['encrypt_speedup_vs_phe_unpacked']:.1f}x unpacked); "
+        f"decrypt_speedup_vs_phe = {results['decrypt_speedup_vs_phe']:.1f}x packed "
+        f"({results['decrypt_speedup_vs_phe_unpacked']:.2f}x unpacked)"
+    )
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2, sort_keys=True))
+        console.print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
