@@ -144,3 +144,19 @@ def test_injected_urandom_is_deterministic():
 def test_public_key_from_unknown_scheme():
     with pytest.raises(CryptoError):
         PublicKey.from_bytes(b"\x03abc" + bytes(32))
+
+
+@pytest.mark.parametrize("name", ["x25519", "ffdh2048"])
+def test_exchange_many_matches_exchange(name, ffdh_pairs):
+    ka = create_key_agreement(name)
+    me = ka.generate()
+    peers = [ka.generate().public for _ in range(3)]
+    assert ka.exchange_many(me.private, peers) == [ka.exchange(me.private, p) for p in peers]
+
+
+def test_from_bytes_without_subgroup_check_still_checks_length():
+    ka = create_key_agreement("ffdh2048")
+    blob = ka.generate().public.to_bytes()
+    assert PublicKey.from_bytes(blob, validate=False) == PublicKey.from_bytes(blob)
+    with pytest.raises(CryptoError):
+        PublicKey.from_bytes(blob[:-1], validate=False)

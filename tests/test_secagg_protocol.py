@@ -17,7 +17,7 @@ from securevfl.privacy.secagg import (
     PassiveSecAggState,
     SecAggConfig,
     UnmaskRequest,
-    _round_pairwise_seed,
+    _round_pairwise_seeds,
     _signed_pairwise_sum,
     advertise_keys,
     aggregate,
@@ -250,10 +250,9 @@ def test_late_input_of_dropped_party_stays_hidden():
     key = reconstruct_secret([r.key_shares["passive2"] for r in responses][: cfg.threshold])
     ka = cfg.agreement()
     publics = {p: PublicKey.from_bytes(b) for p, b in bundles["passive2"].mask_publics.items()}
-    seeds = {
-        j: _round_pairwise_seed(cfg, ka, 0, "passive2", key, j, publics[j])
-        for j in ("passive0", "passive1")
-    }
+    seeds = _round_pairwise_seeds(
+        cfg, ka, 0, "passive2", key, {j: publics[j] for j in ("passive0", "passive1")}
+    )
     late = masked["passive2"].masked.copy()
     late -= _signed_pairwise_sum(cfg, "passive2", seeds, late.shape, 0)
     encoded = encode(x, cfg.frac_bits, 3)
@@ -264,3 +263,13 @@ def test_late_input_of_dropped_party_stays_hidden():
     self_seed = parties["passive2"].round_secrets[0].self_seed
     late -= prg_uint64(self_seed, late.shape, 0, STEP_SELF)
     assert np.array_equal(late, encoded)
+
+
+def test_mask_keys_are_fresh_every_round():
+    cfg = _config(3, 2)
+    parties, _, bundles = _setup(cfg)
+    state, msg = masked_input(parties["passive0"], np.zeros(2), 0)
+    assert msg.next_setup is not None and msg.next_setup.round_index == 1
+    assert msg.next_setup.mask_public != bundles["passive0"].mask_publics["passive0"]
+    assert state.round_secrets[1].self_seed != state.round_secrets[0].self_seed
+    assert "passive" in repr(state) and state.round_secrets[0].self_seed.hex() not in repr(state)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -86,8 +86,12 @@ class PublicKey:
         return bytes([len(name)]) + name + self.data
 
     @classmethod
-    def from_bytes(cls, blob: bytes) -> PublicKey:
-        """Inverse of :meth:`to_bytes`; the public value is validated by :func:`load_public_key`."""
+    def from_bytes(cls, blob: bytes, validate: bool = True) -> PublicKey:
+        """Inverse of :meth:`to_bytes`; the value is validated by :func:`load_public_key`.
+
+        ``validate=False`` skips only the (costly, FFDH) subgroup check, for keys that this
+        process already validated once; scheme and length are still checked.
+        """
         if not blob:
             raise CryptoError("empty public key")
         n = blob[0]
@@ -95,7 +99,14 @@ class PublicKey:
             scheme = blob[1 : 1 + n].decode("ascii")
         except UnicodeDecodeError as exc:
             raise CryptoError("malformed public key") from exc
-        return load_public_key(scheme, blob[1 + n :])
+        if validate:
+            return load_public_key(scheme, blob[1 + n :])
+        if scheme not in KEY_AGREEMENT_NAMES:
+            raise CryptoError("public key of an unknown scheme")
+        data = bytes(blob[1 + n :])
+        if len(data) != create_key_agreement(scheme).public_bytes:
+            raise CryptoError("public key has the wrong length")
+        return cls(scheme, data)
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,7 @@ class X25519Agreement:
 
     name = "x25519"
     private_bytes = 32
+    public_bytes = 32
 
     def generate(self, urandom: Urandom | None = None) -> KeyPair:
         """Fresh key pair; ``urandom`` (default ``os.urandom``) supplies the 32 secret bytes."""
@@ -151,6 +163,24 @@ class X25519Agreement:
             raise CryptoError("X25519 exchange failed")
         return secret
 
+    def exchange_many(
+        self, private: bytes, peers: Sequence[PublicKey], validate: bool = True
+    ) -> list[bytes]:
+        """Shared secrets with several peers, parsing the private key once."""
+        if any(peer.scheme != self.name for peer in peers):
+            raise CryptoError("public key of another scheme")
+        key = X25519PrivateKey.from_private_bytes(private)
+        out = []
+        for peer in peers:
+            try:
+                secret = key.exchange(X25519PublicKey.from_public_bytes(peer.data))
+            except ValueError as exc:
+                raise CryptoError("X25519 exchange failed") from exc
+            if secret == bytes(32):
+                raise CryptoError("X25519 exchange failed")
+            out.append(secret)
+        return out
+
 
 class FFDHAgreement:
     """Finite-field DH in a safe-prime group with generator 2, computed with gmpy2 ``powmod``."""
@@ -163,6 +193,7 @@ class FFDHAgreement:
         self.exponent_bits = exponent_bits
         self.private_bytes = exponent_bits // 8
         self.element_bytes = (prime.bit_length() + 7) // 8
+        self.public_bytes = self.element_bytes
 
     def generate(self, urandom: Urandom | None = None) -> KeyPair:
         """Fresh key pair with a uniformly random ``exponent_bits`` exponent (>= 2)."""
@@ -212,6 +243,12 @@ class FFDHAgreement:
         if z <= 1:
             raise CryptoError("degenerate shared secret")
         return self._to_bytes(z)
+
+    def exchange_many(
+        self, private: bytes, peers: Sequence[PublicKey], validate: bool = True
+    ) -> list[bytes]:
+        """Shared secrets with several peers (same checks as :meth:`exchange`)."""
+        return [self.exchange(private, peer, validate) for peer in peers]
 
 
 KeyAgreement = X25519Agreement | FFDHAgreement

@@ -37,11 +37,11 @@ def derive_pairwise_seeds(
     """Seeds s_ij for every peer j: HKDF(DH(own, peer), label || session || sorted names)."""
     if own_name in peer_publics:
         raise ConfigError("peer_publics must not contain the party itself")
+    peers = list(peer_publics)
+    secrets_ = agreement.exchange_many(own_keys.private, [peer_publics[p] for p in peers])
     return {
-        peer: pairwise_seed(
-            agreement.exchange(own_keys.private, public), session_id, own_name, peer, label
-        )
-        for peer, public in peer_publics.items()
+        peer: pairwise_seed(secret, session_id, own_name, peer, label)
+        for peer, secret in zip(peers, secrets_, strict=True)
     }
 
 

@@ -210,17 +210,24 @@ def _share_aad(
     )
 
 
-def _round_pairwise_seed(
+def _round_pairwise_seeds(
     config: SecAggConfig,
     agreement: KeyAgreement,
     round_index: int,
     own: str,
     own_private: bytes,
-    peer: str,
-    peer_public: PublicKey,
-) -> bytes:
-    secret = agreement.exchange(own_private, peer_public, validate=False)
-    return pairwise_seed(secret, _mask_session(config, round_index), own, peer, PAIRWISE_MASK_LABEL)
+    peer_publics: Mapping[str, PublicKey],
+) -> dict[str, bytes]:
+    """Round seeds s_ij^(r) = HKDF(DH(round keys), label || (session, round) || sorted names)."""
+    peers = sorted(peer_publics)
+    secrets_ = agreement.exchange_many(
+        own_private, [peer_publics[p] for p in peers], validate=False
+    )
+    session = _mask_session(config, round_index)
+    return {
+        peer: pairwise_seed(secret, session, own, peer, PAIRWISE_MASK_LABEL)
+        for peer, secret in zip(peers, secrets_, strict=True)
+    }
 
 
 def _signed_pairwise_sum(
@@ -416,12 +423,9 @@ def masked_input(
     n_terms = len(view.mask_publics) + 1
     encoded = encode(values, config.frac_bits, n_terms)
     agreement = config.agreement()
-    seeds = {
-        peer: _round_pairwise_seed(
-            config, agreement, r, state.name, secrets_.mask_keys.private, peer, public
-        )
-        for peer, public in view.mask_publics.items()
-    }
+    seeds = _round_pairwise_seeds(
+        config, agreement, r, state.name, secrets_.mask_keys.private, view.mask_publics
+    )
     masked = add_prg_streams(encoded, [secrets_.self_seed], [], r, STEP_SELF)
     higher = [seed for peer, seed in seeds.items() if peer > state.name]
     lower = [seed for peer, seed in seeds.items() if peer < state.name]
@@ -636,12 +640,11 @@ def aggregate(
         keys = agreement.keypair_from_private(private)
         if keys.public.to_bytes() != publics[d]:
             raise CryptoError("reconstructed mask key does not match the published key")
-        seeds = {
-            j: _round_pairwise_seed(
-                config, agreement, r, d, private, j, PublicKey.from_bytes(publics[j])
-            )
+        survivor_publics = {
+            j: PublicKey.from_bytes(publics[j], validate=False)  # validated in collect_setups
             for j in request.survivors
         }
+        seeds = _round_pairwise_seeds(config, agreement, r, d, private, survivor_publics)
         # Survivor j added +PRG(s_jd) if d > j, else -PRG(s_jd): undo exactly that.
         add_prg_streams(
             total,
