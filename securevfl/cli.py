@@ -70,6 +70,8 @@ def train(
     n_samples: int = typer.Option(10_000, help="Rows of the synthetic dataset."),
     n_features: int = typer.Option(40, help="Columns of the synthetic dataset."),
     option: list[str] = typer.Option([], "--option", help="Method option KEY=VALUE (repeatable)."),
+    data: list[str] = typer.Option([], "--data", help="PARTY=FILE per party (CSV/Parquet); the first holds the labels. Runs PSI, then trains."),
+    alignment: str = typer.Option("psi", help="How parties find shared rows: psi (ECDH PSI) | plaintext (simulation only)."),
     secagg: str = typer.Option("", help="Secure aggregation of embeddings: dh | paillier | none (methods that aggregate)."),
     key_agreement: str = typer.Option("", help="Key agreement for --secagg dh: x25519 | ffdh."),
     frac_bits: int = typer.Option(-1, help="Fractional bits of the fixed-point ring encoding."),
@@ -102,6 +104,7 @@ def train(
             aligned=aligned or None, aligned_ratio=aligned_ratio or None, unaligned=unaligned,
             test_size=test_size, id_column=id_column or None, label_column=label_column or None,
             n_samples=n_samples, n_features=n_features, options=opts,
+            data_files=_parse_pairs(data, "--data") or None, alignment=alignment,
             bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms, progress=on_progress)
     json_path, md_path = result.save(report)
     print_summary(result)

@@ -1,0 +1,72 @@
+"""Per-party input files: each organisation's own table (ID column + features; labels at the active party)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from securevfl.data.datasets import numeric_feature_columns, validate_ids
+from securevfl.data.partition import PartyTable
+from securevfl.errors import ConfigError, DataError
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """Read a CSV or Parquet table; missing or unreadable files are a DataError naming the path."""
+    if not path.is_file():
+        raise DataError(f"data file not found: {path}")
+    try:
+        if path.suffix.lower() in (".parquet", ".pq"):
+            return pd.read_parquet(path)
+        return pd.read_csv(path)
+    except Exception as exc:
+        raise DataError(f"cannot read {path}: {exc}") from exc
+
+
+def party_tables_from_files(files: Mapping[str, str | Path], *, id_column: str, label_column: str,
+                            active: str | None = None) -> tuple[dict[str, PartyTable], tuple[str, ...]]:
+    """One PartyTable per party file. Only the active party (first, unless named) may hold the label."""
+    if len(files) < 2:
+        raise ConfigError("training from files needs at least two --data NAME=FILE entries")
+    names = list(files)
+    active = active or names[0]
+    if active not in files:
+        raise ConfigError(f"active party {active!r} has no --data file")
+    tables: dict[str, PartyTable] = {}
+    classes: tuple[str, ...] = ()
+    for name, raw_path in files.items():
+        path = Path(raw_path)
+        frame = read_table(path)
+        where = f"{path} (party {name})"
+        if id_column not in frame.columns:
+            raise DataError(f"{where}: ID column {id_column!r} not found; columns are {list(frame.columns)[:10]}")
+        if len(frame) == 0:
+            raise DataError(f"{where}: the table is empty")
+        if name != active and label_column in frame.columns:
+            raise DataError(f"{where}: passive party {name!r} holds the label column {label_column!r}; "
+                            "only the active party may hold labels (drop it from that file)")
+        ids = validate_ids(frame[id_column], where).to_numpy(dtype=object)
+        labels = None
+        exclude = {id_column}
+        if name == active:
+            if label_column not in frame.columns:
+                raise DataError(f"{where}: label column {label_column!r} not found at the active party")
+            if frame[label_column].isna().any():
+                raise DataError(f"{where}: label column {label_column!r} has missing values")
+            values = frame[label_column].astype(str)
+            classes = tuple(sorted(values.unique(), key=lambda v: (len(v), v)))
+            if len(classes) < 2:
+                raise DataError(f"{where}: label column {label_column!r} has fewer than 2 classes")
+            index = {c: i for i, c in enumerate(classes)}
+            labels = values.map(index).to_numpy(dtype=np.int64)
+            exclude.add(label_column)
+        features = numeric_feature_columns(frame, exclude, where)
+        if not features and name != active:  # a label-only active party is allowed
+            raise DataError(f"{where}: no feature columns besides the ID")
+        if frame[features].isna().any().any():
+            raise DataError(f"{where}: feature columns have missing values; impute them first")
+        tables[name] = PartyTable(name=name, ids=ids, features=frame[features].to_numpy(dtype=np.float32),
+                                  feature_names=tuple(features), labels=labels)
+    return tables, classes
