@@ -213,8 +213,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="fewer repeats (about a minute)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON to this file")
     args = parser.parse_args(argv)
-    repeats = 15 if args.quick else 60
-    proto_repeats = 2 if args.quick else 5
+    repeats = 50 if args.quick else 200
+    proto_repeats = 3 if args.quick else 9
     counts = [2, 4, 8, 16, 32]
 
     masks = bench_mask_throughput(counts, repeats)

@@ -10,6 +10,7 @@ from securevfl.privacy.shamir import (
     PRIME,
     Share,
     interpolate_at_zero,
+    lagrange_at_zero,
     reconstruct_secret,
     split_secret,
 )
@@ -79,3 +80,11 @@ def test_tampered_share_detected_or_wrong():
         pass
     with pytest.raises(ProtocolError):
         reconstruct_secret([a, a])
+
+
+def test_precomputed_lagrange_coefficients():
+    secrets_ = [os.urandom(32) for _ in range(3)]
+    split = [split_secret(s, 3, [1, 2, 3, 4]) for s in secrets_]
+    coeffs = lagrange_at_zero([2, 3, 4])
+    for s, shares in zip(secrets_, split, strict=True):
+        assert reconstruct_secret(list(shares[1:]), coeffs) == s

@@ -63,7 +63,13 @@ from securevfl.privacy.key_agreement import (
     create_key_agreement,
 )
 from securevfl.privacy.prg import STEP_SELF, add_prg_streams
-from securevfl.privacy.shamir import SHARE_BYTES, Share, reconstruct_secret, split_secret
+from securevfl.privacy.shamir import (
+    SHARE_BYTES,
+    Share,
+    lagrange_at_zero,
+    reconstruct_secret,
+    split_secret,
+)
 
 Urandom = Callable[[int], bytes]
 SHARE_AAD_LABEL = "securevfl/secagg/share/v1"
@@ -628,15 +634,17 @@ def aggregate(
     total = np.zeros(shape, dtype=np.uint64)
     for masked in inputs.values():
         np.add(total, masked, out=total)
+    # Same responders for every secret: compute the Lagrange basis once.
+    coefficients = lagrange_at_zero([config.share_index(resp.party) for resp in responders])
     self_seeds = [
-        reconstruct_secret([resp.self_seed_shares[u] for resp in responders])
+        reconstruct_secret([resp.self_seed_shares[u] for resp in responders], coefficients)
         for u in request.survivors
     ]
     add_prg_streams(total, [], self_seeds, r, STEP_SELF)
     publics = agg.round_publics[r]
     agreement = config.agreement()
     for d in request.dropped:
-        private = reconstruct_secret([resp.key_shares[d] for resp in responders])
+        private = reconstruct_secret([resp.key_shares[d] for resp in responders], coefficients)
         keys = agreement.keypair_from_private(private)
         if keys.public.to_bytes() != publics[d]:
             raise CryptoError("reconstructed mask key does not match the published key")

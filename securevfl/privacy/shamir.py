@@ -96,25 +96,47 @@ def split_secret(
     return tuple(shares)
 
 
-def interpolate_at_zero(points: Sequence[tuple[int, int]]) -> int:
-    """Lagrange interpolation at x = 0 of the polynomial through ``points`` over GF(2^521 - 1)."""
-    xs = [gmpy2.mpz(x) for x, _ in points]
+def lagrange_at_zero(x_indices: Sequence[int]) -> tuple[int, ...]:
+    """Lagrange basis values L_i(0) = prod_{j != i} x_j / (x_j - x_i) over GF(2^521 - 1).
+
+    They depend only on which indices answered, so one set serves every secret reconstructed
+    from the same responders (the aggregator reconstructs n secrets per round).
+    """
+    xs = [gmpy2.mpz(x) for x in x_indices]
     if len(set(xs)) != len(xs):
         raise ProtocolError("duplicate share indices")
-    total = gmpy2.mpz(0)
-    for i, (xi, (_, yi)) in enumerate(zip(xs, points, strict=True)):
+    coeffs = []
+    for i, xi in enumerate(xs):
         num = gmpy2.mpz(1)
         den = gmpy2.mpz(1)
         for j, xj in enumerate(xs):
             if i != j:
                 num = num * xj % _PRIME_MPZ
                 den = den * (xj - xi) % _PRIME_MPZ
-        total = (total + yi * num * gmpy2.invert(den, _PRIME_MPZ)) % _PRIME_MPZ
-    return int(total)
+        coeffs.append(int(num * gmpy2.invert(den, _PRIME_MPZ) % _PRIME_MPZ))
+    return tuple(coeffs)
 
 
-def reconstruct_secret(shares: Sequence[Share]) -> bytes:
+def interpolate_at_zero(
+    points: Sequence[tuple[int, int]], coefficients: Sequence[int] | None = None
+) -> int:
+    """Lagrange interpolation at x = 0 of the polynomial through ``points`` over GF(2^521 - 1).
+
+    ``coefficients`` may pass precomputed :func:`lagrange_at_zero` values for the same xs.
+    """
+    coeffs = lagrange_at_zero([x for x, _ in points]) if coefficients is None else coefficients
+    if len(coeffs) != len(points):
+        raise ProtocolError("one Lagrange coefficient per share is needed")
+    total = gmpy2.mpz(0)
+    for (_, y), c in zip(points, coeffs, strict=True):
+        total += gmpy2.mpz(y) * c
+    return int(total % _PRIME_MPZ)
+
+
+def reconstruct_secret(shares: Sequence[Share], coefficients: Sequence[int] | None = None) -> bytes:
     """Recover the secret from at least ``threshold`` consistent shares (the first t are used).
+
+    ``coefficients``: optional :func:`lagrange_at_zero` of the first t shares' x indices.
 
     Fewer shares than the threshold raise :class:`ProtocolError`; a result that does not fit
     the recorded length (inconsistent or tampered shares) raises :class:`CryptoError`.
@@ -126,7 +148,7 @@ def reconstruct_secret(shares: Sequence[Share]) -> bytes:
         raise ProtocolError("shares of different secrets mixed")
     if len(shares) < threshold:
         raise ProtocolError(f"need {threshold} shares to reconstruct, got {len(shares)}")
-    value = interpolate_at_zero([(s.x, s.y) for s in shares[:threshold]])
+    value = interpolate_at_zero([(s.x, s.y) for s in shares[:threshold]], coefficients)
     if value >= 1 << (8 * secret_len):
         raise CryptoError("inconsistent shares")
     return value.to_bytes(secret_len, "big")
@@ -138,6 +160,7 @@ __all__ = [
     "SHARE_BYTES",
     "Share",
     "interpolate_at_zero",
+    "lagrange_at_zero",
     "reconstruct_secret",
     "split_secret",
 ]
