@@ -150,8 +150,12 @@ def bench_shamir(party_counts: list[int], repeats: int) -> dict:
     return rows
 
 
-def _protocol_round(n: int, drop: bool, x: np.ndarray) -> dict:
-    """One full double-masked round with n parties; optionally one party drops after setup."""
+def _protocol_round(n: int, drop: bool, x: np.ndarray, repeats: int) -> dict:
+    """Time each step of one double-masked round with n parties (one drops after setup).
+
+    The steps are pure functions of frozen states, so each is simply re-run on the same
+    inputs ``repeats`` times and the median taken.
+    """
     cfg = SecAggConfig(b"bench", tuple(f"p{i:02d}" for i in range(n)), max(2, n // 2 + 1))
     parties = {p: PassiveSecAggState.create(cfg, p) for p in cfg.parties}
     agg = AggregatorSecAggState.create(cfg)
@@ -162,26 +166,22 @@ def _protocol_round(n: int, drop: bool, x: np.ndarray) -> dict:
         parties[p], setup = share_keys(parties[p], 0)
         setups.append(setup)
     agg, bundles = collect_setups(agg, setups)
-    t0 = time.perf_counter()
+    me = cfg.parties[-1]
+    receive_s = _time(lambda: receive_setup(parties[me], bundles[me]), repeats)
     parties = {p: receive_setup(parties[p], bundles[p]) for p in cfg.parties}
-    receive_s = (time.perf_counter() - t0) / n
+    mask_s = _time(lambda: masked_input(parties[me], x, 0), repeats)
     senders = cfg.parties[1:] if drop else cfg.parties
     masked = []
-    t0 = time.perf_counter()
     for p in senders:
         parties[p], message = masked_input(parties[p], x, 0)
         masked.append(message)
-    mask_s = (time.perf_counter() - t0) / len(senders)
     agg, request = unmask_request(agg, masked)
+    respond_s = _time(lambda: unmask_response(parties[me], request), repeats)
     responses = []
-    t0 = time.perf_counter()
     for p in request.survivors:
         parties[p], response = unmask_response(parties[p], request)
         responses.append(response)
-    respond_s = (time.perf_counter() - t0) / len(responses)
-    t0 = time.perf_counter()
-    agg, _ = aggregate(agg, responses)
-    aggregate_s = time.perf_counter() - t0
+    aggregate_s = _time(lambda: aggregate(agg, responses), repeats)
     return {
         "party_receive_setup_ms": receive_s * 1e3,
         "party_mask_and_next_setup_ms": mask_s * 1e3,
@@ -195,12 +195,10 @@ def bench_recovery(party_counts: list[int], repeats: int) -> dict:
     x = np.random.default_rng(1).normal(size=SHAPE).astype(np.float32)
     rows = {}
     for n in party_counts:
-        runs = {}
-        for drop in (False, True):
-            samples = [_protocol_round(n, drop, x) for _ in range(repeats)]
-            runs["one_dropped" if drop else "no_drop"] = {
-                k: statistics.median(s[k] for s in samples) for k in samples[0]
-            }
+        runs = {
+            "no_drop": _protocol_round(n, False, x, repeats),
+            "one_dropped": _protocol_round(n, True, x, repeats),
+        }
         runs["recovery_extra_ms"] = (
             runs["one_dropped"]["aggregator_unmask_ms"] - runs["no_drop"]["aggregator_unmask_ms"]
         )
@@ -214,7 +212,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, help="write the figures as JSON to this file")
     args = parser.parse_args(argv)
     repeats = 50 if args.quick else 200
-    proto_repeats = 3 if args.quick else 9
+    proto_repeats = 10 if args.quick else 30
     counts = [2, 4, 8, 16, 32]
 
     masks = bench_mask_throughput(counts, repeats)
