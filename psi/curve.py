@@ -237,8 +237,14 @@ class CurveEngine:
         if self._executor is None:
             import multiprocessing
 
+            # forkserver: safe with threads in the parent (fork is not), and with the preload
+            # each worker starts with this module already imported (no per-worker import cost)
             methods = multiprocessing.get_all_start_methods()
-            ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else None)
+            if "forkserver" in methods:
+                ctx = multiprocessing.get_context("forkserver")
+                ctx.set_forkserver_preload([__name__])
+            else:  # pragma: no cover - non-POSIX
+                ctx = multiprocessing.get_context("spawn")
             self._executor = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
             self._owns_executor = True
         return self._executor

@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from securevfl.errors import DataError
 
@@ -46,6 +45,8 @@ def read_ids(path: str | os.PathLike, id_column: str) -> list[object]:
             raise DataError(f"{path}: missing ID column {id_column!r} (columns: {names})")
         values = pq.read_table(path, columns=[id_column]).column(0).to_pylist()
     elif suffix in CSV_SUFFIXES:
+        import pandas as pd  # imported lazily: pandas is slow to import and workers never need it
+
         sep = "\t" if suffix == ".tsv" else ","
         try:
             header = pd.read_csv(path, sep=sep, nrows=0)
@@ -87,6 +88,8 @@ def write_outputs(
     with ``position`` = the 0-based data row in that file. Parties that do not learn the
     intersection in this mode get no row files.
     """
+    import pandas as pd
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}

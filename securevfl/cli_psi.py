@@ -38,10 +38,10 @@ def _fmt_bytes(n: int) -> str:
 
 
 def psi_command(
-    party: list[str] = typer.Option(..., "--party", help="NAME=FILE (CSV or Parquet); repeat."),
+    party: list[str] = typer.Option(..., "--party", help="NAME=FILE (CSV/Parquet); repeat."),  # noqa: B008
     id_column: str = typer.Option(..., "--id-column", help="Name of the ID column in every file."),
     normalize: str = typer.Option("", help="Comma-separated: strip, casefold, nfc."),
-    out: Path = typer.Option(Path("out"), help="Output folder for aligned/unaligned rows."),
+    out: Path = typer.Option(Path("out"), help="Output folder for aligned/unaligned rows."),  # noqa: B008
     mode: str = typer.Option("both", help="both | active_only | cardinality."),
     keep_first: bool = typer.Option(False, help="Keep the first of duplicate IDs (else error)."),
     workers: int | None = typer.Option(None, help="Processes for curve work (default: all CPUs)."),
