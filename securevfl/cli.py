@@ -13,14 +13,16 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from securevfl.cli_psi import psi_command
 from securevfl.errors import PartyFailure, SecureVFLError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="securevfl: private set intersection and secure vertical federated learning.")
+                  help="securevfl: private set intersection and secure vertical federated learning. "
+                       "Add --debug anywhere for full tracebacks on errors.")
 console = Console(stderr=False)
 err_console = Console(stderr=True)
 
-DEBUG_HELP = "Show full tracebacks on errors."
+app.command("psi")(psi_command)
 
 
 def _parse_pairs(values: list[str], what: str) -> dict[str, str]:
@@ -83,7 +85,6 @@ def train(
     latency_ms: float = typer.Option(10.0, help="Simulated link latency, ms."),
     report: Path = typer.Option(Path("out/run.json"), help="Where to write the JSON report (+ .md)."),
     quiet: bool = typer.Option(False, help="No progress bar."),
-    debug: bool = typer.Option(False, help=DEBUG_HELP),
 ) -> None:
     """Train a VFL model and write a report (JSON + Markdown)."""
     from securevfl.api import train as api_train
@@ -179,7 +180,7 @@ def print_summary(result: Any) -> None:
 
 
 @app.command()
-def datasets(debug: bool = typer.Option(False, help=DEBUG_HELP)) -> None:
+def datasets() -> None:
     """List the bundled datasets with their shapes."""
     from securevfl.data import DatasetOptions, describe_datasets, load_dataset
 
@@ -193,7 +194,7 @@ def datasets(debug: bool = typer.Option(False, help=DEBUG_HELP)) -> None:
 
 
 @app.command()
-def methods(debug: bool = typer.Option(False, help=DEBUG_HELP)) -> None:
+def methods() -> None:
     """List the training methods and their options."""
     import dataclasses
 
@@ -220,19 +221,21 @@ def report_error(exc: SecureVFLError, debug: bool) -> None:
         message = f"{exc.cause} (party {exc.party}, during {exc.stage})"
     else:
         message = str(exc)
-    err_console.print(f"error: {message}", markup=False, highlight=False)
+    print(f"error: {message}", file=sys.stderr)  # one line, never wrapped
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the app; a SecureVFLError becomes one clear line on stderr and exit code 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # a global flag, accepted anywhere on the line
+    argv = [a for a in argv if a != "--debug"]
     try:
         app(args=argv, prog_name="securevfl", standalone_mode=False)
         return 0
     except typer.Exit as exc:
         return exc.exit_code
     except SecureVFLError as exc:
-        report_error(exc, "--debug" in argv)
+        report_error(exc, debug)
         return 2
     except typer.Abort:
         err_console.print("aborted")
