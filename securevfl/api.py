@@ -98,6 +98,9 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
     metrics: dict[str, Any] = classification_metrics(outcome.y_true, outcome.scores)
     if outcome.per_party:
         metrics["per_party"] = {p: classification_metrics(y, s) for p, (y, s) in outcome.per_party.items()}
+        if outcome.extra.get("headline_metrics") == "per_party_mean":  # one model per party (EASTER)
+            party = list(metrics["per_party"].values())
+            metrics.update({k: float(np.mean([m[k] for m in party])) for k in party[0] if all(k in m for m in party)})
     snapshots = {n: m.snapshot() for n, m in result.meters.items()}
     cost = cost_from_snapshots(snapshots, config.network)
     cost["crypto_s"].update(alignment_crypto_seconds(scenario.alignment))

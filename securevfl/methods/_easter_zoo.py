@@ -1,0 +1,100 @@
+"""A small zoo of local architectures for heterogeneous VFL (EASTER and its baselines).
+
+EASTER (paper 004, sec. IV-B, V-A2) splits each party's local network into an *embedding net*
+(features -> shared embedding size) and a *decision net* (embedding -> class logits), with the
+same number of layers in both (EL:PL = 1:1, the paper's best ratio, Fig. 6b). Parties pick
+different architectures ("heterogeneous"), or all the same one ("homogeneous"). Image strips
+get small CNNs and an MLP over the strip's pixels (the paper's MLP / CNN / LeNet choice for
+MNIST); tabular parties get MLPs of different depth and width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from securevfl.data.scenario import PartyData
+from securevfl.errors import ConfigError
+from securevfl.methods.base import party_generator
+from securevfl.models import MLP, StripCNN, init_parameters
+
+MODEL_CHOICES = ("hetero", "homo")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One zoo entry: how to embed (``cnn`` channels or ``mlp`` hidden sizes) and decide."""
+
+    name: str
+    kind: str  # "mlp" or "cnn"
+    embed_layers: tuple[int, ...]  # MLP hidden sizes, or CNN channels
+    decision_hidden: tuple[int, ...]
+
+
+TABULAR_ZOO = (
+    Architecture("mlp-128", "mlp", (128,), (128,)),
+    Architecture("mlp-64x64", "mlp", (64, 64), (64, 64)),
+    Architecture("mlp-256", "mlp", (256,), (256,)),
+    Architecture("mlp-128x64", "mlp", (128, 64), (64, 128)),
+)
+IMAGE_ZOO = (
+    Architecture("cnn-16-32", "cnn", (16, 32), (128,)),
+    Architecture("mlp-256", "mlp", (256,), (256,)),
+    Architecture("cnn-8-16", "cnn", (8, 16), (64,)),
+    Architecture("cnn-32", "cnn", (32,), (128,)),
+)
+
+
+def zoo_for(data: PartyData) -> tuple[Architecture, ...]:
+    return IMAGE_ZOO if data.strip_shape is not None else TABULAR_ZOO
+
+
+def pick_architecture(data: PartyData, position: int, models: str) -> Architecture:
+    """Party at ``position`` (active = 0, passives in order) gets zoo[position] (hetero) or zoo[0]."""
+    if models not in MODEL_CHOICES:
+        raise ConfigError(f"models must be one of {', '.join(MODEL_CHOICES)}, got {models!r}")
+    zoo = zoo_for(data)
+    return zoo[position % len(zoo)] if models == "hetero" else zoo[0]
+
+
+def build_embedding_net(data: PartyData, arch: Architecture, embedding_dim: int) -> nn.Module:
+    """Features -> ``embedding_dim`` (ReLU output, like the SplitNN bottom models)."""
+    if arch.kind == "cnn":
+        if data.strip_shape is None:
+            raise ConfigError(f"architecture {arch.name} needs an image strip")
+        return nn.Sequential(StripCNN(data.strip_shape, embedding_dim, channels=arch.embed_layers),
+                             nn.ReLU())
+    return MLP(data.n_features, arch.embed_layers, embedding_dim, final_activation=True)
+
+
+def build_decision_net(arch: Architecture, embedding_dim: int, n_out: int) -> nn.Module:
+    """Embedding -> ``n_out`` logits."""
+    return MLP(embedding_dim, arch.decision_hidden, n_out)
+
+
+class LocalModel(nn.Module):
+    """A party's full local model: embedding net followed by decision net."""
+
+    def __init__(self, embed: nn.Module, decide: nn.Module) -> None:
+        super().__init__()
+        self.embed = embed
+        self.decide = decide
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decide(self.embed(x))
+
+
+def build_local_model(data: PartyData, arch: Architecture, embedding_dim: int, n_out: int,
+                      seed: int, party: str) -> LocalModel:
+    """Embedding + decision nets, initialised from the party's own generator."""
+    model = LocalModel(build_embedding_net(data, arch, embedding_dim),
+                       build_decision_net(arch, embedding_dim, n_out))
+    return init_parameters(model, party_generator(seed, party))
+
+
+def architectures(parties: Sequence[tuple[str, PartyData]], models: str) -> dict[str, Architecture]:
+    """Architecture per party name, parties given in position order (active first)."""
+    return {name: pick_architecture(data, i, models) for i, (name, data) in enumerate(parties)}
