@@ -158,3 +158,28 @@ def test_fast_parallel_path_matches_serial(keys):
         enc_ser = serial.encrypt(values)
         assert list(enc_par.ciphertexts) == list(enc_ser.ciphertexts)
         np.testing.assert_array_equal(par.decrypt(enc_par * 1.5), serial.decrypt(enc_ser * 1.5))
+
+
+@SETTINGS
+@given(coeffs=st.lists(st.lists(st.integers(-(2**70), 2**70) | st.sampled_from([0, 1, -1]),
+                                min_size=5, max_size=5), min_size=1, max_size=4))
+def test_fast_linear_combination_matches_reference(pair, coeffs):
+    fast, phe = pair
+    cts = fast.encrypt_raw([0, 1, 7, 123456789, fast.public_key.n - 5])
+    got = fast.linear_combine_raw(cts, coeffs)
+    assert got == phe.linear_combine_raw(cts, coeffs)
+    plain = [0, 1, 7, 123456789, -5]
+    n = fast.public_key.n
+    assert fast.decrypt_raw(got) == [sum(k * m for k, m in zip(row, plain, strict=True)) % n
+                                     for row in coeffs]
+
+
+def test_fast_parallel_linear_combination(keys):
+    serial = FastBackend(*keys, workers=1)
+    with FastBackend(*keys, workers=2, parallel_min_items=4) as par:
+        x, w = np.linspace(-2, 2, 24), np.linspace(-1, 3, 24 * 3).reshape(24, 3)
+        enc = serial.encrypt(x)
+        np.testing.assert_array_equal(serial.decrypt(enc.with_backend(par) @ w),
+                                      serial.decrypt(enc @ w))
+        np.testing.assert_allclose(serial.decrypt(w.T @ enc.with_backend(par)), w.T @ x,
+                                   atol=1e-8)

@@ -66,6 +66,22 @@ class PaillierBackend(ABC):
     def rerandomize_raw(self, ciphertexts: Sequence[Any]) -> list[Any]:
         """Multiply by a fresh encryption of zero so the result is unlinkable to its inputs."""
 
+    def linear_combine_raw(
+        self, ciphertexts: Sequence[Any], coeffs: Sequence[Sequence[int]]
+    ) -> list[Any]:
+        """Compute out_j = prod_i c_i^coeffs[j][i] = E(sum_i coeffs[j][i] x_i).
+
+        A plaintext matrix times a ciphertext vector. Reference version: one ``mul_raw`` per
+        term, then adds; backends may override with something faster.
+        """
+        out = []
+        for row in coeffs:
+            acc = self.one()
+            for term in self.mul_raw(ciphertexts, row):
+                acc = self.add_raw([acc], [term])[0]
+            out.append(acc)
+        return out
+
     def add_plain_raw(self, ciphertexts: Sequence[Any], plaintexts: Sequence[int]) -> list[Any]:
         """Elementwise E(x) * (1 + m n) mod n^2 = E(x + m) (no randomness needed)."""
         n, nsq = self.public_key.n, self.public_key.nsquare

@@ -9,6 +9,8 @@ middle third (max_int, n - max_int) can only come from an overflow and is report
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from securevfl.errors import DataError, EncodingOverflowError
@@ -25,9 +27,11 @@ def to_fixed_ints(values: np.ndarray, scale_bits: int) -> list[int]:
     array = np.asarray(array, dtype=np.float64)
     if not np.all(np.isfinite(array)):
         raise DataError("cannot encrypt NaN or infinite values")
-    scaled = np.rint(np.ldexp(array.ravel(), scale_bits))
+    with np.errstate(over="ignore"):
+        scaled = np.rint(np.ldexp(array.ravel(), scale_bits))
     if not np.all(np.isfinite(scaled)):
-        raise EncodingOverflowError("value too large for the fixed-point scale")
+        # Beyond float range: scale exactly with Fractions (round half to even, as np.rint).
+        return [round(Fraction(v) * 2**scale_bits) for v in array.ravel().tolist()]
     if scaled.size and float(np.max(np.abs(scaled))) < 2.0**62:
         return scaled.astype(np.int64).tolist()
     return [int(v) for v in scaled.tolist()]

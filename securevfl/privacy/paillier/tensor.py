@@ -335,33 +335,52 @@ class EncryptedTensor:
             return self._derive(data, shape=shape, terms=terms)
         return self._derive(_tree_sum(self.backend, self.ciphertexts, axes))
 
-    def __matmul__(self, other: Any) -> EncryptedTensor:
-        """``enc @ W``: enc (..., n) with W (n,) or (n, m)."""
-        self._require_unpacked("matrix product")
+    def _weight_ints(self, other: Any, frac_bits: int) -> tuple[np.ndarray, int]:
         weights = np.asarray(other)
-        if self.ndim == 0 or weights.ndim == 0 or weights.ndim > 2:
+        if weights.dtype.kind not in "biuf":
+            raise ConfigError("matrix products need a numeric plaintext array")
+        bits = 0 if weights.dtype.kind in "biu" else frac_bits
+        ints = _object_array(to_fixed_ints(weights, bits), weights.shape)
+        return ints, bits
+
+    def _combine(self, vectors: np.ndarray, coeffs: list[list[int]]) -> np.ndarray:
+        """For each row of ``vectors`` (k, n): [prod_i c_i^coeffs[j][i] for j] -> (k, m)."""
+        rows = [self.backend.linear_combine_raw(row.tolist(), coeffs) for row in vectors]
+        return _object_array([c for row in rows for c in row], (len(rows), len(coeffs)))
+
+    def matmul(self, other: Any, *, frac_bits: int = DEFAULT_FRAC_BITS) -> EncryptedTensor:
+        """``enc @ W``: enc (..., n) with plaintext W (n,) or (n, m); float W at ``frac_bits``."""
+        self._require_unpacked("matrix product")
+        weights, bits = self._weight_ints(other, frac_bits)
+        if self.ndim == 0 or weights.ndim not in (1, 2):
             raise ConfigError("matmul needs enc (..., n) and a plaintext (n,) or (n, m)")
         if weights.shape[0] != self.shape[-1]:
             raise ConfigError(f"shape mismatch {self.shape} @ {weights.shape}")
-        if weights.ndim == 1:
-            return (self * weights).sum(axis=-1)
-        expanded = self._derive(self.ciphertexts[..., :, None], obfuscated=self.obfuscated)
-        return (expanded * weights).sum(axis=-2)
+        coeffs = [weights.tolist()] if weights.ndim == 1 else weights.T.tolist()
+        out = self._combine(self.ciphertexts.reshape(-1, self.shape[-1]), coeffs)
+        shape = self.shape[:-1] + ((len(coeffs),) if weights.ndim == 2 else ())
+        return self._derive(out.reshape(shape), scale_bits=self.scale_bits + bits)
 
-    def __rmatmul__(self, other: Any) -> EncryptedTensor:
-        """``W @ enc``: W (m, n) or (n,) with enc (n,) or (n, k)."""
+    def rmatmul(self, other: Any, *, frac_bits: int = DEFAULT_FRAC_BITS) -> EncryptedTensor:
+        """``W @ enc``: plaintext W (m, n) or (n,) with enc (n,) or (n, k)."""
         self._require_unpacked("matrix product")
-        weights = np.asarray(other)
+        weights, bits = self._weight_ints(other, frac_bits)
         if self.ndim not in (1, 2) or weights.ndim not in (1, 2):
             raise ConfigError("matmul needs a plaintext (m, n) or (n,) and enc (n,) or (n, k)")
         if weights.shape[-1] != self.shape[0]:
             raise ConfigError(f"shape mismatch {weights.shape} @ {self.shape}")
-        if self.ndim == 1:
-            return (self * weights).sum(axis=-1)
-        if weights.ndim == 1:
-            return (self * weights[:, None]).sum(axis=0)
-        expanded = self._derive(self.ciphertexts[None, :, :], obfuscated=self.obfuscated)
-        return (expanded * weights[:, :, None]).sum(axis=1)
+        coeffs = weights.tolist() if weights.ndim == 2 else [weights.tolist()]
+        columns = self.ciphertexts.reshape(self.shape[0], -1).T  # (k, n)
+        out = self._combine(columns, coeffs).T  # (m, k)
+        shape = weights.shape[:-1] + self.shape[1:]
+        return self._derive(np.ascontiguousarray(out).reshape(shape),
+                            scale_bits=self.scale_bits + bits)
+
+    def __matmul__(self, other: Any) -> EncryptedTensor:
+        return self.matmul(other)
+
+    def __rmatmul__(self, other: Any) -> EncryptedTensor:
+        return self.rmatmul(other)
 
     def __getitem__(self, index: Any) -> EncryptedTensor:
         self._require_unpacked("indexing")
