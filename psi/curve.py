@@ -165,7 +165,10 @@ def _hash_blind_chunk(
         points.append(hash_to_curve(buf[start:end], prefix))
         start = end
     t1 = time.process_time()
-    out = _exchange_all(secret, points, POINT_BYTES)
+    try:
+        out = _exchange_all(secret, points, POINT_BYTES)
+    except ValueError:  # a hashed ID landed on a small-order point: probability ~2^-250
+        raise CryptoError("hash to curve produced a small-order point") from None
     return out, t1 - t0, time.process_time() - t1
 
 

@@ -38,7 +38,7 @@ from enum import Enum
 
 import numpy as np
 
-from securevfl.errors import ConfigError, ProtocolError
+from securevfl.errors import ConfigError
 
 from .codec import STEP_OF, Message, MessageType, decode, encode
 from .curve import POINT_BYTES, BlindingKey, CurveEngine, CurveStats
@@ -241,12 +241,8 @@ class _Side:
     def handle(self, data: bytes) -> bytes | None:
         """Consume one serialised message; return the reply to send, or ``None``."""
         try:
-            message = self._receive(data)
-            return self._dispatch(message)
-        except ProtocolError:
-            self._state = "failed"
-            raise
-        except BaseException:
+            return self._dispatch(self._receive(data))
+        except BaseException:  # any failure (bad message, invalid point, interrupt) ends the session
             self._state = "failed"
             raise
 
