@@ -269,13 +269,13 @@ def _psi_host(ctx: PartyContext, guest: str, labelled_ids: Sequence[str]) -> np.
     from psi import CurveEngine, PSIConfig, PSIInitiator, prepare_ids
 
     prepared = prepare_ids(labelled_ids, source=f"party {ctx.name!r}")
-    with ctx.meter.crypto("psi.ecdh"):
+    with ctx.meter.crypto("psi.pairwise"):
         initiator = PSIInitiator(prepared.items, PSIConfig(mode="both"), CurveEngine(1))
         first = initiator.start()
     ctx.send(guest, PSI_MESSAGE, first)
     while not initiator.done:
         reply = ctx.recv(guest, PSI_MESSAGE)
-        with ctx.meter.crypto("psi.ecdh"):
+        with ctx.meter.crypto("psi.pairwise"):
             nxt = initiator.handle(reply)
         if nxt is not None:
             ctx.send(guest, PSI_MESSAGE, nxt)
@@ -290,7 +290,7 @@ def _psi_guest(ctx: PartyContext, ids: Sequence[str]) -> np.ndarray:
     responder = PSIResponder(prepared.items, PSIConfig(mode="both"), CurveEngine(1))
     while not responder.done:
         message = ctx.recv(ctx.active, PSI_MESSAGE)
-        with ctx.meter.crypto("psi.ecdh"):
+        with ctx.meter.crypto("psi.pairwise"):
             reply = responder.handle(message)
         if reply is not None:
             ctx.send(ctx.active, PSI_MESSAGE, reply)
