@@ -115,6 +115,19 @@ def main() -> None:
     results["fast_scalar_mul_float_per_s"] = rate(n_ops, lambda: big * floats_arr, 2)
     results["fast_bytes_per_value_unpacked"] = enc.nbytes / enc.size
 
+    # ---- gradient-style product X^T @ enc(residual), float weights ----------------------------
+    d = 10
+    b_phe, b_fast = 50 * scale, 200 * scale
+    xw = rng.normal(size=(b_fast, d))
+    phe_vec = pool[:b_phe]
+    results["phe_matvec_terms_per_s"] = rate(b_phe * d, lambda: [
+        sum((c * float(w) for c, w in zip(phe_vec, col, strict=True)), 0)
+        for col in xw[:b_phe].T])
+    vec = big[:b_fast]
+    results["fast_matvec_terms_per_s"] = rate(b_fast * d, lambda: xw.T @ vec, 2)
+    results["fast_matvec_naive_terms_per_s"] = rate(
+        b_fast * d, lambda: (vec.reshape(b_fast, 1) * xw).sum(axis=0))
+
     # ---- fast, packed ------------------------------------------------------------------------
     spec = PackingSpec(slot_bits=32, max_summands=16, frac_bits=16)
     probe = fast.encrypt(np.zeros(1), packing=spec)
@@ -160,6 +173,8 @@ def main() -> None:
         results["fast_scalar_mul_int_per_s"] / results["phe_scalar_mul_int_per_s"])
     results["scalar_mul_float_speedup_vs_phe_unpacked"] = (
         results["fast_scalar_mul_float_per_s"] / results["phe_scalar_mul_float_per_s"])
+    results["matvec_speedup_vs_phe"] = (
+        results["fast_matvec_terms_per_s"] / results["phe_matvec_terms_per_s"])
     results["quick"] = bool(args.quick)
     results["cpu_count"] = os.cpu_count() or 0
     results["machine"] = platform.platform()
@@ -179,6 +194,7 @@ def main() -> None:
         ("x int (<2^16)", "phe_scalar_mul_int_per_s", "fast_scalar_mul_int_per_s",
          "fast_packed_scalar_mul_values_per_s"),
         ("x float", "phe_scalar_mul_float_per_s", "fast_scalar_mul_float_per_s", None),
+        ("X^T @ enc (terms)", "phe_matvec_terms_per_s", "fast_matvec_terms_per_s", None),
     ]
     for label, p, f, pk_ in rows:
         pv, fv = results[p], results[f]
@@ -190,6 +206,7 @@ def main() -> None:
     extra.add_column("figure")
     extra.add_column("value", justify="right")
     for key in ("fast_public_key_encrypt_per_s", "fast_no_table_encrypt_per_s",
+                "fast_matvec_naive_terms_per_s",
                 "fast_parallel_encrypt_per_s", "fast_parallel_decrypt_per_s",
                 "fast_parallel_packed_encrypt_values_per_s",
                 "fast_parallel_packed_decrypt_values_per_s", "pool_startup_s", "table_build_s",

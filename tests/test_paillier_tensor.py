@@ -113,3 +113,14 @@ def test_invalid_operands(backend):
         enc + np.ones(4)
     with pytest.raises(ConfigError):
         enc.sum(axis=3)
+
+
+def test_transpose_and_concatenate(backend):
+    x = np.arange(6.0).reshape(2, 3)
+    enc = backend.encrypt(x)
+    np.testing.assert_array_equal(backend.decrypt(enc.T), x.T)
+    joined = EncryptedTensor.concatenate([enc, enc * 0.5], axis=0)
+    assert joined.shape == (4, 3) and not joined.obfuscated
+    np.testing.assert_array_equal(backend.decrypt(joined), np.concatenate([x, x * 0.5]))
+    with pytest.raises(ConfigError):
+        EncryptedTensor.concatenate([])

@@ -397,6 +397,33 @@ class EncryptedTensor:
         data = self.ciphertexts.reshape(shape)
         return self._derive(data, obfuscated=self.obfuscated)
 
+    def transpose(self, *axes: int) -> EncryptedTensor:
+        """Permute the axes of an unpacked tensor (no crypto work)."""
+        self._require_unpacked("transpose")
+        data = self.ciphertexts.transpose(*axes) if axes else self.ciphertexts.T
+        return self._derive(data, obfuscated=self.obfuscated)
+
+    @property
+    def T(self) -> EncryptedTensor:  # noqa: N802 - numpy's name
+        """Reversed axes, as ``ndarray.T``."""
+        return self.transpose()
+
+    @staticmethod
+    def concatenate(tensors: Sequence[EncryptedTensor], axis: int = 0) -> EncryptedTensor:
+        """Join unpacked tensors of one key along ``axis`` (scales aligned to the largest)."""
+        if not tensors:
+            raise ConfigError("nothing to concatenate")
+        first = tensors[0]
+        for tensor in tensors:
+            first._check_same_key(tensor)
+            tensor._require_unpacked("concatenate")
+        scale = max(t.scale_bits for t in tensors)
+        parts = [t._rescaled(scale).ciphertexts for t in tensors]
+        data = np.concatenate(parts, axis=axis)
+        obfuscated = all(t.obfuscated for t in tensors) and all(
+            t.scale_bits == scale for t in tensors)
+        return first._derive(data, scale_bits=scale, obfuscated=obfuscated)
+
     def rerandomize(self) -> EncryptedTensor:
         """Fresh randomness for every ciphertext (do this before sharing derived results)."""
         flat = self.ciphertexts.ravel().tolist()
