@@ -23,9 +23,7 @@ def test_hkdf_rfc5869_case_1():
         42,
         salt=bytes.fromhex("000102030405060708090a0b0c"),
     )
-    assert okm.hex() == (
-        "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865"
-    )
+    assert okm.hex() == ("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865")
 
 
 def test_pairwise_seed_symmetric_and_separated():
@@ -94,3 +92,13 @@ def test_uniformity_test_can_fail():
     biased = prg_uint64(SEED, 100_000, 9, STEP_PAIRWISE) >> np.uint64(1)
     counts = np.bincount((biased >> np.uint64(56)).astype(np.int64), minlength=256)
     assert stats.chisquare(counts).pvalue < 1e-6
+
+
+def test_encode_fields_types():
+    assert encode_fields([b"ab", 3, "c"]) == (b"\x00\x00\x00\x02ab" + b"\x00\x00\x00\x01\x03" + b"\x00\x00\x00\x01c")
+    with pytest.raises(ConfigError):
+        encode_fields([1.5])
+    with pytest.raises(ConfigError):
+        encode_fields([-1])
+    with pytest.raises(ConfigError):
+        encode_fields([True])

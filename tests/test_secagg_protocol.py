@@ -88,9 +88,7 @@ def test_no_dropout_rounds_are_exact():
 def test_drop_after_masking_recovers_survivor_sum(n, data):
     cfg = _config(n)
     max_drops = n - cfg.threshold
-    dropped = data.draw(
-        st.sets(st.sampled_from(cfg.parties), min_size=1, max_size=max(1, max_drops))
-    )
+    dropped = data.draw(st.sets(st.sampled_from(cfg.parties), min_size=1, max_size=max(1, max_drops)))
     if len(dropped) > max_drops:
         return
     round_ = data.draw(st.integers(0, 1))
@@ -152,14 +150,10 @@ def test_request_must_match_participants():
 def test_fewer_than_t_survivors_fails():
     cfg = _config(5, 3)
     with pytest.raises(InsufficientSurvivorsError):
-        simulate_secagg(
-            cfg, _inputs(cfg, 1), drop_before_input={0: {"passive0", "passive1", "passive2"}}
-        )
+        simulate_secagg(cfg, _inputs(cfg, 1), drop_before_input={0: {"passive0", "passive1", "passive2"}})
     # enough inputs, but too few parties answer the unmask request
     with pytest.raises(InsufficientSurvivorsError):
-        simulate_secagg(
-            cfg, _inputs(cfg, 1), drop_before_unmask={0: {"passive0", "passive1", "passive2"}}
-        )
+        simulate_secagg(cfg, _inputs(cfg, 1), drop_before_unmask={0: {"passive0", "passive1", "passive2"}})
     assert issubclass(InsufficientSurvivorsError, SecureVFLError)
 
 
@@ -191,9 +185,7 @@ def test_tampered_share_ciphertext_raises_crypto_error():
     bundle = bundles["passive1"]
     blob = bytearray(bundle.encrypted_shares["passive0"])
     blob[-1] ^= 1
-    bad = dataclasses.replace(
-        bundle, encrypted_shares={**bundle.encrypted_shares, "passive0": bytes(blob)}
-    )
+    bad = dataclasses.replace(bundle, encrypted_shares={**bundle.encrypted_shares, "passive0": bytes(blob)})
     with pytest.raises(CryptoError):
         receive_setup(parties["passive1"], bad)
     # swapping ciphertexts between senders is caught by the associated data
@@ -250,9 +242,7 @@ def test_late_input_of_dropped_party_stays_hidden():
     key = reconstruct_secret([r.key_shares["passive2"] for r in responses][: cfg.threshold])
     ka = cfg.agreement()
     publics = {p: PublicKey.from_bytes(b) for p, b in bundles["passive2"].mask_publics.items()}
-    seeds = _round_pairwise_seeds(
-        cfg, ka, 0, "passive2", key, {j: publics[j] for j in ("passive0", "passive1")}
-    )
+    seeds = _round_pairwise_seeds(cfg, ka, 0, "passive2", key, {j: publics[j] for j in ("passive0", "passive1")})
     late = masked["passive2"].masked.copy()
     late -= _signed_pairwise_sum(cfg, "passive2", seeds, late.shape, 0)
     encoded = encode(x, cfg.frac_bits, 3)
@@ -273,3 +263,55 @@ def test_mask_keys_are_fresh_every_round():
     assert msg.next_setup.mask_public != bundles["passive0"].mask_publics["passive0"]
     assert state.round_secrets[1].self_seed != state.round_secrets[0].self_seed
     assert "passive" in repr(state) and state.round_secrets[0].self_seed.hex() not in repr(state)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(2, 10), st.data())
+def test_protocol_exact_for_random_shapes(n, data):
+    cfg = _config(n)
+    shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32)))
+    inputs = [{p: rng.uniform(-1e4, 1e4, size=shape) for p in cfg.parties}]
+    _check(simulate_secagg(cfg, inputs))
+
+
+def _one_round_with_drop(cfg):
+    parties, agg, _ = _setup(cfg)
+    xs = _inputs(cfg, 1)[0]
+    masked = []
+    for p in cfg.parties[:-1]:
+        parties[p], m = masked_input(parties[p], xs[p], 0, prepare_next=False)
+        masked.append(m)
+    agg, request = unmask_request(agg, masked)
+    responses = []
+    for p in request.survivors:
+        parties[p], r = unmask_response(parties[p], request)
+        responses.append(r)
+    return agg, responses
+
+
+def test_aggregator_rejects_foreign_and_corrupt_shares():
+    cfg = _config(4, 2)
+    agg, responses = _one_round_with_drop(cfg)
+    first, second = responses[0], responses[1]
+    # a response carrying another party's share indices is refused
+    forged = dataclasses.replace(first, self_seed_shares=second.self_seed_shares)
+    with pytest.raises(ProtocolError):
+        aggregate(agg, [forged, second])
+    # a corrupted key share reconstructs a key that does not match the published one
+    dropped = cfg.parties[-1]
+    share = first.key_shares[dropped]
+    bad = dataclasses.replace(share, y=(share.y + 1) % (2**521 - 1))
+    corrupt = dataclasses.replace(first, key_shares={dropped: bad})
+    with pytest.raises(CryptoError):
+        aggregate(agg, [corrupt, second])
+    # the honest responses still work on the same (unchanged, frozen) state
+    _, total = aggregate(agg, responses)
+    assert total.shape == (6, 4)
+
+
+def test_aggregate_needs_t_responses():
+    cfg = _config(4, 3)
+    agg, responses = _one_round_with_drop(cfg)
+    with pytest.raises(InsufficientSurvivorsError):
+        aggregate(agg, responses[:2])

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from securevfl.errors import ConfigError
 
 SEED_BYTES = 32
+_LEN = struct.Struct(">I")
 PAIRWISE_MASK_LABEL = "securevfl/secagg/pairwise-mask/v1"
 CHANNEL_KEY_LABEL = "securevfl/secagg/share-channel/v1"
 
@@ -24,23 +25,23 @@ def encode_fields(fields: Iterable[bytes | str | int]) -> bytes:
     """Length-prefixed concatenation: each field becomes ``len (4 bytes BE) || bytes``."""
     out = bytearray()
     for field in fields:
-        if isinstance(field, str):
+        kind = type(field)
+        if kind is str:
             data = field.encode("utf-8")
-        elif isinstance(field, int) and not isinstance(field, bool):
+        elif kind is bytes or kind is bytearray:
+            data = field
+        elif kind is int:
             if field < 0:
                 raise ConfigError(f"integer KDF fields must be >= 0, got {field}")
             data = field.to_bytes(max(1, (field.bit_length() + 7) // 8), "big")
-        elif isinstance(field, bytes | bytearray):
-            data = bytes(field)
         else:
-            raise ConfigError(f"unsupported KDF field type {type(field).__name__}")
-        out += struct.pack(">I", len(data)) + data
+            raise ConfigError(f"unsupported KDF field type {kind.__name__}")
+        out += _LEN.pack(len(data))
+        out += data
     return bytes(out)
 
 
-def hkdf_sha256(
-    secret: bytes, info: bytes, length: int = SEED_BYTES, salt: bytes | None = None
-) -> bytes:
+def hkdf_sha256(secret: bytes, info: bytes, length: int = SEED_BYTES, salt: bytes | None = None) -> bytes:
     """HKDF-SHA256 (RFC 5869) of ``secret`` with ``info``; ``length`` output bytes."""
     if not secret:
         raise ConfigError("HKDF input key material must not be empty")
