@@ -1,0 +1,283 @@
+"""C-VFL (Castiglia et al., "Compressed-VFL", ICML 2022): split VFL with compressed embeddings.
+
+The protocol is SplitVFL (PyVertical): every party's bottom model embeds the agreed batch, the
+active party concatenates the embeddings, runs the trainable top model and returns to each
+passive party the gradient w.r.t. its embedding. C-VFL's contribution is to *compress the
+embeddings* a party sends: scalar quantisation to ``bits`` bits (per-message min/max, uniform
+levels) and/or top-k sparsification (the ``topk_ratio`` largest-magnitude entries of each row,
+with their column indices). The active party decompresses and treats the reconstruction as the
+embedding; the returned gradient is applied to the party's exact embedding (straight-through).
+C-VFL's multiple local iterations on stale embeddings are not simulated (Q = 1).
+
+Bottom models come from the heterogeneous zoo (``models=hetero|homo``) used by EASTER, so
+``cvfl --option compress=none`` is PyVertical with heterogeneous bottoms. The compression ratio
+(compressed payload bytes / float32 bytes of the forward embeddings) is in ``extra``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from securevfl.data.scenario import PartyData, Scenario
+from securevfl.errors import ConfigError, ProtocolError
+from securevfl.federation.runtime import PartyContext
+from securevfl.methods._easter_zoo import (
+    MODEL_CHOICES,
+    Architecture,
+    architectures,
+    build_embedding_net,
+)
+from securevfl.methods.base import (
+    ActiveOutcome,
+    Method,
+    Role,
+    TrainConfig,
+    as_tensor,
+    batch_plan,
+    party_generator,
+    predict_scores,
+    register_method,
+)
+from securevfl.models import MLP, init_parameters
+
+EMBEDDING = "cvfl.embedding"
+GRADIENT = "cvfl.grad"
+TEST_EMBEDDING = "cvfl.test_embedding"
+COMPRESSIONS = ("quant", "topk", "both", "none")
+
+
+@dataclass(frozen=True)
+class CVFLOptions:
+    """``compress``: quant | topk | both | none; ``bits`` in 1..16; ``topk_ratio`` in (0, 1]."""
+
+    compress: str = "quant"
+    bits: int = 8
+    topk_ratio: float = 0.25
+    models: str = "hetero"
+    embedding_size: int = 128
+    top_hidden: int = 128
+
+    def __post_init__(self) -> None:
+        if self.compress not in COMPRESSIONS:
+            raise ConfigError(f"compress must be one of {', '.join(COMPRESSIONS)}, got {self.compress!r}")
+        if not 1 <= self.bits <= 16:
+            raise ConfigError(f"bits must be in 1..16, got {self.bits}")
+        if not 0 < self.topk_ratio <= 1:
+            raise ConfigError(f"topk_ratio must be in (0, 1], got {self.topk_ratio}")
+        if self.models not in MODEL_CHOICES:
+            raise ConfigError(f"models must be one of {', '.join(MODEL_CHOICES)}, got {self.models!r}")
+        if self.embedding_size < 1 or self.top_hidden < 1:
+            raise ConfigError("embedding_size and top_hidden must be >= 1")
+
+
+# -- compression (pure functions on numpy arrays) ------------------------------------------------
+
+
+def _pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    if bits == 8:
+        return codes.astype(np.uint8)
+    if bits > 8:
+        return codes.astype(np.uint16)
+    unpacked = np.unpackbits(codes.astype(np.uint8).reshape(-1, 1), axis=1)[:, 8 - bits :]
+    return np.packbits(unpacked.reshape(-1))
+
+
+def _unpack_codes(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    if bits >= 8:
+        return packed.astype(np.int64)
+    flat = np.unpackbits(packed)[: count * bits].reshape(count, bits)
+    weights = 1 << np.arange(bits - 1, -1, -1)
+    return flat.astype(np.int64) @ weights
+
+
+def quantize(values: np.ndarray, bits: int) -> dict[str, Any]:
+    """Uniform ``bits``-bit scalar quantisation of a float array (min/max of the message)."""
+    x = np.asarray(values, dtype=np.float32).reshape(-1)
+    lo = float(x.min()) if x.size else 0.0
+    hi = float(x.max()) if x.size else 0.0
+    levels = (1 << bits) - 1
+    scale = (hi - lo) / levels if hi > lo else 1.0
+    codes = np.clip(np.rint((x - lo) / scale), 0, levels)
+    return {"lo": lo, "scale": scale, "bits": bits, "count": int(x.size), "codes": _pack_codes(codes, bits)}
+
+
+def dequantize(message: dict[str, Any]) -> np.ndarray:
+    codes = _unpack_codes(np.asarray(message["codes"]), int(message["bits"]), int(message["count"]))
+    return (float(message["lo"]) + codes * float(message["scale"])).astype(np.float32)
+
+
+def compress(values: np.ndarray, method: str, bits: int = 8, topk_ratio: float = 0.25) -> dict[str, Any]:
+    """Compress an ``(n, d)`` float array as C-VFL does (``method``: quant|topk|both|none)."""
+    x = np.asarray(values, dtype=np.float32)
+    if x.ndim != 2:
+        raise ConfigError("compress expects an (n, d) array")
+    n, d = x.shape
+    out: dict[str, Any] = {"method": method, "shape": [n, d]}
+    if method == "none":
+        out["values"] = x
+        return out
+    if method in ("topk", "both"):
+        k = max(1, int(round(topk_ratio * d)))
+        idx = np.argpartition(-np.abs(x), k - 1, axis=1)[:, :k] if k < d else np.tile(np.arange(d), (n, 1))
+        out["indices"] = idx.astype(np.uint8 if d <= 256 else np.uint16)
+        kept = np.take_along_axis(x, idx, axis=1)
+        out["values"] = quantize(kept, bits) if method == "both" else kept
+        return out
+    if method == "quant":
+        out["values"] = quantize(x, bits)
+        return out
+    raise ConfigError(f"unknown compression {method!r}")
+
+
+def decompress(message: dict[str, Any]) -> np.ndarray:
+    """Reconstruct the ``(n, d)`` float32 array from :func:`compress`'s message."""
+    n, d = (int(s) for s in message["shape"])
+    values = message["values"]
+    dense_values = dequantize(values) if isinstance(values, dict) else np.asarray(values, np.float32)
+    if "indices" not in message:
+        return dense_values.reshape(n, d)
+    idx = np.asarray(message["indices"]).astype(np.int64)
+    if idx.shape[0] != n or idx.max(initial=0) >= d:
+        raise ProtocolError("top-k indices do not fit the embedding shape")
+    out = np.zeros((n, d), dtype=np.float32)
+    np.put_along_axis(out, idx, dense_values.reshape(idx.shape), axis=1)
+    return out
+
+
+def payload_bytes(message: dict[str, Any]) -> int:
+    """Bytes of the arrays and scalars in a compressed message (what the compression costs)."""
+    total = 0
+    for key, value in message.items():
+        if isinstance(value, np.ndarray):
+            total += value.nbytes
+        elif isinstance(value, dict):
+            total += payload_bytes(value)
+        elif isinstance(value, float) and key in ("lo", "scale"):
+            total += 4
+    return total
+
+
+# -- roles ---------------------------------------------------------------------------------------
+
+
+def _bottom(data: PartyData, arch: Architecture, config: TrainConfig, options: CVFLOptions,
+            name: str) -> nn.Module:
+    return init_parameters(build_embedding_net(data, arch, options.embedding_size),
+                           party_generator(config.seed, name))
+
+
+def passive_role(data: PartyData, arch: Architecture, config: TrainConfig, options: CVFLOptions) -> Role:
+    """Embed the agreed batch, send it compressed, apply the gradient to the exact embedding."""
+
+    def role(ctx: PartyContext) -> None:
+        device = ctx.device
+        model = _bottom(data, arch, config, options, ctx.name).to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=config.lr)
+        X = as_tensor(data.X_train, device)
+        for epoch in range(config.epochs):
+            ctx.stage = f"train epoch {epoch + 1}"
+            model.train()
+            for idx in batch_plan(len(X), config.batch_size, config.seed, epoch):
+                with ctx.meter.compute():
+                    h = model(X[idx])
+                    message = compress(h.detach().cpu().numpy(), options.compress, options.bits,
+                                       options.topk_ratio)
+                ctx.send(ctx.active, EMBEDDING, message)
+                grad = ctx.recv(ctx.active, GRADIENT)
+                with ctx.meter.compute():
+                    opt.zero_grad()
+                    h.backward(grad.to(device))
+                    opt.step()
+        ctx.stage = "evaluate"
+        model.eval()
+        with ctx.meter.compute(), torch.no_grad():
+            h_test = model(as_tensor(data.X_test, device)).cpu().numpy()
+            message = compress(h_test, options.compress, options.bits, options.topk_ratio)
+        ctx.send(ctx.active, TEST_EMBEDDING, message)
+
+    return role
+
+
+def active_role(data: PartyData, arch: Architecture | None, config: TrainConfig, options: CVFLOptions,
+                passives: tuple[str, ...], archs: dict[str, str]) -> Role:
+    """Own bottom, decompression, concatenation, trainable top model, per-embedding gradients."""
+
+    def role(ctx: PartyContext) -> ActiveOutcome:
+        device = ctx.device
+        own = _bottom(data, arch, config, options, ctx.name).to(device) if arch is not None else None
+        width = options.embedding_size * (len(passives) + (own is not None))
+        top = init_parameters(MLP(width, (options.top_hidden,), data.n_classes),
+                              party_generator(config.seed, "top")).to(device)
+        params = list(top.parameters()) + (list(own.parameters()) if own is not None else [])
+        opt = torch.optim.Adam(params, lr=config.lr)
+        loss_fn = nn.CrossEntropyLoss()
+        X = as_tensor(data.X_train, device)
+        y = torch.as_tensor(data.y_train, dtype=torch.long, device=device)
+        history = []
+        raw = sent = 0
+        for epoch in range(config.epochs):
+            ctx.stage = f"train epoch {epoch + 1}"
+            top.train()
+            total, count = 0.0, 0
+            for idx in batch_plan(len(X), config.batch_size, config.seed, epoch):
+                received = [ctx.recv(p, EMBEDDING) for p in passives]
+                with ctx.meter.compute():
+                    for m in received:
+                        raw += 4 * int(np.prod(m["shape"]))
+                        sent += payload_bytes(m)
+                    leaves = [torch.as_tensor(decompress(m), device=device).requires_grad_(True)
+                              for m in received]
+                    parts = ([own(X[idx])] if own is not None else []) + leaves
+                    loss = loss_fn(top(torch.cat(parts, dim=1)), y[idx])
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    total += float(loss.detach()) * len(idx)
+                    count += len(idx)
+                for p, leaf in zip(passives, leaves, strict=True):
+                    ctx.send(p, GRADIENT, leaf.grad)
+            history.append({"epoch": epoch + 1, "train_loss": total / max(count, 1)})
+            ctx.progress(epoch=epoch + 1, epochs=config.epochs, loss=history[-1]["train_loss"])
+        ctx.stage = "evaluate"
+        received = [ctx.recv(p, TEST_EMBEDDING) for p in passives]
+        with ctx.meter.compute(), torch.no_grad():
+            top.eval()
+            parts = [own.eval()(as_tensor(data.X_test, device))] if own is not None else []
+            parts += [torch.as_tensor(decompress(m), device=device) for m in received]
+            scores = predict_scores(top(torch.cat(parts, dim=1)))
+        extra = {"compression": options.compress, "bits": options.bits, "topk_ratio": options.topk_ratio,
+                 "compression_ratio": sent / raw if raw else 1.0,
+                 "embedding_raw_bytes": raw, "embedding_payload_bytes": sent, "architectures": archs}
+        return ActiveOutcome(y_true=data.y_test, scores=scores, history=history, extra=extra)
+
+    return role
+
+
+@register_method
+class CVFL(Method):
+    """C-VFL: split VFL whose passive embeddings are quantised and/or top-k sparsified."""
+
+    name = "cvfl"
+    summary = "C-VFL: SplitVFL with compressed (quantised / top-k) embeddings, heterogeneous bottoms"
+    Options = CVFLOptions
+
+    def roles(self, scenario: Scenario) -> dict[str, Role]:
+        passives = tuple(scenario.passives)
+        if not passives:
+            raise ConfigError("cvfl needs at least one passive party")
+        active_data = scenario.party_data(scenario.active)
+        datas = {p: scenario.party_data(p) for p in passives}
+        archs = architectures([(scenario.active, active_data), *datas.items()], self.options.models)
+        if active_data.n_features == 0:
+            archs.pop(scenario.active)
+        names = {p: a.name for p, a in archs.items()}
+        roles: dict[str, Role] = {p: passive_role(datas[p], archs[p], self.config, self.options)
+                                  for p in passives}
+        roles[scenario.active] = active_role(active_data, archs.get(scenario.active), self.config,
+                                             self.options, passives, names)
+        return roles
