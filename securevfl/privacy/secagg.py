@@ -116,8 +116,7 @@ class SecAggConfig:
             raise ConfigError(f"threshold must satisfy 1 < t <= n = {n}, got {self.threshold}")
         if self.key_agreement not in KEY_AGREEMENT_NAMES:
             raise ConfigError(
-                f"unknown key agreement {self.key_agreement!r}; valid names: "
-                f"{', '.join(KEY_AGREEMENT_NAMES)}"
+                f"unknown key agreement {self.key_agreement!r}; valid names: {', '.join(KEY_AGREEMENT_NAMES)}"
             )
         if self.step == STEP_SELF:
             raise ConfigError(f"step label {STEP_SELF!r} is reserved for self masks")
@@ -208,12 +207,8 @@ def _mask_session(config: SecAggConfig, round_index: int) -> bytes:
     return encode_fields((config.session_id, round_index))
 
 
-def _share_aad(
-    config: SecAggConfig, sender: str, recipient: str, round_index: int, mask_public: bytes
-) -> bytes:
-    return encode_fields(
-        (SHARE_AAD_LABEL, config.session_id, sender, recipient, round_index, mask_public)
-    )
+def _share_aad(config: SecAggConfig, sender: str, recipient: str, round_index: int, mask_public: bytes) -> bytes:
+    return encode_fields((SHARE_AAD_LABEL, config.session_id, sender, recipient, round_index, mask_public))
 
 
 def _round_pairwise_seeds(
@@ -226,9 +221,7 @@ def _round_pairwise_seeds(
 ) -> dict[str, bytes]:
     """Round seeds s_ij^(r) = HKDF(DH(round keys), label || (session, round) || sorted names)."""
     peers = sorted(peer_publics)
-    secrets_ = agreement.exchange_many(
-        own_private, [peer_publics[p] for p in peers], validate=False
-    )
+    secrets_ = agreement.exchange_many(own_private, [peer_publics[p] for p in peers], validate=False)
     session = _mask_session(config, round_index)
     return {
         peer: pairwise_seed(secret, session, own, peer, PAIRWISE_MASK_LABEL)
@@ -255,8 +248,12 @@ def _drop_rounds(mapping: Mapping[int, object], keep: Callable[[int], bool]) -> 
 
 @dataclass(frozen=True)
 class _RoundSecrets:
+    """A party's own secrets for one round, and its own shares of them."""
+
     mask_keys: KeyPair
     self_seed: bytes = field(repr=False)
+    own_key_share: Share = field(repr=False)
+    own_seed_share: Share = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -283,9 +280,7 @@ class PassiveSecAggState:
     urandom: Urandom | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def create(
-        cls, config: SecAggConfig, name: str, urandom: Urandom | None = None
-    ) -> PassiveSecAggState:
+    def create(cls, config: SecAggConfig, name: str, urandom: Urandom | None = None) -> PassiveSecAggState:
         """Fresh state with a new channel key pair for ``name``."""
         config.share_index(name)
         return cls(config, name, config.agreement().generate(urandom), urandom=urandom)
@@ -319,9 +314,7 @@ def receive_keys(state: PassiveSecAggState, directory: KeyDirectory) -> PassiveS
     return dataclasses.replace(state, channel_aead_keys=keys)
 
 
-def share_keys(
-    state: PassiveSecAggState, round_index: int
-) -> tuple[PassiveSecAggState, RoundSetup]:
+def share_keys(state: PassiveSecAggState, round_index: int) -> tuple[PassiveSecAggState, RoundSetup]:
     """Draw round ``round_index``'s mask key pair and self seed; Shamir-share both to all peers.
 
     Shares for a peer are encrypted for it (the aggregator only routes them). A round can be
@@ -351,12 +344,8 @@ def share_keys(
         ciphertext = ChaCha20Poly1305(state.channel_aead_keys[party]).encrypt(nonce, plaintext, aad)
         encrypted[party] = nonce + ciphertext
     own = config.share_index(state.name) - 1
-    secrets_ = {**state.round_secrets, round_index: _RoundSecrets(mask_keys, self_seed)}
-    # The party's own shares of its own secrets arrive "by hand" when its bundle is read.
-    new_state = dataclasses.replace(state, round_secrets=secrets_)
-    own_view = _RoundView({}, {state.name: key_shares[own]}, {state.name: seed_shares[own]})
-    views = {**state.round_views, -1 - round_index: own_view}  # staged until the bundle
-    new_state = dataclasses.replace(new_state, round_views=views)
+    round_secrets = _RoundSecrets(mask_keys, self_seed, key_shares[own], seed_shares[own])
+    new_state = dataclasses.replace(state, round_secrets={**state.round_secrets, round_index: round_secrets})
     return new_state, RoundSetup(state.name, round_index, mask_public, encrypted)
 
 
@@ -364,10 +353,10 @@ def receive_setup(state: PassiveSecAggState, bundle: SetupBundle) -> PassiveSecA
     """Read the round's participants (their mask public keys) and decrypt the shares sent to us."""
     config = state.config
     r = bundle.round_index
-    staged = state.round_views.get(-1 - r)
-    if r not in state.round_secrets or staged is None:
-        raise ProtocolError(f"{state.name!r} did not set up round {r}")
-    if bundle.mask_publics.get(state.name) != state.round_secrets[r].mask_keys.public.to_bytes():
+    own_secrets = state.round_secrets.get(r)
+    if own_secrets is None or r in state.round_views:
+        raise ProtocolError(f"{state.name!r} did not set up round {r} or already received it")
+    if bundle.mask_publics.get(state.name) != own_secrets.mask_keys.public.to_bytes():
         raise ProtocolError("setup bundle carries a wrong mask key for this party")
     participants = set(bundle.mask_publics)
     if not participants <= set(config.parties):
@@ -379,9 +368,10 @@ def receive_setup(state: PassiveSecAggState, bundle: SetupBundle) -> PassiveSecA
             f"round {r} has {len(participants)} participants, below threshold {config.threshold}"
         )
     publics: dict[str, PublicKey] = {}
-    key_shares = dict(staged.key_shares)
-    self_shares = dict(staged.self_shares)
+    key_shares = {state.name: own_secrets.own_key_share}
+    self_shares = {state.name: own_secrets.own_seed_share}
     own_x = config.share_index(state.name)
+    key_len = len(own_secrets.mask_keys.private)
     for sender in sorted(participants - {state.name}):
         public = PublicKey.from_bytes(bundle.mask_publics[sender])
         if public.scheme != config.key_agreement:
@@ -401,10 +391,16 @@ def receive_setup(state: PassiveSecAggState, bundle: SetupBundle) -> PassiveSecA
         b_share = Share.from_bytes(plaintext[SHARE_BYTES:])
         if k_share.x != own_x or b_share.x != own_x:
             raise ProtocolError(f"share from {sender!r} is not addressed to our index")
+        if (k_share.threshold, k_share.secret_len, b_share.threshold, b_share.secret_len) != (
+            config.threshold,
+            key_len,
+            config.threshold,
+            SELF_SEED_BYTES,
+        ):
+            raise ProtocolError(f"share from {sender!r} has the wrong threshold or length")
         key_shares[sender] = k_share
         self_shares[sender] = b_share
-    views = {k: v for k, v in state.round_views.items() if k != -1 - r}
-    views[r] = _RoundView(publics, key_shares, self_shares)
+    views = {**state.round_views, r: _RoundView(publics, key_shares, self_shares)}
     return dataclasses.replace(state, round_views=views)
 
 
@@ -429,9 +425,7 @@ def masked_input(
     n_terms = len(view.mask_publics) + 1
     encoded = encode(values, config.frac_bits, n_terms)
     agreement = config.agreement()
-    seeds = _round_pairwise_seeds(
-        config, agreement, r, state.name, secrets_.mask_keys.private, view.mask_publics
-    )
+    seeds = _round_pairwise_seeds(config, agreement, r, state.name, secrets_.mask_keys.private, view.mask_publics)
     masked = add_prg_streams(encoded, [secrets_.self_seed], [], r, STEP_SELF)
     higher = [seed for peer, seed in seeds.items() if peer > state.name]
     lower = [seed for peer, seed in seeds.items() if peer < state.name]
@@ -441,7 +435,7 @@ def masked_input(
         state,
         masked_rounds=frozenset(m for m in state.masked_rounds if m >= r - 1) | {r},
         round_secrets=_drop_rounds(state.round_secrets, lambda k: k >= r),
-        round_views=_drop_rounds(state.round_views, lambda k: k >= r or -1 - k > r),
+        round_views=_drop_rounds(state.round_views, lambda k: k >= r),
     )
     next_setup = None
     if prepare_next:
@@ -449,9 +443,7 @@ def masked_input(
     return new_state, MaskedInput(state.name, r, masked, next_setup)
 
 
-def unmask_response(
-    state: PassiveSecAggState, request: UnmaskRequest
-) -> tuple[PassiveSecAggState, UnmaskResponse]:
+def unmask_response(state: PassiveSecAggState, request: UnmaskRequest) -> tuple[PassiveSecAggState, UnmaskResponse]:
     """Return self-seed shares for survivors and key shares for dropped parties.
 
     Refuses (:class:`ProtocolError`) a request naming a party both ways, a second request for
@@ -463,8 +455,7 @@ def unmask_response(
     survivors, dropped = set(request.survivors), set(request.dropped)
     if survivors & dropped:
         raise ProtocolError(
-            "refusing to reveal both the self-mask seed and the mask key of "
-            f"{sorted(survivors & dropped)} in round {r}"
+            f"refusing to reveal both the self-mask seed and the mask key of {sorted(survivors & dropped)} in round {r}"
         )
     if r in state.answered_rounds:
         raise ProtocolError(f"already answered an unmask request for round {r}")
@@ -477,9 +468,7 @@ def unmask_response(
     if survivors | dropped != participants:
         raise ProtocolError("unmask request does not match the round's participants")
     if len(survivors) < config.threshold:
-        raise InsufficientSurvivorsError(
-            f"{len(survivors)} survivors in round {r}, below threshold {config.threshold}"
-        )
+        raise InsufficientSurvivorsError(f"{len(survivors)} survivors in round {r}, below threshold {config.threshold}")
     response = UnmaskResponse(
         state.name,
         r,
@@ -616,9 +605,7 @@ def aggregate(
     for resp in responses:
         if resp.round_index != r or resp.party not in request.survivors:
             raise ProtocolError("unmask response from a non-survivor or for another round")
-        if set(resp.self_seed_shares) != set(request.survivors) or set(resp.key_shares) != set(
-            request.dropped
-        ):
+        if set(resp.self_seed_shares) != set(request.survivors) or set(resp.key_shares) != set(request.dropped):
             raise ProtocolError(f"unmask response of {resp.party!r} does not match the request")
         x = config.share_index(resp.party)
         if any(s.x != x for s in (*resp.self_seed_shares.values(), *resp.key_shares.values())):
@@ -637,8 +624,7 @@ def aggregate(
     # Same responders for every secret: compute the Lagrange basis once.
     coefficients = lagrange_at_zero([config.share_index(resp.party) for resp in responders])
     self_seeds = [
-        reconstruct_secret([resp.self_seed_shares[u] for resp in responders], coefficients)
-        for u in request.survivors
+        reconstruct_secret([resp.self_seed_shares[u] for resp in responders], coefficients) for u in request.survivors
     ]
     add_prg_streams(total, [], self_seeds, r, STEP_SELF)
     publics = agg.round_publics[r]
@@ -731,9 +717,7 @@ def simulate_secagg(
                 parties[p], response = unmask_response(parties[p], request)
                 responses.append(response)
         agg, total = aggregate(agg, responses)
-        expected = np.sum(
-            [np.asarray(round_inputs[p], dtype=np.float64) for p in request.survivors], axis=0
-        )
+        expected = np.sum([np.asarray(round_inputs[p], dtype=np.float64) for p in request.survivors], axis=0)
         results.append(SimulatedRound(r, total, expected, request.survivors, request.dropped))
         if r + 1 == len(inputs):
             break
