@@ -186,3 +186,15 @@ def test_phe_and_fast_share_key_material(keys):
     assert phe_priv.decrypt(phe_number * 2 + 1) == 199
     pk2, sk2 = from_phe_keys(phe_pub, phe_priv)
     assert pk2 == pk and sk2 == sk
+
+
+@pytest.mark.slow
+def test_3072_bit_key_roundtrip():
+    pk, sk = generate_keypair(3072)
+    assert pk.n.bit_length() == 3072
+    backend = create_backend("fast", pk, sk, workers=1)
+    assert backend.r_bits == 512
+    packed = backend.encrypt(np.arange(200.0), packing=PackingSpec(32, 4, 8))
+    assert packed.layout.slots == 95
+    np.testing.assert_array_equal(backend.decrypt(packed * 4), 4 * np.arange(200.0))
+    np.testing.assert_array_equal(backend.decrypt(backend.encrypt([-1.5]) * 2), [-3.0])

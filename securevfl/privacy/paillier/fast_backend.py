@@ -244,6 +244,11 @@ def _worker_call(method: str, args: tuple[Sequence[Any], ...]) -> list[Any]:
     return getattr(engine, method)(*args)
 
 
+# Rough cost of one item relative to one table-DJN encryption, for the parallel threshold:
+# a CRT decryption is two 1024-bit exponentiations, about 10 encryptions.
+_RELATIVE_COST = {"encrypt": 1, "rerandomize": 1, "mul": 1, "decrypt": 10}
+
+
 class FastBackend(PaillierBackend):
     """gmpy2 Paillier: DJN table randomness, CRT decryption, optional process parallelism."""
 
@@ -299,11 +304,12 @@ class FastBackend(PaillierBackend):
 
     def _run(self, method: str, *columns: Sequence[Any]) -> list[Any]:
         items = len(columns[0])
-        pool = self._pool_or_none(items)
+        weight = _RELATIVE_COST.get(method, 1)
+        pool = self._pool_or_none(items * weight)
         local: Callable[..., list[Any]] = getattr(self.engine, method)
         if pool is None:
             return local(*columns)
-        chunk = max(64, -(-items // (self.workers * 4)))
+        chunk = max(max(1, 64 // weight), -(-items // (self.workers * 4)))
         futures = [
             pool.submit(_worker_call, method, tuple(list(col[i : i + chunk]) for col in columns))
             for i in range(0, items, chunk)
