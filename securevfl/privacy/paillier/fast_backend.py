@@ -1,7 +1,8 @@
 """``fast``: gmpy2 Paillier with g = n + 1, CRT decryption and DJN fixed-base randomness.
 
 Encryption is ``c = (1 + m n) * h_s^r mod n^2`` (Damgård, Jurik, Nielsen, "A generalization of
-Paillier's public-key system with applications to electronic voting", IJIS 2010, section 4):
+Paillier's public-key system with applications to electronic voting", IJIS 9(6), 2010,
+the variant with a fixed n-th residue base and short random exponents):
 ``h_s = (-x^2)^n mod n^2`` is fixed per key and only the short exponent r is fresh, so the
 random part ``h_s^r`` is a fixed-base exponentiation served from a precomputed window table
 (8-bit windows: r_bits / 8 rows of 256 entries; 56 x 256 x 512 B ~ 7 MiB for r = 448 bits at
@@ -22,8 +23,9 @@ Decryption uses CRT (Paillier 1999, section 7): m_p = L_p(c^(p-1) mod p^2) h_p m
 mod q, then Garner recombination; about 3-4x faster than working mod n^2.
 
 Large inputs (>= ``parallel_min_items``) are spread over a process pool in chunks; each worker
-builds its own window table once. Randomness is always drawn in the parent (from ``randbits``)
-so results do not depend on the number of workers.
+builds its own window table once (and receives p, q over the pool's local pipe when the backend
+holds the private key). Randomness is always drawn in the parent (from ``randbits``), so results
+do not depend on the number of workers.
 """
 
 from __future__ import annotations

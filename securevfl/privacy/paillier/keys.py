@@ -1,7 +1,7 @@
 """Paillier key pairs: generation, fingerprints and byte serialisation.
 
 The public key is ``(n, h_s)``: the modulus and the Damgård–Jurik–Nielsen base
-``h_s = (-x^2)^n mod n^2`` used for short-exponent randomness (DJN 2010, section 4;
+``h_s = (-x^2)^n mod n^2`` used for short-exponent randomness (Damgård–Jurik–Nielsen, IJIS 2010;
 see :mod:`securevfl.privacy.paillier.fast_backend`). g is fixed to ``n + 1`` and is not stored.
 The private key is ``(p, q)`` with the CRT constants of Paillier 1999, section 7.
 """
@@ -197,7 +197,7 @@ class PaillierPrivateKey:
 
 
 def derive_hs(n: int, randbits: RandBits | None = None) -> int:
-    """DJN base: h = -x^2 mod n for random x in Z_n^*, h_s = h^n mod n^2 (DJN 2010, sec. 4)."""
+    """DJN base: h = -x^2 mod n for random x in Z_n^*, h_s = h^n mod n^2 (DJN, IJIS 2010)."""
     randbits = randbits or secrets.randbits
     n = int(n)
     while True:
