@@ -1,0 +1,191 @@
+"""TabNet pieces for split training (TabVFL and its baselines), built on pytorch-tabnet's modules.
+
+TabVFL (Rieger et al., SRDS 2024) splits TabNet's pretraining network into a U shape: each guest
+keeps the first batch norm plus a square FC layer (the "feature extractor", with TabNet's
+RandomObfuscator masks during pretraining) and its slice of the decoder's reconstruction layer;
+the host keeps :class:`PartialEncoder` (TabNet's encoder without its first batch norm) and
+:class:`PartialDecoder` (the decoder's feature transformers without the reconstruction layer).
+The attention steps, GLU blocks and sparsemax come unchanged from ``pytorch_tabnet.tab_network``;
+only the cut points are new here. With the FC set to the identity, the split network computes
+exactly what ``TabNetPretraining`` computes (``tests/test_tabvfl.py`` checks this).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from pytorch_tabnet.metrics import UnsupervisedLoss
+from pytorch_tabnet.tab_network import GLU_Layer, TabNetDecoder, TabNetEncoder
+from torch import nn
+
+from securevfl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TabNetShape:
+    """TabNet hyper-parameters (pytorch-tabnet's names and defaults; ``n_d`` = latent dimension)."""
+
+    n_d: int = 8
+    n_a: int = 8
+    n_steps: int = 3
+    gamma: float = 1.3
+    n_independent: int = 2
+    n_shared: int = 2
+    n_indep_decoder: int = 1
+    n_shared_decoder: int = 1
+    virtual_batch_size: int = 128
+    momentum: float = 0.02
+    mask_type: str = "sparsemax"
+    epsilon: float = 1e-15
+
+    def __post_init__(self) -> None:
+        if self.n_d < 1 or self.n_a < 1:
+            raise ConfigError(f"n_d and n_a must be >= 1, got {self.n_d}, {self.n_a}")
+        if self.n_steps < 1:
+            raise ConfigError(f"n_steps must be >= 1, got {self.n_steps}")
+        if self.n_independent == 0 and self.n_shared == 0:
+            raise ConfigError("n_independent and n_shared cannot both be 0")
+        if self.gamma < 1:
+            raise ConfigError(f"gamma must be >= 1, got {self.gamma}")
+        if self.virtual_batch_size < 2:
+            raise ConfigError(f"virtual_batch_size must be >= 2, got {self.virtual_batch_size}")
+        if self.mask_type not in ("sparsemax", "entmax"):
+            raise ConfigError(f"mask_type must be 'sparsemax' or 'entmax', got {self.mask_type!r}")
+
+
+def derived_generator(seed: int, *labels: str) -> torch.Generator:
+    """A torch generator for one party and purpose (init, masks), from the run seed and labels.
+
+    Used for simulation randomness only (initialisation, obfuscation masks): not for secrets.
+    """
+    digest = hashlib.sha256("/".join((str(seed), *labels)).encode()).digest()
+    g = torch.Generator()
+    g.manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+    return g
+
+
+def reinit_tabnet(module: nn.Module, generator: torch.Generator) -> nn.Module:
+    """Redraw every Linear weight with pytorch-tabnet's gains, from ``generator``.
+
+    pytorch-tabnet initialises from torch's global RNG, which the party threads share; parties
+    re-initialise from their own generator so runs are reproducible without global seeding.
+    GLU layers get ``initialize_glu``'s gain, all other layers ``initialize_non_glu``'s.
+    """
+    glu_fcs = {id(m.fc) for m in module.modules() if isinstance(m, GLU_Layer)}
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            fan_out, fan_in = m.weight.shape
+            if id(m) in glu_fcs:
+                gain = np.sqrt((fan_in + fan_out) / np.sqrt(fan_in))
+            else:
+                gain = np.sqrt((fan_in + fan_out) / np.sqrt(4 * fan_in))
+            std = float(gain * np.sqrt(2.0 / (fan_in + fan_out)))
+            with torch.no_grad():
+                m.weight.normal_(0.0, std, generator=generator)
+                if m.bias is not None:
+                    m.bias.zero_()
+    return module
+
+
+def make_encoder(input_dim: int, shape: TabNetShape, *, first_bn: bool) -> TabNetEncoder:
+    """TabNet's encoder over ``input_dim`` columns; without ``first_bn`` it is TabVFL's PartialEnc."""
+    encoder = TabNetEncoder(
+        input_dim=input_dim, output_dim=input_dim, n_d=shape.n_d, n_a=shape.n_a, n_steps=shape.n_steps,
+        gamma=shape.gamma, n_independent=shape.n_independent, n_shared=shape.n_shared,
+        epsilon=shape.epsilon, virtual_batch_size=shape.virtual_batch_size, momentum=shape.momentum,
+        mask_type=shape.mask_type, group_attention_matrix=torch.eye(input_dim))
+    if not first_bn:
+        encoder.initial_bn = nn.Identity()
+    return encoder
+
+
+def encoder_to(encoder: TabNetEncoder, device: torch.device | str) -> TabNetEncoder:
+    """Move an encoder, including its plain-tensor group attention matrix, to ``device``."""
+    encoder.to(device)
+    encoder.group_attention_matrix = encoder.group_attention_matrix.to(device)
+    return encoder
+
+
+class PartialDecoder(TabNetDecoder):
+    """TabNet's decoder without its reconstruction layer: summed step feature transformers -> n_d."""
+
+    def __init__(self, shape: TabNetShape) -> None:
+        super().__init__(input_dim=1, n_d=shape.n_d, n_steps=shape.n_steps, n_independent=shape.n_indep_decoder,
+                         n_shared=shape.n_shared_decoder, virtual_batch_size=shape.virtual_batch_size,
+                         momentum=shape.momentum)
+        self.reconstruction_layer = None
+
+    def forward(self, steps_output: list[torch.Tensor]) -> torch.Tensor:
+        res: torch.Tensor | int = 0
+        for transformer, step_output in zip(self.feat_transformers, steps_output):
+            res = res + transformer(step_output)
+        return res  # type: ignore[return-value]
+
+
+class FeatureExtractor(nn.Module):
+    """A guest's bottom: TabNet's first batch norm over its columns, then a square FC layer.
+
+    The FC is TabVFL's defence against direct leakage: on standardised inputs the batch norm is
+    close to the identity, so without the FC the host would receive (masked) raw features
+    (paper Sec. IV-A). ``fc=False`` gives plain TabNet (the centralised reference only).
+    """
+
+    def __init__(self, n_features: int, *, fc: bool = True) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(n_features, momentum=0.01)
+        self.fc: nn.Module = nn.Linear(n_features, n_features) if fc else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.bn(x))
+
+
+def reconstruction_layer(in_dim: int, n_features: int) -> nn.Linear:
+    """A guest's slice of the decoder's final FC (no bias, as in TabNet)."""
+    return nn.Linear(in_dim, n_features, bias=False)
+
+
+def obfuscate(x: torch.Tensor, ratio: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """TabNet's RandomObfuscator without groups: ``(masked x, obfuscated-variable mask)``."""
+    probs = torch.full(x.shape, ratio, dtype=x.dtype)
+    obf = torch.bernoulli(probs, generator=generator).to(x.device)
+    return (1 - obf) * x, obf
+
+
+def reconstruction_loss(recon: torch.Tensor, target: torch.Tensor, obf: torch.Tensor) -> torch.Tensor:
+    """TabNet's normalised masked-reconstruction loss (``pytorch_tabnet.metrics.UnsupervisedLoss``)."""
+    return UnsupervisedLoss(recon, target, obf)
+
+
+def decoder_slices(n_d: int, guests: int, mode: str) -> list[slice]:
+    """Which part of the host's n_d decoder output each guest's reconstruction FC reads.
+
+    ``full``: every guest reads all n_d values, i.e. TabNet's reconstruction layer split by its
+    output columns (exactly TabNet). ``chunk``: the n_d values are cut into ``guests`` uniform
+    chunks, one per guest, as the paper's text describes (needs n_d >= guests).
+    """
+    if mode == "full":
+        return [slice(0, n_d)] * guests
+    if mode != "chunk":
+        raise ConfigError(f"decoder_split must be 'full' or 'chunk', got {mode!r}")
+    if n_d < guests:
+        raise ConfigError(f"decoder_split='chunk' needs a latent dimension >= the number of guests "
+                          f"({n_d} < {guests})")
+    bounds = np.linspace(0, n_d, guests + 1).round().astype(int)
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def count_parameters(*modules: nn.Module | None) -> int:
+    """Trainable parameters of ``modules`` (shared layers counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for module in modules:
+        if module is None:
+            continue
+        for p in module.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                total += p.numel()
+    return total
