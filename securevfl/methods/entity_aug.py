@@ -36,7 +36,7 @@ from __future__ import annotations
 import zlib
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from securevfl.data.datasets import Dataset
+from securevfl.data.partition import PartitionSpec, register_preset
 from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, DataError, ProtocolError
 from securevfl.federation.runtime import PartyContext
@@ -105,6 +107,13 @@ class EntityAugOptions:
                                      ("arch", self.arch, ARCHS), ("bottom", self.bottom, BOTTOMS)):
             if value not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+@register_preset("entity-aug", "label-only host (active party, no features); the features are split "
+                 "evenly among the guests (image strips for image datasets), as in the paper")
+def label_only_host(dataset: Dataset, spec: PartitionSpec) -> PartitionSpec:
+    """Partition preset for Entity Augmentation: the active party holds the labels only."""
+    return replace(spec, active_features=0)
 
 
 # -- pure pieces ---------------------------------------------------------------------------------
