@@ -1,0 +1,192 @@
+"""APC-VFL building blocks: symmetric SELU autoencoders, early-stopped training, the loss of Eq. 5.
+
+Everything here is local to one party (no communication): the methods in ``apcvfl.py`` and
+``vfedtrans.py`` call these functions inside their roles. Paper: Irureta et al., "Towards Active
+Participant Centric Vertical Federated Learning: Some Representations May Be All You Need"
+(Sec. 4, Table 3, Appendix B).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from securevfl.errors import ConfigError
+from securevfl.methods.base import batch_plan, party_generator
+from securevfl.models import init_parameters
+
+DISTILL_LOSSES = ("mse", "mae")
+
+
+def parse_widths(text: str, what: str) -> tuple[int, ...]:
+    """``"64,128"`` -> ``(64, 128)``; the last width is the latent dimension."""
+    try:
+        widths = tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"{what} must be comma-separated layer widths, got {text!r}") from None
+    if not widths or any(w < 1 for w in widths):
+        raise ConfigError(f"{what} needs at least one positive width, got {text!r}")
+    return widths
+
+
+class SymmetricAutoencoder(nn.Module):
+    """Encoder ``in -> widths[0] -> ... -> widths[-1]`` (SELU after every layer, latent included)
+    and the mirrored decoder back to ``in`` (linear output, since inputs are standardised)."""
+
+    def __init__(self, in_dim: int, widths: tuple[int, ...]) -> None:
+        super().__init__()
+        if in_dim < 1:
+            raise ConfigError("an autoencoder needs at least one input feature")
+        enc: list[nn.Module] = []
+        dims = [in_dim, *widths]
+        for a, b in zip(dims[:-1], dims[1:]):
+            enc += [nn.Linear(a, b), nn.SELU()]
+        dec: list[nn.Module] = []
+        back = dims[::-1]
+        for i, (a, b) in enumerate(zip(back[:-1], back[1:])):
+            dec.append(nn.Linear(a, b))
+            if i < len(back) - 2:
+                dec.append(nn.SELU())
+        self.encoder = nn.Sequential(*enc)
+        self.decoder = nn.Sequential(*dec)
+        self.in_dim, self.latent_dim = in_dim, widths[-1]
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.encoder(x)
+        return self.decoder(z), z
+
+    @torch.no_grad()
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        self.eval()
+        return self.encoder(x)
+
+
+def build_autoencoder(in_dim: int, widths: tuple[int, ...], seed: int, name: str) -> SymmetricAutoencoder:
+    """A symmetric autoencoder initialised from the party's own generator (no global seeding)."""
+    model = SymmetricAutoencoder(in_dim, widths)
+    init_parameters(model, party_generator(seed, name))
+    return model
+
+
+def distillation_term(z: torch.Tensor, z_teacher: torch.Tensor, kind: str) -> torch.Tensor:
+    """Per-row distillation distance of Eq. 5: ``||z_A - g3(x)||_2^2`` (mse) or ``|z_A - g3(x)|_1`` (mae)."""
+    diff = z - z_teacher
+    if kind == "mse":
+        return diff.pow(2).sum(dim=1)
+    if kind == "mae":
+        return diff.abs().sum(dim=1)
+    raise ConfigError(f"distill_loss must be one of {', '.join(DISTILL_LOSSES)}, got {kind!r}")
+
+
+def apc_loss(x: torch.Tensor, x_hat: torch.Tensor, z: torch.Tensor, z_teacher: torch.Tensor | None,
+             aligned: torch.Tensor | None, lam: float, kind: str = "mse") -> torch.Tensor:
+    """Eq. 5 averaged over the batch: reconstruction for every row, plus ``lam`` times the
+    distillation term for aligned rows only (``aligned`` is a boolean mask; unaligned rows' teacher
+    entries are never read, so they may hold anything)."""
+    per_row = (x - x_hat).pow(2).sum(dim=1)
+    if z_teacher is not None and aligned is not None and lam > 0 and bool(aligned.any()):
+        distill = torch.zeros_like(per_row)
+        distill[aligned] = distillation_term(z[aligned], z_teacher[aligned], kind)
+        per_row = per_row + lam * distill
+    return per_row.mean()
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """How one autoencoder trains: Adam, mini-batches, early stopping on a validation split."""
+
+    max_epochs: int = 200
+    batch_size: int = 8
+    patience: int = 10
+    val_fraction: float = 0.1
+    lr: float = 1e-3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_epochs < 1 or self.batch_size < 1 or self.patience < 1:
+            raise ConfigError("max_epochs, batch_size and patience must be >= 1")
+        if not 0 <= self.val_fraction < 1:
+            raise ConfigError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Where training stopped and the losses it saw."""
+
+    epochs: int
+    best_epoch: int
+    best_loss: float
+    train_loss: float
+
+
+def _tag_seed(seed: int, tag: str) -> list[int]:
+    return [seed, int.from_bytes(hashlib.sha256(tag.encode()).digest()[:4], "big")]
+
+
+def validation_split(n_rows: int, fraction: float, seed: int, tag: str) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded train/validation row split (not secret); no validation rows when too few rows."""
+    n_val = int(round(n_rows * fraction))
+    order = np.random.default_rng(_tag_seed(seed, tag)).permutation(n_rows)
+    if n_val < 1 or n_rows - n_val < 1:
+        return np.arange(n_rows), np.arange(0)
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+def fit_autoencoder(model: SymmetricAutoencoder, X: torch.Tensor, settings: FitSettings, tag: str, *,
+                    teacher: torch.Tensor | None = None, aligned: torch.Tensor | None = None,
+                    lam: float = 0.0, kind: str = "mse") -> FitResult:
+    """Train ``model`` on rows ``X`` with the Eq. 5 loss (plain reconstruction without a teacher).
+
+    Early stopping on the validation loss (training loss when there is no validation split) with
+    ``settings.patience``; the best weights are restored at the end.
+    """
+    train_rows, val_rows = validation_split(len(X), settings.val_fraction, settings.seed, tag)
+    opt = torch.optim.Adam(model.parameters(), lr=settings.lr)
+    tr = torch.as_tensor(train_rows, dtype=torch.long, device=X.device)
+    va = torch.as_tensor(val_rows, dtype=torch.long, device=X.device)
+
+    def loss_on(rows: torch.Tensor) -> torch.Tensor:
+        x_hat, z = model(X[rows])
+        t = None if teacher is None else teacher[rows]
+        m = None if aligned is None else aligned[rows]
+        return apc_loss(X[rows], x_hat, z, t, m, lam, kind)
+
+    best, best_epoch, best_state, waited, last_train = float("inf"), 0, None, 0, float("nan")
+    epoch = 0
+    seed = _tag_seed(settings.seed, tag)[1]
+    for epoch in range(1, settings.max_epochs + 1):
+        model.train()
+        total = 0.0
+        for idx in batch_plan(len(tr), settings.batch_size, seed, epoch):
+            loss = loss_on(tr[torch.as_tensor(idx, device=X.device)])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(idx)
+        last_train = total / max(len(tr), 1)
+        if len(va):
+            model.eval()
+            with torch.no_grad():
+                monitored = float(loss_on(va))
+        else:
+            monitored = last_train
+        if monitored < best - 1e-12:
+            best, best_epoch, waited = monitored, epoch, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            waited += 1
+            if waited >= settings.patience:
+                break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return FitResult(epochs=epoch, best_epoch=best_epoch, best_loss=best, train_loss=last_train)
+
+
+__all__ = ["DISTILL_LOSSES", "FitResult", "FitSettings", "SymmetricAutoencoder", "apc_loss",
+           "build_autoencoder", "distillation_term", "fit_autoencoder", "parse_widths", "validation_split"]
