@@ -104,7 +104,10 @@ class PaillierBackend(ABC):
         frac_bits: int = DEFAULT_FRAC_BITS,
         packing: PackingSpec | None = None,
     ) -> EncryptedTensor:
-        """Encrypt an array of reals (fixed point, 2^-frac_bits resolution, or packed)."""
+        """Encrypt an array of reals in fixed point at 2^-frac_bits, or packed.
+
+        With ``packing`` the spec's own ``frac_bits`` applies.
+        """
         from .tensor import EncryptedTensor
 
         return EncryptedTensor.encrypt(self, values, frac_bits=frac_bits, packing=packing)
