@@ -121,3 +121,16 @@ def test_packed_serialisation_roundtrip(backend):
     np.testing.assert_allclose(backend.decrypt(back), 2 * x, atol=2**-19)
     with pytest.raises(EncodingOverflowError):
         back + back
+
+
+@SETTINGS
+@given(max_abs=st.floats(0, 1e6), k=st.integers(1, 1000), frac=st.integers(0, 24))
+def test_fitting_spec_holds_its_range(max_abs, k, frac):
+    spec = PackingSpec.fitting(max_abs, k, frac)
+    assert spec.max_abs_value >= max_abs
+    assert spec.max_summands == k and spec.frac_bits == frac
+    layout = PackingLayout.for_key(spec, 1024)
+    extreme = np.array([[max_abs, -max_abs, 0.0]])
+    ints = np.rint(np.ldexp(extreme, frac))
+    assert ints.min() >= -(2.0**spec.value_bits) and ints.max() < 2.0**spec.value_bits
+    assert layout.slots >= 1

@@ -15,6 +15,7 @@ ciphertext is produced, so a carry can never happen silently.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +45,16 @@ class PackingSpec:
                 f"slot_bits={self.slot_bits} leaves no room for values with "
                 f"max_summands={self.max_summands}"
             )
+
+    @classmethod
+    def fitting(cls, max_abs_value: float, max_summands: int, frac_bits: int = 16) -> PackingSpec:
+        """Narrowest spec whose slots hold |x| <= max_abs_value summed up to max_summands times."""
+        if not max_abs_value >= 0 or max_summands < 1:
+            raise ConfigError("need max_abs_value >= 0 and max_summands >= 1")
+        value_bits = max(1, math.ceil(max_abs_value * 2**frac_bits + 1).bit_length())
+        slot_bits = value_bits + 1 + (max_summands - 1).bit_length()
+        return cls(slot_bits=max(8, slot_bits, frac_bits), max_summands=max_summands,
+                   frac_bits=frac_bits)
 
     @property
     def headroom_bits(self) -> int:
