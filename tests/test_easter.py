@@ -323,3 +323,13 @@ def test_easter_rejects_dropouts_without_recovery_and_bad_options():
         create_method("easter", TrainConfig(options={"models": "mixed"}))
     with pytest.raises(ConfigError, match="at least 2 passive"):
         create_method("easter", TrainConfig(options={"secagg": "dh"})).roles(_scenario(parties=2))
+
+
+def test_easter_embed_grad_all_sums_every_loss_gradient_securely():
+    report = _train("dh", embed_grad="all")
+    assert report.metrics["accuracy"] > 0.8
+    # two aggregation rounds per batch (embeddings, then dL/dE), plus the test round
+    n_batches = -(-report.parties["active"]["aligned"] * 4 // 5 // 64)
+    assert report.extra["secagg_stats"]["rounds"] >= 2 * EPOCHS * (n_batches - 1)
+    with pytest.raises(ConfigError, match="embed_grad must be"):
+        create_method("easter", TrainConfig(options={"embed_grad": "both"}))

@@ -75,6 +75,8 @@ GLOBAL = "easter.global"
 LOGITS = "easter.logits"
 GRADIENT = "easter.grad"
 TEST_SCORES = "easter.test_scores"
+EMBED_GRAD = "easter.embed_grad"
+EMBED_GRADS = ("own", "all")
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,9 @@ class EasterOptions:
 
     ``models``: ``hetero`` (each party its own zoo architecture) or ``homo``;
     ``embedding_size``: the shared embedding width (paper: 128); ``threshold``: Shamir threshold
-    of ``secagg=dh`` (0: majority).
+    of ``secagg=dh`` (0: majority). ``embed_grad``: ``own`` (the paper: party k's embedding net
+    learns from L_k only) or ``all`` (extension, not in the paper: from the sum of every party's
+    dL_j/dE, itself summed with the same secure aggregation — one more round per batch).
     """
 
     secagg: str = "dh"
@@ -93,8 +97,11 @@ class EasterOptions:
     models: str = "hetero"
     embedding_size: int = 128
     threshold: int = 0
+    embed_grad: str = "own"
 
     def __post_init__(self) -> None:
+        if self.embed_grad not in EMBED_GRADS:
+            raise ConfigError(f"embed_grad must be one of {', '.join(EMBED_GRADS)}, got {self.embed_grad!r}")
         if self.secagg not in aggregation_names():
             raise ConfigError(f"secagg must be one of {', '.join(aggregation_names())}, got {self.secagg!r}")
         resolve_key_agreement(self.key_agreement)
@@ -155,6 +162,7 @@ def passive_role(data: PartyData, arch: Architecture, config: TrainConfig, optio
                                   ctx.name).to(device)
         opt = torch.optim.Adam(model.parameters(), lr=config.lr)
         agg = scheme.passive()
+        rounds_per_batch = 2 if options.embed_grad == "all" else 1
         ctx.stage = "secagg setup"
         agg.setup(ctx)
         X = as_tensor(data.X_train, device)
@@ -163,7 +171,8 @@ def passive_role(data: PartyData, arch: Architecture, config: TrainConfig, optio
             model.train()
             for idx, dropped in plan.rounds(epoch):
                 if ctx.name in dropped:
-                    agg.drop(ctx)
+                    for _ in range(rounds_per_batch):
+                        agg.drop(ctx)
                     continue
                 with ctx.meter.compute():
                     e = model.embed(X[idx])
@@ -178,7 +187,12 @@ def passive_role(data: PartyData, arch: Architecture, config: TrainConfig, optio
                 with ctx.meter.compute():
                     opt.zero_grad()
                     logits.backward(grad.to(device))
-                    e.backward(E.grad / int(message["k"]))
+                    grad_E = E.grad
+                if options.embed_grad == "all":  # extension: sum of every party's dL_j/dE
+                    agg.contribute(ctx, grad_E.cpu().numpy().astype(np.float64))
+                    grad_E = ctx.recv(ctx.active, EMBED_GRAD).to(device)
+                with ctx.meter.compute():
+                    e.backward(grad_E / int(message["k"]))
                     opt.step()
         ctx.stage = "evaluate"
         model.eval()
@@ -206,6 +220,7 @@ def active_role(data: PartyData, arch: Architecture | None, config: TrainConfig,
             opt = torch.optim.Adam(model.parameters(), lr=config.lr)
         loss_fn = nn.CrossEntropyLoss()
         agg = scheme.active()
+        every_loss = options.embed_grad == "all"
         ctx.stage = "secagg setup"
         agg.setup(ctx, ctx.passives)
         X = as_tensor(data.X_train, device)
@@ -232,10 +247,12 @@ def active_role(data: PartyData, arch: Architecture | None, config: TrainConfig,
                 losses = {}
                 if model is not None:
                     with ctx.meter.compute():
-                        own_loss = loss_fn(model.decide(E), y[idx])
+                        E_in = E.detach().requires_grad_(True) if every_loss else E
+                        own_loss = loss_fn(model.decide(E_in), y[idx])
                         opt.zero_grad()
                         own_loss.backward()
-                        opt.step()
+                        if not every_loss:
+                            opt.step()
                     losses[ctx.name] = float(own_loss.detach())
                 for p in alive:
                     logits = ctx.recv(p, LOGITS)
@@ -245,6 +262,17 @@ def active_role(data: PartyData, arch: Architecture | None, config: TrainConfig,
                         loss.backward()
                     losses[p] = float(loss.detach())
                     ctx.send(p, GRADIENT, leaf.grad)
+                if every_loss:  # extension: every party's loss reaches every embedding net
+                    grads = agg.aggregate(ctx, dropped)
+                    with ctx.meter.compute():
+                        G = torch.as_tensor(grads.total, dtype=torch.float32, device=device)
+                        if model is not None:
+                            G = G + E_in.grad
+                    ctx.broadcast(alive, EMBED_GRAD, G)
+                    if model is not None:
+                        with ctx.meter.compute():
+                            e_own.backward(G / k)
+                            opt.step()
                 for p, v in losses.items():
                     sums[p] = sums.get(p, 0.0) + v * len(idx)
                     counts[p] = counts.get(p, 0) + len(idx)
