@@ -43,6 +43,7 @@ PAPER_TABLE23 = {"digits": {"reference": "MNIST, ResNet-18 (Table 2)", "aligned"
 # Scenario and model per dataset: guests, architecture (Sec. 5.2 shapes for tabular), lr (Sec. 5.5).
 SETUPS = {
     "digits": {"parties": 3, "lr": 1e-3, "options": {}, "batch_size": 64},
+    "mnist-5k": {"parties": 3, "lr": 1e-3, "options": {}, "batch_size": 64},
     "breast-cancer": {"parties": 5, "lr": 5e-4, "options": {"arch": "credit-card"}, "batch_size": 32},
     "synthetic": {"parties": 5, "lr": 5e-4, "options": {"arch": "parkinsons"}, "batch_size": 32,
                   "n_samples": 2000, "n_features": 40},
@@ -68,27 +69,27 @@ def train(method: str, dataset: str, *, seed: int, epochs: int, options: dict, *
                            alignment="plaintext", **extra, **scenario)
 
 
-def table4(epochs: int, seeds: list[int], ratios: list[float], console: Console) -> list[dict]:
+def table4(dataset: str, epochs: int, seeds: list[int], ratios: list[float], console: Console) -> list[dict]:
     rows = []
     for ratio in ratios:
         runs: dict[str, list[float]] = {"splitnn": [], "splitnn_equal_steps": [], "entity_aug": []}
         walls: dict[str, list[float]] = {k: [] for k in runs}
         for seed in seeds:
             scen = dict(aligned_ratio=ratio, unaligned="spread")
-            ea = train("entity-aug", "digits", seed=seed, epochs=epochs, options={}, **scen)
-            sp = train("splitnn", "digits", seed=seed, epochs=epochs, options={"bottom": "cnn"}, **scen)
+            ea = train("entity-aug", dataset, seed=seed, epochs=epochs, options={}, **scen)
+            sp = train("splitnn", dataset, seed=seed, epochs=epochs, options={"bottom": "cnn"}, **scen)
             # Control: SplitNN given as many optimiser steps as Entity Augmentation took.
             n_aligned = ea.extra["entity_aug"]["aligned_rows"]
-            steps_sp = n_batches(n_aligned, SETUPS["digits"]["batch_size"])
+            steps_sp = n_batches(n_aligned, SETUPS[dataset]["batch_size"])
             ea_steps = epochs * ea.extra["entity_aug"]["steps_per_epoch"]
-            sp_long = train("splitnn", "digits", seed=seed, epochs=max(epochs, round(ea_steps / steps_sp)),
+            sp_long = train("splitnn", dataset, seed=seed, epochs=max(epochs, round(ea_steps / steps_sp)),
                             options={"bottom": "cnn"}, **scen)
             for key, report in (("entity_aug", ea), ("splitnn", sp), ("splitnn_equal_steps", sp_long)):
                 runs[key].append(report.metrics["accuracy"])
                 walls[key].append(report.wall_s)
-            console.log(f"table 4, x={ratio:.0%}, seed {seed}: EA {ea.metrics['accuracy']:.4f}, "
+            console.log(f"table 4, {dataset}, x={ratio:.0%}, seed {seed}: EA {ea.metrics['accuracy']:.4f}, "
                         f"SplitNN {sp.metrics['accuracy']:.4f} (equal steps {sp_long.metrics['accuracy']:.4f})")
-        row = {"dataset": "digits", "aligned_ratio": ratio, "aligned_rows": n_aligned,
+        row = {"dataset": dataset, "epochs": epochs, "aligned_ratio": ratio, "aligned_rows": n_aligned,
                **{k: summary(v) for k, v in runs.items()},
                "wall_s": {k: statistics.fmean(v) for k, v in walls.items()},
                "paper_mnist": PAPER_TABLE4.get(ratio)}
@@ -121,6 +122,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="about one to two minutes")
     parser.add_argument("--out", type=Path, help="write the figures as JSON")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--mnist", action="store_true",
+                        help="also run Table 4 on mnist-5k (28x28, 4,000 training rows; minutes)")
+    parser.add_argument("--mnist-epochs", type=int, default=10)
+    parser.add_argument("--only-mnist", action="store_true", help="skip the digits/tabular tables")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     console = Console(width=170)
@@ -131,17 +136,19 @@ def main() -> None:
         seeds, t4_epochs = [0, 1, 2], 30
         t23_epochs = {"digits": 20, "breast-cancer": 60, "synthetic": 30}
     started = time.perf_counter()
-    t4 = table4(t4_epochs, seeds, [0.05, 0.10], console)
-    t23 = table23(t23_epochs, seeds, console)
+    t4 = [] if args.only_mnist else table4("digits", t4_epochs, seeds, [0.05, 0.10], console)
+    if args.mnist or args.only_mnist:
+        t4 += table4("mnist-5k", args.mnist_epochs, seeds[:1], [0.05, 0.10], console)
+    t23 = [] if args.only_mnist else table23(t23_epochs, seeds, console)
 
-    table = Table(title=f"Table 4 analogue: digits, 2 guests, {t4_epochs} epochs, "
-                        f"{len(seeds)} seeds (accuracy %, mean ± std)")
-    for col in ("x", "aligned rows", "SplitNN aligned only", "SplitNN equal steps",
+    table = Table(title="Table 4 analogue: 2 guests, label-only host (accuracy %, mean ± std over seeds)")
+    for col in ("dataset", "epochs", "x", "aligned rows", "SplitNN aligned only", "SplitNN equal steps",
                 "Entity Aug. aligned+misaligned", "EA / SplitNN", "paper MNIST (aligned → +misaligned)"):
         table.add_column(col)
     for r in t4:
         paper = r["paper_mnist"]
-        table.add_row(f"{r['aligned_ratio']:.0%}", str(r["aligned_rows"]), fmt(r["splitnn"]),
+        table.add_row(r["dataset"], str(r["epochs"]), f"{r['aligned_ratio']:.0%}", str(r["aligned_rows"]),
+                      fmt(r["splitnn"]),
                       fmt(r["splitnn_equal_steps"]), fmt(r["entity_aug"]),
                       f"{r['ratio_entity_aug_over_splitnn']:.2f}x",
                       f"{paper['aligned']} → {paper['aligned_plus_misaligned']}" if paper else "-")
