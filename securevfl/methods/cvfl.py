@@ -107,6 +107,7 @@ def quantize(values: np.ndarray, bits: int) -> dict[str, Any]:
 
 
 def dequantize(message: dict[str, Any]) -> np.ndarray:
+    """Float32 values from :func:`quantize`'s message (flat)."""
     codes = _unpack_codes(np.asarray(message["codes"]), int(message["bits"]), int(message["count"]))
     return (float(message["lo"]) + codes * float(message["scale"])).astype(np.float32)
 

@@ -122,9 +122,11 @@ class EasterOptions:
 
 def drop_schedule(passives: tuple[str, ...], drop_prob: float, seed: int, epoch: int, batch: int,
                   max_drops: int) -> frozenset[str]:
-    """Simulated dropouts of one round: each passive party independently with ``drop_prob``,
-    capped at ``max_drops`` (the scheme's recovery limit). Every party computes the same set;
-    this is a simulation of failures, not a secret, so numpy's seeded generator is fine."""
+    """Simulated dropouts of one round, the same set at every party.
+
+    Each passive party drops independently with ``drop_prob``, capped at ``max_drops`` (the
+    scheme's recovery limit). This simulates failures, not a secret: numpy's seeded generator.
+    """
     if drop_prob <= 0 or max_drops <= 0:
         return frozenset()
     rng = np.random.default_rng([seed, 0xD209, epoch, batch])

@@ -163,7 +163,7 @@ class AggregationScheme(ABC):
         """How many passive parties may drop in one round with the sum still recoverable."""
         return 0
 
-    def validate(self, n_passives: int) -> None:
+    def validate(self, n_passives: int) -> None:  # noqa: B027 - optional hook, no-op by default
         """Raise ConfigError if the scheme cannot run with ``n_passives`` passive parties."""
 
 
@@ -179,6 +179,7 @@ def register_aggregation(cls: type[AggregationScheme]) -> type[AggregationScheme
 
 
 def aggregation_names() -> list[str]:
+    """Registered scheme names, sorted."""
     return sorted(_SCHEMES)
 
 
