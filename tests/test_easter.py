@@ -333,3 +333,12 @@ def test_easter_embed_grad_all_sums_every_loss_gradient_securely():
     assert report.extra["secagg_stats"]["rounds"] >= 2 * EPOCHS * (n_batches - 1)
     with pytest.raises(ConfigError, match="embed_grad must be"):
         create_method("easter", TrainConfig(options={"embed_grad": "both"}))
+
+
+def test_easter_runs_with_the_papers_pairwise_blinding():
+    scenario = _scenario()
+    transport = RecordingTransport(list(scenario.tables))
+    result = _run_easter("pairwise", scenario, transport)
+    outcome = result.results[scenario.active]
+    assert outcome.extra["secagg"] == "pairwise" and outcome.extra["secagg_stats"]["rounds"] > 1
+    assert {e.tag for e in transport.envelopes} >= {"agg.pw.input", "easter.global", "easter.logits"}
