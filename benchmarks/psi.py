@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/psi.py --n 1000000 --no-openmined   # 1M x 1M, ours only
 
 Prints a table and writes JSON (``--out``) with n_per_party, seconds, openmined_seconds,
-speedup_vs_openmined, peak_rss_mb and the time split. Peak RSS is sampled (psutil, every 50 ms)
+speedup_vs_openmined, peak_rss_mb and the time split. Peak RSS is sampled (psutil, every 100 ms)
 over this process plus its worker processes, summed; our run happens before OpenMined's so the
 OpenMined run does not inflate our figure (its own peak is reported separately).
 """
@@ -32,7 +32,7 @@ import psi  # noqa: E402
 class PeakRSS:
     """Sample the summed RSS of this process and its children in a background thread."""
 
-    def __init__(self, interval: float = 0.05) -> None:
+    def __init__(self, interval: float = 0.1) -> None:
         self.interval = interval
         self.peak = 0
         self._stop = threading.Event()

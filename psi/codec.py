@@ -113,9 +113,7 @@ def encode(message: Message) -> bytes:
     for name, kind in schema:
         parts.extend(_encode_field(kind, name, message.fields[name]))
     payload_len = sum(len(p) for p in parts)
-    head = HEADER.pack(
-        MAGIC, VERSION, int(message.type), message.step, message.session_id, payload_len
-    )
+    head = HEADER.pack(MAGIC, VERSION, int(message.type), message.step, message.session_id, payload_len)
     return b"".join([head, *parts])
 
 
@@ -148,9 +146,7 @@ def _decode_field(reader: _Reader, kind: str, name: str) -> Any:
         if not 1 <= width <= MAX_POINT_WIDTH:
             raise MalformedMessageError(f"field {name!r} has invalid point width {width}")
         if count > (len(reader.view) - reader.offset) // width:
-            raise TruncatedMessageError(
-                f"message truncated in {name}: declares {count} points of {width} bytes"
-            )
+            raise TruncatedMessageError(f"message truncated in {name}: declares {count} points of {width} bytes")
         data = reader.take(count * width, name)
         return np.frombuffer(data, dtype=np.uint8).reshape(count, width)
     if kind == "index":
@@ -165,9 +161,7 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
     """Parse and fully validate one message (structure only; the state machine checks order)."""
     view = memoryview(data).cast("B")
     if len(view) < HEADER.size:
-        raise TruncatedMessageError(
-            f"message truncated: {len(view)} bytes, the header alone is {HEADER.size}"
-        )
+        raise TruncatedMessageError(f"message truncated: {len(view)} bytes, the header alone is {HEADER.size}")
     magic, version, mtype, step, session_id, payload_len = HEADER.unpack(view[: HEADER.size])
     if magic != MAGIC:
         raise MalformedMessageError(f"not a securevfl PSI message (magic {magic!r})")
@@ -179,8 +173,7 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
         raise MalformedMessageError(f"unknown message type {mtype}") from None
     if HEADER.size + payload_len > len(view):
         raise TruncatedMessageError(
-            f"message truncated: header declares {payload_len} payload bytes, "
-            f"{len(view) - HEADER.size} present"
+            f"message truncated: header declares {payload_len} payload bytes, {len(view) - HEADER.size} present"
         )
     if HEADER.size + payload_len < len(view):
         raise MalformedMessageError(
@@ -189,7 +182,5 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
     reader = _Reader(view, HEADER.size)
     fields = {name: _decode_field(reader, kind, name) for name, kind in SCHEMAS[message_type]}
     if reader.offset != len(view):
-        raise MalformedMessageError(
-            f"{message_type.name} payload has {len(view) - reader.offset} unparsed bytes"
-        )
+        raise MalformedMessageError(f"{message_type.name} payload has {len(view) - reader.offset} unparsed bytes")
     return Message(message_type, step, bytes(session_id), fields)

@@ -265,9 +265,7 @@ class CurveEngine:
         else:
             yield from pool.map(func, tasks)
 
-    def hash_and_blind(
-        self, items: Sequence[str], salt: bytes, key: BlindingKey
-    ) -> tuple[np.ndarray, CurveStats]:
+    def hash_and_blind(self, items: Sequence[str], salt: bytes, key: BlindingKey) -> tuple[np.ndarray, CurveStats]:
         """Return ``x([key] H(salt, item))`` for every item as an ``(n, 32)`` uint8 array."""
         n = len(items)
         prefix = hash_prefix(salt)
@@ -294,9 +292,7 @@ class CurveEngine:
         stats.wall = time.perf_counter() - t0
         return out, stats
 
-    def blind(
-        self, points: np.ndarray, key: BlindingKey, out_len: int = POINT_BYTES
-    ) -> tuple[np.ndarray, CurveStats]:
+    def blind(self, points: np.ndarray, key: BlindingKey, out_len: int = POINT_BYTES) -> tuple[np.ndarray, CurveStats]:
         """Validate received points and return ``x([key] P)`` truncated to ``out_len`` bytes.
 
         Raises :class:`InvalidPointError` (naming the index) for a point that is not canonical,

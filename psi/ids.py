@@ -36,9 +36,7 @@ def parse_normalize(spec: str | Iterable[str] | None) -> tuple[str, ...]:
     chosen = {n.strip().lower() for n in names if n and n.strip()}
     unknown = chosen - set(NORMALIZATIONS)
     if unknown:
-        raise ConfigError(
-            f"unknown normalisation {sorted(unknown)}; choose from {', '.join(NORMALIZATIONS)}"
-        )
+        raise ConfigError(f"unknown normalisation {sorted(unknown)}; choose from {', '.join(NORMALIZATIONS)}")
     return tuple(n for n in NORMALIZATIONS if n in chosen)
 
 
@@ -77,6 +75,13 @@ def id_to_str(value: object) -> str | None:
     raise TypeError(type(value).__name__)
 
 
+def _check_encodable(items: Sequence[str], source: str) -> None:
+    try:
+        "".join(items).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(f"{source}: an ID is not valid Unicode text ({exc.reason})") from None
+
+
 @dataclass(frozen=True)
 class PreparedIDs:
     """The strings a party hashes, and for each the row of the party's input it came from."""
@@ -96,6 +101,9 @@ def prepare_ids(
     if duplicates not in DUPLICATE_POLICIES:
         raise ConfigError(f"duplicates must be one of {DUPLICATE_POLICIES}, not {duplicates!r}")
     options = parse_normalize(normalize)
+    fast = _fast_path(ids, options, source)
+    if fast is not None:
+        return fast
     seen: dict[str, int] = {}
     items: list[str] = []
     rows: list[int] = []
@@ -114,15 +122,25 @@ def prepare_ids(
         if first != row:
             if duplicates == "error":
                 raise DataError(
-                    f"{source}: duplicate ID at rows {first} and {row} "
-                    "(use keep_first to keep the first occurrence)"
+                    f"{source}: duplicate ID at rows {first} and {row} (use keep_first to keep the first occurrence)"
                 )
             continue
         items.append(value)
         rows.append(row)
-    try:
-        for item in items:
-            item.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise DataError(f"{source}: ID is not valid Unicode text ({exc.reason})") from None
+    _check_encodable(items, source)
     return PreparedIDs(items, np.asarray(rows, dtype=np.int64), len(ids))
+
+
+def _fast_path(ids: Sequence[object], options: Sequence[str], source: str) -> PreparedIDs | None:
+    """Skip the per-item loop when all IDs are distinct non-empty str and none is normalised.
+
+    Returns ``None`` to take the checked path (which also names the offending rows).
+    """
+    if options or not all(type(v) is str for v in ids):
+        return None
+    distinct = set(ids)
+    if len(distinct) != len(ids) or "" in distinct:
+        return None  # the slow path reports the exact rows
+    items = list(ids)
+    _check_encodable(items, source)
+    return PreparedIDs(items, np.arange(len(items), dtype=np.int64), len(items))

@@ -53,9 +53,7 @@ def read_ids(path: str | os.PathLike, id_column: str) -> list[object]:
         except pd.errors.EmptyDataError:
             raise DataError(f"{_where(path, id_column)}: file is empty") from None
         if id_column not in header.columns:
-            raise DataError(
-                f"{path}: missing ID column {id_column!r} (columns: {list(header.columns)})"
-            )
+            raise DataError(f"{path}: missing ID column {id_column!r} (columns: {list(header.columns)})")
         frame = pd.read_csv(
             path,
             sep=sep,
@@ -67,9 +65,7 @@ def read_ids(path: str | os.PathLike, id_column: str) -> list[object]:
         col = frame[id_column]
         values = col.astype(object).where(col.notna(), None).tolist()
     else:
-        raise DataError(
-            f"{path}: unsupported file type {suffix!r} (use {CSV_SUFFIXES + PARQUET_SUFFIXES})"
-        )
+        raise DataError(f"{path}: unsupported file type {suffix!r} (use {CSV_SUFFIXES + PARQUET_SUFFIXES})")
     if not values:
         raise DataError(f"{_where(path, id_column)}: no rows")
     return values
@@ -100,9 +96,7 @@ def write_outputs(
         ids = np.asarray(raw_ids[party], dtype=object)
         for kind, positions in (("aligned", rows), ("unaligned", result.unaligned[party])):
             path = out / f"{party}_{kind}.csv"
-            pd.DataFrame({"position": positions, id_column: ids[positions]}).to_csv(
-                path, index=False
-            )
+            pd.DataFrame({"position": positions, id_column: ids[positions]}).to_csv(path, index=False)
             written[f"{party}_{kind}"] = path
     report = result.report()
     report.update(extra_report or {})
@@ -161,7 +155,5 @@ def run_files(
             "read_seconds": round(t_read, 6),
         },
     )
-    result.extra.update(
-        read_seconds=round(t_read, 6), write_seconds=round(time.perf_counter() - t1, 6)
-    )
+    result.extra.update(read_seconds=round(t_read, 6), write_seconds=round(time.perf_counter() - t1, 6))
     return result

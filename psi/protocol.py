@@ -79,9 +79,7 @@ class PSIConfig:
         try:
             object.__setattr__(self, "mode", Mode(self.mode))
         except ValueError:
-            raise ConfigError(
-                f"mode must be one of {[m.value for m in Mode]}, not {self.mode!r}"
-            ) from None
+            raise ConfigError(f"mode must be one of {[m.value for m in Mode]}, not {self.mode!r}") from None
         if not MIN_DIGEST_LEN <= int(self.digest_len) <= POINT_BYTES:
             raise ConfigError(f"digest_len must be in [{MIN_DIGEST_LEN}, {POINT_BYTES}]")
         object.__setattr__(self, "normalize", parse_normalize(self.normalize))
@@ -185,9 +183,7 @@ def global_alignment(
 class _Side:
     """Shared plumbing: codec timing, session/step checks, abort on error."""
 
-    def __init__(
-        self, items: Sequence[str], config: PSIConfig, engine: CurveEngine, urandom: Urandom
-    ) -> None:
+    def __init__(self, items: Sequence[str], config: PSIConfig, engine: CurveEngine, urandom: Urandom) -> None:
         self._items = items
         self.config = config
         self._engine = engine
@@ -229,13 +225,10 @@ class _Side:
         want_step = STEP_OF[self._expect]
         if message.step != want_step:
             raise OutOfOrderError(
-                f"expected step {want_step} ({self._expect.name}), got step {message.step} "
-                f"({message.type.name})"
+                f"expected step {want_step} ({self._expect.name}), got step {message.step} ({message.type.name})"
             )
         if message.type != self._expect:
-            raise OutOfOrderError(
-                f"expected {self._expect.name} at step {want_step}, got {message.type.name}"
-            )
+            raise OutOfOrderError(f"expected {self._expect.name} at step {want_step}, got {message.type.name}")
         return message
 
     def handle(self, data: bytes) -> bytes | None:
@@ -359,13 +352,9 @@ class PSIInitiator(_Side):
             raise OutOfOrderError("align() is only valid after the pair finished with ALIGN on")
         assert self.outcome is not None and self.outcome.positions is not None
         order = np.asarray(order, dtype=np.int64)
-        self.outcome = PairOutcome(
-            self.outcome.size, self.outcome.positions, self.outcome.positions[order]
-        )
+        self.outcome = PairOutcome(self.outcome.size, self.outcome.positions, self.outcome.positions[order])
         self._state = "done"
-        msg = Message(
-            MessageType.ALIGN, STEP_OF[MessageType.ALIGN], self.session_id, {"order": order}
-        )
+        msg = Message(MessageType.ALIGN, STEP_OF[MessageType.ALIGN], self.session_id, {"order": order})
         return self._encode(msg)
 
 
@@ -402,9 +391,7 @@ class PSIResponder(_Side):
                 f"peer runs mode {modes.get(f['mode'], f['mode'])!r}, this party {cfg.mode.value!r}"
             )
         if f["digest_len"] != cfg.digest_len:
-            raise ParameterMismatchError(
-                f"peer uses digest_len {f['digest_len']}, this party {cfg.digest_len}"
-            )
+            raise ParameterMismatchError(f"peer uses digest_len {f['digest_len']}, this party {cfg.digest_len}")
         if f["normalize"] != normalize_bits(cfg.normalize):
             raise ParameterMismatchError(
                 "the parties normalise IDs differently (both must use the same options; this "
@@ -449,9 +436,7 @@ class PSIResponder(_Side):
             if cfg.mode is Mode.CARDINALITY:
                 xab = xab[secret_permutation(len(xab), self._urandom)]
         self.timers.match += time.perf_counter() - t0
-        out = Message(
-            MessageType.DOUBLE, STEP_OF[MessageType.DOUBLE], self.session_id, {"double": xab}
-        )
+        out = Message(MessageType.DOUBLE, STEP_OF[MessageType.DOUBLE], self.session_id, {"double": xab})
         if self.align_follows:
             self._state, self._expect = "await_align", MessageType.ALIGN
         else:
@@ -466,8 +451,6 @@ class PSIResponder(_Side):
             raise MalformedMessageError(f"ALIGN: index out of range for a {size}-row intersection")
         if len(np.unique(order)) != len(order):
             raise MalformedMessageError("ALIGN: repeated index")
-        self.outcome = PairOutcome(
-            self.outcome.size, self.outcome.positions, self.outcome.positions[order]
-        )
+        self.outcome = PairOutcome(self.outcome.size, self.outcome.positions, self.outcome.positions[order])
         self._state, self._expect = "done", None
         return None

@@ -91,9 +91,7 @@ class PSIResult:
 class _Ledger:
     """Counts bytes and messages per directed link and accumulates party wall time."""
 
-    def __init__(
-        self, parties: Sequence[str], tap: Callable[[str, str, bytes], None] | None = None
-    ) -> None:
+    def __init__(self, parties: Sequence[str], tap: Callable[[str, str, bytes], None] | None = None) -> None:
         self.tap = tap
         self.bytes: dict[str, int] = {}
         self.messages: dict[str, int] = {}
@@ -116,9 +114,7 @@ class _Ledger:
             self.wall[party] += time.perf_counter() - t0
 
 
-def _run_pair(
-    ledger: _Ledger, a_name: str, init: PSIInitiator, b_name: str, resp: PSIResponder
-) -> int:
+def _run_pair(ledger: _Ledger, a_name: str, init: PSIInitiator, b_name: str, resp: PSIResponder) -> int:
     """Drive one pairwise session to the end; return the number of messages sent."""
     msg = ledger.send(a_name, b_name, ledger.timed(a_name, init.start))
     count = 1
@@ -212,9 +208,7 @@ def run_prepared(
         resps: dict[str, PSIResponder] = {}
         flights = 0
         for p in passives:
-            init = PSIInitiator(
-                prepared[active].items, config, engine, urandom=urandom, align_follows=align
-            )
+            init = PSIInitiator(prepared[active].items, config, engine, urandom=urandom, align_follows=align)
             resp = PSIResponder(prepared[p].items, config, engine, urandom=urandom)
             flights = max(flights, _run_pair(ledger, active, init, p, resp))
             inits[p], resps[p] = init, resp
@@ -229,9 +223,7 @@ def run_prepared(
             size = len(global_active)
             if align:
                 for p, order in zip(passives, orders, strict=True):
-                    data = ledger.send(
-                        active, p, ledger.timed(active, lambda o=order, p=p: inits[p].align(o))
-                    )
+                    data = ledger.send(active, p, ledger.timed(active, lambda o=order, p=p: inits[p].align(o)))
                     ledger.timed(p, lambda d=data, p=p: resps[p].handle(d))
                 flights += 1
         if engine.on_progress is not None and bar is not None:

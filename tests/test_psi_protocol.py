@@ -65,9 +65,7 @@ def check_result(result, party_ids, normalize=()):
         assert s == seqs[0], "rows must be in one agreed order"
     active = result.active
     for p, pr in result.pairwise.items():
-        want = {norm(x, normalize) for x in party_ids[active]} & {
-            norm(x, normalize) for x in party_ids[p]
-        }
+        want = {norm(x, normalize) for x in party_ids[active]} & {norm(x, normalize) for x in party_ids[p]}
         assert pr.size == len(want)
         if pr.active_rows is not None and pr.passive_rows is not None:
             a = [norm(party_ids[active][i], normalize) for i in pr.active_rows]
@@ -135,10 +133,7 @@ def test_one_vs_100k():
 def test_n_parties_global_and_pairwise(n_parties):
     universe = [f"id-{i}" for i in range(200)]
     gen = np.random.default_rng(n_parties)  # test data only
-    ids = {
-        f"p{k}": [universe[i] for i in gen.permutation(200)[: 80 + 20 * k]]
-        for k in range(n_parties)
-    }
+    ids = {f"p{k}": [universe[i] for i in gen.permutation(200)[: 80 + 20 * k]] for k in range(n_parties)}
     r = psi.run_local(ids, workers=1)
     check_result(r, ids)
     assert set(r.pairwise) == {f"p{k}" for k in range(1, n_parties)}
@@ -248,9 +243,7 @@ def test_injected_randomness_makes_runs_reproducible():
     wires = []
     for seed in ("s1", "s1", "s2"):
         w: list[bytes] = []
-        psi.run_local(
-            ids, workers=1, urandom=CounterRandom(seed), tap=lambda s, d, m, w=w: w.append(m)
-        )
+        psi.run_local(ids, workers=1, urandom=CounterRandom(seed), tap=lambda s, d, m, w=w: w.append(m))
         wires.append(w)
     assert wires[0] == wires[1] and wires[0] != wires[2]
 
@@ -319,11 +312,7 @@ def test_out_of_order_messages():
 def test_wrong_type_at_right_step():
     init, resp = pair()
     hello = decode(init.start())
-    bad = encode(
-        psi.codec.Message(
-            MessageType.DOUBLE, 1, hello.session_id, {"double": np.zeros((0, 16), np.uint8)}
-        )
-    )
+    bad = encode(psi.codec.Message(MessageType.DOUBLE, 1, hello.session_id, {"double": np.zeros((0, 16), np.uint8)}))
     with pytest.raises(OutOfOrderError, match="expected REPLY"):
         init.handle(bad)
 
@@ -343,9 +332,7 @@ def test_wrong_counts_are_rejected():
     init, resp = pair()
     blinded = init.handle(resp.handle(init.start()))
     double = decode(resp.handle(blinded))
-    short = psi.codec.Message(
-        MessageType.DOUBLE, 3, double.session_id, {"double": double.fields["double"][:-1]}
-    )
+    short = psi.codec.Message(MessageType.DOUBLE, 3, double.session_id, {"double": double.fields["double"][:-1]})
     with pytest.raises(MalformedMessageError, match="expected 10 values"):
         init.handle(encode(short))
 
@@ -393,9 +380,7 @@ def test_align_message_checks():
     init, resp = pair(align=True)
     init.handle(resp.handle(init.handle(resp.handle(init.start()))))
     assert not resp.done
-    bad = encode(
-        psi.codec.Message(MessageType.ALIGN, 4, init.session_id, {"order": np.array([0, 99])})
-    )
+    bad = encode(psi.codec.Message(MessageType.ALIGN, 4, init.session_id, {"order": np.array([0, 99])}))
     with pytest.raises(MalformedMessageError, match="out of range"):
         resp.handle(bad)
     init, resp = pair(align=True)
@@ -417,3 +402,13 @@ def test_match_sorted_and_global_alignment():
     glob, orders = global_alignment([np.array([5, 1, 7, 3]), np.array([7, 5, 8])])
     assert glob.tolist() == [5, 7]
     assert orders[0].tolist() == [0, 2] and orders[1].tolist() == [1, 0]
+
+
+@pytest.mark.slow
+def test_100k_by_100k_matches_sets():
+    x = [f"user-{i:08d}" for i in range(100_000)]
+    y = [f"user-{i:08d}" for i in range(50_000, 150_000)]
+    ids = {"a": x, "b": y}
+    r = psi.run_local(ids, workers=2)
+    assert r.intersection_size == 50_000
+    assert [x[i] for i in r.aligned["a"]] == [y[i] for i in r.aligned["b"]]
