@@ -36,7 +36,8 @@ def parse_widths(text: str, what: str) -> tuple[int, ...]:
 
 class SymmetricAutoencoder(nn.Module):
     """Encoder ``in -> widths[0] -> ... -> widths[-1]`` (SELU after every layer, latent included)
-    and the mirrored decoder back to ``in`` (linear output, since inputs are standardised)."""
+    and the mirrored decoder back to ``in`` (linear output, since inputs are standardised).
+    """
 
     def __init__(self, in_dim: int, widths: tuple[int, ...]) -> None:
         super().__init__()
@@ -87,7 +88,8 @@ def apc_loss(x: torch.Tensor, x_hat: torch.Tensor, z: torch.Tensor, z_teacher: t
              aligned: torch.Tensor | None, lam: float, kind: str = "mse") -> torch.Tensor:
     """Eq. 5 averaged over the batch: reconstruction for every row, plus ``lam`` times the
     distillation term for aligned rows only (``aligned`` is a boolean mask; unaligned rows' teacher
-    entries are never read, so they may hold anything)."""
+    entries are never read, so they may hold anything).
+    """
     per_row = (x - x_hat).pow(2).sum(dim=1)
     if z_teacher is not None and aligned is not None and lam > 0 and bool(aligned.any()):
         distill = torch.zeros_like(per_row)

@@ -259,7 +259,7 @@ def active_role(data: PartyData, options: APCOptions, config: TrainConfig, passi
         ctx.progress(epoch=3, epochs=4, loss=stages["g3_student"]["best_loss"])
         ctx.stage = "step 4: classifier on g3 latents"
         with ctx.meter.compute():
-            outcome = _student_probe(data, g3, options, config, device)
+            outcome = probe_on_student(data, g3, options, config, device)
         ctx.progress(epoch=4, epochs=4, loss=stages["g3_student"]["best_loss"])
         outcome.extra.update(extra)
         outcome.extra["stages"] = stages
@@ -269,9 +269,11 @@ def active_role(data: PartyData, options: APCOptions, config: TrainConfig, passi
     return role
 
 
-def _student_probe(data: PartyData, g3: torch.nn.Module, options: APCOptions, config: TrainConfig,
-                   device: Any) -> ActiveOutcome:
-    """Step 4: the probe on ``g3`` latents uses the active party's rows only (no passive present)."""
+def probe_on_student(data: PartyData, g3: torch.nn.Module, options: APCOptions, config: TrainConfig,
+                     device: Any) -> ActiveOutcome:
+    """Step 4: fit the probe on ``g3`` latents of the active party's labelled rows (aligned and
+    unaligned) and score its test rows — from the active party's own data and model only.
+    """
     X_fit, y_fit = labelled_rows(data)
     encode = lambda X: g3.encode(as_tensor(X, device)).cpu().numpy()  # noqa: E731
     Z_fit, Z_test = encode(X_fit), encode(data.X_test)
@@ -448,7 +450,8 @@ def paper_active_features(dataset: Dataset, a: int) -> tuple[str, list[str]]:
 
 def paper_layout(kind: str, n_rows: int) -> PaperLayout:
     """Appendix A: Breast Cancer — 500 rows at the active party, 50 aligned test rows, 250 aligned;
-    Credit Card — 20,000 rows, 500 test rows, 10,000 aligned (scaled down for smaller files)."""
+    Credit Card — 20,000 rows, 500 test rows, 10,000 aligned (scaled down for smaller files).
+    """
     if kind == "breast-cancer":
         return PaperLayout(active_rows=min(500, n_rows - 1), test_rows=50, aligned=250)
     active = min(20_000, (2 * n_rows) // 3)
@@ -457,7 +460,8 @@ def paper_layout(kind: str, n_rows: int) -> PaperLayout:
 
 def apcvfl_paper_spec(dataset: Dataset, spec: PartitionSpec, a: int) -> PartitionSpec:
     """The paper's two-party layout: ``spec.aligned`` counts ALL aligned rows (test rows included);
-    the active party holds ``active_rows`` rows, the passive party the aligned rows plus the rest."""
+    the active party holds ``active_rows`` rows, the passive party the aligned rows plus the rest.
+    """
     kind, active_features = paper_active_features(dataset, a)
     if spec.aligned_ratio is not None:
         raise ConfigError("the apcvfl-paper presets take --aligned (a row count), not --aligned-ratio")
@@ -489,4 +493,5 @@ def _register_paper_presets() -> None:
 _register_paper_presets()
 
 __all__ = ["APCOptions", "APCVFL", "APCVFLAblation", "APCVFLJoint", "BREAST_CANCER_ACTIVE", "CREDIT_ACTIVE",
-           "LocalLogReg", "LocalProbeOptions", "apc_footprint_bytes", "apcvfl_paper_spec", "paper_active_features"]
+           "LocalLogReg", "LocalProbeOptions", "apc_footprint_bytes", "apcvfl_paper_spec", "paper_active_features",
+           "probe_on_student"]
