@@ -71,10 +71,7 @@ def psi_command(
         f"{result.rounds} rounds)"
     )
     if len(result.parties) > 2:
-        console.print(
-            "pairwise: "
-            + ", ".join(f"{result.active}∩{p}={n}" for p, n in result.pairwise_sizes.items())
-        )
+        console.print("pairwise: " + ", ".join(f"{result.active}∩{p}={n}" for p, n in result.pairwise_sizes.items()))
     times = Table(title="Time per party (s)")
     for col in ("party", "hash (cpu)", "blind (cpu)", "curve wall", "codec", "match", "total"):
         times.add_column(col, justify="right" if col != "party" else "left")
@@ -91,6 +88,4 @@ def psi_command(
     for link, n in result.bytes_per_link.items():
         links.add_row(link, _fmt_bytes(n), str(result.messages_per_link[link]))
     console.print(links)
-    console.print(
-        f"outputs in {out}/ (psi_report.json, <party>_aligned.csv, <party>_unaligned.csv)"
-    )
+    console.print(f"outputs in {out}/ (psi_report.json, <party>_aligned.csv, <party>_unaligned.csv)")

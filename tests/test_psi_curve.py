@@ -97,9 +97,7 @@ def test_blind_rejects_small_order_and_non_canonical(u):
 def test_blind_rejects_twist_point():
     u = next(u for u in range(2, 100) if not _is_nonzero_square(_curve_rhs(u)))
     with pytest.raises(InvalidPointError):
-        CurveEngine(1).blind(
-            np.frombuffer(u_bytes(u), np.uint8).reshape(1, 32), BlindingKey(os.urandom(32))
-        )
+        CurveEngine(1).blind(np.frombuffer(u_bytes(u), np.uint8).reshape(1, 32), BlindingKey(os.urandom(32)))
 
 
 def test_parallel_engine_matches_inline():

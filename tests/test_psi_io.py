@@ -60,9 +60,7 @@ def test_normalisation_from_files(tmp_path):
     a = write_csv(tmp_path / "a.csv", ["  Alice ", "BOB", "carol"])
     b = write_csv(tmp_path / "b.csv", ["alice", "bob", "dave"])
     assert psi.run_files({"a": a, "b": b}, "id", tmp_path / "o1", workers=1).intersection_size == 0
-    r = psi.run_files(
-        {"a": a, "b": b}, "id", tmp_path / "o2", normalize="strip,casefold", workers=1
-    )
+    r = psi.run_files({"a": a, "b": b}, "id", tmp_path / "o2", normalize="strip,casefold", workers=1)
     assert r.intersection_size == 2
     out = pd.read_csv(tmp_path / "o2" / "a_aligned.csv")
     assert set(out["id"]) == {"  Alice ", "BOB"}  # written as they appear in the party's file
