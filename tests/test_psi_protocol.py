@@ -412,3 +412,25 @@ def test_100k_by_100k_matches_sets():
     r = psi.run_local(ids, workers=2)
     assert r.intersection_size == 50_000
     assert [x[i] for i in r.aligned["a"]] == [y[i] for i in r.aligned["b"]]
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.lists(st.sets(st.integers(0, 30), max_size=20), min_size=3, max_size=4))
+def test_random_n_party_sets(sets):
+    ids = {f"p{k}": [f"id{v}" for v in s] for k, s in enumerate(sets)}
+    check_result(psi.run_local(ids, workers=1), ids)
+
+
+def test_psi_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, psi, psi.io, psi.runner, securevfl.cli_psi; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_progress_bar_runs():
+    ids = {"a": [f"u{i}" for i in range(50)], "b": [f"u{i}" for i in range(25, 75)]}
+    r = psi.run_local(ids, workers=1, progress=True)
+    assert r.intersection_size == 25
