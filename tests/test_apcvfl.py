@@ -242,7 +242,8 @@ def test_apcvfl_splitnn_uses_one_message_for_train_and_test_latents():
 
 def test_fedsvd_is_lossless_under_the_masks():
     rng = np.random.default_rng(1)
-    blocks = {"active": rng.normal(size=(30, 3)), "passive1": rng.normal(size=(30, 5)), "passive2": rng.normal(size=(30, 2))}
+    blocks = {"active": rng.normal(size=(30, 3)), "passive1": rng.normal(size=(30, 5)),
+              "passive2": rng.normal(size=(30, 2))}
     masks = generate_masks(30, {k: v.shape[1] for k, v in blocks.items()}, urandom=lambda n: b"\x07" * n)
     assert "P=" not in repr(masks) and np.allclose(masks.P @ masks.P.T, np.eye(30))
     masked = [mask_block(masks.P, X, masks.Q[k]) for k, X in blocks.items()]

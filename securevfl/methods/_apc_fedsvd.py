@@ -1,5 +1,6 @@
-"""FedSVD (Chai et al., KDD 2022) in numpy: lossless SVD of vertically split data under random
-orthogonal masks — the representation learner VFedTrans uses (APC-VFL paper, Appendix E).
+"""FedSVD (Chai et al., KDD 2022) in numpy: lossless SVD of vertically split, masked data.
+
+The representation learner VFedTrans uses (APC-VFL paper, Appendix E).
 
 A trusted key generator draws a random orthogonal ``P`` (m x m, shared by all parties, m = the
 aligned rows) and, per party, a random orthogonal ``Q_i`` (n_i x n_i). Party i sends
@@ -94,7 +95,8 @@ def unmask_left(P: np.ndarray, masked_us: np.ndarray) -> np.ndarray:
 
 
 def fedsvd_footprint_bytes(n_rows: int, active_width: int, passive_widths: Sequence[int]) -> int:
-    """Appendix E, Eq. 10 (two parties; generalised by summing over passive parties):
+    """Appendix E, Eq. 10 (two parties; generalised by summing over passive parties).
+
     ``(2|D_A|^2 + x_t x_total + sum x_d x_total + |D_A| x_t + sum |D_A| x_d + |D_A| x_total) * 4``.
     """
     total = active_width + sum(passive_widths)

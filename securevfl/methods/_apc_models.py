@@ -35,7 +35,9 @@ def parse_widths(text: str, what: str) -> tuple[int, ...]:
 
 
 class SymmetricAutoencoder(nn.Module):
-    """Encoder ``in -> widths[0] -> ... -> widths[-1]`` (SELU after every layer, latent included)
+    """A symmetric autoencoder with SELU activations (Table 3 of the paper).
+
+    Encoder ``in -> widths[0] -> ... -> widths[-1]`` (SELU after every layer, latent included)
     and the mirrored decoder back to ``in`` (linear output, since inputs are standardised).
     """
 
@@ -86,9 +88,11 @@ def distillation_term(z: torch.Tensor, z_teacher: torch.Tensor, kind: str) -> to
 
 def apc_loss(x: torch.Tensor, x_hat: torch.Tensor, z: torch.Tensor, z_teacher: torch.Tensor | None,
              aligned: torch.Tensor | None, lam: float, kind: str = "mse") -> torch.Tensor:
-    """Eq. 5 averaged over the batch: reconstruction for every row, plus ``lam`` times the
-    distillation term for aligned rows only (``aligned`` is a boolean mask; unaligned rows' teacher
-    entries are never read, so they may hold anything).
+    """Eq. 5 averaged over the batch.
+
+    Reconstruction for every row, plus ``lam`` times the distillation term for aligned rows only
+    (``aligned`` is a boolean mask; unaligned rows' teacher entries are never read, so they may
+    hold anything).
     """
     per_row = (x - x_hat).pow(2).sum(dim=1)
     if z_teacher is not None and aligned is not None and lam > 0 and bool(aligned.any()):

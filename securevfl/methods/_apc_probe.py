@@ -24,8 +24,9 @@ def make_probe(c: float = 1.0) -> Pipeline:
 
 def probe_scores(Z_train: np.ndarray, y_train: np.ndarray, Z_test: np.ndarray, n_classes: int,
                  c: float = 1.0) -> np.ndarray:
-    """Fit the probe and return ``(n_test, n_classes)`` probabilities (classes absent from training
-    get probability 0).
+    """Fit the probe and return ``(n_test, n_classes)`` probabilities.
+
+    Classes absent from training get probability 0.
     """
     probe = make_probe(c).fit(Z_train, y_train)
     proba = probe.predict_proba(Z_test)

@@ -271,8 +271,10 @@ def active_role(data: PartyData, options: APCOptions, config: TrainConfig, passi
 
 def probe_on_student(data: PartyData, g3: torch.nn.Module, options: APCOptions, config: TrainConfig,
                      device: Any) -> ActiveOutcome:
-    """Step 4: fit the probe on ``g3`` latents of the active party's labelled rows (aligned and
-    unaligned) and score its test rows — from the active party's own data and model only.
+    """Step 4 at the active party alone: the probe on its student's latents.
+
+    Fits on ``g3`` latents of the active party's labelled rows (aligned and unaligned) and
+    scores its test rows — from the active party's own data and model only.
     """
     X_fit, y_fit = labelled_rows(data)
     encode = lambda X: g3.encode(as_tensor(X, device)).cpu().numpy()  # noqa: E731
@@ -449,7 +451,9 @@ def paper_active_features(dataset: Dataset, a: int) -> tuple[str, list[str]]:
 
 
 def paper_layout(kind: str, n_rows: int) -> PaperLayout:
-    """Appendix A: Breast Cancer — 500 rows at the active party, 50 aligned test rows, 250 aligned;
+    """Row counts of Appendix A.
+
+    Breast Cancer — 500 rows at the active party, 50 aligned test rows, 250 aligned;
     Credit Card — 20,000 rows, 500 test rows, 10,000 aligned (scaled down for smaller files).
     """
     if kind == "breast-cancer":
@@ -459,8 +463,10 @@ def paper_layout(kind: str, n_rows: int) -> PaperLayout:
 
 
 def apcvfl_paper_spec(dataset: Dataset, spec: PartitionSpec, a: int) -> PartitionSpec:
-    """The paper's two-party layout: ``spec.aligned`` counts ALL aligned rows (test rows included);
-    the active party holds ``active_rows`` rows, the passive party the aligned rows plus the rest.
+    """The paper's two-party layout for ``a`` active features.
+
+    ``spec.aligned`` counts ALL aligned rows (test rows included); the active party holds
+    ``active_rows`` rows, the passive party the aligned rows plus the rest.
     """
     kind, active_features = paper_active_features(dataset, a)
     if spec.aligned_ratio is not None:

@@ -1,5 +1,7 @@
-"""VFedTrans with FedSVD, the baseline of the APC-VFL paper (Huang et al., WWW 2023; Chai et al.,
-"Practical lossless federated singular vector decomposition", KDD 2022).
+"""VFedTrans with FedSVD, the baseline of the APC-VFL paper.
+
+Huang et al., WWW 2023; Chai et al., "Practical lossless federated singular vector
+decomposition", KDD 2022.
 
 Two extra roles run next to the data parties: a trusted ``keygen`` and a third-party ``server``.
 Five exchanges for two parties, exactly those of the APC-VFL paper's Appendix E:
@@ -53,8 +55,10 @@ MASKED_US = "fedsvd_masked_us"
 
 @dataclass(frozen=True)
 class VFedTransOptions:
-    """Student and probe settings as in APC-VFL; ``student_hidden`` are the student's hidden widths
-    (its latent width is fixed by FedSVD to the total feature count). ``max_aligned_rows`` guards
+    """Student and probe settings as in APC-VFL.
+
+    ``student_hidden`` are the student's hidden widths (its latent width is fixed by FedSVD to
+    the total feature count). ``max_aligned_rows`` guards
     the dense ``m x m`` mask (m^2 floats per party).
     """
 
