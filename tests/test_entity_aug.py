@@ -207,3 +207,54 @@ def test_entity_aug_from_cli(tmp_path):
     assert report["method"] == "entity-aug" and report["config"]["train"]["options"]["drop_prob"] == 0.2
     assert sum(report["extra"]["entity_aug"]["reused_activations"].values()) > 0
     assert report["parties"]["active"]["features"] == 0  # the preset made a label-only host
+
+
+@settings(max_examples=60, deadline=None)
+@given(n_aligned=st.integers(0, 40), extra_a=st.integers(0, 60), extra_b=st.integers(0, 60),
+       slack=st.integers(0, 50), epoch=st.integers(0, 5))
+def test_schedule_laws(n_aligned, extra_a, extra_b, slack, epoch):
+    length = max(1, n_aligned + slack)
+    if n_aligned + extra_a == 0 or n_aligned + extra_b == 0:
+        return
+    a = entity_schedule(n_aligned, extra_a, length, seed=7, epoch=epoch, party="g1")
+    b = entity_schedule(n_aligned, extra_b, length, seed=7, epoch=epoch, party="g2")
+    assert len(a) == length and a.min() >= 0 and a.max() < n_aligned + extra_a
+    if extra_a and extra_b:  # aligned rows: once each, in the same slots with the same entity
+        assert np.array_equal(np.flatnonzero(a < n_aligned), np.flatnonzero(b < n_aligned))
+        assert np.array_equal(a[a < n_aligned], b[b < n_aligned])
+        assert sorted(a[a < n_aligned]) == list(range(n_aligned))
+    if extra_a >= length - n_aligned:  # enough own rows: none repeated within the epoch
+        assert len(set(a)) == length
+
+
+def test_only_aligned_rows_and_min_epoch_size():
+    spec = PartitionSpec(parties=3, active_features=0, aligned_ratio=0.3, unaligned="spread", seed=0)
+    _, result = _run("breast-cancer", spec, TrainConfig(epochs=1, options={"use_unaligned": False}))
+    extra = result.results["active"].extra["entity_aug"]
+    assert extra["epoch_length"] == extra["aligned_rows"] == result.results["passive1"]["entities"]
+    _, result = _run("breast-cancer", spec, TrainConfig(epochs=1, options={"epoch_size": "min"}))
+    extra = result.results["active"].extra["entity_aug"]
+    assert extra["epoch_length"] == min(extra["labelled_entities"].values())
+
+
+def test_host_rejects_keys_outside_its_labelled_entities():
+    from securevfl.errors import PartyFailure
+    from securevfl.methods.entity_aug import ACTIVATION, ID_LIST, LABELLED, PLAN, host_role
+
+    spec = PartitionSpec(parties=2, active_features=0, seed=0)
+    scenario = scenario_from_partition(partition(load_dataset("breast-cancer"), spec))
+    config = TrainConfig(epochs=1)
+    options = EntityAugOptions(resolution="ids")
+    data = scenario.party_data("passive1")
+
+    def rogue_guest(ctx):
+        ctx.send(ctx.active, ID_LIST, [str(v) for v in data.ids_train])
+        labelled = ctx.recv(ctx.active, LABELLED)
+        ctx.recv(ctx.active, PLAN)
+        ctx.send(ctx.active, ACTIVATION, (torch.zeros(2, 16), np.array([0, len(labelled) + 5])))
+
+    roles = {"active": host_role(scenario.party_data("active"), config, options, ("passive1",)),
+             "passive1": rogue_guest}
+    with pytest.raises(PartyFailure) as info:
+        run_parties(roles, active="active", seed=0)
+    assert isinstance(info.value.__cause__, ProtocolError) or "entity key" in str(info.value)

@@ -314,6 +314,21 @@ def _ids_host(ctx: PartyContext, guest: str, label_of: dict[str, int]) -> np.nda
     return np.asarray([label_of[str(ids[i])] for i in positions], dtype=np.int64)
 
 
+def checked_activation(message: Any, guest: str, n_keys: int) -> tuple[torch.Tensor, np.ndarray]:
+    """Validate a guest's ``(activation, keys)`` message; a malformed one raises ProtocolError."""
+    if not (isinstance(message, tuple | list) and len(message) == 2):
+        raise ProtocolError(f"{guest} sent a malformed activation message")
+    activation, keys = message
+    if not isinstance(activation, torch.Tensor) or activation.ndim != 2:
+        raise ProtocolError(f"{guest} sent an activation that is not a 2-D tensor")
+    keys = np.asarray(keys)
+    if keys.ndim != 1 or keys.dtype.kind not in "iu" or len(keys) != len(activation):
+        raise ProtocolError(f"{guest} sent {len(activation)} activation rows with malformed entity keys")
+    if len(keys) and (keys.min() < 0 or keys.max() >= n_keys):
+        raise ProtocolError(f"{guest} sent an entity key outside the {n_keys} entities the host labels")
+    return activation, keys.astype(np.int64)
+
+
 def _id_strings(ids: np.ndarray) -> list[str]:
     return [str(v) for v in ids]
 
@@ -429,11 +444,13 @@ def host_role(data: PartyData, config: TrainConfig, options: EntityAugOptions,
                 for g in guests:
                     message = ctx.recv(g, ACTIVATION)
                     if message is not None:
-                        activation, keys = message
+                        activation, keys = checked_activation(message, g, len(label_by_key[g]))
+                        if widths[g] and activation.shape[1] != widths[g]:
+                            raise ProtocolError(f"{g} changed its activation width")
                         queues[g].put(activation, keys)
                         widths[g] = int(activation.shape[1])
                     activation, keys, fresh[g] = queues[g].read()
-                    parts.append((activation, label_by_key[g][np.asarray(keys, dtype=np.int64)]))
+                    parts.append((activation, label_by_key[g][keys]))
                 if top is None:  # built once the guests' activation widths are known
                     width = sum(widths.values())
                     top = build_host_model(width, data.n_classes, config, options).to(device)
