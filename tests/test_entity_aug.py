@@ -257,4 +257,5 @@ def test_host_rejects_keys_outside_its_labelled_entities():
              "passive1": rogue_guest}
     with pytest.raises(PartyFailure) as info:
         run_parties(roles, active="active", seed=0)
-    assert isinstance(info.value.__cause__, ProtocolError) or "entity key" in str(info.value)
+    assert info.value.party == "active" and isinstance(info.value.cause, ProtocolError)
+    assert "entity key outside" in str(info.value.cause)
