@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from pytorch_tabnet.metrics import UnsupervisedLoss
 from pytorch_tabnet.tab_network import GLU_Layer, TabNetDecoder, TabNetEncoder
 from torch import nn
 
@@ -154,9 +153,21 @@ def obfuscate(x: torch.Tensor, ratio: float, generator: torch.Generator) -> tupl
     return (1 - obf) * x, obf
 
 
-def reconstruction_loss(recon: torch.Tensor, target: torch.Tensor, obf: torch.Tensor) -> torch.Tensor:
-    """TabNet's normalised masked-reconstruction loss (``pytorch_tabnet.metrics.UnsupervisedLoss``)."""
-    return UnsupervisedLoss(recon, target, obf)
+def reconstruction_loss(recon: torch.Tensor, target: torch.Tensor, obf: torch.Tensor,
+                        eps: float = 1e-9) -> torch.Tensor:
+    """TabNet's normalised masked-reconstruction loss, with a safe variance for constant columns.
+
+    Same as ``pytorch_tabnet.metrics.UnsupervisedLoss`` (squared error on obfuscated entries,
+    divided by each column's batch variance, averaged over the obfuscated entries of a row, then
+    over rows), except that a column constant within the batch is divided by 1. pytorch-tabnet
+    divides it by the column's batch mean instead, which is negative for a standardised column and
+    lets the loss run to minus infinity (seen on ``digits``, whose border pixels are near constant).
+    """
+    errors = (recon - target) * obf
+    variances = torch.var(target, dim=0)
+    variances = torch.where(variances > 0, variances, torch.ones_like(variances))
+    per_row = (errors**2) @ (1 / variances)
+    return torch.mean(per_row / (obf.sum(dim=1) + eps))
 
 
 def decoder_slices(n_d: int, guests: int, mode: str) -> list[slice]:

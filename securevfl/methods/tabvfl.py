@@ -1,7 +1,7 @@
 """TabVFL: one joint latent representation from a TabNet split between guests and a host.
 
-Paper: Rieger, Chen, Bimpas, Krishna (?), "TabVFL: Improving Latent Representation in Vertical
-Federated Learning", IEEE SRDS 2024. The active party is the host (labels, most of the network);
+Paper: "TabVFL: Improving Latent Representation in Vertical Federated Learning", IEEE SRDS 2024
+(preprint). The active party is the host (labels, most of the network);
 passive parties are guests. Four designs share one protocol loop:
 
 ``tabvfl``     guests: first BN + FC (+ RandomObfuscator masks when pretraining) and their slice of
