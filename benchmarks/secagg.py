@@ -215,8 +215,7 @@ def bench_easter_overhead(quick: bool, figures: dict) -> None:
     spec = importlib.util.spec_from_file_location("easter_bench", Path(__file__).with_name("easter.py"))
     easter_bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(easter_bench)
-    overhead = easter_bench.secagg_overhead("digits", epochs=3 if quick else 5, repeats=3 if quick else 5)
-    easter_bench.print_overhead(overhead)
+    overhead = easter_bench.overhead_figures(quick)
     figures["easter_overhead"] = overhead
     figures["secagg_overhead_fraction"] = overhead["secagg_overhead_fraction"]
 
