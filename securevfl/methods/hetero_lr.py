@@ -1,0 +1,371 @@
+"""hetero-lr: vertical logistic regression with Paillier and an arbiter (Hardy et al. 2017, FATE).
+
+Roles: the active party ("guest": labels and features), passive parties ("hosts": features) and
+an extra ``arbiter`` role that generates the Paillier key pair and is the only one able to decrypt.
+Every party keeps its own weights θ_k; nobody sends features, labels or weights. Per batch (the
+agreed :func:`~securevfl.methods.base.batch_plan`):
+
+1. each party computes u_k = X_k θ_k;
+2. every host encrypts [[u_k]] under the arbiter's key and sends it to the active party;
+3. the active party forms the encrypted residual of the Taylor-approximated logistic loss,
+   [[e]] = Σ_k [[u_k]] + u_active − 2 y' = 4 [[d]] with d = ¼ θᵀx − ½ y' and y' ∈ {−1, +1}
+   (second-order expansion of log(1 + exp(−y' θᵀx)) at 0, Hardy et al. section 3.2), and sends
+   it (re-randomised) to every host;
+4. every party computes [[g_k]] = (X_kᵀ / 4B) [[e]] = X_kᵀ[[d]] / B, adds a fresh mask r_k drawn
+   uniformly from Z_n (perfect hiding, :mod:`._hetero_lr_masking`) and sends [[g_k + r_k]] to
+   the arbiter;
+5. the arbiter decrypts and returns g_k + r_k mod n; the party removes r_k and steps
+   θ_k ← θ_k − lr (g_k + l2 θ_k) (the intercept, at the active party, is not regularised).
+
+With exactly one host the active party also monitors the Taylor loss: the host sends [[u²]] next
+to [[u]], the active party accumulates [[Σ_i ℓ_i]] over the epoch and has the arbiter decrypt it
+once, masked the same way (the active party learns one number per epoch, the arbiter nothing).
+With two or more hosts the cross terms u_j u_k need another protocol; loss is not monitored.
+
+Prediction follows FATE: each host sends its plaintext partial scores X_k θ_k for the test rows to
+the active party, which adds them up and applies the sigmoid. See docs/hetero_lr.md for what each
+party learns and the collusion caveats.
+
+Papers: Hardy et al., "Private federated learning on vertically partitioned data via entity
+resolution and additively homomorphic encryption" (arXiv:1711.10677, 2017); FATE's
+HeteroLR (guest / host / arbiter), Liu et al., JMLR 22(226), 2021.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from securevfl.data.scenario import PartyData, Scenario
+from securevfl.errors import ConfigError, DataError
+from securevfl.federation.runtime import PartyContext
+from securevfl.methods._hetero_lr_masking import RandBelow, add_ring_masks, draw_ring_masks, remove_ring_masks
+from securevfl.methods.base import (
+    ActiveOutcome,
+    Method,
+    Role,
+    TrainConfig,
+    batch_plan,
+    n_batches,
+    register_method,
+)
+from securevfl.privacy.paillier import (
+    EncryptedTensor,
+    PaillierBackend,
+    PaillierPrivateKey,
+    PaillierPublicKey,
+    available_backends,
+    create_backend,
+    generate_keypair,
+)
+from securevfl.privacy.paillier.keys import MIN_TEST_KEY_BITS, SECURE_KEY_BITS
+
+ARBITER = "arbiter"
+
+PUBLIC_KEY = "public_key"
+ENC_SCORE = "enc_score"
+RESIDUAL = "enc_residual"
+MASKED_GRADIENT = "masked_gradient"
+UNMASKED = "decrypted_masked"
+MASKED_LOSS = "masked_loss"
+TEST_SCORE = "test_score"
+
+LOG2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class HeteroLROptions:
+    """Options of ``hetero-lr``.
+
+    ``lr``: SGD step size (0.15, FATE's default; the global ``--lr`` is for Adam-trained networks
+    and is refused here). ``l2``: L2 penalty added to the gradient in the clear. ``backend``:
+    Paillier implementation, ``fast`` or ``phe``. ``key_bits``: 2048 or 3072; smaller keys need
+    ``insecure_allow_small_key=True`` (tests only). ``frac_bits``: fixed-point fraction bits of
+    encrypted values and plaintext multipliers. ``fit_intercept``: intercept at the active party.
+    ``monitor_loss``: encrypted Taylor loss per epoch (with exactly one passive party).
+    ``workers``: processes for the ``fast`` backend's large batches (1 = in the party's thread).
+    """
+
+    lr: float = 0.15
+    l2: float = 0.0
+    backend: str = "fast"
+    key_bits: int = 2048
+    insecure_allow_small_key: bool = False
+    frac_bits: int = 32
+    fit_intercept: bool = True
+    monitor_loss: bool = True
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if not self.l2 >= 0:
+            raise ConfigError(f"l2 must be >= 0, got {self.l2}")
+        if self.backend not in available_backends():
+            raise ConfigError(f"backend must be one of {', '.join(available_backends())}, got {self.backend!r}")
+        if self.key_bits not in SECURE_KEY_BITS:
+            if not self.insecure_allow_small_key:
+                raise ConfigError(f"key_bits must be one of {SECURE_KEY_BITS} "
+                                  "(insecure_allow_small_key=true admits smaller keys for tests only)")
+            if self.key_bits < MIN_TEST_KEY_BITS or self.key_bits % 2:
+                raise ConfigError(f"key_bits must be even and >= {MIN_TEST_KEY_BITS}, got {self.key_bits}")
+        if not 8 <= self.frac_bits <= 64:
+            raise ConfigError(f"frac_bits must be in [8, 64], got {self.frac_bits}")
+        if self.workers < 1:
+            raise ConfigError(f"workers must be >= 1, got {self.workers}")
+
+
+def _backend(options: HeteroLROptions, public_key: PaillierPublicKey,
+             private_key: PaillierPrivateKey | None = None) -> PaillierBackend:
+    extra = {"workers": options.workers} if options.backend == "fast" else {}
+    return create_backend(options.backend, public_key, private_key, **extra)
+
+
+def _receive_key(ctx: PartyContext, options: HeteroLROptions) -> PaillierBackend:
+    ctx.stage = "key exchange"
+    raw = ctx.recv(ARBITER, PUBLIC_KEY)
+    with ctx.meter.serialize():
+        public_key = PaillierPublicKey.from_bytes(raw)
+    return _backend(options, public_key)
+
+
+def design_matrix(X: np.ndarray, intercept: bool) -> np.ndarray:
+    """Features as float64, with a leading column of ones when the party fits the intercept."""
+    X = np.asarray(X, dtype=np.float64)
+    return np.hstack([np.ones((len(X), 1)), X]) if intercept else X
+
+
+def l2_mask(width: int, intercept: bool) -> np.ndarray:
+    """1 for regularised weights, 0 for the intercept."""
+    mask = np.ones(width)
+    if intercept:
+        mask[0] = 0.0
+    return mask
+
+
+def _send_masked(ctx: PartyContext, tag: str, tensor: EncryptedTensor, randbelow: RandBelow | None) -> np.ndarray:
+    """Mask ``tensor`` uniformly in Z_n, have the arbiter decrypt it, unmask: the plaintext values."""
+    n = tensor.backend.public_key.n
+    with ctx.meter.crypto("paillier.mask"):
+        masks = draw_ring_masks(n, tensor.n_ciphertexts, randbelow)
+        masked = add_ring_masks(tensor, masks)
+    with ctx.meter.crypto("paillier.rerandomize"):
+        masked = masked.rerandomize()
+    with ctx.meter.serialize():
+        wire = masked.to_bytes()
+    ctx.send(ARBITER, tag, wire)
+    residues = ctx.recv(ARBITER, UNMASKED)
+    with ctx.meter.crypto("paillier.mask"):
+        values = remove_ring_masks(residues, masks, n, masked.scale_bits)
+    return values.reshape(tensor.shape)
+
+
+def _gradient(ctx: PartyContext, X_batch: np.ndarray, residual: EncryptedTensor, options: HeteroLROptions,
+              randbelow: RandBelow | None) -> np.ndarray:
+    """The gradient X_bᵀ d / B from [[e]] = [[4 d]], decrypted through the arbiter behind a mask."""
+    weights = X_batch.T / (4.0 * len(X_batch))
+    with ctx.meter.crypto("paillier.matmul"):
+        encrypted = residual.rmatmul(weights, frac_bits=options.frac_bits)
+    return _send_masked(ctx, MASKED_GRADIENT, encrypted, randbelow)
+
+
+def passive_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, send_square: bool,
+                 randbelow: RandBelow | None = None) -> Role:
+    """A host: encrypted partial scores out, encrypted residual in, masked gradient via the arbiter."""
+
+    def role(ctx: PartyContext) -> np.ndarray:
+        backend = _receive_key(ctx, options)
+        try:
+            X = design_matrix(data.X_train, False)
+            theta = np.zeros(X.shape[1])
+            for epoch in range(config.epochs):
+                ctx.stage = f"train epoch {epoch + 1}"
+                for idx in batch_plan(len(X), config.batch_size, config.seed, epoch):
+                    with ctx.meter.compute():
+                        u = X[idx] @ theta
+                    with ctx.meter.crypto("paillier.encrypt"):
+                        score = backend.encrypt(u, frac_bits=options.frac_bits)
+                        square = backend.encrypt(u * u, frac_bits=options.frac_bits) if send_square else None
+                    with ctx.meter.serialize():
+                        message = {"score": score.to_bytes(),
+                                   "square": square.to_bytes() if square is not None else None}
+                    ctx.send(ctx.active, ENC_SCORE, message)
+                    wire = ctx.recv(ctx.active, RESIDUAL)
+                    with ctx.meter.serialize():
+                        residual = EncryptedTensor.from_bytes(wire, backend)
+                    if residual.shape != (len(idx),):
+                        raise DataError(f"residual for {residual.shape} rows, batch has {len(idx)}")
+                    grad = _gradient(ctx, X[idx], residual, options, randbelow)
+                    with ctx.meter.compute():
+                        theta = theta - options.lr * (grad + options.l2 * theta)
+            ctx.stage = "evaluate"
+            with ctx.meter.compute():
+                u_test = design_matrix(data.X_test, False) @ theta
+            ctx.send(ctx.active, TEST_SCORE, u_test)
+        finally:
+            backend.close()
+        return theta
+
+    return role
+
+
+def _plain_loss_terms(u: np.ndarray, y_pm: np.ndarray) -> tuple[float, np.ndarray]:
+    """Σ_i (log 2 − ½ y' u + ⅛ u²) and the weights w = −½ y' + ¼ u of the host's [[u_h]]."""
+    plain = float(np.sum(LOG2 - 0.5 * y_pm * u + 0.125 * u * u))
+    return plain, -0.5 * y_pm + 0.25 * u
+
+
+def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, hosts: tuple[str, ...],
+                monitor_loss: bool, randbelow: RandBelow | None = None) -> Role:
+    """The guest: labels stay here; forms [[4d]], updates its own weights, predicts."""
+
+    def role(ctx: PartyContext) -> ActiveOutcome:
+        if data.y_train is None or data.y_test is None:
+            raise DataError("the active party of hetero-lr must hold the labels")
+        backend = _receive_key(ctx, options)
+        try:
+            X = design_matrix(data.X_train, options.fit_intercept)
+            y_pm = 2.0 * np.asarray(data.y_train, dtype=np.float64) - 1.0
+            theta = np.zeros(X.shape[1])
+            reg = l2_mask(X.shape[1], options.fit_intercept)
+            history: list[dict[str, float]] = []
+            for epoch in range(config.epochs):
+                ctx.stage = f"train epoch {epoch + 1}"
+                loss_sum: EncryptedTensor | None = None
+                loss_plain = 0.0
+                for idx in batch_plan(len(X), config.batch_size, config.seed, epoch):
+                    with ctx.meter.compute():
+                        u = X[idx] @ theta
+                    messages = [ctx.recv(h, ENC_SCORE) for h in hosts]
+                    with ctx.meter.serialize():
+                        scores = [EncryptedTensor.from_bytes(m["score"], backend) for m in messages]
+                    for s in scores:
+                        if s.shape != (len(idx),):
+                            raise DataError(f"partial scores for {s.shape} rows, batch has {len(idx)}")
+                    with ctx.meter.crypto("paillier.add"):
+                        residual = scores[0]
+                        for s in scores[1:]:
+                            residual = residual + s
+                        residual = residual + (u - 2.0 * y_pm[idx])
+                    with ctx.meter.crypto("paillier.rerandomize"):
+                        residual = residual.rerandomize()
+                    with ctx.meter.serialize():
+                        wire = residual.to_bytes()
+                    ctx.broadcast(hosts, RESIDUAL, wire)
+                    if monitor_loss:
+                        with ctx.meter.serialize():
+                            square = EncryptedTensor.from_bytes(messages[0]["square"], backend)
+                        with ctx.meter.compute():
+                            plain, weights = _plain_loss_terms(u, y_pm[idx])
+                        with ctx.meter.crypto("paillier.matmul"):
+                            batch_loss = scores[0].matmul(weights, frac_bits=options.frac_bits)
+                            batch_loss = batch_loss + square.matmul(np.full(len(idx), 0.125),
+                                                                    frac_bits=options.frac_bits)
+                        with ctx.meter.crypto("paillier.add"):
+                            loss_sum = batch_loss if loss_sum is None else loss_sum + batch_loss
+                        loss_plain += plain
+                    grad = _gradient(ctx, X[idx], residual, options, randbelow)
+                    with ctx.meter.compute():
+                        theta = theta - options.lr * (grad + options.l2 * reg * theta)
+                record = {"epoch": float(epoch + 1)}
+                if monitor_loss and loss_sum is not None:
+                    encrypted_part = float(_send_masked(ctx, MASKED_LOSS, loss_sum, randbelow))
+                    record["train_loss"] = (loss_plain + encrypted_part) / len(X)
+                    ctx.progress(epoch=epoch + 1, epochs=config.epochs, loss=record["train_loss"])
+                else:
+                    ctx.progress(epoch=epoch + 1, epochs=config.epochs)
+                history.append(record)
+            ctx.stage = "evaluate"
+            partial = [np.asarray(ctx.recv(h, TEST_SCORE), dtype=np.float64) for h in hosts]
+            with ctx.meter.compute():
+                logits = design_matrix(data.X_test, options.fit_intercept) @ theta
+                for u_host in partial:
+                    logits = logits + u_host
+                p = 1.0 / (1.0 + np.exp(-logits))
+                scores_out = np.column_stack([1.0 - p, p])
+        finally:
+            backend.close()
+        extra = {"hetero_lr": {"backend": options.backend, "key_bits": options.key_bits, "hosts": list(hosts),
+                               "arbiter": ARBITER, "loss_monitored": monitor_loss,
+                               "mask": "uniform in Z_n (perfect hiding)",
+                               "active_weights": theta.tolist()}}
+        return ActiveOutcome(y_true=np.asarray(data.y_test), scores=scores_out, history=history, extra=extra)
+
+    return role
+
+
+def arbiter_role(options: HeteroLROptions, parties: tuple[str, ...], active: str, batches_per_epoch: int,
+                 epochs: int, monitor_loss: bool, keypair: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None
+                 ) -> Role:
+    """The key holder: generates the key pair, decrypts masked values and returns the residues."""
+
+    def decrypt_for(ctx: PartyContext, backend: PaillierBackend, party: str, tag: str) -> None:
+        wire = ctx.recv(party, tag)
+        with ctx.meter.serialize():
+            tensor = EncryptedTensor.from_bytes(wire, backend)
+        with ctx.meter.crypto("paillier.decrypt"):
+            residues = backend.decrypt_raw(tensor.ciphertexts.ravel().tolist())
+        ctx.send(party, UNMASKED, [int(r) for r in residues])
+
+    def role(ctx: PartyContext) -> dict[str, int]:
+        ctx.stage = "key generation"
+        with ctx.meter.crypto("paillier.keygen"):
+            public_key, private_key = keypair or generate_keypair(
+                options.key_bits, insecure_allow_small_key=options.insecure_allow_small_key)
+        backend = _backend(options, public_key, private_key)
+        try:
+            ctx.broadcast(parties, PUBLIC_KEY, public_key.to_bytes())
+            for epoch in range(epochs):
+                ctx.stage = f"train epoch {epoch + 1}"
+                for _ in range(batches_per_epoch):
+                    for party in parties:
+                        decrypt_for(ctx, backend, party, MASKED_GRADIENT)
+                if monitor_loss:
+                    decrypt_for(ctx, backend, active, MASKED_LOSS)
+        finally:
+            backend.close()
+        return {"key_bits": public_key.bits}
+
+    return role
+
+
+@register_method
+class HeteroLR(Method):
+    """Vertical logistic regression: Taylor loss, Paillier-encrypted residuals, arbiter-decrypted masked gradients."""
+
+    name = "hetero-lr"
+    summary = "hetero-LR (Hardy et al. 2017 / FATE): Paillier, Taylor loss, arbiter decrypts masked gradients"
+    Options = HeteroLROptions
+    randbelow: RandBelow | None = None  # tests may inject a deterministic mask source
+    keypair: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None  # tests may inject a pre-generated key
+
+    def __init__(self, config: TrainConfig) -> None:
+        super().__init__(config)
+        if config.lr != TrainConfig.lr:
+            raise ConfigError(f"hetero-lr takes its step size from the option lr (default 0.15), not from "
+                              f"--lr={config.lr}; pass --option lr={config.lr} instead")
+
+    def roles(self, scenario: Scenario) -> dict[str, Role]:
+        if not scenario.passives:
+            raise ConfigError("hetero-lr needs at least one passive party")
+        if ARBITER in scenario.parties:
+            raise ConfigError(f"party name {ARBITER!r} is reserved for hetero-lr's key holder")
+        active = scenario.party_data(scenario.active)
+        if active.n_classes != 2:
+            raise ConfigError(f"hetero-lr is binary logistic regression; the task has {active.n_classes} classes")
+        hosts = tuple(scenario.passives)
+        monitor = self.options.monitor_loss and len(hosts) == 1
+        roles: dict[str, Role] = {
+            h: passive_role(scenario.party_data(h), self.config, self.options, monitor, self.randbelow) for h in hosts
+        }
+        roles[scenario.active] = active_role(active, self.config, self.options, hosts, monitor, self.randbelow)
+        parties = (scenario.active, *hosts)
+        roles[ARBITER] = arbiter_role(self.options, parties, scenario.active,
+                                      n_batches(len(active.X_train), self.config.batch_size), self.config.epochs,
+                                      monitor, self.keypair)
+        return roles
+
+
+__all__ = ["ARBITER", "HeteroLR", "HeteroLROptions", "active_role", "arbiter_role", "passive_role"]
