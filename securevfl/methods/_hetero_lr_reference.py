@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from securevfl.methods.base import batch_plan
+from securevfl.methods._hetero_lr_batches import batch_schedule
 
 
 @dataclass
@@ -36,11 +36,13 @@ class TaylorLRResult:
 
 
 def taylor_lr_reference(blocks: Sequence[np.ndarray], y: np.ndarray, *, epochs: int, batch_size: int, seed: int,
-                        lr: float = 0.15, l2: float = 0.0, intercept: bool = True,
+                        lr: float = 0.15, l2: float = 0.0, intercept: bool = True, min_batch_rows: int | None = None,
                         trace: list[dict[str, list[np.ndarray]]] | None = None) -> TaylorLRResult:
     """Train on ``blocks`` (the active party's features first) with labels ``y`` in {0, 1}.
 
-    With ``trace`` (a list), every batch appends ``{"u": [X_k θ_k per block], "grad": [X_kᵀd / B]}``.
+    ``min_batch_rows``: merge a shorter trailing batch into the previous one (default: the widest
+    block's weight count + 1, as hetero-lr does). With ``trace`` (a list), every batch appends
+    ``{"u": [X_k θ_k per block], "grad": [X_kᵀ d / B per block]}``.
     """
     mats = [np.asarray(X, dtype=np.float64) for X in blocks]
     if intercept:
@@ -50,10 +52,12 @@ def taylor_lr_reference(blocks: Sequence[np.ndarray], y: np.ndarray, *, epochs: 
     if intercept:
         regs[0][0] = 0.0
     y_pm = 2.0 * np.asarray(y, dtype=np.float64) - 1.0
+    if min_batch_rows is None:
+        min_batch_rows = max(X.shape[1] for X in mats) + 1
     losses = []
     for epoch in range(epochs):
         total = 0.0
-        for idx in batch_plan(len(y_pm), batch_size, seed, epoch):
+        for idx in batch_schedule(len(y_pm), batch_size, seed, epoch, min_batch_rows):
             parts = [X[idx] @ t for X, t in zip(mats, thetas, strict=True)]
             z = sum(parts)
             total += float(np.sum(math.log(2.0) - 0.5 * y_pm[idx] * z + 0.125 * z * z))

@@ -3,7 +3,7 @@
 Roles: the active party ("guest": labels and features), passive parties ("hosts": features) and
 an extra ``arbiter`` role that generates the Paillier key pair and is the only one able to decrypt.
 Every party keeps its own weights θ_k; nobody sends features, labels or weights. Per batch (the
-agreed :func:`~securevfl.methods.base.batch_plan`):
+agreed batch order, with no batch small enough to be solved for: :mod:`._hetero_lr_batches`):
 
 1. each party computes u_k = X_k θ_k;
 2. every host encrypts [[u_k]] under the arbiter's key and sends it to the active party;
@@ -41,14 +41,13 @@ import numpy as np
 from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, DataError
 from securevfl.federation.runtime import PartyContext
+from securevfl.methods._hetero_lr_batches import batch_schedule, check_batch_size, count_batches
 from securevfl.methods._hetero_lr_masking import RandBelow, add_ring_masks, draw_ring_masks, remove_ring_masks
 from securevfl.methods.base import (
     ActiveOutcome,
     Method,
     Role,
     TrainConfig,
-    batch_plan,
-    n_batches,
     register_method,
 )
 from securevfl.privacy.paillier import (
@@ -171,7 +170,7 @@ def _gradient(ctx: PartyContext, X_batch: np.ndarray, residual: EncryptedTensor,
     return _send_masked(ctx, MASKED_GRADIENT, encrypted, randbelow)
 
 
-def passive_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, send_square: bool,
+def passive_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, send_square: bool, min_rows: int,
                  randbelow: RandBelow | None = None) -> Role:
     """A host: encrypted partial scores out, encrypted residual in, masked gradient via the arbiter."""
 
@@ -182,7 +181,7 @@ def passive_role(data: PartyData, config: TrainConfig, options: HeteroLROptions,
             theta = np.zeros(X.shape[1])
             for epoch in range(config.epochs):
                 ctx.stage = f"train epoch {epoch + 1}"
-                for idx in batch_plan(len(X), config.batch_size, config.seed, epoch):
+                for idx in batch_schedule(len(X), config.batch_size, config.seed, epoch, min_rows):
                     with ctx.meter.compute():
                         u = X[idx] @ theta
                     with ctx.meter.crypto("paillier.encrypt"):
@@ -218,7 +217,7 @@ def _plain_loss_terms(u: np.ndarray, y_pm: np.ndarray) -> tuple[float, np.ndarra
 
 
 def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, hosts: tuple[str, ...],
-                monitor_loss: bool, randbelow: RandBelow | None = None) -> Role:
+                monitor_loss: bool, min_rows: int, randbelow: RandBelow | None = None) -> Role:
     """The guest: labels stay here; forms [[4d]], updates its own weights, predicts."""
 
     def role(ctx: PartyContext) -> ActiveOutcome:
@@ -235,7 +234,7 @@ def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, 
                 ctx.stage = f"train epoch {epoch + 1}"
                 loss_sum: EncryptedTensor | None = None
                 loss_plain = 0.0
-                for idx in batch_plan(len(X), config.batch_size, config.seed, epoch):
+                for idx in batch_schedule(len(X), config.batch_size, config.seed, epoch, min_rows):
                     with ctx.meter.compute():
                         u = X[idx] @ theta
                     messages = [ctx.recv(h, ENC_SCORE) for h in hosts]
@@ -356,14 +355,20 @@ class HeteroLR(Method):
         if active.n_classes != 2:
             raise ConfigError(f"hetero-lr is binary logistic regression; the task has {active.n_classes} classes")
         hosts = tuple(scenario.passives)
+        datas = {h: scenario.party_data(h) for h in hosts}
+        weights = [active.n_features + int(self.options.fit_intercept)] + [datas[h].n_features for h in hosts]
+        n_rows = len(active.X_train)
+        check_batch_size(self.config.batch_size, n_rows, max(weights))
+        min_rows = max(weights) + 1
         monitor = self.options.monitor_loss and len(hosts) == 1
         roles: dict[str, Role] = {
-            h: passive_role(scenario.party_data(h), self.config, self.options, monitor, self.randbelow) for h in hosts
+            h: passive_role(datas[h], self.config, self.options, monitor, min_rows, self.randbelow) for h in hosts
         }
-        roles[scenario.active] = active_role(active, self.config, self.options, hosts, monitor, self.randbelow)
+        roles[scenario.active] = active_role(active, self.config, self.options, hosts, monitor, min_rows,
+                                             self.randbelow)
         parties = (scenario.active, *hosts)
         roles[ARBITER] = arbiter_role(self.options, parties, scenario.active,
-                                      n_batches(len(active.X_train), self.config.batch_size), self.config.epochs,
+                                      count_batches(n_rows, self.config.batch_size, min_rows), self.config.epochs,
                                       monitor, self.keypair)
         return roles
 
