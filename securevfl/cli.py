@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from typer.exceptions import TyperException
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from typer.exceptions import TyperException
 
 from securevfl.cli_psi import psi_command
 from securevfl.errors import PartyFailure, SecureVFLError
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """setuptools console-script target."""
+    """Setuptools console-script target."""
     raise SystemExit(main())
 
 

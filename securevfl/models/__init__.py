@@ -1,6 +1,6 @@
 """Torch building blocks shared by the methods."""
 
-from securevfl.models.mlp import MLP, init_parameters
 from securevfl.models.cnn import StripCNN
+from securevfl.models.mlp import MLP, init_parameters
 
 __all__ = ["MLP", "StripCNN", "init_parameters"]
