@@ -76,6 +76,7 @@ PRE_BACK = "tabvfl.pretrain.bottom_grad"  # host -> guest: gradients for its bot
 FT_OUT = "tabvfl.finetune.bottom"
 FT_BACK = "tabvfl.finetune.bottom_grad"
 EVAL_OUT = "tabvfl.eval.bottom"         # guest -> host: finetuned bottom outputs, train and test rows
+PRE_DONE = "tabnet-lt.pretrain.done"   # tabnet-lt: guest -> host, local pretraining finished
 STATS = "tabvfl.stats"                  # guest -> host: bytes it sent per phase, its parameter count
 RAW = "tabnet-ct.raw_features"          # tabnet-ct only: raw features (centralised reference)
 
@@ -326,6 +327,9 @@ def guest_role(data: PartyData, config: TrainConfig, opts: TabVFLOptions, design
                     torch.autograd.backward(outs, [g.to(device) for g in grads])
                     opt.step()
 
+        if design == LOCAL_TABNETS:  # the host federates the phases: it waits for every local pretraining
+            counter.send(ctx, ctx.active, PRE_DONE, pre_epochs)
+
         counter.phase = ctx.stage = "finetune"
         opt = torch.optim.Adam(model.bottom_parameters(), lr=config.lr)
         for epoch in range(config.epochs):
@@ -501,6 +505,9 @@ def host_role(data: PartyData, config: TrainConfig, opts: TabVFLOptions, design:
                 count += len(idx)
             history.append({"epoch": epoch + 1, "pretrain_loss": total / max(count, 1)})
             ctx.progress(epoch=epoch + 1, epochs=total_epochs, loss=history[-1]["pretrain_loss"])
+        if design == LOCAL_TABNETS:
+            for g in remote:
+                ctx.recv(g, PRE_DONE)
         timings["pretrain_s"] = time.perf_counter() - started
         substituted = cache.hits
 
