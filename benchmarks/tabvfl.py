@@ -32,9 +32,10 @@ from rich.console import Console
 from rich.table import Table
 
 DESIGNS = ("tabnet-ct", "tabnet-lt", "tabvfl-le", "tabvfl")
-LABELS = {"tabnet-ct": "CT (central)", "tabnet-lt": "LT", "tabvfl-le": "TabVFL-LE", "tabvfl": "TabVFL"}
+LABELS = {"tabnet-ct": "CT (central)", "tabnet-lt": "LT", "tabnet-lt-eq": "LT (same total dim)",
+          "tabvfl-le": "TabVFL-LE", "tabvfl": "TabVFL"}
 FAIL_PROBS = (0.2, 0.35, 0.5)
-console = Console()
+console = Console(width=150)
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,13 @@ class Setup:
     eff_epochs: int = 5
     eff_batch_size: int = 512
     eff_isolated: bool = False      # one process per design, for a per-design peak memory
+    lt_equal_total: bool = False    # also LT with each guest's latent = latent_dim / guests
 
 
 QUICK = Setup(datasets=("breast-cancer",), epochs=5)
-FULL = Setup(datasets=("breast-cancer", "digits", "synthetic"), epochs=20, quality_seeds=(0,),
-             fail_datasets=("breast-cancer", "synthetic"), fail_epochs=20, fail_seeds=(0, 1, 2),
-             eff_dataset="synthetic", eff_epochs=10, eff_isolated=True)
+FULL = Setup(datasets=("breast-cancer", "digits", "synthetic"), epochs=15, quality_seeds=(0,),
+             fail_datasets=("breast-cancer", "synthetic"), fail_epochs=15, fail_seeds=(0, 1, 2),
+             eff_dataset="synthetic", eff_epochs=10, eff_isolated=True, lt_equal_total=True)
 
 
 def train(method: str, dataset: str, *, guests: int, epochs: int, batch_size: int, setup: Setup, seed: int,
@@ -90,12 +92,16 @@ def latent_quality_experiment(setup: Setup) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for dataset in setup.datasets:
         out[dataset] = {}
-        for method in DESIGNS:
+        designs = DESIGNS + (("tabnet-lt-eq",) if setup.lt_equal_total else ())
+        for method in designs:
             runs = []
+            options = {}
+            if method == "tabnet-lt-eq":  # the paper's reading is ambiguous: show both LT latent sizes
+                options = {"part_latent_dim": max(1, setup.latent_dim // setup.guests)}
             for seed in setup.quality_seeds:
                 started = time.perf_counter()
-                report = train(method, dataset, guests=setup.guests, epochs=setup.epochs,
-                               batch_size=setup.batch_size, setup=setup, seed=seed)
+                report = train(method.removesuffix("-eq"), dataset, guests=setup.guests, epochs=setup.epochs,
+                               batch_size=setup.batch_size, setup=setup, seed=seed, **options)
                 q = report.extra["latent_quality"]
                 runs.append({"accuracy": q["accuracy"], "f1": q["f1"], "auc": q["auc"],
                              "model_accuracy": report.metrics["accuracy"], "model_f1": report.metrics["f1"],

@@ -91,6 +91,8 @@ class TabVFLOptions:
     ``pretrain_epochs``: 0 means as many as ``epochs`` (the finetuning epochs); ``decoder_split``:
     ``full`` (each guest's reconstruction FC reads all n_d decoder values: TabNet's layer split by
     output columns) or ``chunk`` (n_d cut into one chunk per guest, the paper's text).
+    ``part_latent_dim`` (tabnet-lt only): latent width of each party's local TabNet (0: the
+    latent dimension, so the concatenated latent is parties x latent dimension wide).
     """
 
     pretrain_epochs: int = 0
@@ -108,6 +110,7 @@ class TabVFLOptions:
     on_fail: str = "cache"
     latent_quality: bool = True
     quality_test_size: float = 0.3
+    part_latent_dim: int = 0
 
     def __post_init__(self) -> None:
         if self.pretrain_epochs < 0:
@@ -124,6 +127,12 @@ class TabVFLOptions:
             raise ConfigError(f"on_fail must be 'cache' or 'zeros', got {self.on_fail!r}")
         if not 0 < self.quality_test_size < 1:
             raise ConfigError(f"quality_test_size must be in (0, 1), got {self.quality_test_size}")
+        if self.part_latent_dim < 0:
+            raise ConfigError(f"part_latent_dim must be >= 0, got {self.part_latent_dim}")
+
+    def latent_width(self, design: str, embedding_dim: int) -> int:
+        """TabNet's n_d for ``design``: ``part_latent_dim`` for each local TabNet of tabnet-lt if set."""
+        return (self.part_latent_dim or embedding_dim) if design == LOCAL_TABNETS else embedding_dim
 
     def shape(self, latent_dim: int) -> TabNetShape:
         return TabNetShape(n_d=latent_dim, n_a=latent_dim, n_steps=self.n_steps, gamma=self.gamma,
@@ -227,7 +236,7 @@ class HostTop(nn.Module):
         split = design in (SPLIT, CENTRAL)
         self.encoder = make_encoder(sum(widths), shape, first_bn=False) if split else None
         self.decoder = PartialDecoder(shape) if design != LOCAL_TABNETS else None
-        latent_in = shape.n_d * len(widths) if design == LOCAL_TABNETS else shape.n_d
+        latent_in = sum(widths) if design == LOCAL_TABNETS else shape.n_d
         self.final = nn.Linear(latent_in, n_classes, bias=False)
 
     def to_device(self, device: Any) -> HostTop:
@@ -288,7 +297,7 @@ def guest_role(data: PartyData, config: TrainConfig, opts: TabVFLOptions, design
             ctx.send(ctx.active, STATS, {"bytes": dict(counter.by_phase), "params": 0})
             return
         device = ctx.device
-        shape = opts.shape(config.embedding_dim)
+        shape = opts.shape(opts.latent_width(design, config.embedding_dim))
         model = reinit_tabnet(PartyBottom(design, data.n_features, shape, recon_in),
                               derived_generator(config.seed, ctx.name, "init")).to_device(device)
         masks = derived_generator(config.seed, ctx.name, "obfuscation")
@@ -396,7 +405,7 @@ def host_role(data: PartyData, config: TrainConfig, opts: TabVFLOptions, design:
 
     def role(ctx: PartyContext) -> ActiveOutcome:
         device = ctx.device
-        shape = opts.shape(config.embedding_dim)
+        shape = opts.shape(opts.latent_width(design, config.embedding_dim))
         counter = ByteCounter()
         timings: dict[str, float] = {}
         started = time.perf_counter()
@@ -607,7 +616,7 @@ class _TabNetDesign(Method):
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         if not scenario.passives:
             raise ConfigError(f"{self.name} needs at least one guest (passive party)")
-        shape = self.options.shape(self.config.embedding_dim)
+        shape = self.options.shape(self.options.latent_width(self.design, self.config.embedding_dim))
         host = scenario.party_data(scenario.active)
         guest_data = {g: scenario.party_data(g) for g in scenario.passives}
         has_own = host.n_features > 0
