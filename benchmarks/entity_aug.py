@@ -69,10 +69,13 @@ def train(method: str, dataset: str, *, seed: int, epochs: int, options: dict, *
                            alignment="plaintext", **extra, **scenario)
 
 
-def table4(dataset: str, epochs: int, seeds: list[int], ratios: list[float], console: Console) -> list[dict]:
+def table4(dataset: str, epochs: int, seeds: list[int], ratios: list[float], console: Console,
+           all_misaligned: bool = False) -> list[dict]:
     rows = []
     for ratio in ratios:
         runs: dict[str, list[float]] = {"splitnn": [], "splitnn_equal_steps": [], "entity_aug": []}
+        if all_misaligned:  # ablation: the aligned rows lose their pairing too
+            runs["entity_aug_all_misaligned"] = []
         walls: dict[str, list[float]] = {k: [] for k in runs}
         sent: dict[str, list[float]] = {k: [] for k in runs}
         for seed in seeds:
@@ -85,7 +88,11 @@ def table4(dataset: str, epochs: int, seeds: list[int], ratios: list[float], con
             ea_steps = epochs * ea.extra["entity_aug"]["steps_per_epoch"]
             sp_long = train("splitnn", dataset, seed=seed, epochs=max(epochs, round(ea_steps / steps_sp)),
                             options={"bottom": "cnn"}, **scen)
-            for key, report in (("entity_aug", ea), ("splitnn", sp), ("splitnn_equal_steps", sp_long)):
+            reports = [("entity_aug", ea), ("splitnn", sp), ("splitnn_equal_steps", sp_long)]
+            if all_misaligned:
+                reports.append(("entity_aug_all_misaligned", train("entity-aug", dataset, seed=seed, epochs=epochs,
+                                                                   options={"misalign": True}, **scen)))
+            for key, report in reports:
                 runs[key].append(report.metrics["accuracy"])
                 walls[key].append(report.wall_s)
                 sent[key].append(report.cost["total_bytes"])
@@ -157,21 +164,24 @@ def main() -> None:
         seeds, t4_epochs = [0, 1, 2], 30
         t23_epochs = {"digits": 20, "breast-cancer": 60, "synthetic": 30}
     started = time.perf_counter()
-    t4 = [] if args.only_mnist else table4("digits", t4_epochs, seeds, [0.05, 0.10], console)
+    full = not args.quick
+    t4 = [] if args.only_mnist else table4("digits", t4_epochs, seeds, [0.05, 0.10], console, full)
     if args.mnist or args.only_mnist:
-        t4 += table4("mnist-5k", args.mnist_epochs, seeds[:1], [0.05, 0.10], console)
+        t4 += table4("mnist-5k", args.mnist_epochs, seeds[:1], [0.05, 0.10], console, full)
     t23 = [] if args.only_mnist else table23(t23_epochs, seeds, console)
     dr = [] if args.only_mnist else drops([0.0, 0.2, 0.5], t4_epochs, seeds[:1] if args.quick else seeds, console)
 
     table = Table(title="Table 4 analogue: 2 guests, label-only host (accuracy %, mean ± std over seeds)")
     for col in ("dataset", "epochs", "x", "aligned rows", "SplitNN aligned only", "SplitNN equal steps",
-                "Entity Aug. aligned+misaligned", "EA / SplitNN", "paper MNIST (aligned → +misaligned)"):
+                "Entity Aug. aligned+misaligned", "EA, pairing dropped too", "EA / SplitNN",
+                "paper MNIST (aligned → +misaligned)"):
         table.add_column(col)
     for r in t4:
         paper = r["paper_mnist"]
         table.add_row(r["dataset"], str(r["epochs"]), f"{r['aligned_ratio']:.0%}", str(r["aligned_rows"]),
                       fmt(r["splitnn"]),
                       fmt(r["splitnn_equal_steps"]), fmt(r["entity_aug"]),
+                      fmt(r["entity_aug_all_misaligned"]) if "entity_aug_all_misaligned" in r else "-",
                       f"{r['ratio_entity_aug_over_splitnn']:.2f}x",
                       f"{paper['aligned']} → {paper['aligned_plus_misaligned']}" if paper else "-")
     console.print(table)
