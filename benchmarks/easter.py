@@ -11,13 +11,14 @@ whose accuracy fills "Avg". Mean ± std over seeds.
 Part 2 — overhead (key ``secagg_overhead_fraction``): EASTER's epoch time with ``secagg=dh``
 (and the paper's lighter ``pairwise``) over ``secagg=none``, minus one, at batch 128, embedding
 128, 4 parties, CPU, on ``mnist-5k`` (28x28 strips, the headline) and ``digits`` (8x8, tiny
-models, so the fixed per-batch crypto weighs more). Epoch time is the median gap between
-consecutive epoch ends (setup, first epoch and evaluation excluded), runs alternated, median over
-repeats, measured as CPU seconds of the process (all four parties' threads; torch intra-op
-threads = 1) — other processes' load on a shared machine does not inflate it; the wall-clock ratio is reported too
-(``secagg_overhead_fraction_wall``) but swings by 2x between runs on a loaded machine. Also: the
-crypto ms per step by primitive (key agreement once, masking per batch, recovery with
-``drop_prob=0.2``) against the step's model compute. Goal: <= 10 %.
+models, so the fixed per-batch crypto weighs more). Epoch time is the gap between
+consecutive epoch ends (setup, first epoch and evaluation excluded), runs alternated, in wall
+seconds and in CPU seconds of the process (all four parties' threads; torch intra-op threads =
+1). On a loaded shared machine single epochs swing by 2x; interference only adds time, so the
+figures use the *minimum* epoch time over all repeats (medians reported too), and the headline
+is the larger of the wall and CPU fractions. Also: the crypto ms per step by primitive (key
+agreement once, masking per batch, recovery with ``drop_prob=0.2``) against the step's model
+compute. Goal: <= 10 %.
 
     .venv/bin/python benchmarks/easter.py --quick --out out/easter.json
 """
@@ -159,8 +160,7 @@ def _timed_run(scenario, secagg: str, epochs: int, seed: int, drop_prob: float =
     marks = np.array([started, *ends])
     gaps = np.diff(marks, axis=0)[1:] if len(ends) > 1 else np.diff(marks, axis=0)  # skip epoch 1
     snapshots = {n: m.snapshot() for n, m in result.meters.items()}
-    wall, cpu = np.median(gaps, axis=0)
-    return float(wall), float(cpu), snapshots, result.results[scenario.active]
+    return gaps[:, 0].tolist(), gaps[:, 1].tolist(), snapshots, result.results[scenario.active]
 
 
 SCHEMES = ("none", "dh", "pairwise")
@@ -180,11 +180,18 @@ def secagg_overhead(dataset: str = "mnist-5k", epochs: int = 4, repeats: int = 3
     for _ in range(repeats):
         for secagg in SCHEMES:
             wall, cpu, snapshots, outcome = _timed_run(scenario, secagg, epochs, seed)
-            epoch_s[secagg].append(wall)
-            epoch_cpu[secagg].append(cpu)
+            epoch_s[secagg] += wall
+            epoch_cpu[secagg] += cpu
             snaps[secagg], outcomes[secagg] = snapshots, outcome
-    wall = {s: statistics.median(v) for s, v in epoch_s.items()}
-    cpu = {s: statistics.median(v) for s, v in epoch_cpu.items()}
+    # Interference from other processes only ever adds time, so the minimum over all measured
+    # epochs is the robust estimate; medians are reported next to it.
+    wall = {s: min(v) for s, v in epoch_s.items()}
+    cpu = {s: min(v) for s, v in epoch_cpu.items()}
+    wall_med = {s: statistics.median(v) for s, v in epoch_s.items()}
+    cpu_med = {s: statistics.median(v) for s, v in epoch_cpu.items()}
+    frac = {s: {"wall": wall[s] / wall["none"] - 1.0, "cpu": cpu[s] / cpu["none"] - 1.0,
+                "wall_median": wall_med[s] / wall_med["none"] - 1.0,
+                "cpu_median": cpu_med[s] / cpu_med["none"] - 1.0} for s in ("dh", "pairwise")}
     rounds = outcomes["dh"].extra["secagg_stats"]["rounds"]
     crypto: dict[str, float] = {}
     compute = 0.0
@@ -203,14 +210,14 @@ def secagg_overhead(dataset: str = "mnist-5k", epochs: int = 4, repeats: int = 3
         "steps_per_epoch": -(-len(scenario.party_data(scenario.active).X_train) // BATCH),
         "cpu_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0],
-        "epoch_wall_s": wall, "epoch_cpu_s": cpu,
-        "epoch_wall_s_runs": epoch_s, "epoch_cpu_s_runs": epoch_cpu,
-        # CPU seconds of this process (all four parties' threads) per epoch: robust to other
-        # processes' load on a shared machine; the wall-clock ratio is reported next to it.
-        "secagg_overhead_fraction": cpu["dh"] / cpu["none"] - 1.0,
-        "secagg_overhead_fraction_wall": wall["dh"] / wall["none"] - 1.0,
-        "pairwise_overhead_fraction": cpu["pairwise"] / cpu["none"] - 1.0,
-        "pairwise_overhead_fraction_wall": wall["pairwise"] / wall["none"] - 1.0,
+        "epoch_wall_s_min": wall, "epoch_cpu_s_min": cpu,
+        "epoch_wall_s_median": wall_med, "epoch_cpu_s_median": cpu_med,
+        "epoch_wall_s_all": epoch_s, "epoch_cpu_s_all": epoch_cpu,
+        "fractions": frac,
+        # Conservative headline: the larger of the wall-clock and CPU-time fractions (minimum
+        # epoch times over all repeats).
+        "secagg_overhead_fraction": max(frac["dh"]["wall"], frac["dh"]["cpu"]),
+        "pairwise_overhead_fraction": max(frac["pairwise"]["wall"], frac["pairwise"]["cpu"]),
         "setup_ms_all_parties": {k: crypto.get(k, 0.0) * 1e3 for k in setup_keys},
         "per_step_crypto_ms_all_parties": per_round,
         "per_step_crypto_ms_total": sum(per_round.values()),
@@ -231,7 +238,7 @@ def overhead_figures(quick: bool) -> dict:
     torch.set_num_threads(1)
     try:
         for dataset in OVERHEAD_DATASETS:
-            by_dataset[dataset] = secagg_overhead(dataset, epochs=3 if quick else 5, repeats=2 if quick else 5)
+            by_dataset[dataset] = secagg_overhead(dataset, epochs=2 if quick else 5, repeats=2 if quick else 5)
             print_overhead(by_dataset[dataset])
     finally:
         torch.set_num_threads(threads)
@@ -253,12 +260,13 @@ def print_overhead(figures: dict) -> None:
     t.add_column("item")
     t.add_column("value", justify="right")
     for s in SCHEMES:
-        t.add_row(f"epoch wall / CPU time, secagg={s} (s)",
-                  f"{figures['epoch_wall_s'][s]:.3f} / {figures['epoch_cpu_s'][s]:.3f}")
+        t.add_row(f"epoch wall / CPU time, secagg={s} (s, min | median)",
+                  f"{figures['epoch_wall_s_min'][s]:.3f} / {figures['epoch_cpu_s_min'][s]:.3f} | "
+                  f"{figures['epoch_wall_s_median'][s]:.3f} / {figures['epoch_cpu_s_median'][s]:.3f}")
     for s in ("dh", "pairwise"):
-        t.add_row(f"{s} / none: wall, CPU",
-                  f"{figures['epoch_wall_s'][s] / figures['epoch_wall_s']['none']:.3f}x, "
-                  f"{figures['epoch_cpu_s'][s] / figures['epoch_cpu_s']['none']:.3f}x")
+        f = figures["fractions"][s]
+        t.add_row(f"{s} overhead: wall, CPU (min | median)",
+                  f"{f['wall']:+.3f}, {f['cpu']:+.3f} | {f['wall_median']:+.3f}, {f['cpu_median']:+.3f}")
     t.add_row("1-minute load average after the runs", f"{figures['load_average_1m']:.1f}")
     for k, v in figures["setup_ms_all_parties"].items():
         t.add_row(f"dh once: {k} (ms, all parties)", f"{v:.2f}")
@@ -273,9 +281,9 @@ def print_overhead(figures: dict) -> None:
     console.print(t)
     frac = figures["secagg_overhead_fraction"]
     verdict = "meets" if frac <= 0.10 else "misses"
-    console.print(f"{figures['dataset']}: secagg_overhead_fraction (dh) = {frac:+.3f} (CPU time; {verdict} "
-                  f"the <= 0.10 goal); wall clock {figures['secagg_overhead_fraction_wall']:+.3f}; "
-                  f"pairwise {figures['pairwise_overhead_fraction']:+.3f} (CPU)")
+    console.print(f"{figures['dataset']}: secagg_overhead_fraction (dh) = {frac:+.3f} (max of wall and CPU, "
+                  f"min epoch times; {verdict} the <= 0.10 goal); pairwise "
+                  f"{figures['pairwise_overhead_fraction']:+.3f}")
 
 
 def main(argv: list[str] | None = None) -> dict:

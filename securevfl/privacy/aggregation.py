@@ -326,10 +326,11 @@ class _DHPassive(PassiveAggregator):
         ctx.send(ctx.active, "agg.dh.setup", _setup_to_wire(setup))
         self._receive_bundle(ctx)
 
-    def _receive_bundle(self, ctx: PartyContext) -> None:
-        bundle = _bundle_from_wire(ctx.recv(ctx.active, "agg.dh.bundle"))
+    def _receive_bundle(self, ctx: PartyContext, wire: Mapping | None = None) -> None:
+        if wire is None:
+            wire = ctx.recv(ctx.active, "agg.dh.bundle")
         with ctx.meter.crypto("secagg.receive_setup"):
-            self.state = sa.receive_setup(self.state, bundle)
+            self.state = sa.receive_setup(self.state, _bundle_from_wire(wire))
 
     def contribute(self, ctx: PartyContext, values: np.ndarray) -> None:
         if self.state is None:
@@ -337,13 +338,13 @@ class _DHPassive(PassiveAggregator):
         with ctx.meter.crypto("secagg.mask"):  # fixed-point encode, self + pairwise masks, next setup
             self.state, message = sa.masked_input(self.state, np.asarray(values), self.round)
         ctx.send(ctx.active, "agg.dh.input", _input_to_wire(message))
-        request = ctx.recv(ctx.active, "agg.dh.request")
-        request = sa.UnmaskRequest(int(request["round"]), tuple(request["survivors"]),
-                                   tuple(request["dropped"]))
+        # The unmask request of this round carries next round's setup bundle (one hop saved).
+        wire = ctx.recv(ctx.active, "agg.dh.request")
+        request = sa.UnmaskRequest(int(wire["round"]), tuple(wire["survivors"]), tuple(wire["dropped"]))
         with ctx.meter.crypto("secagg.unmask_response"):
             self.state, response = sa.unmask_response(self.state, request)
         ctx.send(ctx.active, "agg.dh.response", _response_to_wire(response))
-        self._receive_bundle(ctx)
+        self._receive_bundle(ctx, wire["next_bundle"])
         self.round += 1
 
     def drop(self, ctx: PartyContext) -> None:
@@ -390,11 +391,16 @@ class _DHActive(ActiveAggregator):
             raise ProtocolError(f"setup from {src} names {setup.party!r}")
         return setup
 
-    def _route_setups(self, ctx: PartyContext, setups: Sequence[sa.RoundSetup]) -> None:
+    def _route_setups(self, ctx: PartyContext, setups: Sequence[sa.RoundSetup],
+                      skip: Collection[str] = ()) -> dict[str, dict]:
+        """Route a round's setups; send bundles except to ``skip`` (returned for piggybacking)."""
         with ctx.meter.crypto("secagg.relay"):
             self.agg, bundles = sa.collect_setups(self.agg, setups)
-        for p, bundle in bundles.items():
-            ctx.send(p, "agg.dh.bundle", _bundle_to_wire(bundle))
+        wires = {p: _bundle_to_wire(b) for p, b in bundles.items()}
+        for p, wire in wires.items():
+            if p not in skip:
+                ctx.send(p, "agg.dh.bundle", wire)
+        return wires
 
     def aggregate(self, ctx: PartyContext, dropped: Collection[str] = ()) -> AggregateResult:
         if self.agg is None:
@@ -411,9 +417,18 @@ class _DHActive(ActiveAggregator):
             inputs.append(message)
         with ctx.meter.crypto("secagg.unmask"):
             self.agg, request = sa.unmask_request(self.agg, inputs)
-        wire_request = {"round": r, "survivors": list(request.survivors),
-                        "dropped": list(request.dropped)}
-        ctx.broadcast(request.survivors, "agg.dh.request", wire_request)
+        # Next round's setups are all here already (piggybacked on the inputs, plus rejoin
+        # setups of this round's dropped parties): route them now, riding on the request.
+        next_setups = [m.next_setup for m in inputs if m.next_setup is not None]
+        for p in request.dropped:
+            if p in gone:
+                rejoin = ctx.recv(p, "agg.dh.rejoin")
+                self.stats.recovery_bytes += len(codec.encode(rejoin))
+                next_setups.append(_setup_from_wire(_expect(rejoin, p, "rejoin setup")))
+        bundles = self._route_setups(ctx, next_setups, skip=request.survivors)
+        for p in request.survivors:
+            ctx.send(p, "agg.dh.request", {"round": r, "survivors": list(request.survivors),
+                                           "dropped": list(request.dropped), "next_bundle": bundles[p]})
         responses = []
         for p in request.survivors:
             wire = _expect(ctx.recv(p, "agg.dh.response"), p, "unmask response")
@@ -422,13 +437,6 @@ class _DHActive(ActiveAggregator):
             responses.append(_response_from_wire(wire))
         with ctx.meter.crypto("secagg.recover" if request.dropped else "secagg.unmask"):
             self.agg, total = sa.aggregate(self.agg, responses)
-        next_setups = [m.next_setup for m in inputs if m.next_setup is not None]
-        for p in request.dropped:
-            if p in gone:
-                rejoin = ctx.recv(p, "agg.dh.rejoin")
-                self.stats.recovery_bytes += len(codec.encode(rejoin))
-                next_setups.append(_setup_from_wire(_expect(rejoin, p, "rejoin setup")))
-        self._route_setups(ctx, next_setups)
         self.round += 1
         self.stats.rounds += 1
         self.stats.dropouts += len(request.dropped)
