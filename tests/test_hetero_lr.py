@@ -13,7 +13,7 @@ from sklearn.linear_model import LogisticRegression
 from securevfl.api import RunConfig, build_scenario
 from securevfl.cli import main
 from securevfl.data import PartitionSpec
-from securevfl.errors import ConfigError
+from securevfl.errors import ConfigError, PartyFailure, ProtocolError
 from securevfl.federation import codec
 from securevfl.federation.runtime import RunResult, run_parties
 from securevfl.federation.transport import Envelope, InProcessTransport
@@ -246,6 +246,16 @@ def test_batches_a_party_could_solve_for_are_refused_or_merged():
     assert sorted(np.concatenate(batches).tolist()) == list(range(n))
     assert count_batches(n, 64, widest + 1) == len(batches)
     assert count_batches(n, 64, 2) == len(list(batch_schedule(n, 64, 0, 0, 2))) == n // 64 + 1
+
+
+def test_a_key_of_another_size_than_agreed_is_refused(keypair):
+    train = TrainConfig(epochs=1, batch_size=128, options={**TEST_KEY, "key_bits": 2048})
+    scenario = build_scenario(RunConfig(partition=PartitionSpec(parties=2, seed=0), alignment="plaintext"))
+    method = create_method("hetero-lr", train)
+    method.keypair = keypair  # a 1024-bit key where 2048 bits were agreed
+    with pytest.raises(PartyFailure) as failure:
+        run_parties(method.roles(scenario), active=scenario.active)
+    assert isinstance(failure.value.cause, ProtocolError) and "agreed" in str(failure.value.cause)
 
 
 def test_multiclass_and_reserved_names_are_refused():

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from securevfl.data.scenario import PartyData, Scenario
-from securevfl.errors import ConfigError, DataError
+from securevfl.errors import ConfigError, DataError, ProtocolError
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods._hetero_lr_batches import batch_schedule, check_batch_size, count_batches
 from securevfl.methods._hetero_lr_masking import RandBelow, add_ring_masks, draw_ring_masks, remove_ring_masks
@@ -127,6 +127,8 @@ def _receive_key(ctx: PartyContext, options: HeteroLROptions) -> PaillierBackend
     raw = ctx.recv(ARBITER, PUBLIC_KEY)
     with ctx.meter.serialize():
         public_key = PaillierPublicKey.from_bytes(raw)
+    if public_key.bits != options.key_bits:  # the agreed size: refuse a weaker key from the arbiter
+        raise ProtocolError(f"the arbiter sent a {public_key.bits}-bit key; {options.key_bits} bits were agreed")
     return _backend(options, public_key)
 
 
