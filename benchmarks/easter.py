@@ -85,13 +85,18 @@ def run_cell(dataset: str, method: str, options: dict, overrides: dict, epochs: 
     }
 
 
-def accuracy_table(datasets: list[str], epochs: dict[str, int], seeds: list[int]) -> dict:
-    """Part 1: every method on every dataset, mean ± std over ``seeds``."""
+def accuracy_table(datasets: list[str], epochs: dict[str, int], seeds: list[int], models: str = "hetero") -> dict:
+    """Part 1: every method on every dataset, mean ± std over ``seeds``.
+
+    ``models=homo`` gives every party the same architecture (the paper's Table IV); the lead's
+    ``pyvertical`` and ``local`` are homogeneous either way.
+    """
     out: dict[str, dict] = {}
     for dataset in datasets:
         out[dataset] = {}
         for label, method, options, overrides in METHODS:
-            runs = [run_cell(dataset, method, options, overrides, epochs[dataset], s) for s in seeds]
+            opts = {**options, "models": models} if method in ("cvfl", "aggvfl", "easter") else options
+            runs = [run_cell(dataset, method, opts, overrides, epochs[dataset], s) for s in seeds]
             accs = [r["accuracy"] for r in runs]
             parties = sorted(runs[0]["per_party"])
             out[dataset][label] = {
@@ -106,10 +111,10 @@ def accuracy_table(datasets: list[str], epochs: dict[str, int], seeds: list[int]
     return out
 
 
-def print_accuracy_table(table: dict, epochs: dict[str, int], seeds: list[int]) -> None:
+def print_accuracy_table(table: dict, epochs: dict[str, int], seeds: list[int], models: str = "hetero") -> None:
     for dataset, rows in table.items():
         easter_parties = list(rows["EASTER"]["per_party"])
-        t = Table(title=f"{dataset}: test accuracy (%), 4 parties, heterogeneous models, "
+        t = Table(title=f"{dataset}: test accuracy (%), 4 parties, {models} models, "
                         f"{epochs[dataset]} epochs, {len(seeds)} seed(s)")
         t.add_column("Method")
         for p in easter_parties:
@@ -292,6 +297,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, help="write the figures as JSON to this file")
     parser.add_argument("--datasets", default="digits,breast-cancer,synthetic")
     parser.add_argument("--skip-accuracy", action="store_true")
+    parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--models", choices=("hetero", "homo"), default="hetero",
+                        help="local architectures for cvfl / aggvfl / easter")
     args = parser.parse_args(argv)
     datasets = args.datasets.split(",")
     if args.quick:
@@ -300,14 +308,15 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         epochs = {"digits": 30, "breast-cancer": 30, "synthetic": 20, "mnist-5k": 15}
         seeds = [0, 1, 2]
-    figures: dict[str, Any] = {"quick": args.quick, "epochs": epochs, "seeds": seeds}
+    figures: dict[str, Any] = {"quick": args.quick, "epochs": epochs, "seeds": seeds, "models": args.models}
     if not args.skip_accuracy:
-        table = accuracy_table(datasets, epochs, seeds)
-        print_accuracy_table(table, epochs, seeds)
+        table = accuracy_table(datasets, epochs, seeds, args.models)
+        print_accuracy_table(table, epochs, seeds, args.models)
         figures["accuracy"] = table
-    overhead = overhead_figures(args.quick)
-    figures["overhead"] = overhead
-    figures["secagg_overhead_fraction"] = overhead["secagg_overhead_fraction"]
+    if not args.skip_overhead:
+        overhead = overhead_figures(args.quick)
+        figures["overhead"] = overhead
+        figures["secagg_overhead_fraction"] = overhead["secagg_overhead_fraction"]
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(figures, indent=2, default=str))
