@@ -88,7 +88,7 @@ def limited_alignment(args: argparse.Namespace, console: Console) -> list[dict[s
     ablation_cache: dict[tuple[int, int], Any] = {}
     for n in args.aligned:
         for a in args.a:
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 for label in LIMITED_METHODS:
                     method, options = label, {"cv_folds": args.folds}
                     if label.startswith("apcvfl-m"):
@@ -135,7 +135,8 @@ def print_tables(table2: list[dict], limited: list[dict], console: Console, args
                   f"{p['accuracy'][0]:.3f} ± {p['accuracy'][1]:.3f}",
                   fmt(r["rounds"], 0), f"{p['comm'][0]} ± {p['comm'][1]}", fmt(r["cost_mb"], 2),
                   f"{r['paper_formula_mb']:.2f}", f"{p['cost_mb'][0]:.2f}")
-    console.print(t)
+    if table2:
+        console.print(t)
     t = Table(title=f"Limited alignment, Breast Cancer: {args.folds}-fold CV on the active party's 500 rows, "
                     f"mean over a in {args.a} and {args.seeds} seed(s); ± = std across a")
     for col in ("aligned", "method", "accuracy", "F1", "rounds", "cost MB (meter)", "cost MB (App. E)",
@@ -145,8 +146,11 @@ def print_tables(table2: list[dict], limited: list[dict], console: Console, args
         t.add_row(str(r["aligned"]), r["method"], f"{r['accuracy_mean']:.3f} ± {r['accuracy_std_over_a']:.3f}",
                   f"{r['f1_mean']:.3f}", f"{r['rounds']:.0f}", f"{r['cost_mb']:.3f}", f"{r['paper_formula_mb']:.3f}",
                   *[f"{r['accuracy_per_a'][a]:.3f}" for a in args.a])
-    console.print(t)
-    ratios = {}
+    if limited:
+        console.print(t)
+    ratios: dict[str, Any] = {}
+    if not (table2 and limited):
+        return ratios
     by = {(r["aligned"], r["method"]): r for r in table2}
     lim = {(r["aligned"], r["method"]): r for r in limited}
     for n in args.aligned:
@@ -178,6 +182,8 @@ def parse_args() -> argparse.Namespace:
                         help="1 seed, 5 folds, 20 epochs, batch 32, aligned 250 and 100")
     parser.add_argument("--out", type=Path, help="write the figures as JSON")
     parser.add_argument("--seeds", type=int, default=5, help="training repetitions (paper: 5)")
+    parser.add_argument("--first-seed", type=int, default=0, help="first seed of the limited-alignment runs")
+    parser.add_argument("--parts", default="table2,limited", help="which parts to run: table2, limited")
     parser.add_argument("--folds", type=int, default=10, help="CV folds of the probe (paper: 10)")
     parser.add_argument("--split-reps", type=int, default=5, help="SplitNN-comparison repetitions (paper: 5)")
     parser.add_argument("--max-epochs", type=int, default=200, help="epoch cap with early stopping (paper: 200)")
@@ -200,8 +206,9 @@ def main() -> None:
     torch.set_num_threads(1)  # tiny models: intra-op threads only contend on a shared machine
     console = Console(width=200)
     started = time.perf_counter()
-    table2 = splitnn_comparison(args, console)
-    limited = limited_alignment(args, console)
+    parts = set(args.parts.split(","))
+    table2 = splitnn_comparison(args, console) if "table2" in parts else []
+    limited = limited_alignment(args, console) if "limited" in parts else []
     ratios = print_tables(table2, limited, console, args)
     wall = time.perf_counter() - started
     console.print(f"wall clock {wall:.0f} s")
