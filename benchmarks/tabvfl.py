@@ -170,10 +170,38 @@ def plot_failures(failures: dict[str, Any], path: Path) -> None:
 # -- experiment 3: efficiency ---------------------------------------------------------------
 
 def _isolated_run(method: str, setup: Setup) -> dict[str, Any]:
-    report = train(method, setup.eff_dataset, guests=setup.guests, epochs=setup.eff_epochs,
-                   batch_size=setup.eff_batch_size, setup=setup, seed=0, latent_quality=False)
+    """One design in a fresh process: its figures, and the memory its run adds to the process.
+
+    The process high-water mark (``ru_maxrss``) is set by importing the libraries (~540 MB, the same
+    for every design), so the run's own footprint is sampled: resident memory every 5 ms during the
+    run, minus the resident memory just before it.
+    """
+    import threading
+
+    import psutil
+
+    import securevfl  # noqa: F401  (import first, so the baseline includes the libraries)
+
+    proc = psutil.Process()
+    baseline = proc.memory_info().rss
+    peak = [baseline]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], proc.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        report = train(method, setup.eff_dataset, guests=setup.guests, epochs=setup.eff_epochs,
+                       batch_size=setup.eff_batch_size, setup=setup, seed=0, latent_quality=False)
+    finally:
+        done.set()
+        sampler.join()
     row = _efficiency_row(report)
     row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    row["run_rss_mb"] = (peak[0] - baseline) / 2**20
     return row
 
 
@@ -188,7 +216,7 @@ def efficiency_experiment(setup: Setup, quality: dict[str, Any]) -> dict[str, An
         with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
             rows[method] = pool.submit(_isolated_run, method, setup).result()
         console.print(f"  efficiency {LABELS[method]:13s}: train {rows[method]['train_s']:.1f} s, "
-                      f"peak {rows[method]['peak_rss_mb']:.0f} MB")
+                      f"memory added by the run {rows[method]['run_rss_mb']:.1f} MB")
     return {"dataset": setup.eff_dataset, "epochs": setup.eff_epochs, "batch_size": setup.eff_batch_size,
             "isolated": True, "designs": rows}
 
@@ -226,22 +254,41 @@ def print_tables(results: dict[str, Any]) -> None:
                   *(f"{r['zeros'][str(p)]:.3f}" for p in FAIL_PROBS), f"{r['max_drop_cache']:.3f}",
                   f"{r['max_drop_zeros']:.3f}")
     console.print(t)
-    eff = results["efficiency"]
-    t = Table(title=f"Efficiency ({eff['dataset']}, {eff['epochs']}+{eff['epochs']} epochs, batch "
-                    f"{eff['batch_size']}; peak memory {'per design process' if eff['isolated'] else 'process-wide'})")
-    for col in ("design", "pretrain s", "finetune s", "total s", "pretrain MB", "finetune MB", "raw-feature MB",
-                "parameters", "peak RSS MB"):
-        t.add_column(col)
-    for method, r in eff["designs"].items():
-        t.add_row(LABELS[method], f"{r['pretrain_s']:.1f}", f"{r['finetune_s']:.1f}", f"{r['train_s']:.1f}",
-                  f"{r['pretrain_mb']:.2f}", f"{r['finetune_mb']:.2f}", f"{r['setup_mb']:.2f}", str(r["params"]),
-                  f"{r['peak_rss_mb']:.0f}")
-    console.print(t)
+    print_efficiency(results["efficiency"])
     for name, value in results["ratios"].items():
         if isinstance(value, dict):
             console.print(f"{name}: " + ", ".join(f"{d} {v:.3f}" for d, v in value.items()))
         else:
             console.print(f"{name}: {value:.3f}")
+
+
+def print_efficiency(eff: dict[str, Any]) -> None:
+    t = Table(title=f"Efficiency ({eff['dataset']}, {eff['epochs']}+{eff['epochs']} epochs, batch "
+                    f"{eff['batch_size']}; peak memory {'per design process' if eff['isolated'] else 'process-wide'})")
+    for col in ("design", "pretrain s", "finetune s", "total s", "pretrain MB", "finetune MB", "raw-feature MB",
+                "parameters", "peak RSS MB", "run adds MB"):
+        t.add_column(col)
+    for method, r in eff["designs"].items():
+        t.add_row(LABELS[method], f"{r['pretrain_s']:.1f}", f"{r['finetune_s']:.1f}", f"{r['train_s']:.1f}",
+                  f"{r['pretrain_mb']:.2f}", f"{r['finetune_mb']:.2f}", f"{r['setup_mb']:.2f}", str(r["params"]),
+                  f"{r['peak_rss_mb']:.0f}", f"{r['run_rss_mb']:.1f}" if "run_rss_mb" in r else "-")
+    console.print(t)
+
+
+def latent_sweep(setup: Setup, dims: list[int], out: Path | None) -> int:
+    """Latent quality of the four designs at several latent dimensions (Table III's experiment)."""
+    sweep = {str(d): latent_quality_experiment(replace(setup, latent_dim=d, lt_equal_total=False)) for d in dims}
+    t = Table(title="Latent quality F1 by latent dimension (Table III's experiment)")
+    for col in ("dataset", "design", *(f"dim {d}" for d in dims)):
+        t.add_column(col)
+    for dataset in setup.datasets:
+        for method in DESIGNS:
+            t.add_row(dataset, LABELS[method], *(f"{sweep[str(d)][dataset][method]['f1']:.3f}" for d in dims))
+    console.print(t)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"setup": setup.__dict__, "latent_dims": sweep}, indent=2, default=float))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, help="pretraining = finetuning epochs of the latent-quality runs")
     parser.add_argument("--latent-dim", type=int, help="latent dimension (paper: 5; Table III: 16/32/64)")
     parser.add_argument("--datasets", help="comma-separated datasets for the latent-quality runs (csv:PATH ok)")
+    parser.add_argument("--efficiency-only", action="store_true",
+                        help="only the efficiency table (one process per design); with --quick too")
+    parser.add_argument("--latent-sweep", help="only run latent quality at these dimensions, e.g. 16,32,64 "
+                                               "(the paper's Table III)")
     args = parser.parse_args(argv)
     setup = QUICK if args.quick else FULL
     if args.epochs:
@@ -261,6 +312,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.datasets:
         setup = replace(setup, datasets=tuple(d for d in args.datasets.split(",") if d))
     torch.set_num_threads(1)
+    if args.latent_sweep:
+        return latent_sweep(setup, [int(d) for d in args.latent_sweep.split(",") if d], args.out)
+    if args.efficiency_only:
+        efficiency = efficiency_experiment(replace(setup, eff_isolated=True), {})
+        print_efficiency(efficiency)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            figures = {"setup": setup.__dict__, "efficiency": efficiency}
+            args.out.write_text(json.dumps(figures, indent=2, default=float))
+        return 0
     started = time.perf_counter()
     results: dict[str, Any] = {"setup": setup.__dict__ | {"mode": "quick" if args.quick else "full"}}
     console.print("[bold]latent quality[/]")
