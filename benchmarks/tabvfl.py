@@ -230,6 +230,9 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     for dataset, rows in results["latent_quality"].items():
         out["latent_f1_tabvfl_over_lt"][dataset] = rows["tabvfl"]["f1"] / rows["tabnet-lt"]["f1"]
         out["latent_f1_tabvfl_over_ct"][dataset] = rows["tabvfl"]["f1"] / rows["tabnet-ct"]["f1"]
+        if "tabnet-lt-eq" in rows:
+            out.setdefault("latent_f1_tabvfl_over_lt_same_width", {})[dataset] = (
+                rows["tabvfl"]["f1"] / rows["tabnet-lt-eq"]["f1"])
     out["failure_f1_cache_over_zeros"] = {d: r["mean_cache"] / r["mean_zeros"]
                                           for d, r in results["client_failures"].items()}
     eff = results["efficiency"]["designs"]
