@@ -568,3 +568,4 @@ __all__ = [
     "register_aggregation",
     "resolve_key_agreement",
 ]
+from securevfl.privacy import paillier_aggregation as _paillier_aggregation  # noqa: E402,F401 (registers "paillier")

@@ -1,0 +1,268 @@
+"""The ``paillier`` aggregation scheme: exact sums, what each party sees, dropouts, EASTER parity."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from securevfl.errors import ConfigError, EncodingOverflowError, PartyFailure
+from securevfl.federation import codec
+from securevfl.federation.runtime import run_parties
+from securevfl.federation.transport import InProcessTransport
+from securevfl.methods import TrainConfig, create_method
+from securevfl.privacy import paillier_aggregation as pa
+from securevfl.privacy.aggregation import AggregationConfig, aggregation_names, create_aggregation
+from securevfl.privacy.paillier import generate_keypair
+
+PASSIVES = ("p1", "p2", "p3")
+FRAC_BITS = 16
+TEST_KEY_BITS = 1024  # insecure, tests only
+
+
+class RecordingTransport(InProcessTransport):
+    """In-process transport that keeps every envelope (what a wiretap would see)."""
+
+    def __init__(self, parties) -> None:
+        super().__init__(list(parties))
+        self.envelopes = []
+        self._lock = threading.Lock()
+
+    def send(self, envelope) -> None:
+        with self._lock:
+            self.envelopes.append(envelope)
+        super().send(envelope)
+
+
+@pytest.fixture(scope="session")
+def keypair():
+    return generate_keypair(TEST_KEY_BITS, insecure_allow_small_key=True)
+
+
+@pytest.fixture()
+def scheme(keypair, monkeypatch):
+    """A small-key scheme whose key holder reuses the session key pair (keygen is the slow part)."""
+    monkeypatch.setattr(pa, "generate_keypair", lambda *a, **k: keypair)
+    return pa.PaillierAggregation(
+        AggregationConfig(frac_bits=FRAC_BITS),
+        pa.PaillierAggregationConfig(key_bits=TEST_KEY_BITS, insecure_allow_small_key=True),
+    )
+
+
+def run_scheme(scheme, inputs, drops=None, transport=None):
+    drops = drops or {}
+
+    def passive(ctx):
+        half = scheme.passive()
+        half.setup(ctx)
+        for r, values in enumerate(inputs):
+            if ctx.name in drops.get(r, ()):
+                half.drop(ctx)
+            else:
+                half.contribute(ctx, values[ctx.name])
+
+    def active(ctx):
+        half = scheme.active()
+        half.setup(ctx, ctx.passives)
+        return [half.aggregate(ctx, drops.get(r, ())) for r in range(len(inputs))], half.stats
+
+    roles = {"A": active, **{p: passive for p in PASSIVES}}
+    result = run_parties(roles, active="A", transport=transport)
+    return result.results["A"], result.meters
+
+
+def random_inputs(rounds, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return [{p: rng.normal(scale=3.0, size=shape) for p in PASSIVES} for _ in range(rounds)]
+
+
+def test_registered_and_validated():
+    assert "paillier" in aggregation_names()
+    assert isinstance(create_aggregation("paillier"), pa.PaillierAggregation)
+    with pytest.raises(ConfigError, match="at least 2 passive"):
+        create_aggregation("paillier").validate(1)
+    assert create_aggregation("paillier").max_dropouts(3) == 1
+    with pytest.raises(ConfigError):
+        pa.PaillierAggregationConfig(workers=0)
+
+
+def test_sum_is_exact_within_fixed_point_resolution_and_equals_dh(scheme):
+    inputs = random_inputs(2, (5, 70))  # 350 values: several packed ciphertexts, a ragged last one
+    (results, stats), meters = run_scheme(scheme, inputs)
+    dh_results, _ = run_scheme_dh(inputs)
+    for values, result, dh in zip(inputs, results, dh_results, strict=True):
+        truth = sum(values.values())
+        assert result.total.shape == truth.shape
+        # Each encoding rounds by <= 2^-(f+1); the sum of 3 by <= 3 * 2^-(f+1) < 2^-f * 3.
+        assert np.max(np.abs(result.total - truth)) <= len(PASSIVES) * 2.0 ** -(FRAC_BITS + 1)
+        # Same rounding as dh: the decoded sums are bit-identical.
+        np.testing.assert_array_equal(result.total, dh.total)
+    assert stats.rounds == 2
+    assert {"secagg.paillier_add", "secagg.paillier_mask", "secagg.paillier_unmask"} <= set(
+        meters["A"].snapshot().crypto_s
+    )
+    assert {"secagg.paillier_encrypt", "secagg.paillier_decrypt"} <= set(meters["p1"].snapshot().crypto_s)
+
+
+def run_scheme_dh(inputs):
+    dh = create_aggregation("dh", AggregationConfig(frac_bits=FRAC_BITS))
+
+    def passive(ctx):
+        half = dh.passive()
+        half.setup(ctx)
+        for values in inputs:
+            half.contribute(ctx, values[ctx.name])
+
+    def active(ctx):
+        half = dh.active()
+        half.setup(ctx, ctx.passives)
+        return [half.aggregate(ctx) for _ in inputs]
+
+    return run_parties({"A": active, **{p: passive for p in PASSIVES}}, active="A").results["A"], None
+
+
+def test_active_party_never_receives_a_plaintext_embedding(scheme, keypair):
+    inputs = random_inputs(2, (4, 64))
+    transport = RecordingTransport(["A", *PASSIVES])
+    run_scheme(scheme, inputs, transport=transport)
+    layout = pa.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
+    to_active = [e for e in transport.envelopes if e.dst == "A"]
+    assert {e.tag for e in to_active} == {"agg.pa.public_key", "agg.pa.input", "agg.pa.decrypted"}
+    raw = b"".join(e.payload for e in to_active)
+    n_bytes = (keypair[0].n.bit_length() + 7) // 8
+    for values in inputs:
+        for x in values.values():
+            packed, _ = layout.pack_rows(x.reshape(1, -1))
+            for m in packed:  # no packed plaintext appears in any message the active party gets
+                assert m.to_bytes(n_bytes, "big") not in raw
+            for dtype in (np.float32, np.float64):  # nor the floats themselves
+                assert x.astype(dtype).tobytes()[:16] not in raw
+    # The inputs are ciphertexts that decrypt (with the holder's key) to the packed plaintexts,
+    # i.e. the check above looked in the right place.
+    sk = keypair[1]
+    first = next(codec.decode(e.payload) for e in to_active if e.tag == "agg.pa.input" and e.src == "p2")
+    width = (keypair[0].nsquare.bit_length() + 7) // 8
+    cts = [int.from_bytes(first["ct"][i : i + width], "big") for i in range(0, len(first["ct"]), width)]
+    from securevfl.privacy.paillier import FastBackend
+
+    plain = FastBackend(keypair[0], sk, workers=1).decrypt_raw(cts)
+    assert plain == layout.pack_rows(inputs[0]["p2"].reshape(1, -1))[0]
+
+
+def _holder_view(scheme, keypair, inputs):
+    """(what the key holder decrypted, the true packed sum) per round and ciphertext."""
+    transport = RecordingTransport(["A", *PASSIVES])
+    run_scheme(scheme, inputs, transport=transport)
+    holder = "p1"  # first passive party in sorted order
+    to_holder = [codec.decode(e.payload) for e in transport.envelopes if e.dst == holder and e.tag == "agg.pa.masked"]
+    assert len(to_holder) == len(inputs)
+    from securevfl.privacy.paillier import FastBackend
+
+    backend = FastBackend(keypair[0], keypair[1], workers=1)
+    layout = pa.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
+    width = (keypair[0].nsquare.bit_length() + 7) // 8
+    for message, values in zip(to_holder, inputs, strict=True):
+        cts = [int.from_bytes(message["ct"][i : i + width], "big") for i in range(0, len(message["ct"]), width)]
+        true_sum = [sum(col) for col in zip(*(layout.pack_rows(x.reshape(1, -1))[0] for x in values.values()))]
+        yield backend.decrypt_raw(cts), true_sum
+
+
+def test_key_holder_sees_only_a_masked_sum(scheme, keypair):
+    layout = pa.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
+    packed_bits = layout.slots * layout.spec.slot_bits  # every packed sum is below 2^packed_bits
+    for seen, true_sum in _holder_view(scheme, keypair, random_inputs(2, (4, 64), seed=1)):
+        assert all(s != t for s, t in zip(seen, true_sum, strict=True))
+        assert max(true_sum).bit_length() <= packed_bits
+        # Masked residues are uniform in Z_n (n > 2^(packed_bits + 20)): each lands below
+        # 2^packed_bits with probability < 2^-20, so none should.
+        assert all(s.bit_length() > packed_bits for s in seen)
+
+
+def test_the_holder_check_can_fail_without_masks(scheme, keypair):
+    unmasked = pa.PaillierAggregation(
+        scheme.config,
+        pa.PaillierAggregationConfig(key_bits=TEST_KEY_BITS, insecure_allow_small_key=True, randbelow=lambda n: 0),
+    )
+    for seen, true_sum in _holder_view(unmasked, keypair, random_inputs(1, (4, 64), seed=1)):
+        assert seen == true_sum
+
+
+def test_dropped_party_is_left_out_without_an_extra_round(scheme):
+    inputs = random_inputs(3, (3, 40), seed=2)
+    drops = {1: {"p3"}, 2: {"p1"}}  # a non-holder, then the key holder (who keeps decrypting)
+    transport = RecordingTransport(["A", *PASSIVES])
+    (results, stats), _ = run_scheme(scheme, inputs, drops, transport)
+    for r, (values, result) in enumerate(zip(inputs, results, strict=True)):
+        alive = [p for p in PASSIVES if p not in drops.get(r, ())]
+        assert result.survivors == tuple(alive)
+        truth = sum(values[p] for p in alive)
+        assert np.max(np.abs(result.total - truth)) <= len(alive) * 2.0 ** -(FRAC_BITS + 1)
+    assert stats.dropouts == 2
+    # Per round: one input per survivor, one masked sum, one decryption — nothing more.
+    per_round = [
+        e
+        for e in transport.envelopes
+        if e.tag.startswith("agg.pa.") and e.tag not in ("agg.pa.session", "agg.pa.public_key")
+    ]
+    assert len(per_round) == sum(len(PASSIVES) - len(drops.get(r, ())) + 2 for r in range(len(inputs)))
+    assert sum(e.src == "p3" and e.tag == "agg.pa.input" for e in transport.envelopes) == 2
+    assert sum(e.src == "p1" and e.tag == "agg.pa.decrypted" for e in transport.envelopes) == 3
+
+
+def test_a_single_survivor_and_out_of_range_values_are_refused(scheme):
+    with pytest.raises(PartyFailure):
+        run_scheme(scheme, random_inputs(1, (2, 2)), {0: {"p2", "p3"}})
+    huge = [{p: np.full((2, 2), 2.0**21) for p in PASSIVES}]
+    with pytest.raises(PartyFailure) as info:
+        run_scheme(scheme, huge)
+    assert isinstance(info.value.cause, EncodingOverflowError)
+
+
+def test_small_keys_need_the_explicit_insecure_flag():
+    with pytest.raises(ConfigError, match="not allowed"):
+        generate_keypair(1024)
+
+
+def _easter_history(secagg: str):
+    from securevfl.api import RunConfig, build_scenario
+    from securevfl.data import PartitionSpec
+
+    scenario = build_scenario(
+        RunConfig(dataset="breast-cancer", partition=PartitionSpec(parties=4), alignment="plaintext")
+    )
+    config = TrainConfig(epochs=2, batch_size=128, seed=3, options={"secagg": secagg, "embedding_size": 16})
+    method = create_method("easter", config)
+    result = run_parties(method.roles(scenario), active=scenario.active)
+    return result
+
+
+def test_easter_with_paillier_trains_like_dh_and_plaintext():
+    """Real 2048-bit key. paillier and dh round identically (round(x 2^16)), so their losses
+    agree to float32 noise; against ``none`` the aggregate differs by <= 3 * 2^-17 per value,
+    the same tolerance test_easter uses for dh vs none."""
+    runs = {s: _easter_history(s) for s in ("none", "dh", "paillier")}
+    outcome = {s: _active_outcome(r) for s, r in runs.items()}
+    hist = {s: [h["train_loss"] for h in o.history] for s, o in outcome.items()}
+    assert len(hist["paillier"]) == 2
+    np.testing.assert_allclose(hist["paillier"], hist["dh"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(hist["paillier"], hist["none"], rtol=0, atol=2e-3)
+    np.testing.assert_allclose(outcome["paillier"].scores, outcome["dh"].scores, atol=1e-4)
+    crypto = _crypto_keys(runs["paillier"])
+    assert {
+        "secagg.paillier_encrypt",
+        "secagg.paillier_add",
+        "secagg.paillier_mask",
+        "secagg.paillier_decrypt",
+    } <= crypto
+    assert outcome["paillier"].extra["secagg_stats"]["rounds"] > 0
+
+
+def _active_outcome(result):
+    from securevfl.methods import ActiveOutcome
+
+    return next(v for v in result.results.values() if isinstance(v, ActiveOutcome))
+
+
+def _crypto_keys(result) -> set[str]:
+    return {k for meter in result.meters.values() for k in meter.snapshot().crypto_s}
