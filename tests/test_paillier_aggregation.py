@@ -6,6 +6,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from securevfl.errors import ConfigError, EncodingOverflowError, PartyFailure
 from securevfl.federation import codec
@@ -266,3 +268,50 @@ def _active_outcome(result):
 
 def _crypto_keys(result) -> set[str]:
     return {k for meter in result.meters.values() for k in meter.snapshot().crypto_s}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.floats(-(2.0**20) + 1, 2.0**20 - 1, allow_nan=False), min_size=1, max_size=120),
+        min_size=2,
+        max_size=3,
+    ).filter(lambda rows: len({len(r) for r in rows}) == 1),
+    st.integers(0, 2**64),
+)
+def test_masked_packed_sum_decodes_to_the_sum_of_roundings(keypair, rows, seed):
+    """Law behind steps 1-6: unpack((sum_k pack(x_k) + r) mod n - r mod n) = sum_k round(x_k 2^f)."""
+    n = keypair[0].n
+    layout = pa.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
+    packed = [layout.pack_rows(np.array(r).reshape(1, -1))[0] for r in rows]
+    sums = [sum(col) for col in zip(*packed, strict=True)]
+    masks = [(seed * (i + 1) * 0x9E3779B97F4A7C15) % n for i in range(len(sums))]
+    residues = [(s + r) % n for s, r in zip(sums, masks, strict=True)]
+    unmasked = [(d - r) % n for d, r in zip(residues, masks, strict=True)]
+    ints = layout.unpack(unmasked, terms=len(rows), length=len(rows[0]))
+    expected = np.sum([np.rint(np.array(r) * 2.0**FRAC_BITS) for r in rows], axis=0)
+    np.testing.assert_array_equal(np.asarray(ints, dtype=np.float64).ravel(), expected)
+
+
+def test_easter_paillier_with_dropouts_including_the_key_holder():
+    """EASTER's drop schedule draws over all passive parties; the key holder keeps decrypting."""
+    import securevfl
+    from securevfl.methods.easter import drop_schedule
+
+    # At seed 0 the schedule drops passive3 and, in later batches, the key holder passive1.
+    drawn = [drop_schedule(("passive1", "passive2", "passive3"), 0.3, 0, 0, b, 1) for b in range(8)]
+    assert any("passive1" in d for d in drawn) and any("passive3" in d for d in drawn)
+
+    report = securevfl.train(
+        "easter",
+        "breast-cancer",
+        parties=4,
+        epochs=1,
+        batch_size=64,
+        device="cpu",
+        alignment="plaintext",
+        options={"secagg": "paillier", "drop_prob": 0.3, "embedding_size": 8},
+    )
+    stats = report.extra["secagg_stats"]
+    assert stats["dropouts"] > 0 and stats["recovered_rounds"] == 0 and stats["recovery_bytes"] == 0
+    assert report.metrics["accuracy"] > 0.6
