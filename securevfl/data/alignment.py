@@ -28,11 +28,19 @@ def align_with_psi(tables: Mapping[str, PartyTable], active: str, *, workers: in
     result = psi.run_local({n: list(t.ids) for n, t in tables.items()}, active=active, workers=workers)
     aligned: dict[str, np.ndarray] = {}
     unaligned: dict[str, np.ndarray] = {}
-    for name in tables:
+    for name, table in tables.items():
         if result.aligned.get(name) is None:
             raise DataError(f"PSI did not reveal the alignment to party {name!r}")
-        aligned[name] = np.asarray(result.aligned[name], dtype=np.int64)
+        rows = np.asarray(result.aligned[name], dtype=np.int64)
+        # PSI's agreed order follows the session's random blinded values. Every party re-sorts its
+        # aligned rows by its own (identical, un-normalised) IDs — a local step that reveals nothing
+        # new — so the order, and hence a seeded run, is the same in every session.
+        aligned[name] = rows[np.argsort(table.ids[rows].astype(str), kind="stable")]
         unaligned[name] = np.asarray(result.unaligned[name], dtype=np.int64)
+    reference = tables[active].ids[aligned[active]]
+    for name, table in tables.items():
+        if not np.array_equal(table.ids[aligned[name]], reference):
+            raise DataError(f"PSI alignment is inconsistent between {active!r} and {name!r}")
     return Alignment(aligned=aligned, unaligned=unaligned,
                      method=f"ECDH PSI (X25519, {result.intersection_size} shared IDs)",
                      cost=result.report())
