@@ -72,9 +72,11 @@ def train(
     n_samples: int = typer.Option(10_000, help="Rows of the synthetic dataset."),
     n_features: int = typer.Option(40, help="Columns of the synthetic dataset."),
     option: list[str] = typer.Option([], "--option", help="Method option KEY=VALUE (repeatable)."),
-    data: list[str] = typer.Option([], "--data", help="PARTY=FILE per party (CSV/Parquet); the first holds the labels. Runs PSI, then trains."),
-    alignment: str = typer.Option("psi", help="How parties find shared rows: psi (ECDH PSI) | plaintext (simulation only)."),
-    secagg: str = typer.Option("", help="Secure aggregation of embeddings: dh | paillier | none (methods that aggregate)."),
+    data: list[str] = typer.Option(
+        [], "--data", help="PARTY=FILE per party (CSV/Parquet); the first holds the labels. Runs PSI, then trains."),
+    alignment: str = typer.Option(
+        "psi", help="How parties find shared rows: psi (ECDH PSI) | plaintext (simulation only)."),
+    secagg: str = typer.Option("", help="Secure aggregation of embeddings: dh | pairwise | paillier | none."),
     key_agreement: str = typer.Option("", help="Key agreement for --secagg dh: x25519 | ffdh."),
     frac_bits: int = typer.Option(-1, help="Fractional bits of the fixed-point ring encoding."),
     drop_prob: float = typer.Option(-1.0, help="Probability that a passive party drops in a round."),
@@ -123,9 +125,9 @@ class _progress:
     def __enter__(self):
         if self.quiet:
             return None
-        self._bar = Progress(TextColumn("[bold]training[/]"), BarColumn(), TextColumn("{task.completed}/{task.total} epochs"),
-                             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                             console=err_console, transient=True)
+        self._bar = Progress(TextColumn("[bold]training[/]"), BarColumn(),
+                             TextColumn("{task.completed}/{task.total} epochs"), TextColumn("{task.fields[info]}"),
+                             TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=True)
         self._bar.__enter__()
         self._task = self._bar.add_task("train", total=None, info="")
         return self.update

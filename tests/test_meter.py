@@ -53,8 +53,10 @@ def test_messages_rounds_and_network_model():
 
 
 def test_merge_and_validation():
-    a = MeterSnapshot(seconds={"compute": 1.0}, bytes={"x->y": 2}, messages={"x->y": 1}, depth_link_bytes={1: {"x->y": 2}})
-    b = MeterSnapshot(seconds={"compute": 2.0}, bytes={"x->y": 3}, messages={"x->y": 1}, depth_link_bytes={1: {"x->y": 3}})
+    a = MeterSnapshot(seconds={"compute": 1.0}, bytes={"x->y": 2}, messages={"x->y": 1},
+                      depth_link_bytes={1: {"x->y": 2}})
+    b = MeterSnapshot(seconds={"compute": 2.0}, bytes={"x->y": 3}, messages={"x->y": 1},
+                      depth_link_bytes={1: {"x->y": 3}})
     c = a.merged(b)
     assert c.compute_s == 3.0 and c.bytes == {"x->y": 5} and c.depth_link_bytes == {1: {"x->y": 5}}
     with pytest.raises(ConfigError):

@@ -205,7 +205,8 @@ def dataset_from_frame(frame: pd.DataFrame, *, name: str, id_column: str, label_
     """Validate a user DataFrame and wrap it as a Dataset (categorical label, numeric features)."""
     for column, role in ((id_column, "ID"), (label_column, "label")):
         if column not in frame.columns:
-            raise DataError(f"{source or name}: {role} column {column!r} not found; columns are {list(frame.columns)[:10]}")
+            raise DataError(f"{source or name}: {role} column {column!r} not found; "
+                            f"columns are {list(frame.columns)[:10]}")
     if len(frame) == 0:
         raise DataError(f"{source or name}: the table is empty")
     frame = frame.copy()

@@ -78,7 +78,8 @@ class PartitionSpec:
         if self.split is not None and self.split not in SPLITS:
             raise ConfigError(f"unknown split {self.split!r}; choose one of {', '.join(SPLITS)}")
         if self.unaligned not in UNALIGNED_POLICIES:
-            raise ConfigError(f"unknown unaligned policy {self.unaligned!r}; choose one of {', '.join(UNALIGNED_POLICIES)}")
+            raise ConfigError(f"unknown unaligned policy {self.unaligned!r}; "
+                              f"choose one of {', '.join(UNALIGNED_POLICIES)}")
         if self.aligned is not None and self.aligned_ratio is not None:
             raise ConfigError("give either aligned or aligned_ratio, not both")
         if self.aligned is not None and self.aligned < 1:
@@ -114,6 +115,7 @@ def register_preset(name: str, description: str) -> Callable[[Preset], Preset]:
 
 
 def preset_names() -> list[str]:
+    """Names of the registered partition presets, sorted."""
     return sorted(_PRESETS)
 
 
@@ -122,7 +124,8 @@ def resolve_preset(dataset: Dataset, spec: PartitionSpec) -> PartitionSpec:
     if spec.preset is None:
         return spec
     if spec.preset not in _PRESETS:
-        raise ConfigError(f"unknown partition preset {spec.preset!r}; choose one of {', '.join(preset_names()) or 'none'}")
+        raise ConfigError(f"unknown partition preset {spec.preset!r}; "
+                          f"choose one of {', '.join(preset_names()) or 'none'}")
     return replace(_PRESETS[spec.preset][0](dataset, spec), preset=None)
 
 
@@ -149,7 +152,8 @@ def assign_features(dataset: Dataset, spec: PartitionSpec) -> dict[str, list[str
         given = {n: list(spec.features.get(n, [])) for n in names}
         unknown_parties = set(spec.features) - set(names)
         if unknown_parties:
-            raise ConfigError(f"features given for unknown parties {sorted(unknown_parties)}; parties are {list(names)}")
+            raise ConfigError(f"features given for unknown parties {sorted(unknown_parties)}; "
+                              f"parties are {list(names)}")
         known = set(columns)
         seen: dict[str, str] = {}
         for party, feats in given.items():

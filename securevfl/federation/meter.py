@@ -81,7 +81,7 @@ class MeterSnapshot:
     def merged(self, other: MeterSnapshot) -> MeterSnapshot:
         """Sum of two snapshots (times and counts add; depth maps merge per link)."""
         out = MeterSnapshot(dict(self.seconds), dict(self.bytes), dict(self.messages),
-                            {d: dict(l) for d, l in self.depth_link_bytes.items()})
+                            {d: dict(links) for d, links in self.depth_link_bytes.items()})
         for k, v in other.seconds.items():
             out.seconds[k] = out.seconds.get(k, 0.0) + v
         for k, v in other.bytes.items():
@@ -170,5 +170,5 @@ class Meter:
                 seconds=dict(self._seconds),
                 bytes=dict(self._bytes),
                 messages=dict(self._messages),
-                depth_link_bytes={d: dict(l) for d, l in self._depth_link_bytes.items()},
+                depth_link_bytes={d: dict(links) for d, links in self._depth_link_bytes.items()},
             )

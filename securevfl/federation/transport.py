@@ -37,7 +37,7 @@ class Transport(ABC):
     def recv(self, dst: str, src: str, abort: threading.Event, timeout: float | None = None) -> Envelope:
         """Next envelope from ``src`` to ``dst``; raises RunAborted once ``abort`` is set."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, deliberately not abstract
         """Release resources. The in-process transport has none."""
 
 

@@ -10,6 +10,7 @@ so that methods stay small and an encrypted variant never copies a training loop
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -117,6 +118,7 @@ def register_method(cls: type[Method]) -> type[Method]:
 
 
 def method_names() -> list[str]:
+    """Names of the registered methods, sorted."""
     return sorted(_METHODS)
 
 
@@ -129,6 +131,7 @@ def method_class(name: str) -> type[Method]:
 
 
 def create_method(name: str, config: TrainConfig) -> Method:
+    """Instantiate the method registered as ``name`` with ``config`` (options validated)."""
     return method_class(name)(config)
 
 
@@ -145,18 +148,20 @@ def batch_plan(n_rows: int, batch_size: int, seed: int, epoch: int) -> Iterator[
 
 
 def n_batches(n_rows: int, batch_size: int) -> int:
+    """Number of batches :func:`batch_plan` yields per epoch."""
     return (n_rows + batch_size - 1) // batch_size
 
 
 def party_generator(seed: int, party: str) -> torch.Generator:
     """A torch generator private to one party (model init), derived from the run seed and its name."""
-    digest = np.frombuffer(party.encode().ljust(8, b"\0")[:8], dtype=np.uint64)[0]
+    digest = hashlib.sha256(f"{seed}:{party}".encode()).digest()
     g = torch.Generator()
-    g.manual_seed(int((seed * 1_000_003 + int(digest)) % (2**63)))
+    g.manual_seed(int.from_bytes(digest[:8], "big") >> 1)
     return g
 
 
 def as_tensor(array: np.ndarray, device: Any) -> torch.Tensor:
+    """A float32 tensor on ``device`` (no copy when already there)."""
     return torch.as_tensor(array, dtype=torch.float32, device=device)
 
 

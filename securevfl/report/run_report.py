@@ -80,7 +80,8 @@ class RunReport:
         for link, b in c["comm"]["bytes"].items():
             lines.append(f"| {link} | {b:,} | {c['comm']['messages'][link]:,} |")
         if self.parties:
-            lines += ["", "## Parties", "", "| party | rows | features | aligned | unaligned |", "|---|---|---|---|---|"]
+            lines += ["", "## Parties", "", "| party | rows | features | aligned | unaligned |",
+                      "|---|---|---|---|---|"]
             for name, p in self.parties.items():
                 lines.append(f"| {name} | {p['rows']} | {p['features']} | {p['aligned']} | {p['unaligned']} |")
         if self.notes:
