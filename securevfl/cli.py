@@ -171,8 +171,12 @@ def print_summary(result: Any) -> None:
     cost.add_row("simulated network", f"{c['simulated_network_s']:.3f}")
     cost.add_row("wall clock", f"{result.wall_s:.3f}")
     console.print(cost)
+    alignment = c.get("alignment", {})
+    if "intersection_size" in alignment:
+        console.print(f"alignment: {alignment['method']}; {alignment.get('total_bytes', 0):,} bytes, "
+                      f"{alignment.get('rounds', 0)} rounds (not included in the training traffic below)")
     if c["comm"]["bytes"]:
-        links = Table(title=f"traffic ({c['rounds']} rounds)")
+        links = Table(title=f"training traffic ({c['rounds']} rounds)")
         links.add_column("link")
         links.add_column("bytes", justify="right")
         links.add_column("messages", justify="right")
