@@ -7,6 +7,7 @@ import threading
 import numpy as np
 import pytest
 import torch
+from aggregation_harness import PASSIVES, RecordingTransport, random_inputs, run_rounds
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
@@ -17,61 +18,17 @@ from securevfl.data import PartitionSpec
 from securevfl.errors import ConfigError, PartyFailure
 from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
-from securevfl.federation.transport import InProcessTransport
 from securevfl.methods import TrainConfig, create_method
 from securevfl.methods.easter import drop_schedule
 from securevfl.privacy import aggregation as aggmod
 from securevfl.privacy.aggregation import AggregationConfig, aggregation_names, create_aggregation
 from securevfl.privacy.fixed_point import encode
 
-PASSIVES = ("p1", "p2", "p3")
-
-
-class RecordingTransport(InProcessTransport):
-    """In-process transport that keeps a copy of every envelope (what a wiretap would see)."""
-
-    def __init__(self, parties: list[str]) -> None:
-        super().__init__(parties)
-        self.envelopes = []
-        self._lock = threading.Lock()
-
-    def send(self, envelope) -> None:
-        with self._lock:
-            self.envelopes.append(envelope)
-        super().send(envelope)
-
-    def received_by(self, party: str):
-        return [e for e in self.envelopes if e.dst == party]
-
 
 def run_scheme(name: str, inputs: list[dict[str, np.ndarray]], drops: dict[int, set[str]] | None = None,
                passives: tuple[str, ...] = PASSIVES, transport=None, **config):
-    """Run ``len(inputs)`` aggregation rounds through the threaded runtime; return results, meters."""
-    drops = drops or {}
-    scheme = create_aggregation(name, AggregationConfig(**config))
-
-    def passive(ctx):
-        half = scheme.passive()
-        half.setup(ctx)
-        for r, values in enumerate(inputs):
-            if ctx.name in drops.get(r, ()):
-                half.drop(ctx)
-            else:
-                half.contribute(ctx, values[ctx.name])
-
-    def active(ctx):
-        half = scheme.active()
-        half.setup(ctx, ctx.passives)
-        return [half.aggregate(ctx, drops.get(r, ())) for r in range(len(inputs))], half.stats
-
-    roles = {"A": active, **{p: passive for p in passives}}
-    result = run_parties(roles, active="A", transport=transport)
-    return result.results["A"], result.meters
-
-
-def random_inputs(rounds: int, shape: tuple[int, ...], passives=PASSIVES, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    return [{p: rng.normal(scale=3.0, size=shape) for p in passives} for _ in range(rounds)]
+    """Run ``len(inputs)`` aggregation rounds of scheme ``name`` through the threaded runtime."""
+    return run_rounds(create_aggregation(name, AggregationConfig(**config)), inputs, drops, passives, transport)
 
 
 # -- the aggregation step ---------------------------------------------------------------------------

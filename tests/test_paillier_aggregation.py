@@ -2,39 +2,22 @@
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
+from aggregation_harness import PASSIVES, RecordingTransport, random_inputs, run_rounds
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from securevfl.errors import ConfigError, EncodingOverflowError, PartyFailure
 from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
-from securevfl.federation.transport import InProcessTransport
 from securevfl.methods import TrainConfig, create_method
 from securevfl.privacy import paillier_aggregation as pa
 from securevfl.privacy.aggregation import AggregationConfig, aggregation_names, create_aggregation
 from securevfl.privacy.paillier import generate_keypair
 
-PASSIVES = ("p1", "p2", "p3")
 FRAC_BITS = 16
 TEST_KEY_BITS = 1024  # insecure, tests only
-
-
-class RecordingTransport(InProcessTransport):
-    """In-process transport that keeps every envelope (what a wiretap would see)."""
-
-    def __init__(self, parties) -> None:
-        super().__init__(list(parties))
-        self.envelopes = []
-        self._lock = threading.Lock()
-
-    def send(self, envelope) -> None:
-        with self._lock:
-            self.envelopes.append(envelope)
-        super().send(envelope)
 
 
 @pytest.fixture(scope="session")
@@ -53,30 +36,7 @@ def scheme(keypair, monkeypatch):
 
 
 def run_scheme(scheme, inputs, drops=None, transport=None):
-    drops = drops or {}
-
-    def passive(ctx):
-        half = scheme.passive()
-        half.setup(ctx)
-        for r, values in enumerate(inputs):
-            if ctx.name in drops.get(r, ()):
-                half.drop(ctx)
-            else:
-                half.contribute(ctx, values[ctx.name])
-
-    def active(ctx):
-        half = scheme.active()
-        half.setup(ctx, ctx.passives)
-        return [half.aggregate(ctx, drops.get(r, ())) for r in range(len(inputs))], half.stats
-
-    roles = {"A": active, **{p: passive for p in PASSIVES}}
-    result = run_parties(roles, active="A", transport=transport)
-    return result.results["A"], result.meters
-
-
-def random_inputs(rounds, shape, seed=0):
-    rng = np.random.default_rng(seed)
-    return [{p: rng.normal(scale=3.0, size=shape) for p in PASSIVES} for _ in range(rounds)]
+    return run_rounds(scheme, inputs, drops, PASSIVES, transport)
 
 
 def test_registered_and_validated():
@@ -272,11 +232,13 @@ def _crypto_keys(result) -> set[str]:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    st.lists(
-        st.lists(st.floats(-(2.0**20) + 1, 2.0**20 - 1, allow_nan=False), min_size=1, max_size=120),
-        min_size=2,
-        max_size=3,
-    ).filter(lambda rows: len({len(r) for r in rows}) == 1),
+    st.integers(1, 120).flatmap(  # 2-3 parties' rows of one common length (no filtering)
+        lambda width: st.lists(
+            st.lists(st.floats(-(2.0**20) + 1, 2.0**20 - 1, allow_nan=False), min_size=width, max_size=width),
+            min_size=2,
+            max_size=3,
+        )
+    ),
     st.integers(0, 2**64),
 )
 def test_masked_packed_sum_decodes_to_the_sum_of_roundings(keypair, rows, seed):
