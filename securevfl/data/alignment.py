@@ -22,6 +22,9 @@ def align_with_psi(tables: Mapping[str, PartyTable], active: str, *, workers: in
     """Run ECDH PSI over the parties' ID columns (pairwise with the active party, then global)."""
     import psi
 
+    if not hasattr(psi, "run_local"):  # e.g. a script in benchmarks/ sees benchmarks/psi.py first
+        raise ConfigError(f"'import psi' found {getattr(psi, '__file__', psi)!r}, not the securevfl psi package; "
+                          "run from another directory or pass alignment='plaintext'")
     largest = max(t.n_rows for t in tables.values())
     if workers is None:
         workers = 1 if largest < 20_000 else None  # process start-up costs more than it saves on small sets
