@@ -51,3 +51,33 @@ def test_wrong_tag_is_a_protocol_error():
     with pytest.raises(PartyFailure) as info:
         run_parties({"active": active, "p": passive}, active="active")
     assert isinstance(info.value.cause, ProtocolError)
+
+
+def test_compute_blocks_do_not_overlap_and_receive_inside_compute_does_not_deadlock():
+    import threading
+
+    inside = []
+    overlap = threading.Event()
+
+    def busy(ctx):
+        for _ in range(20):
+            with ctx.meter.compute():
+                inside.append(ctx.name)
+                if len(inside) > 1:
+                    overlap.set()
+                time.sleep(0.001)
+                inside.remove(ctx.name)
+
+    def active(ctx):
+        busy(ctx)
+        with ctx.meter.compute():  # a receive inside a compute block must let the others compute
+            value = ctx.recv("p", "done")
+        return value
+
+    def passive(ctx):
+        busy(ctx)
+        ctx.send("active", "done", 1)
+
+    r = run_parties({"active": active, "p": passive, "q": busy}, active="active")
+    assert r.results["active"] == 1
+    assert not overlap.is_set()

@@ -104,8 +104,11 @@ class Meter:
         *,
         clock: Callable[[], float] = time.perf_counter,
         synchronize: Callable[[], None] | None = None,
+        compute_gate: threading.Lock | None = None,
     ) -> None:
         self.party = party
+        self._gate = compute_gate
+        self._gate_depth = 0
         self._clock = clock
         self._synchronize = synchronize
         self._seconds: dict[str, float] = defaultdict(float)
@@ -138,9 +141,47 @@ class Meter:
             if self._stack:
                 self._stack[-1][1] = end
 
-    def compute(self) -> AbstractContextManager[None]:
-        """Model compute; synchronises the accelerator at both ends so kernels are charged here."""
-        return self.measure(COMPUTE, sync=True)
+    @contextmanager
+    def compute(self) -> Iterator[None]:
+        """Model compute; synchronises the accelerator at both ends so kernels are charged here.
+
+        With a ``compute_gate`` (the threaded runtime passes one lock to every party), one party
+        computes at a time: party threads would otherwise fight over the interpreter lock on every
+        small torch call, which made each party's compute several times slower than the same ops
+        run alone. Waiting for the gate is not charged as compute.
+        """
+        self._enter_gate()
+        try:
+            with self.measure(COMPUTE, sync=True):
+                yield
+        finally:
+            self._exit_gate()
+
+    def _enter_gate(self) -> None:
+        if self._gate is not None:
+            if self._gate_depth == 0:
+                self._gate.acquire()
+            self._gate_depth += 1
+
+    def _exit_gate(self) -> None:
+        if self._gate is not None:
+            self._gate_depth -= 1
+            if self._gate_depth == 0:
+                self._gate.release()
+
+    @contextmanager
+    def gate_released(self) -> Iterator[None]:
+        """Let other parties compute while this one blocks (a receive inside a compute block)."""
+        depth = self._gate_depth
+        if self._gate is not None and depth:
+            self._gate_depth = 0
+            self._gate.release()
+        try:
+            yield
+        finally:
+            if self._gate is not None and depth:
+                self._gate.acquire()
+                self._gate_depth = depth
 
     def crypto(self, primitive: str) -> AbstractContextManager[None]:
         """Cryptography, by primitive name such as ``secagg.mask`` or ``paillier.encrypt``."""

@@ -59,7 +59,8 @@ class Channel:
 
     def recv(self, src: str, tag: str) -> Any:
         """Receive the next message from ``src``; it must carry ``tag`` (else ProtocolError)."""
-        envelope = self._transport.recv(self.party, src, self._abort, self._recv_timeout)
+        with self._meter.gate_released():
+            envelope = self._transport.recv(self.party, src, self._abort, self._recv_timeout)
         if envelope.tag != tag:
             raise ProtocolError(
                 f"{self.party} expected {tag!r} from {src} but received {envelope.tag!r}"
@@ -115,8 +116,12 @@ def run_parties(
     progress: Callable[..., None] | None = None,
     synchronize: Callable[[], None] | None = None,
     recv_timeout: float | None = None,
+    serialize_compute: bool = True,
 ) -> RunResult[T]:
     """Run one role per party in its own thread and return their results and meters.
+
+    ``serialize_compute`` (default): one party's compute block runs at a time (see
+    :meth:`Meter.compute`); crypto and communication still overlap across parties.
 
     Raises :class:`PartyFailure` for the first party whose role raised (other parties' consequent
     :class:`RunAborted` are not reported as failures).
@@ -126,7 +131,8 @@ def run_parties(
         raise ConfigError(f"active party {active!r} has no role; roles are {names}")
     transport = transport or InProcessTransport(names)
     abort = threading.Event()
-    meters = {n: Meter(n, synchronize=synchronize) for n in names}
+    gate = threading.Lock() if serialize_compute else None
+    meters = {n: Meter(n, synchronize=synchronize, compute_gate=gate) for n in names}
     passives = tuple(n for n in names if n != active)
     contexts = {
         n: PartyContext(
