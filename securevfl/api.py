@@ -193,4 +193,3 @@ def train(
 
 
 __all__ = ["RunConfig", "build_scenario", "resolve_device", "run", "train"]
-_ = np  # numpy is part of the public types (PartyData arrays)
