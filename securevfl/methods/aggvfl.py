@@ -166,9 +166,7 @@ class AggVFL(Method):
     Options = AggVFLOptions
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
-        passives = tuple(scenario.passives)
-        if not passives:
-            raise ConfigError("aggvfl needs at least one passive party")
+        passives = self.require_passives(scenario)
         scheme = self.options.aggregation()
         scheme.validate(len(passives))
         active_data = scenario.party_data(scenario.active)

@@ -339,8 +339,8 @@ class APCVFL(Method):
     distill: ClassVar[bool] = True
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
-        if self.distill and not scenario.passives:
-            raise ConfigError(f"{self.name} needs at least one passive party")
+        if self.distill:
+            self.require_passives(scenario)
         roles: dict[str, Role] = {}
         for p in scenario.passives:
             roles[p] = passive_role(scenario.party_data(p), self.options, self.config) if self.distill else idle
@@ -367,8 +367,7 @@ class APCVFLJoint(Method):
     Options = APCOptions
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
-        if not scenario.passives:
-            raise ConfigError(f"{self.name} needs at least one passive party")
+        self.require_passives(scenario)
         roles: dict[str, Role] = {p: passive_role(scenario.party_data(p), self.options, self.config,
                                                   joint_only=True) for p in scenario.passives}
         roles[scenario.active] = joint_active_role(scenario.party_data(scenario.active), self.options,

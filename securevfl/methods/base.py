@@ -101,6 +101,12 @@ class Method(ABC):
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         """One role per party of ``scenario``; each role sees only its own PartyData."""
 
+    def require_passives(self, scenario: Scenario) -> tuple[str, ...]:
+        """The scenario's passive parties; raises ConfigError if there are none (for methods that need them)."""
+        if not scenario.passives:
+            raise ConfigError(f"{self.name} needs at least one passive party")
+        return tuple(scenario.passives)
+
     def describe(self) -> dict[str, Any]:
         """Options as plain values, for the report."""
         return dataclasses.asdict(self.options)

@@ -268,9 +268,7 @@ class CVFL(Method):
     Options = CVFLOptions
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
-        passives = tuple(scenario.passives)
-        if not passives:
-            raise ConfigError("cvfl needs at least one passive party")
+        passives = self.require_passives(scenario)
         active_data = scenario.party_data(scenario.active)
         datas = {p: scenario.party_data(p) for p in passives}
         archs = architectures([(scenario.active, active_data), *datas.items()], self.options.models)

@@ -336,9 +336,7 @@ class Easter(Method):
     Options = EasterOptions
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
-        passives = tuple(scenario.passives)
-        if not passives:
-            raise ConfigError("easter needs at least one passive party")
+        passives = self.require_passives(scenario)
         scheme = self.options.aggregation()
         scheme.validate(len(passives))
         if self.options.drop_prob > 0 and scheme.max_dropouts(len(passives)) == 0:

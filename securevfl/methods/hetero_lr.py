@@ -349,8 +349,7 @@ class HeteroLR(Method):
                               f"--lr={config.lr}; pass --option lr={config.lr} instead")
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
-        if not scenario.passives:
-            raise ConfigError("hetero-lr needs at least one passive party")
+        self.require_passives(scenario)
         if ARBITER in scenario.parties:
             raise ConfigError(f"party name {ARBITER!r} is reserved for hetero-lr's key holder")
         active = scenario.party_data(scenario.active)

@@ -136,8 +136,7 @@ class SplitNN(Method):
     Options = SplitNNOptions
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
-        if not scenario.passives:
-            raise ConfigError("splitnn needs at least one passive party")
+        self.require_passives(scenario)
         kind = self.options.bottom
         roles = {p: passive_bottom_role(scenario.party_data(p), self.config, kind) for p in scenario.passives}
         roles[scenario.active] = active_top_role(scenario.party_data(scenario.active), self.config, kind,

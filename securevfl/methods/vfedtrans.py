@@ -197,8 +197,7 @@ class VFedTrans(Method):
     urandom: Urandom | None = None  # tests may inject a deterministic source for the mask seed
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
-        if not scenario.passives:
-            raise ConfigError("vfedtrans needs at least one passive party")
+        self.require_passives(scenario)
         clash = {KEYGEN, SERVER} & set(scenario.parties)
         if clash:
             raise ConfigError(f"party names {sorted(clash)} are reserved for vfedtrans' extra roles")
