@@ -96,5 +96,8 @@ def build_local_model(data: PartyData, arch: Architecture, embedding_dim: int, n
 
 
 def architectures(parties: Sequence[tuple[str, PartyData]], models: str) -> dict[str, Architecture]:
-    """Architecture per party name, parties given in position order (active first)."""
-    return {name: pick_architecture(data, i, models) for i, (name, data) in enumerate(parties)}
+    """Architecture per party name, parties given in position order (active first).
+
+    A party without features (a label-only active party) gets no model and is left out.
+    """
+    return {name: pick_architecture(data, i, models) for i, (name, data) in enumerate(parties) if data.n_features}

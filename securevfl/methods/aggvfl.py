@@ -172,8 +172,6 @@ class AggVFL(Method):
         active_data = scenario.party_data(scenario.active)
         datas = {p: scenario.party_data(p) for p in passives}
         archs = architectures([(scenario.active, active_data), *datas.items()], self.options.models)
-        if active_data.n_features == 0:
-            archs.pop(scenario.active)
         names = {p: a.name for p, a in archs.items()}
         roles: dict[str, Role] = {p: passive_role(datas[p], archs[p], self.config, self.options, scheme)
                                   for p in passives}

@@ -346,8 +346,6 @@ class Easter(Method):
         datas = {p: scenario.party_data(p) for p in passives}
         ordered = [(scenario.active, active_data), *datas.items()]
         archs = architectures(ordered, self.options.models)
-        if active_data.n_features == 0:
-            archs.pop(scenario.active)
         plan = _Plan(len(active_data.X_train), self.config, self.options, passives,
                      scheme.max_dropouts(len(passives)))
         names = {p: a.name for p, a in archs.items()}
