@@ -30,16 +30,18 @@ _ALLOWED_DTYPES = frozenset(
 
 
 def _pack_array(array: np.ndarray) -> bytes:
-    array = np.require(array, requirements='C')  # keeps 0-d arrays 0-d, unlike ascontiguousarray
+    array = np.require(array, requirements="C")  # keeps 0-d arrays 0-d, unlike ascontiguousarray
     dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
     name = dtype.name
     if name not in _ALLOWED_DTYPES:
         raise ProtocolError(f"dtype {array.dtype} cannot be sent on the wire")
     header = msgpack.packb([name, list(array.shape)])
-    return struct.pack("<I", len(header)) + header + array.astype(dtype.newbyteorder("<")).tobytes()
+    body = array.astype(dtype.newbyteorder("<"), copy=False)  # no copy on little-endian hosts
+    return b"".join((struct.pack("<I", len(header)), header, body.tobytes()))
 
 
-def _unpack_array(data: bytes) -> np.ndarray:
+def _unpack_array(data: bytes, *, copy: bool = True) -> np.ndarray:
+    """Decode an array; ``copy=False`` may return a read-only view of ``data`` (caller copies)."""
     if len(data) < 4:
         raise ProtocolError("truncated array header")
     (header_len,) = struct.unpack_from("<I", data)
@@ -54,7 +56,8 @@ def _unpack_array(data: bytes) -> np.ndarray:
     count = int(np.prod(shape)) if shape else 1
     if count * dtype.itemsize != len(body):
         raise ProtocolError("array body length does not match its header")
-    return np.frombuffer(body, dtype=dtype).reshape(tuple(shape)).astype(dtype.newbyteorder("="))
+    view = np.frombuffer(body, dtype=dtype).reshape(tuple(shape))
+    return view.astype(dtype.newbyteorder("="), copy=copy)
 
 
 def _default(obj: Any) -> msgpack.ExtType:
@@ -83,7 +86,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
     if code == _EXT_TENSOR:
         import torch
 
-        return torch.from_numpy(_unpack_array(data).copy())
+        return torch.from_numpy(np.array(_unpack_array(data, copy=False)))  # one writable copy
     if code == _EXT_BIGINT:
         if not data or data[:1] not in (b"+", b"-"):
             raise ProtocolError("malformed big integer")
