@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
+from deterministic_random import det_randbits
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,16 +21,6 @@ small_ints = st.integers(min_value=-(10**6), max_value=10**6)
 def fixed(x: float, bits: int = FRAC) -> int:
     return int(np.rint(np.ldexp(x, bits)))
 
-
-def det_randbits(seed: bytes):
-    counter = [0]
-
-    def randbits(k: int) -> int:
-        counter[0] += 1
-        raw = hashlib.shake_256(seed + counter[0].to_bytes(8, "big")).digest((k + 7) // 8)
-        return int.from_bytes(raw, "big") >> (8 * len(raw) - k)
-
-    return randbits
 
 
 @pytest.fixture(scope="module")

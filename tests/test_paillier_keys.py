@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
+from deterministic_random import det_randbits
 from phe import paillier as phe_paillier
 
 from securevfl.errors import ConfigError, CryptoError, ProtocolError
@@ -21,18 +20,6 @@ from securevfl.privacy.paillier import (
     generate_keypair,
     to_phe_keys,
 )
-
-
-def det_randbits(seed: bytes):
-    """Deterministic randbits for tests: SHAKE-256 over a counter (never used for real keys)."""
-    counter = [0]
-
-    def randbits(k: int) -> int:
-        counter[0] += 1
-        raw = hashlib.shake_256(seed + counter[0].to_bytes(8, "big")).digest((k + 7) // 8)
-        return int.from_bytes(raw, "big") >> (8 * len(raw) - k)
-
-    return randbits
 
 
 @pytest.fixture(scope="module")
