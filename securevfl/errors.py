@@ -24,6 +24,25 @@ class ProtocolError(SecureVFLError):
     """A protocol message is malformed, truncated, replayed, out of order or of the wrong session."""
 
 
+class PeerFinishedError(ProtocolError):
+    """A party waits for a message from a peer whose role has already returned without sending it."""
+
+    def __init__(self, peer: str, party: str, detail: str = ""):
+        self.peer = peer
+        self.party = party
+        super().__init__(detail or f"{party} waits for a message from {peer}, whose role finished without sending it")
+
+
+class PeerTimeoutError(ProtocolError, TimeoutError):
+    """No message arrived from a peer within the receive timeout (a hung or unreachable peer)."""
+
+    def __init__(self, peer: str, party: str, timeout: float, detail: str = ""):
+        self.peer = peer
+        self.party = party
+        self.timeout = timeout
+        super().__init__(detail or f"{party} waited {timeout:g} s for a message from {peer}")
+
+
 class CryptoError(SecureVFLError):
     """A cryptographic operation failed. Deliberately opaque, like Fernet's ``InvalidToken``."""
 
@@ -52,6 +71,8 @@ __all__ = [
     "ConfigError",
     "DataError",
     "ProtocolError",
+    "PeerFinishedError",
+    "PeerTimeoutError",
     "CryptoError",
     "EncodingOverflowError",
     "RunAborted",

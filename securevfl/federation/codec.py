@@ -1,10 +1,18 @@
 """Typed wire codec: every payload a party sends is encoded here, exactly as it would cross a wire.
 
 msgpack carries the structure (``None``, bools, ints, floats, strings, bytes, lists, string-keyed
-dicts); extension types carry numpy arrays, torch tensors and arbitrary-size integers (Paillier
-ciphertexts). Decoding never unpickles: an unknown extension code or a non-string dict key is a
-:class:`~securevfl.errors.ProtocolError` (CrypTen needed a restricted unpickler for exactly this).
-torch is imported lazily, so the codec also serves torch-free callers.
+dicts); extension types carry numpy arrays, torch tensors, tuples and arbitrary-size integers
+(Paillier ciphertexts). Decoding never unpickles: an unknown extension code or a non-string dict key
+is a :class:`~securevfl.errors.ProtocolError` (CrypTen needed a restricted unpickler for exactly
+this). torch is imported lazily, so the codec also serves torch-free callers.
+
+Hostile input. A tuple travels as an extension whose body is itself a msgpack document. Decoding it
+by calling the decoder again from inside msgpack's C unpacker (as an early version did) let a ~2 KB
+frame of nested tuples overflow the C stack and kill the process before Python's recursion limit
+applied. The extension hook therefore only wraps the body (:class:`_PendingTuple`); :func:`decode`
+then expands pending tuples with an explicit work list, one C ``unpackb`` call per tuple and no
+recursion, and refuses any document nested deeper than :data:`MAX_DEPTH` containers. Every
+malformed frame is a :class:`~securevfl.errors.ProtocolError`; the runtime adds the sender's name.
 """
 
 from __future__ import annotations
@@ -21,6 +29,9 @@ _EXT_NDARRAY = 1
 _EXT_TENSOR = 2
 _EXT_BIGINT = 3
 _EXT_TUPLE = 4
+
+#: Deepest nesting of lists, dicts and tuples a decoded message may have (real messages use < 8).
+MAX_DEPTH = 32
 
 #: dtypes allowed on the wire; anything else (object arrays above all) is refused.
 _ALLOWED_DTYPES = frozenset(
@@ -93,7 +104,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
         value = int.from_bytes(data[1:], "big")
         return -value if data[:1] == b"-" else value
     if code == _EXT_TUPLE:
-        return tuple(decode(data))
+        return _PendingTuple(data)  # expanded by decode()'s work list, never from inside the C unpacker
     raise ProtocolError(f"unknown extension type {code} on the wire")
 
 
@@ -107,11 +118,57 @@ def encode(value: Any) -> bytes:
         raise ProtocolError(f"cannot encode message: {exc}") from exc
 
 
-def decode(data: bytes) -> Any:
-    """Inverse of :func:`encode`. Raises ProtocolError on anything malformed."""
+class _PendingTuple:
+    """A tuple extension's undecoded body; ``slot`` is where its tuple goes once expanded."""
+
+    __slots__ = ("body", "items", "slot")
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.items: list[Any] = []
+        self.slot: tuple[Any, Any] | None = None
+
+
+def _unpack(data: bytes) -> Any:
     try:
         return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
     except ProtocolError:
         raise
-    except Exception as exc:
-        raise ProtocolError(f"malformed message: {exc}") from exc
+    except Exception as exc:  # msgpack raises several types (and RecursionError, MemoryError) on garbage
+        raise ProtocolError(f"malformed message: {type(exc).__name__}: {exc}") from exc
+
+
+def decode(data: bytes) -> Any:
+    """Inverse of :func:`encode`. Raises ProtocolError on anything malformed or nested too deeply.
+
+    Iterative: a hostile frame cannot exhaust the C or the Python stack (see the module docstring).
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ProtocolError(f"a message must be bytes, not {type(data).__name__}")
+    root: list[Any] = [_unpack(data)]
+    pending: list[_PendingTuple] = []  # in discovery order: a tuple precedes the tuples inside it
+    stack: list[tuple[Any, int]] = [(root, 0)]  # (mutable container, nesting depth)
+    while stack:
+        container, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ProtocolError(f"malformed message: nested deeper than {MAX_DEPTH} levels")
+        if isinstance(container, dict):
+            if any(not isinstance(key, str) for key in container):
+                raise ProtocolError("malformed message: a dictionary key is not a string")
+            slots = list(container.items())
+        else:
+            slots = list(enumerate(container))
+        for key, child in slots:
+            if isinstance(child, _PendingTuple):
+                child.items = _unpack(child.body)
+                if not isinstance(child.items, list):
+                    raise ProtocolError("malformed message: a tuple's body is not a list")
+                child.slot = (container, key)
+                pending.append(child)
+                stack.append((child.items, depth + 1))
+            elif isinstance(child, (list, dict)):
+                stack.append((child, depth + 1))
+    for item in reversed(pending):  # inner tuples first, so each outer tuple sees finished tuples
+        container, key = item.slot  # type: ignore[misc]
+        container[key] = tuple(item.items)
+    return root[0]

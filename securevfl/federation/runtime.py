@@ -5,22 +5,43 @@ transport, one :class:`~securevfl.federation.meter.Meter` per party, shutdown an
 propagation: the first party to raise stops the run (the others get :class:`RunAborted` at their
 next receive) and :func:`run_parties` re-raises it as :class:`PartyFailure` with that party's name,
 stage and traceback — never a hang.
+
+Never a hang also when nobody raises: a role that returns is marked finished on the transport, so a
+peer that still waits for a message from it fails at once with :class:`PeerFinishedError` naming
+it; and every receive has a timeout (:data:`DEFAULT_RECV_TIMEOUT_S` unless the caller sets one), so
+a peer stuck in a loop is reported too. A malformed frame is a :class:`ProtocolError` naming the
+sender and the tag, raised in the receiving party, never a crash of the process.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from securevfl.errors import ConfigError, PartyFailure, ProtocolError, RunAborted
+from securevfl.errors import (
+    ConfigError,
+    PartyFailure,
+    PeerFinishedError,
+    PeerTimeoutError,
+    ProtocolError,
+    RunAborted,
+)
 from securevfl.federation import codec
 from securevfl.federation.meter import Meter
 from securevfl.federation.transport import Envelope, InProcessTransport, Transport
 
 T = TypeVar("T")
+
+#: Seconds a party waits for one message before the run fails (generous: a peer may be training a
+#: local model or running Paillier on a large batch between two messages). ``None`` waits forever.
+DEFAULT_RECV_TIMEOUT_S = 600.0
+
+#: Seconds the runtime waits, after a failure, for the other parties to notice it and stop.
+ABORT_GRACE_S = 5.0
 
 
 class Channel:
@@ -59,15 +80,26 @@ class Channel:
 
     def recv(self, src: str, tag: str) -> Any:
         """Receive the next message from ``src``; it must carry ``tag`` (else ProtocolError)."""
-        with self._meter.gate_released():
-            envelope = self._transport.recv(self.party, src, self._abort, self._recv_timeout)
+        try:
+            with self._meter.gate_released():
+                envelope = self._transport.recv(self.party, src, self._abort, self._recv_timeout)
+        except PeerFinishedError as exc:
+            raise PeerFinishedError(src, self.party, f"{self.party} waits for {tag!r} from {src}, "
+                                    f"but {src}'s role finished without sending it") from exc
+        except PeerTimeoutError as exc:
+            raise PeerTimeoutError(src, self.party, exc.timeout, f"{self.party} waited {exc.timeout:g} s for "
+                                   f"{tag!r} from {src} (receive timeout)") from exc
         if envelope.tag != tag:
             raise ProtocolError(
                 f"{self.party} expected {tag!r} from {src} but received {envelope.tag!r}"
             )
         self._clock = max(self._clock, envelope.depth)
         with self._meter.serialize():
-            return codec.decode(envelope.payload)
+            try:
+                return codec.decode(envelope.payload)
+            except ProtocolError as exc:
+                raise ProtocolError(f"{self.party} received a malformed {tag!r} message from {src} "
+                                    f"({len(envelope.payload)} bytes): {exc}") from exc
 
 
 @dataclass
@@ -115,10 +147,13 @@ def run_parties(
     seed: int = 0,
     progress: Callable[..., None] | None = None,
     synchronize: Callable[[], None] | None = None,
-    recv_timeout: float | None = None,
+    recv_timeout: float | None = DEFAULT_RECV_TIMEOUT_S,
     serialize_compute: bool = True,
 ) -> RunResult[T]:
     """Run one role per party in its own thread and return their results and meters.
+
+    ``recv_timeout``: seconds one receive may wait (``None``: forever). A role that returns is
+    marked finished, so a peer waiting for it fails at once rather than at the timeout.
 
     ``serialize_compute`` (default): one party's compute block runs at a time (see
     :meth:`Meter.compute`); crypto and communication still overlap across parties.
@@ -127,6 +162,8 @@ def run_parties(
     :class:`RunAborted` are not reported as failures).
     """
     names = list(roles)
+    if recv_timeout is not None and not recv_timeout > 0:
+        raise ConfigError(f"recv_timeout must be positive seconds or None, got {recv_timeout!r}")
     if active not in roles:
         raise ConfigError(f"active party {active!r} has no role; roles are {names}")
     transport = transport or InProcessTransport(names)
@@ -159,13 +196,20 @@ def run_parties(
             with lock:
                 failures.append(PartyFailure(name, ctx.stage, exc, traceback.format_exc()))
             abort.set()
+        finally:
+            transport.finish(name)
 
     threads = [threading.Thread(target=body, args=(n,), name=f"party-{n}", daemon=True) for n in names]
     for t in threads:
         t.start()
     try:
         for t in threads:
-            t.join()
+            while t.is_alive() and not abort.is_set():
+                t.join(0.1)
+        if abort.is_set():  # a party failed: the others stop at their next send or receive
+            deadline = time.monotonic() + ABORT_GRACE_S
+            for t in threads:  # a role stuck in compute is left behind (daemon thread), not waited for
+                t.join(max(0.0, deadline - time.monotonic()))
     except KeyboardInterrupt:
         abort.set()
         for t in threads:

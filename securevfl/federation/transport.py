@@ -12,7 +12,7 @@ import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from securevfl.errors import ProtocolError, RunAborted
+from securevfl.errors import PeerFinishedError, PeerTimeoutError, ProtocolError, RunAborted
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,20 @@ class Transport(ABC):
 
     @abstractmethod
     def recv(self, dst: str, src: str, abort: threading.Event, timeout: float | None = None) -> Envelope:
-        """Next envelope from ``src`` to ``dst``; raises RunAborted once ``abort`` is set."""
+        """Next envelope from ``src`` to ``dst``.
+
+        Raises :class:`RunAborted` once ``abort`` is set, :class:`PeerFinishedError` when ``src``
+        has finished its role (see :meth:`finish`) and nothing from it is left to deliver, and
+        :class:`PeerTimeoutError` after ``timeout`` seconds without a message.
+        """
+
+    @abstractmethod
+    def finish(self, party: str) -> None:
+        """Record that ``party``'s role has returned: it will send nothing more.
+
+        A peer still waiting for a message from it then fails at once, with a message naming it,
+        instead of waiting forever (the "finished peer" contract).
+        """
 
     def close(self) -> None:  # noqa: B027 - optional hook, deliberately not abstract
         """Release resources. The in-process transport has none."""
@@ -48,6 +61,8 @@ class InProcessTransport(Transport):
 
     def __init__(self, parties: list[str]) -> None:
         self._parties = frozenset(parties)
+        self._finished: set[str] = set()
+        self._finished_lock = threading.Lock()
         self._queues: dict[tuple[str, str], queue.SimpleQueue[Envelope]] = {
             (a, b): queue.SimpleQueue() for a in parties for b in parties if a != b
         }
@@ -61,6 +76,14 @@ class InProcessTransport(Transport):
     def send(self, envelope: Envelope) -> None:
         self._link(envelope.src, envelope.dst).put(envelope)
 
+    def finish(self, party: str) -> None:
+        with self._finished_lock:
+            self._finished.add(party)
+
+    def _has_finished(self, party: str) -> bool:
+        with self._finished_lock:
+            return party in self._finished
+
     def recv(self, dst: str, src: str, abort: threading.Event, timeout: float | None = None) -> Envelope:
         link = self._link(src, dst)
         waited = 0.0
@@ -70,6 +93,12 @@ class InProcessTransport(Transport):
             try:
                 return link.get(timeout=self._POLL_S)
             except queue.Empty:
+                # A role's sends happen before it is marked finished, so once it is, an empty link stays empty.
+                if self._has_finished(src):
+                    try:
+                        return link.get_nowait()
+                    except queue.Empty:
+                        raise PeerFinishedError(src, dst) from None
                 waited += self._POLL_S
                 if timeout is not None and waited >= timeout:
-                    raise TimeoutError(f"{dst} waited {timeout:.0f} s for a message from {src}") from None
+                    raise PeerTimeoutError(src, dst, timeout) from None
