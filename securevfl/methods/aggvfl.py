@@ -9,6 +9,12 @@ party: the active party broadcasts one gradient. It also means the active party 
 the *sum* of the passive logits, so the sum can go through any aggregation scheme of
 :mod:`securevfl.privacy.aggregation` (``secagg=none`` by default; ``dh`` hides each party's
 logits). The adaptive per-party weights of Zhang et al. are not reproduced (equal weights).
+
+The broadcast gradient softmax(z) − onehot(y) reveals the batch labels and z (up to a per-row
+constant) to every passive party, so a passive party learns the sum of the *other* parties' logits:
+with two passive parties and a featureless active party that is the other party's logits, and
+``secagg`` other than ``none`` then refuses the configuration unless ``allow_peer_reveal=true``
+(:mod:`securevfl.methods._peer_reveal`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from torch import nn
 from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError
 from securevfl.federation.runtime import PartyContext
+from securevfl.methods import _peer_reveal as peer_reveal
 from securevfl.methods._easter_zoo import MODEL_CHOICES, Architecture, architectures, build_local_model
 from securevfl.methods.base import (
     ActiveOutcome,
@@ -46,13 +53,18 @@ GRADIENT = "aggvfl.grad"
 
 @dataclass(frozen=True)
 class AggVFLOptions:
-    """``models``: hetero | homo; ``secagg``: how the passive logits are summed."""
+    """``models``: hetero | homo; ``secagg``: how the passive logits are summed.
+
+    ``allow_peer_reveal``: accept two passive parties with a featureless active party, where each
+    passive party can compute the other's logits from the broadcast gradient (refused by default).
+    """
 
     models: str = "hetero"
     embedding_size: int = 128
     secagg: str = "none"
     key_agreement: str = "x25519"
     frac_bits: int = 16
+    allow_peer_reveal: bool = False
 
     def __post_init__(self) -> None:
         if self.models not in MODEL_CHOICES:
@@ -152,6 +164,9 @@ def active_role(data: PartyData, arch: Architecture | None, config: TrainConfig,
         scores = predict_scores(z)
         extra = {"architectures": archs, "secagg": options.secagg, "top": "mean of logits (fixed)",
                  "secagg_stats": agg.stats.as_dict()}
+        if options.allow_peer_reveal and model is None and peer_reveal.reveals_peer(options.secagg, False,
+                                                                                   len(ctx.passives)):
+            extra["warnings"] = [peer_reveal.warning("aggvfl", options.secagg)]
         return ActiveOutcome(y_true=data.y_test, scores=scores, history=history, extra=extra)
 
     return role
@@ -172,6 +187,8 @@ class AggVFL(Method):
         active_data = scenario.party_data(scenario.active)
         datas = {p: scenario.party_data(p) for p in passives}
         archs = architectures([(scenario.active, active_data), *datas.items()], self.options.models)
+        peer_reveal.refuse_configuration("aggvfl", self.options.secagg, scenario.active in archs, len(passives),
+                                         self.options.allow_peer_reveal)
         names = {p: a.name for p, a in archs.items()}
         roles: dict[str, Role] = {p: passive_role(datas[p], archs[p], self.config, self.options, scheme)
                                   for p in passives}

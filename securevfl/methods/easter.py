@@ -30,6 +30,17 @@ loss w.r.t. their logits (softmax - one-hot, which reveals the batch labels — 
 passive parties with that, honest-but-curious). ``secagg`` only protects the individual
 passive embeddings.
 
+**When the global embedding gives one embedding away.** A passive party p that receives E and k
+computes k·E − e_p: the sum of every *other* contribution. When the only other contribution is
+one party's embedding — the active party has no features (so no model) and exactly two passive
+parties take part in a round — that sum *is* the other passive party's embedding, whatever
+``secagg`` is (measured before this check: to 1.5e-5). With ``secagg`` other than ``none`` such a
+configuration is refused with a :class:`ConfigError`, and the simulated dropouts never leave only
+two passive contributors; a round that would (a real dropout) fails instead of broadcasting. The
+user may accept the leak explicitly with ``allow_peer_reveal=true``; the run then carries a
+warning in its report and on the console. The same holds for the summed gradients of
+``embed_grad=all``.
+
 Dropouts (``drop_prob``) are simulated: each round, every passive party vanishes with that
 probability (seeded, at most as many as the scheme can recover); a dropped party skips the
 batch, and the others' global embedding is the mean over the parties that took part.
@@ -47,6 +58,7 @@ from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError
 from securevfl.eval import classification_metrics
 from securevfl.federation.runtime import PartyContext
+from securevfl.methods import _peer_reveal as peer_reveal
 from securevfl.methods._easter_zoo import (
     MODEL_CHOICES,
     Architecture,
@@ -88,6 +100,8 @@ class EasterOptions:
     of ``secagg=dh`` (0: majority). ``embed_grad``: ``own`` (the paper: party k's embedding net
     learns from L_k only) or ``all`` (extension, not in the paper: from the sum of every party's
     dL_j/dE, itself summed with the same secure aggregation — one more round per batch).
+    ``allow_peer_reveal``: accept a round structure in which a passive party can compute another's
+    embedding from the global embedding (see the module docstring); refused by default.
     """
 
     secagg: str = "dh"
@@ -98,6 +112,7 @@ class EasterOptions:
     embedding_size: int = 128
     threshold: int = 0
     embed_grad: str = "own"
+    allow_peer_reveal: bool = False
 
     def __post_init__(self) -> None:
         if self.embed_grad not in EMBED_GRADS:
@@ -241,6 +256,8 @@ def active_role(data: PartyData, arch: Architecture | None, config: TrainConfig,
                     with ctx.meter.compute():
                         e_own = model.embed(X[idx])
                 result = agg.aggregate(ctx, dropped)
+                peer_reveal.refuse_round("easter", options.secagg, model is not None, len(result.survivors),
+                                         options.allow_peer_reveal)
                 k = len(result.survivors) + (1 if model is not None else 0)
                 with ctx.meter.compute():
                     S = torch.as_tensor(result.total, dtype=torch.float32, device=device)
@@ -290,6 +307,8 @@ def active_role(data: PartyData, arch: Architecture | None, config: TrainConfig,
             with ctx.meter.compute(), torch.no_grad():
                 e_test = model.embed(as_tensor(data.X_test, device))
         result = agg.aggregate(ctx, ())
+        peer_reveal.refuse_round("easter", options.secagg, model is not None, len(result.survivors),
+                                 options.allow_peer_reveal)
         k = len(result.survivors) + (1 if model is not None else 0)
         with ctx.meter.compute(), torch.no_grad():
             S = torch.as_tensor(result.total, dtype=torch.float32, device=device)
@@ -318,6 +337,8 @@ def active_role(data: PartyData, arch: Architecture | None, config: TrainConfig,
                              "drops_capped": raw_drops - agg.stats.dropouts},
             "embedding_size": options.embedding_size,
         }
+        if options.allow_peer_reveal and model is None and options.secagg != "none":
+            extra["warnings"] = [peer_reveal.warning("easter", options.secagg)]
         # api.run replaces the metrics of ``scores`` by the per-party mean (headline_metrics);
         # ``scores`` carries the active party's own model (the ensemble when it has no features).
         scores = per_party[ctx.name][1] if ctx.name in per_party else ensemble
@@ -346,8 +367,8 @@ class Easter(Method):
         datas = {p: scenario.party_data(p) for p in passives}
         ordered = [(scenario.active, active_data), *datas.items()]
         archs = architectures(ordered, self.options.models)
-        plan = _Plan(len(active_data.X_train), self.config, self.options, passives,
-                     scheme.max_dropouts(len(passives)))
+        max_drops = self._max_drops(scenario.active in archs, len(passives), scheme)
+        plan = _Plan(len(active_data.X_train), self.config, self.options, passives, max_drops)
         names = {p: a.name for p, a in archs.items()}
         roles: dict[str, Role] = {
             p: passive_role(datas[p], archs[p], self.config, self.options, scheme, plan) for p in passives
@@ -355,3 +376,19 @@ class Easter(Method):
         roles[scenario.active] = active_role(active_data, archs.get(scenario.active), self.config,
                                              self.options, scheme, plan, names)
         return roles
+
+    def _max_drops(self, active_contributes: bool, n_passives: int, scheme: AggregationScheme) -> int:
+        """Dropouts per round the simulation may draw: the scheme's limit, less any that would reveal a peer."""
+        options = self.options
+        max_drops = scheme.max_dropouts(n_passives)
+        if options.allow_peer_reveal:
+            return max_drops
+        peer_reveal.refuse_configuration("easter", options.secagg, active_contributes, n_passives, False)
+        if options.secagg != "none" and not active_contributes:
+            capped = min(max_drops, n_passives - 3)  # never fewer than three passive contributors
+            if options.drop_prob > 0 and capped <= 0 < max_drops:
+                raise ConfigError(f"dropouts with {n_passives} passive parties and a featureless active party "
+                                  "would leave two passive contributors, who could compute each other's "
+                                  f"embedding: {peer_reveal.HINT}")
+            return max(capped, 0)
+        return max_drops
