@@ -118,7 +118,9 @@ def test_with_allow_peer_reveal_the_leak_is_real_and_reported(monkeypatch):
     first = next(codec.decode(e.payload) for e in transport.envelopes
                  if e.tag == "easter.global" and e.dst == p1)
     recovered = first["k"] * first["E"].numpy() - embeddings[p1][0]
-    assert np.max(np.abs(recovered - embeddings[p2][0])) < 1e-3  # fixed-point resolution, not a guess
+    error = np.max(np.abs(recovered - embeddings[p2][0]))
+    print("peer embedding recovered to", error)
+    assert error < 1e-3  # fixed-point resolution (2^-16 per value, times k), not a guess
     assert result.results[scenario.active].extra["warnings"] == [peer_reveal.warning("easter", "dh")]
     assert isinstance(first["E"], torch.Tensor)
 

@@ -34,7 +34,7 @@ passive embeddings.
 computes k·E − e_p: the sum of every *other* contribution. When the only other contribution is
 one party's embedding — the active party has no features (so no model) and exactly two passive
 parties take part in a round — that sum *is* the other passive party's embedding, whatever
-``secagg`` is (measured before this check: to 1.5e-5). With ``secagg`` other than ``none`` such a
+``secagg`` is (measured: to 1.4e-5, the fixed-point resolution). With ``secagg`` other than ``none`` such a
 configuration is refused with a :class:`ConfigError`, and the simulated dropouts never leave only
 two passive contributors; a round that would (a real dropout) fails instead of broadcasting. The
 user may accept the leak explicitly with ``allow_peer_reveal=true``; the run then carries a
