@@ -4,7 +4,8 @@ Part 1 — one aggregation round, the step alone: 4 parties (1 active + 3 passiv
 vector a (batch x 128) embedding (batch 128; 64 with ``--quick``), 2048-bit Paillier key, X25519
 for ``dh``. Per round: wall seconds at the active party (from the end of setup to the last sum,
 divided by the rounds), crypto seconds per primitive summed over all parties, bytes and messages
-on all links, and communication rounds (causal message depth). Per-round bytes, messages and
+on all links and per link (``link_bytes_per_round``; p1 is the paillier key holder), and
+communication rounds (causal message depth). Per-round bytes, messages and
 depth are ``(run with R rounds - run with 0 rounds) / R``, so one-off setup (key generation, key
 exchange) is excluded from them and reported separately. Keys: ``paillier_round_seconds``,
 ``dh_round_seconds``, ``paillier_bytes_per_round``, ``dh_bytes_per_round``,
@@ -59,6 +60,7 @@ class _CountingTransport(InProcessTransport):
     def __init__(self, parties: list[str]) -> None:
         super().__init__(parties)
         self.bytes = self.messages = self.depth = 0
+        self.links: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def send(self, envelope) -> None:
@@ -67,6 +69,8 @@ class _CountingTransport(InProcessTransport):
             if envelope.tag.startswith("agg."):
                 self.bytes += len(envelope.payload)
                 self.messages += 1
+                link = f"{envelope.src}->{envelope.dst}"
+                self.links[link] = self.links.get(link, 0) + len(envelope.payload)
         super().send(envelope)
 
 
@@ -114,6 +118,7 @@ def _run_rounds(scheme_name: str, rounds: int, batch: int, seed: int = 0) -> dic
         "bytes": transport.bytes,
         "messages": transport.messages,
         "depth": transport.depth,
+        "links": dict(transport.links),
     }
 
 
@@ -131,6 +136,9 @@ def round_figures(batch: int, rounds: int) -> dict[str, Any]:
             "crypto_s_per_round": per_round_crypto,
             "crypto_s_per_round_total": sum(per_round_crypto.values()),
             "bytes_per_round": (run["bytes"] - base["bytes"]) / rounds,
+            "link_bytes_per_round": {
+                k: (v - base["links"].get(k, 0)) / rounds for k, v in sorted(run["links"].items())
+            },
             "messages_per_round": (run["messages"] - base["messages"]) / rounds,
             "comm_rounds_per_round": (run["depth"] - base["depth"]) / rounds - 1,  # minus bench.next
             "setup_bytes": base["bytes"],
@@ -208,6 +216,12 @@ def print_tables(rounds: dict[str, Any], epochs: dict[str, Any], batch: int) -> 
         for k, v in sorted(rounds[name]["crypto_s_per_round"].items()):
             prim.add_row(name, k, f"{v * 1e3:.1f}")
     console.print(prim)
+    links = Table(title="paillier: bytes per round by link (p1 is the key holder)")
+    links.add_column("link")
+    links.add_column("bytes", justify="right")
+    for k, v in rounds["paillier"]["link_bytes_per_round"].items():
+        links.add_row(k, f"{v:,.0f}")
+    console.print(links)
     ep = Table(
         title=f"EASTER on {epochs['dataset']}: batch 128, embedding 128, {epochs['steps_per_epoch']} steps/epoch"
     )
@@ -249,6 +263,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "paillier_bytes_per_round": p["bytes_per_round"],
         "dh_bytes_per_round": d["bytes_per_round"],
         "none_bytes_per_round": per_round["none"]["bytes_per_round"],
+        # p1 is the key holder (first passive party in sorted order)
+        "paillier_active_to_holder_bytes_per_round": p["link_bytes_per_round"].get("A->p1", 0.0),
         "paillier_vs_dh_time_ratio": p["round_seconds"] / d["round_seconds"],
         "paillier_vs_dh_bytes_ratio": p["bytes_per_round"] / d["bytes_per_round"],
         "paillier_vs_dh_crypto_ratio": p["crypto_s_per_round_total"] / d["crypto_s_per_round_total"],

@@ -288,3 +288,36 @@ def test_cli_run_reports_paillier_time_split(tmp_path):
                  "passive1->arbiter", "arbiter->passive2"):
         assert links[link] > 0
     assert "passive1->passive2" not in links
+
+
+def test_threat_model_a_deviating_passive_party_reads_the_labels(keypair, monkeypatch):
+    """DOCUMENTS A KNOWN LIMIT, not a guarantee (docs/hetero_lr.md, "Threat model").
+
+    hetero-lr is secure against semi-honest parties only (as Hardy et al. and FATE). A passive
+    party that deviates sends the arbiter the encrypted residual [[e]] = [[z - 2y']] behind its own
+    mask instead of its gradient; the arbiter cannot tell (closing this needs zero-knowledge proofs
+    that the request is X_k^T [[e]]). It gets e in the clear, whose first batch (all weights 0, z = 0)
+    is exactly -2y', and whose sign gives the labels while |z| < 2. If this test ever fails because
+    the arbiter refuses the request, update the threat model in docs/hetero_lr.md.
+    """
+    import securevfl.methods.hetero_lr as hl
+
+    honest, stolen = hl._gradient, []
+
+    def deviating(ctx, X_batch, residual, options, randbelow):
+        if ctx.is_active:
+            return honest(ctx, X_batch, residual, options, randbelow)
+        stolen.append(hl._send_masked(ctx, MASKED_GRADIENT, residual, randbelow))  # [[e]], not X^T[[e]]
+        return np.zeros(X_batch.shape[1])
+
+    monkeypatch.setattr(hl, "_gradient", deviating)
+    run = federated_run(2, keypair, epochs=1)
+    y = run.scenario.party_data(run.scenario.active).y_train
+    X = run.scenario.party_data(run.scenario.active).X_train
+    widths = [X.shape[1] + 1, run.scenario.party_data(run.scenario.passives[0]).X_train.shape[1]]
+    batches = list(batch_schedule(len(X), BATCH, SEED, 0, max(widths) + 1))
+    assert len(stolen) == len(batches)
+    np.testing.assert_allclose(stolen[0], -2.0 * (2.0 * y[batches[0]] - 1.0), atol=1e-6)  # exact labels
+    guessed = np.concatenate([(e < 0).astype(int) for e in stolen])
+    truth = np.concatenate([y[idx] for idx in batches])
+    assert np.mean(guessed == truth) > 0.9

@@ -61,10 +61,14 @@ def test_sum_is_exact_within_fixed_point_resolution_and_equals_dh(scheme):
         # Same rounding as dh: the decoded sums are bit-identical.
         np.testing.assert_array_equal(result.total, dh.total)
     assert stats.rounds == 2
-    assert {"secagg.paillier_add", "secagg.paillier_mask", "secagg.paillier_unmask"} <= set(
-        meters["A"].snapshot().crypto_s
+    assert set(meters["A"].snapshot().crypto_s) == {"secagg.paillier_unmask"}
+    assert {"secagg.paillier_verify", "secagg.paillier_add", "secagg.paillier_decrypt"} <= set(
+        meters["p1"].snapshot().crypto_s
     )
-    assert {"secagg.paillier_encrypt", "secagg.paillier_decrypt"} <= set(meters["p1"].snapshot().crypto_s)
+    assert {"secagg.paillier_mask", "secagg.paillier_encrypt", "secagg.paillier_commit"} <= set(
+        meters["p2"].snapshot().crypto_s
+    )
+    assert "secagg.paillier_encrypt" not in meters["p1"].snapshot().crypto_s  # H adds its own in the clear
 
 
 def run_scheme_dh(inputs):
@@ -100,24 +104,29 @@ def test_active_party_never_receives_a_plaintext_embedding(scheme, keypair):
                 assert m.to_bytes(n_bytes, "big") not in raw
             for dtype in (np.float32, np.float64):  # nor the floats themselves
                 assert x.astype(dtype).tobytes()[:16] not in raw
-    # The inputs are ciphertexts that decrypt (with the holder's key) to the packed plaintexts,
-    # i.e. the check above looked in the right place.
-    sk = keypair[1]
+    # The inputs are ciphertexts that decrypt (with the holder's key) to the packed plaintexts plus
+    # the masks sent beside them, i.e. the check above looked in the right place.
+    sk, n = keypair[1], keypair[0].n
     first = next(codec.decode(e.payload) for e in to_active if e.tag == "agg.pa.input" and e.src == "p2")
     width = (keypair[0].nsquare.bit_length() + 7) // 8
     cts = [int.from_bytes(first["ct"][i : i + width], "big") for i in range(0, len(first["ct"]), width)]
+    masks = [int.from_bytes(first["masks"][i : i + n_bytes], "big") for i in range(0, len(first["masks"]), n_bytes)]
     from securevfl.privacy.paillier import FastBackend
 
     plain = FastBackend(keypair[0], sk, workers=1).decrypt_raw(cts)
-    assert plain == layout.pack_rows(inputs[0]["p2"].reshape(1, -1))[0]
+    assert [(d - r) % n for d, r in zip(plain, masks, strict=True)] == layout.pack_rows(
+        inputs[0]["p2"].reshape(1, -1)
+    )[0]
+    # The key holder's own vector never leaves it, not even encrypted.
+    assert not any(e.tag == "agg.pa.input" and e.src == "p1" for e in to_active)
 
 
 def _holder_view(scheme, keypair, inputs):
-    """(what the key holder decrypted, the true packed sum) per round and ciphertext."""
+    """(what the key holder can decrypt, the true packed vector) per round, other party and ciphertext."""
     transport = RecordingTransport(["A", *PASSIVES])
     run_scheme(scheme, inputs, transport=transport)
     holder = "p1"  # first passive party in sorted order
-    to_holder = [codec.decode(e.payload) for e in transport.envelopes if e.dst == holder and e.tag == "agg.pa.masked"]
+    to_holder = [codec.decode(e.payload) for e in transport.envelopes if e.dst == holder and e.tag == "agg.pa.forward"]
     assert len(to_holder) == len(inputs)
     from securevfl.privacy.paillier import FastBackend
 
@@ -125,17 +134,18 @@ def _holder_view(scheme, keypair, inputs):
     layout = pa.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
     width = (keypair[0].nsquare.bit_length() + 7) // 8
     for message, values in zip(to_holder, inputs, strict=True):
-        cts = [int.from_bytes(message["ct"][i : i + width], "big") for i in range(0, len(message["ct"]), width)]
-        true_sum = [sum(col) for col in zip(*(layout.pack_rows(x.reshape(1, -1))[0] for x in values.values()))]
-        yield backend.decrypt_raw(cts), true_sum
+        assert set(message["ct"]) == {"p2", "p3"}  # individual ciphertexts, not a sum
+        for party, data in message["ct"].items():
+            cts = [int.from_bytes(data[i : i + width], "big") for i in range(0, len(data), width)]
+            yield backend.decrypt_raw(cts), layout.pack_rows(values[party].reshape(1, -1))[0]
 
 
-def test_key_holder_sees_only_a_masked_sum(scheme, keypair):
+def test_key_holder_sees_only_masked_contributions(scheme, keypair):
     layout = pa.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
-    packed_bits = layout.slots * layout.spec.slot_bits  # every packed sum is below 2^packed_bits
-    for seen, true_sum in _holder_view(scheme, keypair, random_inputs(2, (4, 64), seed=1)):
-        assert all(s != t for s, t in zip(seen, true_sum, strict=True))
-        assert max(true_sum).bit_length() <= packed_bits
+    packed_bits = layout.slots * layout.spec.slot_bits  # every packed vector is below 2^packed_bits
+    for seen, truth in _holder_view(scheme, keypair, random_inputs(2, (4, 64), seed=1)):
+        assert all(s != t for s, t in zip(seen, truth, strict=True))
+        assert max(truth).bit_length() <= packed_bits
         # Masked residues are uniform in Z_n (n > 2^(packed_bits + 20)): each lands below
         # 2^packed_bits with probability < 2^-20, so none should.
         assert all(s.bit_length() > packed_bits for s in seen)
@@ -146,8 +156,8 @@ def test_the_holder_check_can_fail_without_masks(scheme, keypair):
         scheme.config,
         pa.PaillierAggregationConfig(key_bits=TEST_KEY_BITS, insecure_allow_small_key=True, randbelow=lambda n: 0),
     )
-    for seen, true_sum in _holder_view(unmasked, keypair, random_inputs(1, (4, 64), seed=1)):
-        assert seen == true_sum
+    for seen, truth in _holder_view(unmasked, keypair, random_inputs(1, (4, 64), seed=1)):
+        assert seen == truth
 
 
 def test_dropped_party_is_left_out_without_an_extra_round(scheme):
@@ -161,13 +171,15 @@ def test_dropped_party_is_left_out_without_an_extra_round(scheme):
         truth = sum(values[p] for p in alive)
         assert np.max(np.abs(result.total - truth)) <= len(alive) * 2.0 ** -(FRAC_BITS + 1)
     assert stats.dropouts == 2
-    # Per round: one input per survivor, one masked sum, one decryption — nothing more.
+    # Per round: one input and one commitment per surviving non-holder, one forward, one
+    # decryption — nothing more (round 1: p2 only; rounds 0 and 2: p2 and p3).
     per_round = [
         e
         for e in transport.envelopes
-        if e.tag.startswith("agg.pa.") and e.tag not in ("agg.pa.session", "agg.pa.public_key")
+        if e.tag.startswith("agg.pa.") and e.tag not in ("agg.pa.session", "agg.pa.public_key", "agg.pa.key_digest")
     ]
-    assert len(per_round) == sum(len(PASSIVES) - len(drops.get(r, ())) + 2 for r in range(len(inputs)))
+    assert len(per_round) == (2 * 2 + 2) + (2 * 1 + 2) + (2 * 2 + 2)
+    assert sum(e.src == "p3" and e.tag == "agg.pa.commit" for e in transport.envelopes) == 2
     assert sum(e.src == "p3" and e.tag == "agg.pa.input" for e in transport.envelopes) == 2
     assert sum(e.src == "p1" and e.tag == "agg.pa.decrypted" for e in transport.envelopes) == 3
 

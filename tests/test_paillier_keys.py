@@ -185,3 +185,78 @@ def test_3072_bit_key_roundtrip():
     assert packed.layout.slots == 95
     np.testing.assert_array_equal(backend.decrypt(packed * 4), 4 * np.arange(200.0))
     np.testing.assert_array_equal(backend.decrypt(backend.encrypt([-1.5]) * 2), [-3.0])
+
+
+# ---------------------------------------------------------------- public key validation (hardening #7)
+
+
+def _forged_public_bytes(n: int, hs: int) -> bytes:
+    """Public-key bytes as a deviating sender would craft them (bypassing the constructor)."""
+    def field(value: int) -> bytes:
+        raw = value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+        return len(raw).to_bytes(4, "big") + raw
+
+    return b"SVPaillierPub\x01" + field(n) + field(hs)
+
+
+@pytest.mark.parametrize(
+    "name, make_hs",
+    [
+        ("one", lambda n: 1),  # Enc(m) = 1 + m n: readable without the key
+        ("minus one", lambda n: n * n - 1),  # order 2
+        ("one mod n", lambda n: 1 + 12345 * n),  # g^k: Enc(m) = g^(m + k r), readable mod n
+        ("small order times g", lambda n: (n * n - 1) * (1 + 7 * n) % (n * n)),
+        ("zero", lambda n: 0),
+        ("n squared", lambda n: n * n),
+        ("shares a factor with n", lambda n: n),
+    ],
+)
+def test_degenerate_djn_base_is_refused(keys, name, make_hs):
+    """h_s = 1 makes every ciphertext 1 + m n (anyone reads m); -1 or any h_s = g^k * (small order)
+    leaks m + k r mod n from c^d. Refused both by the constructor and by from_bytes."""
+    n = keys[0].n
+    hs = make_hs(n)
+    with pytest.raises(CryptoError):
+        PaillierPublicKey(n=n, hs=hs)
+    with pytest.raises(CryptoError):
+        PaillierPublicKey.from_bytes(_forged_public_bytes(n, hs))
+
+
+def test_one_base_really_leaks_without_the_check(keys):
+    """Negative control: with h_s = 1 a fast-backend 'ciphertext' is 1 + m n, read off without the key."""
+    n = keys[0].n
+    m = 0xC0FFEE
+    ciphertext = (1 + m * n) * pow(1, 448, n * n) % (n * n)  # what encrypt computes for h_s = 1
+    assert (ciphertext - 1) // n == m
+
+
+@pytest.mark.parametrize(
+    "name, make_n",
+    [
+        ("even", lambda k: k.public_key.n + 1),
+        ("perfect square", lambda k: k.p * k.p),
+        ("small factor", lambda k: 3 * (k.public_key.n // 3 | 1)),
+        ("too short", lambda k: (1 << 300) + 1),
+        ("too long", lambda k: (1 << 20000) + 1),
+    ],
+)
+def test_malformed_modulus_is_refused(keys, name, make_n):
+    pk, sk = keys
+    n = make_n(sk)
+    with pytest.raises((ConfigError, CryptoError)):
+        PaillierPublicKey(n=n, hs=2)
+    with pytest.raises(CryptoError):
+        PaillierPublicKey.from_bytes(_forged_public_bytes(n, 4))
+
+
+def test_from_bytes_checks_the_expected_size(keys):
+    pk, _ = keys
+    assert PaillierPublicKey.from_bytes(pk.to_bytes(), expected_bits=1024) == pk
+    with pytest.raises(CryptoError, match="1024-bit.*2048"):
+        PaillierPublicKey.from_bytes(pk.to_bytes(), expected_bits=2048)
+
+
+def test_honest_keys_pass_the_base_checks(keys, other_keys):
+    for pk, _ in (keys, other_keys):
+        assert PaillierPublicKey(n=pk.n, hs=pk.hs).hs == pk.hs
+        assert pk.with_fresh_hs().n == pk.n

@@ -26,6 +26,13 @@ Prediction follows FATE: each host sends its plaintext partial scores X_k θ_k f
 the active party, which adds them up and applies the sigmoid. See docs/hetero_lr.md for what each
 party learns and the collusion caveats.
 
+Threat model: semi-honest parties only, as Hardy et al. and FATE. The arbiter decrypts whatever
+masked ciphertext it is sent, so a *single deviating* party breaks it: a passive party that sends
+``[[e]] + r`` (the residual it received) instead of its masked gradient learns e = z - 2y', i.e. the
+batch labels (exactly at the first batch, by sign while |z| < 2); an active party that sends
+``[[u_k]] + r`` learns a passive party's scores. Preventing this needs zero-knowledge proofs that
+each request is X_k^T [[e]] (out of scope); tests/test_hetero_lr.py demonstrates the label leak.
+
 Papers: Hardy et al., "Private federated learning on vertically partitioned data via entity
 resolution and additively homomorphic encryption" (arXiv:1711.10677, 2017); FATE's
 HeteroLR (guest / host / arbiter), Liu et al., JMLR 22(226), 2021.

@@ -4,15 +4,29 @@ The public key is ``(n, h_s)``: the modulus and the Damgård–Jurik–Nielsen b
 ``h_s = (-x^2)^n mod n^2`` used for short-exponent randomness (Damgård–Jurik–Nielsen, IJIS 2010;
 see :mod:`securevfl.privacy.paillier.fast_backend`). g is fixed to ``n + 1`` and is not stored.
 The private key is ``(p, q)`` with the CRT constants of Paillier 1999, section 7.
+
+A public key usually arrives from another party, so construction validates it (as pyca's
+``_verify_rsa_parameters`` does for RSA): n odd, not a perfect square, free of prime factors
+below 2^12 and between ``MIN_TEST_KEY_BITS`` and ``MAX_KEY_BITS`` bits; h_s in [2, n^2 - 2], coprime
+to n, and with ``h_s^M mod n != 1`` for M = lcm(1, ..., 2^12). The last test refuses h_s = 1
+(every ciphertext 1 + m n, readable by anyone), h_s = -1, every h_s = 1 + k n = g^k (then
+``Enc(m) = g^(m + k r)``, readable mod n with short r), and every h_s = g^k * y with y of
+2^12-smooth order d (then ``c^d`` is readable). An honest h_s = h^n passes unless h has
+2^12-smooth order mod n, which has negligible probability (and :func:`derive_hs` redraws).
+Whether h_s is an n-th residue at all cannot be checked without the factors; a deviating key
+holder could still pick an h_s that weakens *its own* key against others, which is why the key
+holder is trusted not to collude (docs/paillier_aggregation.md).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 
 import gmpy2
 from gmpy2 import mpz
@@ -27,6 +41,10 @@ SECURE_KEY_BITS = (2048, 3072)
 (NIST SP 800-57 Part 1 Rev. 5, Table 2, IFC column)."""
 
 MIN_TEST_KEY_BITS = 512
+MAX_KEY_BITS = 16384
+"""Largest modulus a public key may have (bounds the cost of validating a key someone sent)."""
+SMALL_BOUND = 1 << 12
+"""Bound of the cheap structural checks: trial division of n, smooth order of h_s."""
 _PUBLIC_MAGIC = b"SVPaillierPub\x01"
 _PRIVATE_MAGIC = b"SVPaillierPriv\x01"
 FINGERPRINT_BYTES = 16
@@ -68,6 +86,40 @@ def _unpack_ints(magic: bytes, data: bytes, count: int) -> list[int]:
     return values
 
 
+@cache
+def _small_primes_product() -> int:
+    return math.prod(p for p in range(3, SMALL_BOUND, 2) if gmpy2.is_prime(p))
+
+
+@cache
+def _smooth_exponent() -> int:
+    """lcm(1, ..., SMALL_BOUND): every element of SMALL_BOUND-smooth order divides it (~5.9 kbit)."""
+    return math.lcm(*range(1, SMALL_BOUND + 1))
+
+
+def check_modulus(n: int) -> None:
+    """Raise ConfigError unless n could be an honest Paillier modulus (cheap structural checks)."""
+    if not MIN_TEST_KEY_BITS <= n.bit_length() <= MAX_KEY_BITS:
+        raise ConfigError(
+            f"Paillier modulus has {n.bit_length()} bits; {MIN_TEST_KEY_BITS} to {MAX_KEY_BITS} are accepted"
+        )
+    if n % 2 == 0:
+        raise ConfigError("Paillier modulus must be an odd integer > 2")
+    if gmpy2.is_square(n):
+        raise ConfigError("Paillier modulus must not be a perfect square")
+    if gmpy2.gcd(n, _small_primes_product()) != 1:
+        raise ConfigError(f"Paillier modulus has a prime factor below {SMALL_BOUND}")
+
+
+def check_djn_base(n: int, hs: int) -> None:
+    """Raise CryptoError unless h_s is a usable DJN base for n (see the module docstring)."""
+    nsq = n * n
+    if not 2 <= hs <= nsq - 2 or gmpy2.gcd(hs, n) != 1:
+        raise CryptoError("invalid DJN base h_s for this modulus")
+    if gmpy2.powmod(hs, _smooth_exponent(), n) == 1:  # h_s = +-1, g^k, g^k * (small order), ...
+        raise CryptoError("invalid DJN base h_s: it has small order modulo n")
+
+
 def key_fingerprint(n: int) -> bytes:
     """First 16 bytes of SHA-256 over the modulus: identifies a key pair without revealing it."""
     return hashlib.sha256(b"securevfl-paillier-n" + _int_to_bytes(n)).digest()[:FINGERPRINT_BYTES]
@@ -88,11 +140,9 @@ class PaillierPublicKey:
 
     def __post_init__(self) -> None:
         n, hs = int(self.n), int(self.hs)
-        if n < 3 or n % 2 == 0:
-            raise ConfigError("Paillier modulus must be an odd integer > 2")
+        check_modulus(n)
+        check_djn_base(n, hs)
         nsq = n * n
-        if not 0 < hs < nsq or gmpy2.gcd(hs, n) != 1:
-            raise CryptoError("invalid DJN base h_s for this modulus")
         object.__setattr__(self, "n", n)
         object.__setattr__(self, "hs", hs)
         object.__setattr__(self, "nsquare", nsq)
@@ -122,9 +172,15 @@ class PaillierPublicKey:
         return _pack_ints(_PUBLIC_MAGIC, self.n, self.hs)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> PaillierPublicKey:
-        """Load a key written by :meth:`to_bytes`; malformed bytes raise CryptoError."""
+    def from_bytes(cls, data: bytes, expected_bits: int | None = None) -> PaillierPublicKey:
+        """Load a key written by :meth:`to_bytes`; malformed or invalid keys raise CryptoError.
+
+        ``expected_bits``: the agreed modulus size; a key of any other size is refused (before
+        the validation's exponentiation, so an oversized key costs the receiver nothing).
+        """
         n, hs = _unpack_ints(_PUBLIC_MAGIC, data, 2)
+        if expected_bits is not None and n.bit_length() != expected_bits:
+            raise CryptoError(f"a {n.bit_length()}-bit Paillier key where {expected_bits} bits were agreed")
         try:
             return cls(n=n, hs=hs)
         except ConfigError as exc:
@@ -203,9 +259,13 @@ def derive_hs(n: int, randbits: RandBits | None = None) -> int:
     while True:
         x = randbits(n.bit_length() + 64) % n
         if x > 1 and gmpy2.gcd(x, n) == 1:
-            break
-    h = (-x * x) % n
-    return int(gmpy2.powmod(h, n, n * n))
+            h = (-x * x) % n
+            hs = int(gmpy2.powmod(h, n, n * n))
+            try:
+                check_djn_base(n, hs)  # fails only with negligible probability: draw again
+            except CryptoError:
+                continue
+            return hs
 
 
 def _random_prime(bits: int, randbits: RandBits) -> mpz:
