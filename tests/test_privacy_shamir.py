@@ -9,7 +9,9 @@ from securevfl.errors import ConfigError, CryptoError, ProtocolError
 from securevfl.privacy.shamir import (
     PRIME,
     Share,
+    interpolate_at,
     interpolate_at_zero,
+    lagrange_at,
     lagrange_at_zero,
     reconstruct_secret,
     split_secret,
@@ -70,16 +72,37 @@ def test_validation():
         Share(1, PRIME, 2, 32)
 
 
-def test_tampered_share_detected_or_wrong():
-    secret = os.urandom(32)
-    a, b, _ = split_secret(secret, 2, [1, 2, 3])
+def test_tampered_share_value_is_not_detected_here():
+    """What the module docstring says: an altered y gives a wrong secret, usually without error."""
+    secret = (1 << 200).to_bytes(32, "big")  # far from both ends of the 32-byte range
+    a, b, c = split_secret(secret, 2, [1, 2, 3])
     bad = Share(b.x, (b.y + 1) % PRIME, b.threshold, b.secret_len)
-    try:
-        assert reconstruct_secret([a, bad]) != secret
-    except CryptoError:
-        pass
+    # x = 1, 2: L = (2, -1), so y_2 + 1 shifts the secret by -1 and it still fits 32 bytes
+    assert reconstruct_secret([a, bad]) == (int.from_bytes(secret, "big") - 1).to_bytes(32, "big")
+    # a large change that does not fit the length is caught
+    huge = Share(b.x, (b.y + (1 << 300)) % PRIME, b.threshold, b.secret_len)
+    with pytest.raises(CryptoError):
+        reconstruct_secret([a, huge])
     with pytest.raises(ProtocolError):
         reconstruct_secret([a, a])
+    # with t shares known to be right, a further share is checked by interpolation
+    points = [(a.x, a.y), (c.x, c.y)]
+    assert interpolate_at(points, b.x) == b.y
+    assert interpolate_at(points, bad.x) != bad.y
+    assert interpolate_at(points, 0) == int.from_bytes(secret, "big")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 6), st.integers(0, 2**32))
+def test_lagrange_at_matches_zero_and_reproduces_shares(t, seed):
+    import random
+
+    rnd = random.Random(seed)
+    xs = rnd.sample(range(1, 50), t + 1)
+    shares = split_secret(os.urandom(32), t, xs)
+    assert lagrange_at(xs[:t], 0) == lagrange_at_zero(xs[:t])
+    points = [(s.x, s.y) for s in shares[:t]]
+    assert interpolate_at(points, shares[t].x) == shares[t].y
 
 
 def test_precomputed_lagrange_coefficients():

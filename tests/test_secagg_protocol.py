@@ -16,6 +16,7 @@ from securevfl.privacy.secagg import (
     InsufficientSurvivorsError,
     PassiveSecAggState,
     SecAggConfig,
+    ShareVerificationError,
     UnmaskRequest,
     _round_pairwise_seeds,
     _signed_pairwise_sum,
@@ -137,7 +138,7 @@ def test_survivor_refuses_both_secrets_of_one_party():
 
 
 def test_request_must_match_participants():
-    cfg = _config(4, 2)
+    cfg = _config(4, 3)
     parties, agg, _ = _setup(cfg)
     xs = _inputs(cfg, 1)[0]
     parties["passive0"], _ = masked_input(parties["passive0"], xs["passive0"], 0)
@@ -162,6 +163,10 @@ def test_threshold_validation():
         _config(4, 1)
     with pytest.raises(ConfigError):
         _config(4, 5)
+    with pytest.raises(ConfigError, match=r"t > n/2"):  # t <= n/2: see test_secagg_hardening.py
+        _config(4, 2)
+    with pytest.raises(ConfigError, match="int"):
+        _config(4, 3.0)
     with pytest.raises(ConfigError):
         SecAggConfig(b"s", ("a",), 2)
     with pytest.raises(ConfigError):
@@ -291,20 +296,23 @@ def _one_round_with_drop(cfg):
 
 
 def test_aggregator_rejects_foreign_and_corrupt_shares():
-    cfg = _config(4, 2)
+    cfg = _config(4, 3)
     agg, responses = _one_round_with_drop(cfg)
     first, second = responses[0], responses[1]
     # a response carrying another party's share indices is refused
     forged = dataclasses.replace(first, self_seed_shares=second.self_seed_shares)
     with pytest.raises(ProtocolError):
-        aggregate(agg, [forged, second])
-    # a corrupted key share reconstructs a key that does not match the published one
+        aggregate(agg, [forged, *responses[1:]])
+    with pytest.raises(ProtocolError, match="two unmask responses"):  # a replayed response
+        aggregate(agg, [first, first, *responses[1:]])
+    # a corrupted key share reconstructs a key that does not match the owner's commitment
     dropped = cfg.parties[-1]
     share = first.key_shares[dropped]
     bad = dataclasses.replace(share, y=(share.y + 1) % (2**521 - 1))
     corrupt = dataclasses.replace(first, key_shares={dropped: bad})
-    with pytest.raises(CryptoError):
-        aggregate(agg, [corrupt, second])
+    with pytest.raises(ShareVerificationError, match=dropped) as excinfo:
+        aggregate(agg, [corrupt, *responses[1:]])
+    assert excinfo.value.party == dropped and excinfo.value.suspects == ()  # no spare response
     # the honest responses still work on the same (unchanged, frozen) state
     _, total = aggregate(agg, responses)
     assert total.shape == (6, 4)

@@ -9,7 +9,8 @@ party; Agg-VFL sums local predictions. *How* the sum is formed is a separate, sw
   and self-mask seeds every round (= every batch). Public keys and encrypted Shamir shares are
   relayed through the active party, as in the paper. Each round: fixed-point encode, mask,
   the active party adds the masked vectors, removes the self masks of the survivors (and the
-  pairwise masks of dropped parties, reconstructed from t shares) and decodes only the sum.
+  pairwise masks of dropped parties, reconstructed from t shares, each secret checked against
+  the commitment in its owner's setup) and decodes only the sum. The threshold must exceed n/2.
 * ``pairwise`` — the paper's lightweight blinding exactly as Eq. 4-6: one key agreement per
   session, per-batch masks PRG(s_ij, round) that cancel in the sum
   (:mod:`securevfl.privacy.masking`). No dropout recovery (``max_dropouts == 0``).
@@ -48,7 +49,7 @@ from securevfl.privacy.key_agreement import (
     create_key_agreement,
 )
 from securevfl.privacy.masking import derive_pairwise_seeds, mask_values, unmask_sum
-from securevfl.privacy.shamir import Share
+from securevfl.privacy.shamir import SHARE_BYTES, Share
 
 Urandom = Callable[[int], bytes]
 
@@ -71,7 +72,9 @@ class AggregationConfig:
     """Parameters both halves of a scheme agree on (from the method's options).
 
     ``threshold``: Shamir threshold t for ``dh`` (None: majority, see
-    :func:`securevfl.privacy.secagg.default_threshold`). ``urandom`` may be injected for
+    :func:`securevfl.privacy.secagg.default_threshold`); it must exceed n/2 for n passive
+    parties (checked by :meth:`DHAggregation.validate`, see
+    :func:`securevfl.privacy.secagg.validate_threshold`). ``urandom`` may be injected for
     deterministic tests; by default secrets come from ``os.urandom``.
     """
 
@@ -83,6 +86,10 @@ class AggregationConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_agreement", resolve_key_agreement(self.key_agreement))
         encode(0.0, self.frac_bits)  # validates frac_bits
+        if self.threshold is not None and (
+            isinstance(self.threshold, bool) or not isinstance(self.threshold, int) or self.threshold < 2
+        ):
+            raise ConfigError(f"threshold must be None (majority) or an int >= 2, got {self.threshold!r}")
 
     def draw(self, n: int) -> bytes:
         return (self.urandom or os.urandom)(n)
@@ -251,17 +258,103 @@ class PlainAggregation(AggregationScheme):
 
 
 # ============================================================================ dh (double masking)
-# Wire forms of the secagg messages: plain dicts of bytes/ints/arrays (the codec never pickles).
+# Wire forms of the secagg messages: plain dicts of bytes/ints/lists/arrays (the codec never
+# pickles). Each ``_..._from_wire`` parser checks every field's type before use and raises
+# ProtocolError on anything malformed, so a message is never indexed raw.
+
+_MAX_ROUND = (1 << 63) - 1
+
+
+def _wire_field(m: Any, key: str, kind: str) -> Any:
+    if not isinstance(m, Mapping):
+        raise ProtocolError(f"{kind} is not a mapping")
+    if key not in m:
+        raise ProtocolError(f"{kind} lacks the field {key!r}")
+    return m[key]
+
+
+def _wire_str(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ProtocolError(f"{what} must be a non-empty string")
+    return value
+
+
+def _wire_int(value: Any, what: str, low: int = 0, high: int = _MAX_ROUND) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ProtocolError(f"{what} must be an int in [{low}, {high}]")
+    return int(value)
+
+
+def _wire_bytes(value: Any, what: str, length: int | None = None) -> bytes:
+    if not isinstance(value, bytes | bytearray):
+        raise ProtocolError(f"{what} must be bytes")
+    if length is not None and len(value) != length:
+        raise ProtocolError(f"{what} must be {length} bytes, got {len(value)}")
+    return bytes(value)
+
+
+def _wire_names(value: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple):
+        raise ProtocolError(f"{what} must be a list of party names")
+    return tuple(_wire_str(v, f"a party name in {what}") for v in value)
+
+
+def _wire_map(value: Any, what: str, parse: Callable[[Any, str], Any]) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ProtocolError(f"{what} must be a mapping")
+    return {_wire_str(k, f"a key of {what}"): parse(v, f"{what}[{k!r}]") for k, v in value.items()}
+
+
+def _wire_share(value: Any, what: str) -> Share:
+    return Share.from_bytes(_wire_bytes(value, what, SHARE_BYTES))
+
+
+def _session_to_wire(c: sa.SecAggConfig) -> dict:
+    return {"session_id": c.session_id, "parties": list(c.parties), "threshold": c.threshold}
+
+
+def _session_from_wire(m: Any, key_agreement: str, frac_bits: int) -> sa.SecAggConfig:
+    """The session the active party proposes; one that breaks the rules (t <= n/2) is refused."""
+    kind = "session"
+    session_id = _wire_bytes(_wire_field(m, "session_id", kind), "session_id")
+    parties = _wire_names(_wire_field(m, "parties", kind), "parties")
+    threshold = _wire_int(_wire_field(m, "threshold", kind), "threshold", 0, 0xFFFF)
+    try:
+        return sa.SecAggConfig(session_id=session_id, parties=parties, threshold=threshold,
+                               key_agreement=key_agreement, frac_bits=frac_bits)
+    except ConfigError as exc:
+        raise ProtocolError(f"the active party proposed an invalid session: {exc}") from None
+
+
+def _advert_to_wire(a: sa.KeyAdvert) -> dict:
+    return {"party": a.party, "channel_public": a.channel_public}
+
+
+def _advert_from_wire(m: Any) -> sa.KeyAdvert:
+    return sa.KeyAdvert(_wire_str(_wire_field(m, "party", "key advert"), "party"),
+                        _wire_bytes(_wire_field(m, "channel_public", "key advert"), "channel_public"))
+
+
+def _directory_from_wire(m: Any) -> sa.KeyDirectory:
+    return sa.KeyDirectory(_wire_map(m, "key directory", _wire_bytes))
 
 
 def _setup_to_wire(s: sa.RoundSetup) -> dict:
     return {"party": s.party, "round": s.round_index, "mask_public": s.mask_public,
-            "shares": dict(s.encrypted_shares)}
+            "shares": dict(s.encrypted_shares), "seed_commitment": s.seed_commitment,
+            "key_commitment": s.key_commitment}
 
 
-def _setup_from_wire(m: Mapping) -> sa.RoundSetup:
-    return sa.RoundSetup(str(m["party"]), int(m["round"]), bytes(m["mask_public"]),
-                         {str(k): bytes(v) for k, v in m["shares"].items()})
+def _setup_from_wire(m: Any) -> sa.RoundSetup:
+    kind = "round setup"
+    return sa.RoundSetup(
+        _wire_str(_wire_field(m, "party", kind), "party"),
+        _wire_int(_wire_field(m, "round", kind), "round"),
+        _wire_bytes(_wire_field(m, "mask_public", kind), "mask_public"),
+        _wire_map(_wire_field(m, "shares", kind), "shares", _wire_bytes),
+        _wire_bytes(_wire_field(m, "seed_commitment", kind), "seed_commitment", sa.COMMITMENT_BYTES),
+        _wire_bytes(_wire_field(m, "key_commitment", kind), "key_commitment", sa.COMMITMENT_BYTES),
+    )
 
 
 def _bundle_to_wire(b: sa.SetupBundle) -> dict:
@@ -269,9 +362,11 @@ def _bundle_to_wire(b: sa.SetupBundle) -> dict:
             "shares": dict(b.encrypted_shares)}
 
 
-def _bundle_from_wire(m: Mapping) -> sa.SetupBundle:
-    return sa.SetupBundle(int(m["round"]), {str(k): bytes(v) for k, v in m["mask_publics"].items()},
-                          {str(k): bytes(v) for k, v in m["shares"].items()})
+def _bundle_from_wire(m: Any) -> sa.SetupBundle:
+    kind = "setup bundle"
+    return sa.SetupBundle(_wire_int(_wire_field(m, "round", kind), "round"),
+                          _wire_map(_wire_field(m, "mask_publics", kind), "mask_publics", _wire_bytes),
+                          _wire_map(_wire_field(m, "shares", kind), "shares", _wire_bytes))
 
 
 def _input_to_wire(x: sa.MaskedInput) -> dict:
@@ -279,12 +374,30 @@ def _input_to_wire(x: sa.MaskedInput) -> dict:
             "next": None if x.next_setup is None else _setup_to_wire(x.next_setup)}
 
 
-def _input_from_wire(m: Mapping) -> sa.MaskedInput:
-    masked = m["masked"]
+def _input_from_wire(m: Any) -> sa.MaskedInput:
+    kind = "masked input"
+    masked = _wire_field(m, "masked", kind)
     if not isinstance(masked, np.ndarray) or masked.dtype != np.uint64:
         raise ProtocolError("masked input must be a uint64 array")
-    nxt = None if m["next"] is None else _setup_from_wire(m["next"])
-    return sa.MaskedInput(str(m["party"]), int(m["round"]), masked, nxt)
+    nxt = _wire_field(m, "next", kind)
+    return sa.MaskedInput(_wire_str(_wire_field(m, "party", kind), "party"),
+                          _wire_int(_wire_field(m, "round", kind), "round"), masked,
+                          None if nxt is None else _setup_from_wire(nxt))
+
+
+def _request_to_wire(q: sa.UnmaskRequest, next_bundle: dict | None) -> dict:
+    return {"round": q.round_index, "survivors": list(q.survivors), "dropped": list(q.dropped),
+            "next_bundle": next_bundle}
+
+
+def _request_from_wire(m: Any) -> tuple[sa.UnmaskRequest, sa.SetupBundle | None]:
+    """The unmask request and the next round's setup bundle riding on it (if any)."""
+    kind = "unmask request"
+    request = sa.UnmaskRequest(_wire_int(_wire_field(m, "round", kind), "round"),
+                               _wire_names(_wire_field(m, "survivors", kind), "survivors"),
+                               _wire_names(_wire_field(m, "dropped", kind), "dropped"))
+    nxt = _wire_field(m, "next_bundle", kind)
+    return request, None if nxt is None else _bundle_from_wire(nxt)
 
 
 def _response_to_wire(r: sa.UnmaskResponse) -> dict:
@@ -293,11 +406,13 @@ def _response_to_wire(r: sa.UnmaskResponse) -> dict:
             "key_shares": {k: s.to_bytes() for k, s in r.key_shares.items()}}
 
 
-def _response_from_wire(m: Mapping) -> sa.UnmaskResponse:
+def _response_from_wire(m: Any) -> sa.UnmaskResponse:
+    kind = "unmask response"
     return sa.UnmaskResponse(
-        str(m["party"]), int(m["round"]),
-        {str(k): Share.from_bytes(bytes(v)) for k, v in m["self_seed_shares"].items()},
-        {str(k): Share.from_bytes(bytes(v)) for k, v in m["key_shares"].items()})
+        _wire_str(_wire_field(m, "party", kind), "party"),
+        _wire_int(_wire_field(m, "round", kind), "round"),
+        _wire_map(_wire_field(m, "self_seed_shares", kind), "self_seed_shares", _wire_share),
+        _wire_map(_wire_field(m, "key_shares", kind), "key_shares", _wire_share))
 
 
 class _DHPassive(PassiveAggregator):
@@ -307,30 +422,25 @@ class _DHPassive(PassiveAggregator):
         self.round = 0
 
     def setup(self, ctx: PartyContext) -> None:
-        session = _expect(ctx.recv(ctx.active, "agg.dh.session"), ctx.active, "session")
-        sconfig = sa.SecAggConfig(
-            session_id=bytes(session["session_id"]), parties=tuple(session["parties"]),
-            threshold=int(session["threshold"]), key_agreement=self.config.key_agreement,
-            frac_bits=self.config.frac_bits)
+        sconfig = _session_from_wire(ctx.recv(ctx.active, "agg.dh.session"),
+                                     self.config.key_agreement, self.config.frac_bits)
         with ctx.meter.crypto("secagg.keygen"):
             self.state = sa.PassiveSecAggState.create(sconfig, ctx.name, self.config.urandom)
             advert = sa.advertise_keys(self.state)
-        ctx.send(ctx.active, "agg.dh.advert", {"party": advert.party,
-                                                "channel_public": advert.channel_public})
-        directory = ctx.recv(ctx.active, "agg.dh.directory")
+        ctx.send(ctx.active, "agg.dh.advert", _advert_to_wire(advert))
+        directory = _directory_from_wire(ctx.recv(ctx.active, "agg.dh.directory"))
         with ctx.meter.crypto("secagg.key_agreement"):
-            self.state = sa.receive_keys(self.state, sa.KeyDirectory(
-                {str(k): bytes(v) for k, v in directory.items()}))
+            self.state = sa.receive_keys(self.state, directory)
         with ctx.meter.crypto("secagg.share_keys"):
             self.state, setup = sa.share_keys(self.state, 0)
         ctx.send(ctx.active, "agg.dh.setup", _setup_to_wire(setup))
         self._receive_bundle(ctx)
 
-    def _receive_bundle(self, ctx: PartyContext, wire: Mapping | None = None) -> None:
-        if wire is None:
-            wire = ctx.recv(ctx.active, "agg.dh.bundle")
+    def _receive_bundle(self, ctx: PartyContext, bundle: sa.SetupBundle | None = None) -> None:
+        if bundle is None:
+            bundle = _bundle_from_wire(ctx.recv(ctx.active, "agg.dh.bundle"))
         with ctx.meter.crypto("secagg.receive_setup"):
-            self.state = sa.receive_setup(self.state, _bundle_from_wire(wire))
+            self.state = sa.receive_setup(self.state, bundle)
 
     def contribute(self, ctx: PartyContext, values: np.ndarray) -> None:
         if self.state is None:
@@ -339,12 +449,13 @@ class _DHPassive(PassiveAggregator):
             self.state, message = sa.masked_input(self.state, np.asarray(values), self.round)
         ctx.send(ctx.active, "agg.dh.input", _input_to_wire(message))
         # The unmask request of this round carries next round's setup bundle (one hop saved).
-        wire = ctx.recv(ctx.active, "agg.dh.request")
-        request = sa.UnmaskRequest(int(wire["round"]), tuple(wire["survivors"]), tuple(wire["dropped"]))
+        request, next_bundle = _request_from_wire(ctx.recv(ctx.active, "agg.dh.request"))
+        if next_bundle is None:
+            raise ProtocolError("the unmask request lacks next round's setup bundle")
         with ctx.meter.crypto("secagg.unmask_response"):
             self.state, response = sa.unmask_response(self.state, request)
         ctx.send(ctx.active, "agg.dh.response", _response_to_wire(response))
-        self._receive_bundle(ctx, wire["next_bundle"])
+        self._receive_bundle(ctx, next_bundle)
         self.round += 1
 
     def drop(self, ctx: PartyContext) -> None:
@@ -373,12 +484,9 @@ class _DHActive(ActiveAggregator):
             key_agreement=self.config.key_agreement, frac_bits=self.config.frac_bits)
         self.parties = parties
         self.agg = sa.AggregatorSecAggState.create(sconfig)
-        ctx.broadcast(parties, "agg.dh.session", {"session_id": sconfig.session_id,
-                                                  "parties": list(parties), "threshold": threshold})
-        adverts = []
-        for p in parties:
-            m = _expect(ctx.recv(p, "agg.dh.advert"), p, "key advert")
-            adverts.append(sa.KeyAdvert(p, bytes(m["channel_public"])))
+        ctx.broadcast(parties, "agg.dh.session", _session_to_wire(sconfig))
+        adverts = [_advert_from_wire(_expect(ctx.recv(p, "agg.dh.advert"), p, "key advert"))
+                   for p in parties]
         with ctx.meter.crypto("secagg.relay"):
             self.agg, directory = sa.collect_adverts(self.agg, adverts)
         ctx.broadcast(parties, "agg.dh.directory", dict(directory.channel_publics))
@@ -423,18 +531,23 @@ class _DHActive(ActiveAggregator):
         for p in request.dropped:
             if p in gone:
                 rejoin = ctx.recv(p, "agg.dh.rejoin")
+                setup = _setup_from_wire(_expect(rejoin, p, "rejoin setup"))
+                if setup.party != p:
+                    raise ProtocolError(f"rejoin setup from {p} names {setup.party!r}")
                 self.stats.recovery_bytes += len(codec.encode(rejoin))
-                next_setups.append(_setup_from_wire(_expect(rejoin, p, "rejoin setup")))
+                next_setups.append(setup)
         bundles = self._route_setups(ctx, next_setups, skip=request.survivors)
         for p in request.survivors:
-            ctx.send(p, "agg.dh.request", {"round": r, "survivors": list(request.survivors),
-                                           "dropped": list(request.dropped), "next_bundle": bundles[p]})
+            ctx.send(p, "agg.dh.request", _request_to_wire(request, bundles[p]))
         responses = []
         for p in request.survivors:
             wire = _expect(ctx.recv(p, "agg.dh.response"), p, "unmask response")
+            response = _response_from_wire(wire)
+            if response.party != p:
+                raise ProtocolError(f"unmask response from {p} names {response.party!r}")
             if request.dropped:
                 self.stats.recovery_bytes += len(codec.encode(wire["key_shares"]))
-            responses.append(_response_from_wire(wire))
+            responses.append(response)
         with ctx.meter.crypto("secagg.recover" if request.dropped else "secagg.unmask"):
             self.agg, total = sa.aggregate(self.agg, responses)
         self.round += 1
@@ -467,9 +580,7 @@ class DHAggregation(AggregationScheme):
         if n_passives < 2:
             raise ConfigError("secure aggregation needs at least 2 passive parties "
                               f"(got {n_passives}); with one the sum is its vector — use secagg=none")
-        t = self._threshold(n_passives)
-        if not 1 < t <= n_passives:
-            raise ConfigError(f"threshold must satisfy 1 < t <= {n_passives}, got {t}")
+        sa.validate_threshold(self._threshold(n_passives), n_passives)
 
 
 # ============================================================================ pairwise (paper Eq. 4-6)

@@ -30,15 +30,32 @@ Shares addressed to a peer travel through the aggregator encrypted with ChaCha20
 under HKDF(DH(channel keys)); the associated data binds session, sender, recipient, round and
 the sender's round mask public key, so the aggregator cannot swap or replay them.
 
-Trust model: honest-but-curious aggregator and passive parties (as in EASTER); no PKI, so an
-actively malicious aggregator could substitute public keys (Bonawitz's signatures and
-consistency round are not implemented). Everything here is pure: states are frozen dataclasses
-and every step returns a new state and the message to send; no I/O, no threads.
+**Threshold t > n/2.** Each party answers one unmask request per round and never reveals both
+secrets of one party, but with t <= n/2 an aggregator could send different requests to two
+disjoint groups of t (one reveals b_u, the other, told u dropped, u's mask key) and unmask u.
+With t > n/2 the groups overlap and the overlap refuses, so :class:`SecAggConfig` refuses
+t <= n/2 (:func:`validate_threshold`; Bonawitz et al., sec. 4 and 6). This holds while no
+passive party colludes with the aggregator: c colluders answer both requests, and the attack
+then needs only 2t <= n + c.
+
+**Verified reconstruction.** Shamir shares alone are not verifiable (:mod:`.shamir`). Each
+round setup carries SHA-256 commitments (:func:`commit_secret`) to the party's self-mask seed
+and mask private key; :func:`aggregate` checks every reconstructed secret against them and
+raises :class:`ShareVerificationError` naming the owner (and, when one spare response allows
+it, the responders whose shares are off) instead of returning a wrong sum.
+
+Trust model: honest-but-curious aggregator and passive parties (as in EASTER), plus the two
+checks above against a deviating aggregator or responder. There is no PKI: an actively
+malicious aggregator could still substitute channel public keys in the directory and read every
+share (Bonawitz's signatures and consistency round are not implemented). Everything here is
+pure: states are frozen dataclasses and every step returns a new state and the message to send;
+no I/O, no threads.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +83,7 @@ from securevfl.privacy.prg import STEP_SELF, add_prg_streams
 from securevfl.privacy.shamir import (
     SHARE_BYTES,
     Share,
+    interpolate_at,
     lagrange_at_zero,
     reconstruct_secret,
     split_secret,
@@ -73,12 +91,35 @@ from securevfl.privacy.shamir import (
 
 Urandom = Callable[[int], bytes]
 SHARE_AAD_LABEL = "securevfl/secagg/share/v1"
+COMMIT_LABEL = "securevfl/secagg/commit/v1"
 SELF_SEED_BYTES = 32
+COMMITMENT_BYTES = 32
+#: Names of the two per-round secrets (commitment domain labels and error messages).
+SELF_SEED = "self-mask seed"
+MASK_KEY = "mask key"
 _NONCE_BYTES = 12
 
 
 class InsufficientSurvivorsError(ProtocolError):
     """Fewer than the threshold t of parties survived (or answered), so the sum is lost."""
+
+
+class ShareVerificationError(ProtocolError):
+    """A secret reconstructed from the unmask responses does not match its owner's commitment.
+
+    ``party`` owns the secret (``secret`` is :data:`SELF_SEED` or :data:`MASK_KEY`) of round
+    ``round_index``. ``suspects`` are the responders whose shares are inconsistent with the
+    committed secret, when a verifying subset of the responses was found (empty otherwise: the
+    owner dealt bad shares or a bad commitment, or several responses are corrupt). The
+    aggregator's state is unchanged, so it may call :func:`aggregate` again without them.
+    """
+
+    def __init__(self, party: str, secret: str, round_index: int, suspects: tuple[str, ...], detail: str):
+        self.party = party
+        self.secret = secret
+        self.round_index = round_index
+        self.suspects = suspects
+        super().__init__(detail)
 
 
 def default_threshold(n_parties: int) -> int:
@@ -87,6 +128,30 @@ def default_threshold(n_parties: int) -> int:
     It is the smallest t for which two disjoint sets of t responders cannot exist.
     """
     return max(2, n_parties // 2 + 1)
+
+
+def validate_threshold(threshold: object, n_parties: int) -> int:
+    """Check a Shamir threshold for ``n_parties``: an int with n/2 < t <= n (and t >= 2).
+
+    t > n/2 is what stops a malicious aggregator from sending different unmask requests to
+    two disjoint groups of t parties (one revealing a party's self-mask seed, the other its
+    mask key) and unmasking that party (Bonawitz et al., CCS 2017, sec. 4 and 6). Every party
+    answers one request per round, so two groups of t > n/2 always overlap and the overlap
+    refuses. Raises a one-line :class:`ConfigError` naming the bound.
+    """
+    if isinstance(threshold, bool) or not isinstance(threshold, int):
+        raise ConfigError(f"threshold must be an int, got {type(threshold).__name__}")
+    n = n_parties
+    if threshold > n:
+        raise ConfigError(f"threshold must satisfy t <= n = {n}, got {threshold}")
+    if threshold < 2:
+        raise ConfigError(f"threshold must be at least 2, got {threshold}")
+    if 2 * threshold <= n:
+        raise ConfigError(
+            f"threshold {threshold} is at most n/2 = {n / 2:g} for {n} parties; secure aggregation "
+            f"needs t > n/2 (Bonawitz et al. 2017), e.g. the default {default_threshold(n)}"
+        )
+    return threshold
 
 
 @dataclass(frozen=True)
@@ -109,11 +174,7 @@ class SecAggConfig:
         if any(not isinstance(p, str) or not p for p in parties):
             raise ConfigError("party names must be non-empty strings")
         object.__setattr__(self, "parties", tuple(sorted(parties)))
-        n = len(parties)
-        if isinstance(self.threshold, bool) or not isinstance(self.threshold, int):
-            raise ConfigError("threshold must be an int")
-        if not 1 < self.threshold <= n:
-            raise ConfigError(f"threshold must satisfy 1 < t <= n = {n}, got {self.threshold}")
+        validate_threshold(self.threshold, len(parties))
         if self.key_agreement not in KEY_AGREEMENT_NAMES:
             raise ConfigError(
                 f"unknown key agreement {self.key_agreement!r}; valid names: {', '.join(KEY_AGREEMENT_NAMES)}"
@@ -154,12 +215,18 @@ class KeyDirectory:
 
 @dataclass(frozen=True)
 class RoundSetup:
-    """Passive party -> aggregator: round mask public key and encrypted shares, one per peer."""
+    """Passive party -> aggregator: round mask public key, encrypted shares, commitments.
+
+    ``seed_commitment`` and ``key_commitment`` (:func:`commit_secret`, 32 bytes each) let the
+    aggregator verify the self-mask seed and the mask private key it reconstructs.
+    """
 
     party: str
     round_index: int
     mask_public: bytes
     encrypted_shares: Mapping[str, bytes] = field(repr=False)
+    seed_commitment: bytes = field(repr=False)
+    key_commitment: bytes = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -205,6 +272,19 @@ class UnmaskResponse:
 
 def _mask_session(config: SecAggConfig, round_index: int) -> bytes:
     return encode_fields((config.session_id, round_index))
+
+
+def commit_secret(config: SecAggConfig, round_index: int, party: str, kind: str, secret: bytes) -> bytes:
+    """SHA-256 commitment to one round secret of ``party``: H(label, session, round, party, kind, secret).
+
+    Fields are length-prefixed (:func:`~securevfl.privacy.kdf.encode_fields`), so commitments of
+    different sessions, rounds, parties or kinds never coincide. The secrets are 256-bit uniform
+    values (seed, X25519 key, FFDH exponent), so the hash hides them; it binds by collision
+    resistance.
+    """
+    return hashlib.sha256(
+        encode_fields((COMMIT_LABEL, config.session_id, round_index, party, kind, secret))
+    ).digest()
 
 
 def _share_aad(config: SecAggConfig, sender: str, recipient: str, round_index: int, mask_public: bytes) -> bytes:
@@ -346,7 +426,15 @@ def share_keys(state: PassiveSecAggState, round_index: int) -> tuple[PassiveSecA
     own = config.share_index(state.name) - 1
     round_secrets = _RoundSecrets(mask_keys, self_seed, key_shares[own], seed_shares[own])
     new_state = dataclasses.replace(state, round_secrets={**state.round_secrets, round_index: round_secrets})
-    return new_state, RoundSetup(state.name, round_index, mask_public, encrypted)
+    setup = RoundSetup(
+        state.name,
+        round_index,
+        mask_public,
+        encrypted,
+        commit_secret(config, round_index, state.name, SELF_SEED, self_seed),
+        commit_secret(config, round_index, state.name, MASK_KEY, mask_keys.private),
+    )
+    return new_state, setup
 
 
 def receive_setup(state: PassiveSecAggState, bundle: SetupBundle) -> PassiveSecAggState:
@@ -494,6 +582,7 @@ class AggregatorSecAggState:
     config: SecAggConfig
     channel_publics: Mapping[str, bytes] = field(default_factory=dict)
     round_publics: Mapping[int, Mapping[str, bytes]] = field(default_factory=dict)
+    round_commitments: Mapping[int, Mapping[str, tuple[bytes, bytes]]] = field(default_factory=dict, repr=False)
     pending_inputs: Mapping[int, Mapping[str, np.ndarray]] = field(default_factory=dict, repr=False)
     requests: Mapping[int, UnmaskRequest] = field(default_factory=dict)
 
@@ -539,7 +628,11 @@ def collect_setups(
         PublicKey.from_bytes(s.mask_public)  # validates (subgroup check for FFDH)
         if not set(s.encrypted_shares) >= set(by_party) - {s.party}:
             raise ProtocolError(f"setup of {s.party!r} lacks shares for some participant")
+        for commitment in (s.seed_commitment, s.key_commitment):
+            if not isinstance(commitment, bytes) or len(commitment) != COMMITMENT_BYTES:
+                raise ProtocolError(f"setup of {s.party!r} carries a malformed commitment")
     publics = {p: by_party[p].mask_public for p in sorted(by_party)}
+    commitments = {p: (by_party[p].seed_commitment, by_party[p].key_commitment) for p in sorted(by_party)}
     bundles = {
         recipient: SetupBundle(
             r,
@@ -548,7 +641,12 @@ def collect_setups(
         )
         for recipient in publics
     }
-    return dataclasses.replace(agg, round_publics={**agg.round_publics, r: publics}), bundles
+    new_agg = dataclasses.replace(
+        agg,
+        round_publics={**agg.round_publics, r: publics},
+        round_commitments={**agg.round_commitments, r: commitments},
+    )
+    return new_agg, bundles
 
 
 def unmask_request(
@@ -586,13 +684,68 @@ def unmask_request(
     )
 
 
+def _verified_secret(
+    config: SecAggConfig,
+    r: int,
+    owner: str,
+    kind: str,
+    commitment: bytes,
+    shares: Sequence[tuple[str, Share]],
+    coefficients: Sequence[int],
+) -> bytes:
+    """Reconstruct ``owner``'s ``kind`` secret from the first t shares and check its commitment.
+
+    On a mismatch, try to identify the bad share(s): leave out each of the first t responders
+    in turn, using the (t + 1)-th as a spare. A subset that verifies gives the committed
+    polynomial; responders whose shares lie off it are named. This finds any single bad share
+    among the first t + 1 responses; otherwise the error names only the owner. Never returns
+    a secret that does not match the commitment.
+    """
+    t = config.threshold
+
+    def attempt(subset: Sequence[tuple[str, Share]], coeffs: Sequence[int] | None) -> bytes | None:
+        try:
+            secret = reconstruct_secret([s for _, s in subset], coeffs)
+        except CryptoError:  # does not even fit the secret length
+            return None
+        return secret if commit_secret(config, r, owner, kind, secret) == commitment else None
+
+    secret = attempt(shares[:t], coefficients)
+    if secret is not None:
+        return secret
+    suspects: tuple[str, ...] = ()
+    pool = list(shares[: t + 1])
+    if len(pool) > t:
+        for i in range(t):
+            subset = pool[:i] + pool[i + 1 :]
+            if attempt(subset, None) is not None:
+                points = [(s.x, s.y) for _, s in subset]
+                suspects = tuple(sorted(p for p, s in shares if interpolate_at(points, s.x) != s.y))
+                break
+    if suspects:
+        detail = (
+            f"round {r}: the {kind} of {owner!r} did not reconstruct to its commitment; the shares "
+            f"sent by {', '.join(suspects)} are inconsistent with it (aggregate again without them)"
+        )
+    else:
+        detail = (
+            f"round {r}: the {kind} of {owner!r} did not reconstruct to its commitment, and no t of "
+            f"the first t + 1 responses verify (bad shares or commitment from {owner!r}, or several "
+            "corrupt responses)"
+        )
+    raise ShareVerificationError(owner, kind, r, suspects, detail)
+
+
 def aggregate(
     agg: AggregatorSecAggState, responses: Sequence[UnmaskResponse]
 ) -> tuple[AggregatorSecAggState, np.ndarray]:
     """Remove self masks of survivors and dropped parties' pairwise masks; decode the sum.
 
-    Needs answers from at least t survivors (else :class:`InsufficientSurvivorsError`). The
-    result is the float64 sum of the survivors' inputs; nothing else is learnt.
+    Needs answers from at least t survivors (else :class:`InsufficientSurvivorsError`). Every
+    reconstructed self-mask seed and mask key is checked against the commitment its owner
+    published in the round setup; a mismatch raises :class:`ShareVerificationError` (naming
+    the owner, and the responders at fault when a spare response identifies them) instead of
+    returning a wrong sum. The result is the float64 sum of the survivors' inputs.
     """
     config = agg.config
     if not responses:
@@ -605,6 +758,8 @@ def aggregate(
     for resp in responses:
         if resp.round_index != r or resp.party not in request.survivors:
             raise ProtocolError("unmask response from a non-survivor or for another round")
+        if resp.party in valid:
+            raise ProtocolError(f"two unmask responses from {resp.party!r}")
         if set(resp.self_seed_shares) != set(request.survivors) or set(resp.key_shares) != set(request.dropped):
             raise ProtocolError(f"unmask response of {resp.party!r} does not match the request")
         x = config.share_index(resp.party)
@@ -615,25 +770,40 @@ def aggregate(
         raise InsufficientSurvivorsError(
             f"{len(valid)} unmask responses in round {r}, below threshold {config.threshold}"
         )
-    responders = [valid[p] for p in sorted(valid)][: config.threshold]
+    ordered = [valid[p] for p in sorted(valid)]
+    commitments = agg.round_commitments[r]
     inputs = agg.pending_inputs[r]
     shape = next(iter(inputs.values())).shape
     total = np.zeros(shape, dtype=np.uint64)
     for masked in inputs.values():
         np.add(total, masked, out=total)
-    # Same responders for every secret: compute the Lagrange basis once.
-    coefficients = lagrange_at_zero([config.share_index(resp.party) for resp in responders])
+    # Same first-t responders for every secret: compute the Lagrange basis once.
+    coefficients = lagrange_at_zero([config.share_index(resp.party) for resp in ordered[: config.threshold]])
     self_seeds = [
-        reconstruct_secret([resp.self_seed_shares[u] for resp in responders], coefficients) for u in request.survivors
+        _verified_secret(
+            config,
+            r,
+            u,
+            SELF_SEED,
+            commitments[u][0],
+            [(resp.party, resp.self_seed_shares[u]) for resp in ordered],
+            coefficients,
+        )
+        for u in request.survivors
     ]
     add_prg_streams(total, [], self_seeds, r, STEP_SELF)
     publics = agg.round_publics[r]
     agreement = config.agreement()
     for d in request.dropped:
-        private = reconstruct_secret([resp.key_shares[d] for resp in responders], coefficients)
-        keys = agreement.keypair_from_private(private)
-        if keys.public.to_bytes() != publics[d]:
-            raise CryptoError("reconstructed mask key does not match the published key")
+        key_shares = [(resp.party, resp.key_shares[d]) for resp in ordered]
+        private = _verified_secret(config, r, d, MASK_KEY, commitments[d][1], key_shares, coefficients)
+        try:
+            keys = agreement.keypair_from_private(private)
+        except (CryptoError, ConfigError, ValueError):
+            keys = None
+        if keys is None or keys.public.to_bytes() != publics[d]:
+            detail = f"round {r}: the committed mask key of {d!r} does not match its published public key"
+            raise ShareVerificationError(d, MASK_KEY, r, (), detail)
         survivor_publics = {
             j: PublicKey.from_bytes(publics[j], validate=False)  # validated in collect_setups
             for j in request.survivors
@@ -651,6 +821,7 @@ def aggregate(
         agg,
         pending_inputs={k: v for k, v in agg.pending_inputs.items() if k != r},
         round_publics={k: v for k, v in agg.round_publics.items() if k > r},
+        round_commitments={k: v for k, v in agg.round_commitments.items() if k > r},
         requests={k: v for k, v in agg.requests.items() if k >= r},
     )
     return new_agg, decode(total, config.frac_bits)
@@ -743,6 +914,7 @@ __all__ = [
     "RoundSetup",
     "SecAggConfig",
     "SetupBundle",
+    "ShareVerificationError",
     "SimulatedRound",
     "UnmaskRequest",
     "UnmaskResponse",
@@ -750,6 +922,7 @@ __all__ = [
     "aggregate",
     "collect_adverts",
     "collect_setups",
+    "commit_secret",
     "default_threshold",
     "masked_input",
     "receive_keys",
@@ -758,4 +931,5 @@ __all__ = [
     "simulate_secagg",
     "unmask_request",
     "unmask_response",
+    "validate_threshold",
 ]

@@ -6,6 +6,18 @@ by Lagrange interpolation at x = 0, while t - 1 shares are statistically indepen
 secret (Shamir 1979). The field is the Mersenne prime 2^521 - 1, large enough for secrets of up
 to 64 bytes (X25519 keys, 256/320-bit DH exponents, 32-byte seeds). Polynomial coefficients
 are drawn uniformly by rejection sampling (no modular bias). Arithmetic uses gmpy2.
+
+**What is and is not detected here.** Plain Shamir shares are not verifiable. This module
+detects only malformed shares (wrong length, index 0, value outside the field, mixed
+thresholds or lengths, duplicate indices, too few shares: :class:`ProtocolError`) and a
+reconstructed value too large for the recorded secret length (:class:`CryptoError`). A share
+whose value was altered is *not* reliably detected: with indices 1..n the Lagrange
+coefficients at 0 are small integers (e.g. 3, -3, 1 for x = 1, 2, 3), so a small change to y
+yields a wrong secret that still fits the length and comes back without error. Callers must
+check the result against something the owner published: :mod:`securevfl.privacy.secagg`
+compares each reconstructed secret with a SHA-256 commitment and, given a spare share, uses
+:func:`interpolate_at` to name the inconsistent share (Feldman/Pedersen verifiable sharing
+would catch a bad share before reconstruction; it is not implemented).
 """
 
 from __future__ import annotations
@@ -53,7 +65,13 @@ class Share:
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> Share:
-        """Parse :meth:`to_bytes` output; malformed input raises :class:`ProtocolError`."""
+        """Parse :meth:`to_bytes` output; malformed input raises :class:`ProtocolError`.
+
+        Only the format is checked (see the module docstring): an altered y parses fine.
+        """
+        if not isinstance(blob, bytes | bytearray | memoryview):
+            raise ProtocolError(f"a Shamir share is bytes, got {type(blob).__name__}")
+        blob = bytes(blob)
         if len(blob) != _HEADER.size + _Y_BYTES:
             raise ProtocolError("a Shamir share is 74 bytes")
         x, threshold, secret_len = _HEADER.unpack_from(blob)
@@ -96,25 +114,31 @@ def split_secret(
     return tuple(shares)
 
 
-def lagrange_at_zero(x_indices: Sequence[int]) -> tuple[int, ...]:
-    """Lagrange basis values L_i(0) = prod_{j != i} x_j / (x_j - x_i) over GF(2^521 - 1).
-
-    They depend only on which indices answered, so one set serves every secret reconstructed
-    from the same responders (the aggregator reconstructs n secrets per round).
-    """
+def lagrange_at(x_indices: Sequence[int], at: int) -> tuple[int, ...]:
+    """Lagrange basis values L_i(at) = prod_{j != i} (at - x_j) / (x_i - x_j) over GF(2^521 - 1)."""
     xs = [gmpy2.mpz(x) for x in x_indices]
     if len(set(xs)) != len(xs):
         raise ProtocolError("duplicate share indices")
+    point = gmpy2.mpz(at)
     coeffs = []
     for i, xi in enumerate(xs):
         num = gmpy2.mpz(1)
         den = gmpy2.mpz(1)
         for j, xj in enumerate(xs):
             if i != j:
-                num = num * xj % _PRIME_MPZ
-                den = den * (xj - xi) % _PRIME_MPZ
+                num = num * (point - xj) % _PRIME_MPZ
+                den = den * (xi - xj) % _PRIME_MPZ
         coeffs.append(int(num * gmpy2.invert(den, _PRIME_MPZ) % _PRIME_MPZ))
     return tuple(coeffs)
+
+
+def lagrange_at_zero(x_indices: Sequence[int]) -> tuple[int, ...]:
+    """Lagrange basis values L_i(0) = prod_{j != i} x_j / (x_j - x_i) over GF(2^521 - 1).
+
+    They depend only on which indices answered, so one set serves every secret reconstructed
+    from the same responders (the aggregator reconstructs n secrets per round).
+    """
+    return lagrange_at(x_indices, 0)
 
 
 def interpolate_at_zero(
@@ -133,13 +157,28 @@ def interpolate_at_zero(
     return int(total % _PRIME_MPZ)
 
 
+def interpolate_at(points: Sequence[tuple[int, int]], at: int) -> int:
+    """Value at x = ``at`` of the polynomial through ``points`` (degree len(points) - 1).
+
+    Used to check a further share against t shares already known to be right: it is
+    consistent exactly when its y equals this value at its x.
+    """
+    coeffs = lagrange_at([x for x, _ in points], at)
+    total = gmpy2.mpz(0)
+    for (_, y), c in zip(points, coeffs, strict=True):
+        total += gmpy2.mpz(y) * c
+    return int(total % _PRIME_MPZ)
+
+
 def reconstruct_secret(shares: Sequence[Share], coefficients: Sequence[int] | None = None) -> bytes:
     """Recover the secret from at least ``threshold`` consistent shares (the first t are used).
 
     ``coefficients``: optional :func:`lagrange_at_zero` of the first t shares' x indices.
 
-    Fewer shares than the threshold raise :class:`ProtocolError`; a result that does not fit
-    the recorded length (inconsistent or tampered shares) raises :class:`CryptoError`.
+    Fewer shares than the threshold, or mixed thresholds or lengths, raise
+    :class:`ProtocolError`; a result too large for the recorded length raises
+    :class:`CryptoError`. A tampered share value usually yields a *wrong secret without an
+    error* (see the module docstring): verify the result against a commitment.
     """
     if not shares:
         raise ProtocolError("no shares to reconstruct from")
@@ -159,7 +198,9 @@ __all__ = [
     "PRIME",
     "SHARE_BYTES",
     "Share",
+    "interpolate_at",
     "interpolate_at_zero",
+    "lagrange_at",
     "lagrange_at_zero",
     "reconstruct_secret",
     "split_secret",
