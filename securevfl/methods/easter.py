@@ -97,9 +97,10 @@ class EasterOptions:
 
     ``models``: ``hetero`` (each party its own zoo architecture) or ``homo``;
     ``embedding_size``: the shared embedding width (paper: 128); ``threshold``: Shamir threshold
-    of ``secagg=dh`` (0: majority). ``embed_grad``: ``own`` (the paper: party k's embedding net
-    learns from L_k only) or ``all`` (extension, not in the paper: from the sum of every party's
-    dL_j/dE, itself summed with the same secure aggregation — one more round per batch).
+    of ``secagg=dh``, above half the passive parties (0: the majority). ``embed_grad``: ``own``
+    (the paper: party k's embedding net learns from L_k only) or ``all`` (extension, not in the
+    paper: from the sum of every party's dL_j/dE, itself summed with the same secure aggregation —
+    one more round per batch).
     ``allow_peer_reveal``: accept a round structure in which a passive party can compute another's
     embedding from the global embedding (see the module docstring); refused by default.
     """
