@@ -224,3 +224,42 @@ def run_parties(
     if missing:
         raise PartyFailure(missing[0], "shutdown", RuntimeError("role ended without a result"))
     return RunResult(results=results, meters=meters)
+
+
+def run_party(
+    role: Callable[[PartyContext], T],
+    *,
+    name: str,
+    active: str,
+    parties: Sequence[str],
+    transport: Transport,
+    device: Any = "cpu",
+    seed: int = 0,
+    progress: Callable[..., None] | None = None,
+    synchronize: Callable[[], None] | None = None,
+    recv_timeout: float | None = DEFAULT_RECV_TIMEOUT_S,
+) -> tuple[T, Meter]:
+    """Run one party's role in this process over a network ``transport`` (its peers run elsewhere).
+
+    The same :class:`PartyContext` as :func:`run_parties`, so method code does not change. If the
+    role raises, every peer is told (``transport.abort``) and :class:`PartyFailure` is raised; a
+    peer's failure reaches this party as :class:`RunAborted` with the peer's reason.
+    """
+    if name not in parties or active not in parties:
+        raise ConfigError(f"party {name!r} and active party {active!r} must be among {list(parties)}")
+    if recv_timeout is not None and not recv_timeout > 0:
+        raise ConfigError(f"recv_timeout must be positive seconds or None, got {recv_timeout!r}")
+    meter = Meter(name, synchronize=synchronize)
+    ctx = PartyContext(
+        name=name, active=active, passives=tuple(p for p in parties if p != active),
+        channel=Channel(name, transport, meter, threading.Event(), recv_timeout),
+        meter=meter, device=device, seed=seed, progress=progress or (lambda *a, **k: None))
+    try:
+        value = role(ctx)
+    except RunAborted:
+        raise
+    except BaseException as exc:
+        transport.abort(f"{name} failed during {ctx.stage}: {type(exc).__name__}: {exc}")
+        raise PartyFailure(name, ctx.stage, exc, traceback.format_exc()) from exc
+    transport.finish(name)
+    return value, meter

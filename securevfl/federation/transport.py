@@ -50,6 +50,9 @@ class Transport(ABC):
         instead of waiting forever (the "finished peer" contract).
         """
 
+    def abort(self, reason: str) -> None:  # noqa: B027 - optional hook, deliberately not abstract
+        """Tell the peers that this process's party failed (network transports; threads share an event)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, deliberately not abstract
         """Release resources. The in-process transport has none."""
 

@@ -1,0 +1,676 @@
+"""The network transport: one process per party, gRPC streams between them, mutual TLS.
+
+:class:`GrpcTransport` implements :class:`~securevfl.federation.transport.Transport` for *one*
+local party, so the runtime and the method code are the same as in the threaded simulation.
+
+Links. Every party runs a gRPC server on its address. For each peer P it opens one bidirectional
+stream to P's server and sends its envelopes to P on it as :mod:`~securevfl.federation.frames`
+(raw bytes, no protobuf); P answers with acknowledgements. So the directed link A -> B is A's
+stream to B, and each party receives on its server. Large payloads are cut into ``chunk_kb``
+chunks (gRPC's message limit never applies to a whole payload); ``max_message_mb`` bounds one
+message with a clear error at the sender and a :class:`ProtocolError` at the receiver.
+
+Authentication. With TLS (the default and the only choice off loopback) the server requires a
+client certificate from the federation CA, and the client verifies the server's certificate against
+the same CA with the *peer's party name* as the expected host name (``ssl_target_name_override``), so
+a certificate for another party, or from another CA, fails the handshake before any frame flows. The
+server also checks that the party a stream claims to come from is the one its client certificate
+names. The first frame (HELLO) carries the job fingerprint; a mismatch is refused with the keys that
+differ, before any data frame.
+
+Faults. Frames carrying data are numbered per link; the receiver acknowledges each one and drops
+duplicates, the sender keeps every unacknowledged frame and, after a dropped connection, reconnects
+with exponential backoff and resends from the receiver's next expected number: no loss,
+duplication or reordering. Idle links carry heartbeats; a peer from which nothing arrives for
+``peer_timeout_s`` is reported as lost (:class:`PeerLostError`, naming it). A failing party sends
+ABORT to every peer, which then stops at once. A malformed frame is a :class:`ProtocolError` naming
+the peer, raised in the receiving party's role, never a crash.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from securevfl.errors import (
+    ConfigError,
+    PeerFinishedError,
+    PeerTimeoutError,
+    ProtocolError,
+    RunAborted,
+    SecureVFLError,
+)
+from securevfl.federation import frames as fr
+from securevfl.federation.transport import Envelope, Transport
+
+_METHOD = "/securevfl.Link/Exchange"
+_SERVICE = "securevfl.Link"
+
+
+class PeerLostError(ProtocolError):
+    """Nothing arrived from a peer for the peer timeout, or its link could not be re-established."""
+
+    def __init__(self, peer: str, party: str, detail: str):
+        self.peer = peer
+        self.party = party
+        super().__init__(detail)
+
+
+class LinkRefusedError(SecureVFLError, ConnectionError):
+    """A peer refused the link (wrong party, job mismatch) or its TLS handshake failed."""
+
+    def __init__(self, peer: str, reason: str):
+        self.peer = peer
+        self.reason = reason
+        super().__init__(f"link to {peer} refused: {reason}")
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    """Timeouts and sizes of the network transport (the federation file's ``[network]`` section)."""
+
+    peer_timeout_s: float = 30.0
+    heartbeat_s: float = 2.0
+    max_message_mb: float = 1024.0
+    chunk_kb: int = 1024
+    connect_timeout_s: float = 60.0
+    reconnect_backoff_s: float = 0.2
+    max_backoff_s: float = 5.0
+    send_window_mb: float = 256.0
+
+    def __post_init__(self) -> None:
+        for name in ("peer_timeout_s", "heartbeat_s", "max_message_mb", "connect_timeout_s",
+                     "reconnect_backoff_s", "max_backoff_s", "send_window_mb"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"network setting {name} must be positive, got {getattr(self, name)!r}")
+        if not 1 <= self.chunk_kb <= 16 * 1024:
+            raise ConfigError(f"network setting chunk_kb must be in [1, 16384], got {self.chunk_kb}")
+        if self.heartbeat_s >= self.peer_timeout_s:
+            raise ConfigError("heartbeat_s must be shorter than peer_timeout_s")
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.chunk_kb * 1024
+
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self.max_message_mb * 1024 * 1024)
+
+
+@dataclass(frozen=True)
+class TlsCredentials:
+    """PEM bytes of this party's certificate chain and key, and of the federation CA."""
+
+    cert_chain: bytes
+    private_key: bytes
+    root_ca: bytes
+
+    def __repr__(self) -> str:  # never print key material
+        return f"TlsCredentials(cert_chain=<{len(self.cert_chain)} bytes>, private_key=<hidden>, root_ca=<...>)"
+
+
+def is_loopback(address: str) -> bool:
+    """True for ``host:port`` addresses on 127.0.0.0/8, ``[::1]`` or ``localhost``."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def dotted_differences(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted keys at which two nested dictionaries differ (``["job.epochs", ...]``)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for key in sorted(set(a) | set(b), key=str):
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if key not in a or key not in b:
+                out.append(name)
+            else:
+                out += dotted_differences(a[key], b[key], name)
+        return out
+    return [] if a == b else [prefix or "(root)"]
+
+
+@dataclass
+class LinkStats:
+    """Bytes and frames that crossed one directed link, as gRPC messages (before HTTP/2 and TLS framing)."""
+
+    frames: int = 0
+    frame_bytes: int = 0
+    payload_bytes: int = 0
+    resent_frames: int = 0
+    reconnects: int = 0
+
+
+# ------------------------------------------------------------------ the sending side of one link
+
+
+class _OutLink:
+    """The local party's stream to one peer: sequencing, resend buffer, heartbeats, reconnects."""
+
+    def __init__(self, owner: GrpcTransport, peer: str, address: str) -> None:
+        self.owner, self.peer, self.address = owner, peer, address
+        self.settings = owner.settings
+        self.cond = threading.Condition()
+        self.frames: dict[int, bytes] = {}  # unacknowledged sequenced frames
+        self.unacked_bytes = 0
+        self.next_seq = 0  # number of the next sequenced frame
+        self.acked = 0  # every frame below this number is acknowledged
+        self.send_pos = 0  # next frame to put on the current stream
+        self.high_water = 0  # highest frame number ever put on a stream (resends are counted below it)
+        self.generation = 0  # stream attempts; a stale request iterator ends when this moves on
+        self.handshaken = -1  # generation whose HELLO_ACK arrived
+        self.urgent: deque[bytes] = deque()  # ABORT
+        self.closing = False
+        self.error: BaseException | None = None
+        self.ever_connected = False
+        self.last_error = ""
+        self.stats = LinkStats()
+        self._call: Any = None
+        self._channel = self._open_channel()
+        self._thread = threading.Thread(target=self._run, name=f"link-{owner.party}->{peer}", daemon=True)
+
+    def _open_channel(self) -> grpc.Channel:
+        s = self.settings
+        options = [("grpc.max_send_message_length", s.chunk_bytes + 65536),
+                   ("grpc.max_receive_message_length", 65536),
+                   ("grpc.initial_reconnect_backoff_ms", int(s.reconnect_backoff_s * 1000)),
+                   ("grpc.max_reconnect_backoff_ms", int(s.max_backoff_s * 1000)),
+                   ("grpc.keepalive_time_ms", max(1000, int(s.heartbeat_s * 5000))),
+                   ("grpc.keepalive_permit_without_calls", 1)]
+        tls = self.owner.tls
+        if tls is None:
+            return grpc.insecure_channel(self.address, options=options)
+        credentials = grpc.ssl_channel_credentials(root_certificates=tls.root_ca, private_key=tls.private_key,
+                                                   certificate_chain=tls.cert_chain)
+        options.append(("grpc.ssl_target_name_override", self.peer))  # the peer's certificate must name it
+        return grpc.secure_channel(self.address, credentials, options=options)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # -- called by the party's threads
+
+    def send(self, tag: str, depth: int, payload: bytes) -> None:
+        settings = self.settings
+        if len(payload) > settings.max_message_bytes:
+            raise ProtocolError(f"{self.owner.party} cannot send a {len(payload):,}-byte {tag!r} message to "
+                                f"{self.peer}: above max_message_mb = {settings.max_message_mb:g}")
+        chunks = fr.split_payload(payload, settings.chunk_bytes)
+        window = settings.send_window_mb * 1024 * 1024
+        for i, part in enumerate(chunks):
+            with self.cond:
+                while self.unacked_bytes > window and self.error is None and not self.owner.abort_reason:
+                    self.cond.wait(0.1)  # back-pressure: the peer has not acknowledged enough yet
+                self._raise_if_failed()
+                self._append(fr.Frame(fr.Kind.DATA, seq=self.next_seq, tag=tag, depth=depth, chunk=i,
+                                      chunks=len(chunks), total=len(payload), payload=bytes(part)))
+        self.stats.payload_bytes += len(payload)
+
+    def finish(self) -> None:
+        with self.cond:
+            if self.error is None:
+                self._append(fr.Frame(fr.Kind.FIN, seq=self.next_seq))
+
+    def abort(self, reason: str) -> None:
+        with self.cond:
+            self.urgent.append(fr.encode_frame(fr.Frame(fr.Kind.ABORT, text=reason[:4000])))
+            self.cond.notify_all()
+
+    def _append(self, frame: fr.Frame) -> None:
+        data = fr.encode_frame(frame)
+        self.frames[frame.seq] = data
+        self.unacked_bytes += len(data)
+        self.next_seq += 1
+        self.cond.notify_all()
+
+    def _raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until every sequenced frame is acknowledged; False on timeout or failure."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.acked < self.next_seq and self.error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(min(left, 0.1))
+            return self.error is None
+
+    def flush_urgent(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.urgent and self.error is None and self.handshaken >= 0 and time.monotonic() < deadline:
+                self.cond.wait(0.05)
+
+    def close(self) -> None:
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
+        call = self._call
+        if call is not None:
+            call.cancel()
+        self._thread.join(timeout=5)
+        self._channel.close()
+
+    # -- the link's own thread
+
+    def _requests(self, generation: int) -> Iterator[bytes]:
+        owner = self.owner
+        yield fr.encode_frame(fr.Frame(fr.Kind.HELLO, src=owner.party, dst=self.peer, text=owner.fingerprint,
+                                       job=owner.job))
+        heartbeat = self.settings.heartbeat_s
+        while True:
+            with self.cond:
+                deadline = time.monotonic() + heartbeat
+                while True:
+                    if self.generation != generation or (self.closing and not self.urgent):
+                        return
+                    if self.urgent and self.handshaken == generation:
+                        data = self.urgent.popleft()
+                        break
+                    if self.handshaken == generation and self.send_pos < self.next_seq:
+                        data = self.frames[self.send_pos]
+                        if self.send_pos < self.high_water:
+                            self.stats.resent_frames += 1
+                        self.send_pos += 1
+                        self.high_water = max(self.high_water, self.send_pos)
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        data = _HEARTBEAT
+                        break
+                    self.cond.wait(left)
+                self.cond.notify_all()
+            self.stats.frames += 1
+            self.stats.frame_bytes += len(data)
+            yield data
+
+    def _run(self) -> None:
+        settings = self.settings
+        backoff = settings.reconnect_backoff_s
+        down_since = time.monotonic()
+        last_error = "not connected yet"
+        while True:
+            with self.cond:
+                if self.closing:
+                    return
+                self.generation += 1
+                generation = self.generation
+            try:
+                stream = self._channel.stream_stream(_METHOD, request_serializer=None, response_deserializer=None)
+                call = stream(self._requests(generation), wait_for_ready=False,
+                              timeout=None)
+                self._call = call
+                for data in call:
+                    if self._on_response(data, generation):
+                        backoff = settings.reconnect_backoff_s
+                        down_since = time.monotonic()
+                if self.closing:
+                    return
+                last_error = "the peer closed the stream"
+            except grpc.RpcError as exc:
+                if self.closing:
+                    return
+                last_error = f"{exc.code().name}: {exc.details()}" if hasattr(exc, "code") else str(exc)
+            except SecureVFLError as exc:  # REFUSE or a malformed answer: fatal for this link
+                self._fail(exc)
+                return
+            with self.cond:
+                self.handshaken = -1
+            self.last_error = last_error
+            reason = _tls_failure(last_error, self.peer, self.address)
+            if reason:  # permanent: retrying cannot make a certificate valid
+                self._fail(LinkRefusedError(self.peer, reason))
+                return
+            limit = settings.peer_timeout_s if self.ever_connected else settings.connect_timeout_s
+            if time.monotonic() - down_since > limit:
+                what = "lost" if self.ever_connected else "unreachable"
+                self._fail(PeerLostError(self.peer, self.owner.party,
+                                         f"{self.owner.party}: link to {self.peer} at {self.address} {what} for "
+                                         f"{limit:g} s ({last_error})"))
+                return
+            self.stats.reconnects += int(self.ever_connected)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, settings.max_backoff_s)
+
+    def _on_response(self, data: bytes, generation: int) -> bool:
+        """Handle one answer from the peer; True when it was a handshake."""
+        frame = fr.decode_frame(data, max_chunk=4096)
+        with self.cond:
+            if frame.kind == fr.Kind.HELLO_ACK:
+                self._acknowledge(frame.seq)
+                if frame.seq > self.next_seq:
+                    raise ProtocolError(f"{self.peer} acknowledged frame {frame.seq - 1}, never sent")
+                self.send_pos = frame.seq
+                self.handshaken = generation
+                self.ever_connected = True
+                self.cond.notify_all()
+                return True
+            if frame.kind == fr.Kind.ACK:
+                if frame.seq >= self.next_seq:
+                    raise ProtocolError(f"{self.peer} acknowledged frame {frame.seq}, never sent")
+                self._acknowledge(frame.seq + 1)
+                return False
+        if frame.kind == fr.Kind.REFUSE:
+            raise LinkRefusedError(self.peer, frame.text)
+        raise ProtocolError(f"{self.peer} answered with a {frame.kind.name} frame")
+
+    def _acknowledge(self, upto: int) -> None:
+        for seq in range(self.acked, min(upto, self.next_seq)):
+            data = self.frames.pop(seq, None)
+            if data is not None:
+                self.unacked_bytes -= len(data)
+        self.acked = max(self.acked, upto)
+        self.cond.notify_all()
+
+    def _fail(self, error: BaseException) -> None:
+        with self.cond:
+            if self.error is None:
+                self.error = error
+            self.cond.notify_all()
+        self.owner.notify()
+
+
+_HEARTBEAT = fr.encode_frame(fr.Frame(fr.Kind.HEARTBEAT))
+
+
+def _tls_failure(detail: str, peer: str, address: str) -> str:
+    """A readable reason when a gRPC error is a failed TLS check of the peer; "" otherwise."""
+    upper = detail.upper()
+    if "HOSTNAME VERIFICATION" in upper or "PEER NAME" in upper:
+        return f"the certificate presented at {address} does not name {peer!r}"
+    if "CERTIFICATE_VERIFY_FAILED" in upper or "CERTIFICATE VERIFY" in upper:
+        return f"the certificate presented at {address} is not signed by the federation CA"
+    if "HANDSHAKE" in upper or "SSL_ERROR" in upper or "TSI_" in upper:
+        return f"TLS handshake with {address} failed ({detail})"
+    return ""
+
+
+# ------------------------------------------------------------------ the receiving side
+
+
+@dataclass
+class _Inbox:
+    """What arrived from one peer."""
+
+    envelopes: deque = field(default_factory=deque)
+    expected: int = 0  # next sequence number
+    finished: bool = False
+    error: BaseException | None = None
+    last_seen: float = field(default_factory=time.monotonic)
+    hello_seen: bool = False
+    generation: int = 0
+    reassembly: fr.Reassembly | None = None  # survives reconnects: a resend continues at the next chunk
+
+
+class GrpcTransport(Transport):
+    """The network side of one party: a gRPC server for what it receives, one stream per peer for what it sends."""
+
+    def __init__(self, party: str, addresses: Mapping[str, str], *, tls: TlsCredentials | None,
+                 fingerprint: str = "", job: Mapping[str, Any] | None = None,
+                 settings: NetworkSettings | None = None, insecure: bool = False,
+                 differences: Callable[[Any, Any], list[str]] = dotted_differences) -> None:
+        if party not in addresses:
+            raise ConfigError(f"{party!r} has no address; parties are {sorted(addresses)}")
+        if tls is None:
+            if not insecure:
+                raise ConfigError("the network transport needs TLS credentials (plaintext only with insecure=True)")
+            off = sorted(p for p, a in addresses.items() if not is_loopback(a))
+            if off:
+                raise ConfigError(f"plaintext (insecure) links are allowed on loopback only; not loopback: {off}")
+        self.party = party
+        self.addresses = dict(addresses)
+        self.peers = tuple(p for p in addresses if p != party)
+        self.tls = tls
+        self.fingerprint = fingerprint
+        self.job = dict(job or {})
+        self.settings = settings or NetworkSettings()
+        self._differences = differences
+        self._cond = threading.Condition()
+        self._inboxes = {p: _Inbox() for p in self.peers}
+        self.abort_reason: str | None = None
+        self._server: grpc.Server | None = None
+        self._links: dict[str, _OutLink] = {}
+        self.received_frame_bytes: dict[str, int] = dict.fromkeys(self.peers, 0)
+        self.started_at = time.monotonic()
+
+    # -- lifecycle
+
+    def start(self) -> GrpcTransport:
+        """Bind the server and start connecting to every peer (returns at once)."""
+        settings = self.settings
+        handler = grpc.method_handlers_generic_handler(_SERVICE, {
+            "Exchange": grpc.stream_stream_rpc_method_handler(self._serve, request_deserializer=None,
+                                                              response_serializer=None)})
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2 * len(self.peers) + 4,
+                                                        thread_name_prefix=f"rx-{self.party}"),
+                             handlers=(handler,),
+                             options=[("grpc.max_receive_message_length", settings.chunk_bytes + 65536),
+                                      ("grpc.so_reuseport", 0),
+                                      ("grpc.keepalive_permit_without_calls", 1),
+                                      ("grpc.http2.min_ping_interval_without_data_ms", 1000)])
+        address = self.addresses[self.party]
+        if self.tls is None:
+            port = server.add_insecure_port(address)
+        else:
+            credentials = grpc.ssl_server_credentials([(self.tls.private_key, self.tls.cert_chain)],
+                                                      root_certificates=self.tls.root_ca, require_client_auth=True)
+            port = server.add_secure_port(address, credentials)
+        if port == 0:
+            raise ConfigError(f"{self.party} cannot listen on {address} (address in use or not local?)")
+        server.start()
+        self._server = server
+        self.started_at = time.monotonic()
+        for peer in self.peers:
+            link = _OutLink(self, peer, self.addresses[peer])
+            self._links[peer] = link
+            link.start()
+        return self
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Block until every outgoing link completed its handshake; raise the first link failure."""
+        limit = self.settings.connect_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        for peer, link in self._links.items():
+            with link.cond:
+                while link.handshaken < 0 and link.error is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        hint = (" (the peer closed the connection: it may have refused this party's certificate)"
+                                if "Socket closed" in link.last_error else
+                                f" (last error: {link.last_error})" if link.last_error else "")
+                        raise PeerLostError(peer, self.party, f"{self.party}: no handshake with {peer} at "
+                                                              f"{link.address} within {limit:g} s{hint}")
+                    link.cond.wait(min(left, 0.1))
+                if link.error is not None:
+                    raise link.error
+
+    def close(self) -> None:
+        """Deliver what is queued (bounded by the peer timeout), wait for peers to finish, stop."""
+        timeout = self.settings.peer_timeout_s
+        if self.abort_reason is None:
+            deadline = time.monotonic() + timeout
+            for link in self._links.values():
+                link.drain(max(0.0, deadline - time.monotonic()))
+            with self._cond:  # peers may still need our acknowledgements of their last frames
+                while (self.abort_reason is None and time.monotonic() < deadline
+                       and not all(i.finished or i.error for i in self._inboxes.values())):
+                    self._cond.wait(0.05)
+        else:
+            for link in self._links.values():
+                link.flush_urgent(2.0)
+        for link in self._links.values():
+            link.close()
+        if self._server is not None:
+            self._server.stop(grace=0.5).wait(2)
+
+    def notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    # -- Transport
+
+    def send(self, envelope: Envelope) -> None:
+        if envelope.src != self.party:
+            raise ProtocolError(f"{self.party} cannot send as {envelope.src}")
+        link = self._links.get(envelope.dst)
+        if link is None:
+            raise ProtocolError(f"no link {envelope.src}->{envelope.dst}; peers are {list(self.peers)}")
+        link.send(envelope.tag, envelope.depth, envelope.payload)
+
+    def finish(self, party: str) -> None:
+        if party == self.party:
+            for link in self._links.values():
+                link.finish()
+
+    def abort(self, reason: str) -> None:
+        """Tell every peer that this party failed, so they stop at once."""
+        with self._cond:
+            self.abort_reason = self.abort_reason or reason
+            self._cond.notify_all()
+        for link in self._links.values():
+            link.abort(reason)
+
+    def recv(self, dst: str, src: str, abort: threading.Event, timeout: float | None = None) -> Envelope:
+        if dst != self.party:
+            raise ProtocolError(f"{self.party} cannot receive for {dst}")
+        inbox = self._inboxes.get(src)
+        if inbox is None:
+            raise ProtocolError(f"no link {src}->{dst}; peers are {list(self.peers)}")
+        link = self._links[src]
+        started = time.monotonic()
+        peer_timeout = self.settings.peer_timeout_s
+        with self._cond:
+            while True:
+                if abort.is_set():
+                    raise RunAborted(f"{dst} stopped waiting for {src}: the run was aborted")
+                if inbox.envelopes:
+                    return inbox.envelopes.popleft()
+                if inbox.error is not None:
+                    raise inbox.error
+                if self.abort_reason is not None:
+                    raise RunAborted(self.abort_reason)
+                if inbox.finished:
+                    raise PeerFinishedError(src, dst)
+                if link.error is not None:
+                    raise link.error
+                now = time.monotonic()
+                silent_limit = peer_timeout if inbox.hello_seen else max(peer_timeout,
+                                                                         self.settings.connect_timeout_s)
+                if now - max(inbox.last_seen, self.started_at) > silent_limit:
+                    raise PeerLostError(src, dst, f"{dst}: nothing from {src} for {silent_limit:g} s "
+                                                  "(its process stopped or the network is down)")
+                if timeout is not None and now - started >= timeout:
+                    raise PeerTimeoutError(src, dst, timeout)
+                self._cond.wait(0.1)
+
+    # -- the server side: one call per incoming stream
+
+    def _serve(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        settings = self.settings
+        try:
+            first = next(requests)
+        except StopIteration:
+            return
+        try:
+            hello = fr.decode_frame(first, max_chunk=settings.chunk_bytes)
+        except ProtocolError as exc:
+            yield fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=f"first frame is not a HELLO: {exc}"))
+            return
+        refusal = self._check_hello(hello, context)
+        if refusal:
+            yield fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal))
+            return
+        src = hello.src
+        inbox = self._inboxes[src]
+        with self._cond:
+            inbox.generation += 1
+            generation = inbox.generation
+            inbox.hello_seen = True
+            inbox.last_seen = time.monotonic()
+            if inbox.reassembly is None:
+                inbox.reassembly = fr.Reassembly(settings.max_message_bytes)
+            expected = inbox.expected
+            self._cond.notify_all()
+        yield fr.encode_frame(fr.Frame(fr.Kind.HELLO_ACK, seq=expected))
+        for data in requests:
+            with self._cond:
+                if inbox.generation != generation:  # a newer stream from the same peer took over
+                    return
+                self.received_frame_bytes[src] += len(data)
+                inbox.last_seen = time.monotonic()
+            try:
+                frame = fr.decode_frame(data, max_chunk=settings.chunk_bytes)
+                ack = self._on_frame(src, inbox, frame)
+            except ProtocolError as exc:
+                with self._cond:
+                    inbox.error = ProtocolError(f"{self.party} received a malformed frame from {src}: {exc}")
+                    self._cond.notify_all()
+                yield fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=f"malformed frame: {exc}"))
+                return
+            if ack is not None:
+                yield ack
+
+    def _check_hello(self, hello: fr.Frame, context: grpc.ServicerContext) -> str:
+        if hello.kind != fr.Kind.HELLO:
+            return f"first frame is a {hello.kind.name}, not a HELLO"
+        if hello.dst != self.party:
+            return f"this is {self.party}, not {hello.dst}"
+        if hello.src not in self._inboxes:
+            return f"{hello.src!r} is not a party of this federation ({', '.join(self.peers)})"
+        if self.tls is not None:
+            identities = [i.decode("utf-8", "replace") for i in (context.peer_identities() or [])]
+            if hello.src not in identities:
+                return (f"the client certificate names {identities or 'nobody'}, but the stream claims to come "
+                        f"from {hello.src}")
+        if hello.text != self.fingerprint:
+            differing = self._differences(self.job, hello.job) or ["(fingerprint only)"]
+            return (f"job mismatch between {hello.src} and {self.party}; differing keys: "
+                    + ", ".join(differing))
+        return ""
+
+    def _on_frame(self, src: str, inbox: _Inbox, frame: fr.Frame) -> bytes | None:
+        kind = frame.kind
+        if kind == fr.Kind.HEARTBEAT:
+            return None
+        if kind == fr.Kind.ABORT:
+            with self._cond:
+                self.abort_reason = self.abort_reason or f"{src} aborted the run: {frame.text}"
+                self._cond.notify_all()
+            return None
+        if kind not in (fr.Kind.DATA, fr.Kind.FIN):
+            raise ProtocolError(f"unexpected {kind.name} frame")
+        with self._cond:
+            if frame.seq < inbox.expected:  # a resend of something already delivered
+                return fr.encode_frame(fr.Frame(fr.Kind.ACK, seq=frame.seq))
+            if frame.seq > inbox.expected:
+                raise ProtocolError(f"frame {frame.seq} arrived before frame {inbox.expected}")
+            if kind == fr.Kind.FIN:
+                inbox.finished = True
+            else:
+                assert inbox.reassembly is not None
+                done = inbox.reassembly.add(frame)
+                if done is not None:
+                    tag, depth, payload = done
+                    inbox.envelopes.append(Envelope(src, self.party, tag, depth, payload))
+            inbox.expected += 1
+            self._cond.notify_all()
+        return fr.encode_frame(fr.Frame(fr.Kind.ACK, seq=frame.seq))
+
+    def link_stats(self) -> dict[str, dict[str, int]]:
+        """Per outgoing link ``"SRC->DST"``: frames, frame bytes, payload bytes, resends, reconnects."""
+        return {f"{self.party}->{p}": vars(link.stats).copy() for p, link in self._links.items()}
