@@ -29,7 +29,6 @@ the peer, raised in the receiving party's role, never a crash.
 
 from __future__ import annotations
 
-import ipaddress
 import threading
 import time
 from collections import deque
@@ -49,6 +48,7 @@ from securevfl.errors import (
     SecureVFLError,
 )
 from securevfl.federation import frames as fr
+from securevfl.federation.network import NetworkSettings, TlsCredentials, is_loopback
 from securevfl.federation.transport import Envelope, Transport
 
 _METHOD = "/securevfl.Link/Exchange"
@@ -71,75 +71,6 @@ class LinkRefusedError(SecureVFLError, ConnectionError):
         self.peer = peer
         self.reason = reason
         super().__init__(f"link to {peer} refused: {reason}")
-
-
-@dataclass(frozen=True)
-class NetworkSettings:
-    """Timeouts and sizes of the network transport (the federation file's ``[network]`` section)."""
-
-    peer_timeout_s: float = 30.0
-    heartbeat_s: float = 2.0
-    max_message_mb: float = 1024.0
-    chunk_kb: int = 1024
-    connect_timeout_s: float = 60.0
-    reconnect_backoff_s: float = 0.2
-    max_backoff_s: float = 5.0
-    send_window_mb: float = 256.0
-
-    def __post_init__(self) -> None:
-        for name in ("peer_timeout_s", "heartbeat_s", "max_message_mb", "connect_timeout_s",
-                     "reconnect_backoff_s", "max_backoff_s", "send_window_mb"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"network setting {name} must be positive, got {getattr(self, name)!r}")
-        if not 1 <= self.chunk_kb <= 16 * 1024:
-            raise ConfigError(f"network setting chunk_kb must be in [1, 16384], got {self.chunk_kb}")
-        if self.heartbeat_s >= self.peer_timeout_s:
-            raise ConfigError("heartbeat_s must be shorter than peer_timeout_s")
-
-    @property
-    def chunk_bytes(self) -> int:
-        return self.chunk_kb * 1024
-
-    @property
-    def max_message_bytes(self) -> int:
-        return int(self.max_message_mb * 1024 * 1024)
-
-
-@dataclass(frozen=True)
-class TlsCredentials:
-    """PEM bytes of this party's certificate chain and key, and of the federation CA."""
-
-    cert_chain: bytes
-    private_key: bytes
-    root_ca: bytes
-
-    def __repr__(self) -> str:  # never print key material
-        return f"TlsCredentials(cert_chain=<{len(self.cert_chain)} bytes>, private_key=<hidden>, root_ca=<...>)"
-
-
-def is_loopback(address: str) -> bool:
-    """True for ``host:port`` addresses on 127.0.0.0/8, ``[::1]`` or ``localhost``."""
-    host = address.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def dotted_differences(a: Any, b: Any, prefix: str = "") -> list[str]:
-    """Dotted keys at which two nested dictionaries differ (``["job.epochs", ...]``)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out: list[str] = []
-        for key in sorted(set(a) | set(b), key=str):
-            name = f"{prefix}.{key}" if prefix else str(key)
-            if key not in a or key not in b:
-                out.append(name)
-            else:
-                out += dotted_differences(a[key], b[key], name)
-        return out
-    return [] if a == b else [prefix or "(root)"]
 
 
 @dataclass
@@ -423,7 +354,7 @@ class GrpcTransport(Transport):
     def __init__(self, party: str, addresses: Mapping[str, str], *, tls: TlsCredentials | None,
                  fingerprint: str = "", job: Mapping[str, Any] | None = None,
                  settings: NetworkSettings | None = None, insecure: bool = False,
-                 differences: Callable[[Any, Any], list[str]] = dotted_differences) -> None:
+                 differences: Callable[[Any, Any], list[str]] | None = None) -> None:
         if party not in addresses:
             raise ConfigError(f"{party!r} has no address; parties are {sorted(addresses)}")
         if tls is None:
@@ -638,7 +569,7 @@ class GrpcTransport(Transport):
                 return (f"the client certificate names {identities or 'nobody'}, but the stream claims to come "
                         f"from {hello.src}")
         if hello.text != self.fingerprint:
-            differing = self._differences(self.job, hello.job) or ["(fingerprint only)"]
+            differing = (self._differences(self.job, hello.job) if self._differences else []) or ["(fingerprint only)"]
             return (f"job mismatch between {hello.src} and {self.party}; differing keys: "
                     + ", ".join(differing))
         return ""

@@ -1,0 +1,437 @@
+"""The federation file: who the parties are, where they listen, which TLS material they use, and the job.
+
+A federation file is TOML (see docs/deploy.md for the complete format). Every organisation runs its
+own process with the same file; :func:`job_fingerprint` reduces everything the parties must agree on
+to one SHA-256 so they can compare it before any data message flows, and :func:`job_differences`
+names the keys that differ when they do not agree.
+
+Pure parsing and validation: :func:`parse_federation` takes text, :func:`load_federation` reads the
+file. Every mistake is a :class:`~securevfl.errors.ConfigError` naming the file, the section and
+the key; unknown keys are refused with the valid keys of their section, so a typo never silently
+falls back to a default.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import math
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from psi.ids import parse_normalize
+from psi.protocol import Mode
+from securevfl.errors import ConfigError
+from securevfl.federation.network import NetworkSettings, is_loopback, split_address
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+PARTY_NAME_RULE = "1-64 characters, each an ASCII letter, digit, '-' or '_'"
+_PARTY_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+FINGERPRINT_FORMAT = 1
+
+
+def check_party_name(name: str) -> str:
+    """Return ``name`` if it is a valid party name, else raise :class:`ConfigError`.
+
+    A party name is also its TLS identity (the certificate's DNS name), hence the DNS-safe alphabet.
+    """
+    if not isinstance(name, str) or not _PARTY_NAME.fullmatch(name):
+        raise ConfigError(f"invalid party name {name!r}: use {PARTY_NAME_RULE}")
+    return name
+
+
+# ------------------------------------------------------------------ value checks
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _positive_int(where: str, value: Any) -> int:
+    if not _is_int(value) or value < 1:
+        raise ConfigError(f"{where} must be a positive integer, got {value!r}")
+    return value
+
+
+def _positive_float(where: str, value: Any) -> float:
+    if not _is_number(value) or value <= 0:
+        raise ConfigError(f"{where} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _check_json_value(where: str, value: Any) -> None:
+    """Refuse values without one canonical JSON form (dates, NaN), so the fingerprint is well defined."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_json_value(f"{where}.{key}", item)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_json_value(f"{where}[{i}]", item)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ConfigError(f"{where} must be a finite number, got {value!r}")
+    elif not isinstance(value, (str, int, bool)):
+        raise ConfigError(f"{where}: values of type {type(value).__name__} are not supported; use a string")
+
+
+# ------------------------------------------------------------------ the sections
+
+
+@dataclass(frozen=True)
+class PartySpec:
+    """One party: its name (also its TLS identity), the address it listens on, its certificate and key.
+
+    ``cert`` and ``key`` are ``None`` only in an insecure (plaintext, loopback-only) federation.
+    """
+
+    name: str
+    address: str
+    cert: Path | None = None
+    key: Path | None = None
+
+    def __post_init__(self) -> None:
+        check_party_name(self.name)
+        try:
+            split_address(self.address)
+        except ConfigError as exc:
+            raise ConfigError(f"[parties.{self.name}] {exc}") from None
+
+
+@dataclass(frozen=True)
+class TlsSpec:
+    """Where the TLS material lives: the default directory of party files and the federation CA."""
+
+    dir: Path
+    ca: Path
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The training job every party must agree on (the ``[job]`` section).
+
+    Generic on purpose: ``method`` is a registry name and ``options`` its method options
+    (secure aggregation, privacy, ...), checked by the method, not here. ``normalize`` and
+    ``psi_mode`` configure the PSI that aligns the parties' rows (see docs/psi.md).
+    """
+
+    method: str
+    id_column: str
+    label_column: str
+    options: dict[str, Any] = field(default_factory=dict)
+    epochs: int = 50
+    batch_size: int = 32
+    lr: float = 1e-3
+    seed: int = 0
+    embedding_dim: int = 16
+    hidden: tuple[int, ...] = (64,)
+    test_size: float = 0.2
+    normalize: tuple[str, ...] = ()
+    psi_mode: str = "both"
+
+    def __post_init__(self) -> None:
+        for name in ("method", "id_column", "label_column"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigError(f"[job] {name} must be a non-empty string, got {value!r}")
+        if not isinstance(self.options, Mapping) or not all(isinstance(k, str) for k in self.options):
+            raise ConfigError(f"[job] options must be a table, got {self.options!r}")
+        _check_json_value("[job.options]", dict(self.options))
+        object.__setattr__(self, "options", json.loads(json.dumps(dict(self.options))))  # a private deep copy
+        for name in ("epochs", "batch_size", "embedding_dim"):
+            _positive_int(f"[job] {name}", getattr(self, name))
+        object.__setattr__(self, "lr", _positive_float("[job] lr", self.lr))
+        if not _is_int(self.seed) or self.seed < 0:
+            raise ConfigError(f"[job] seed must be a non-negative integer, got {self.seed!r}")
+        if isinstance(self.hidden, (str, bytes)) or not isinstance(self.hidden, (list, tuple)):
+            raise ConfigError(f"[job] hidden must be a list of positive integers, got {self.hidden!r}")
+        object.__setattr__(self, "hidden", tuple(_positive_int("[job] hidden", h) for h in self.hidden))
+        if not _is_number(self.test_size) or not 0 < self.test_size < 1:
+            raise ConfigError(f"[job] test_size must be a number strictly between 0 and 1, got {self.test_size!r}")
+        object.__setattr__(self, "test_size", float(self.test_size))
+        if isinstance(self.normalize, str) or not isinstance(self.normalize, (list, tuple)):
+            raise ConfigError(f"[job] normalize must be a list such as ['strip', 'casefold'], got {self.normalize!r}")
+        try:
+            object.__setattr__(self, "normalize", parse_normalize(self.normalize))
+        except (ConfigError, AttributeError):
+            raise ConfigError(f"[job] normalize: invalid {self.normalize!r}; "
+                              f"choose from strip, casefold, nfc") from None
+        modes = [m.value for m in Mode]
+        if self.psi_mode not in modes:
+            raise ConfigError(f"[job] psi_mode must be one of {', '.join(modes)}, got {self.psi_mode!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field, defaults filled in, as plain JSON types (lists, not tuples)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["hidden"] = list(self.hidden)
+        out["normalize"] = list(self.normalize)
+        out["options"] = json.loads(json.dumps(self.options))
+        return out
+
+
+@dataclass(frozen=True)
+class Federation:
+    """A parsed federation file. ``tls`` is ``None`` exactly when ``insecure`` is set."""
+
+    active: str
+    parties: dict[str, PartySpec]
+    tls: TlsSpec | None
+    insecure: bool
+    job: JobSpec
+    limits: NetworkSettings = field(default_factory=NetworkSettings)
+    source: Path | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.parties) < 2:
+            raise ConfigError(f"a federation needs at least 2 parties, got {len(self.parties)}")
+        folded: dict[str, str] = {}
+        for key, spec in self.parties.items():
+            if key != spec.name:
+                raise ConfigError(f"party {key!r} holds the spec of {spec.name!r}")
+            other = folded.setdefault(key.casefold(), key)
+            if other != key:  # TLS host names are case-insensitive: these would be one identity
+                raise ConfigError(f"party names {other!r} and {key!r} differ only in case; "
+                                  "certificates could not tell them apart")
+        if self.active not in self.parties:
+            raise ConfigError(f"[federation] active = {self.active!r} is not a party; "
+                              f"parties: {', '.join(sorted(self.parties))}")
+        seen: dict[tuple[str, int], str] = {}
+        for spec in self.parties.values():
+            host, port = split_address(spec.address)
+            other = seen.setdefault((host.lower(), port), spec.name)
+            if other != spec.name:
+                raise ConfigError(f"parties {other!r} and {spec.name!r} have the same address {spec.address!r}")
+        if not isinstance(self.insecure, bool):
+            raise ConfigError(f"[federation] insecure must be true or false, got {self.insecure!r}")
+        if self.insecure:
+            if self.tls is not None:
+                raise ConfigError("[federation] insecure = true conflicts with the [tls] section; remove one")
+            remote = [f"{s.name} ({s.address})" for s in self.parties.values() if not is_loopback(s.address)]
+            if remote:
+                raise ConfigError("[federation] insecure = true (plaintext) is only allowed when every party is "
+                                  f"on loopback (127.0.0.0/8, localhost); not on loopback: {', '.join(remote)}")
+        elif self.tls is None:
+            raise ConfigError("a [tls] section is required (set [federation] insecure = true only for a "
+                              "plaintext trial with every party on loopback)")
+        else:
+            missing = [s.name for s in self.parties.values() if s.cert is None or s.key is None]
+            if missing:
+                raise ConfigError(f"no certificate or key path for parties {', '.join(missing)}")
+
+    def party(self, name: str) -> PartySpec:
+        """The spec of party ``name``, or a :class:`ConfigError` listing the parties."""
+        if name not in self.parties:
+            where = f" in {self.source}" if self.source else ""
+            raise ConfigError(f"{name!r} is not a party{where}; parties: {', '.join(sorted(self.parties))}")
+        return self.parties[name]
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        """Party name -> ``host:port``."""
+        return {name: spec.address for name, spec in self.parties.items()}
+
+
+# ------------------------------------------------------------------ parsing
+
+_SECTIONS = ("federation", "parties", "tls", "network", "job")
+_FEDERATION_KEYS = ("active", "insecure")
+_PARTY_KEYS = ("address", "cert", "key")
+_TLS_KEYS = ("dir", "ca")
+_NETWORK_KEYS = tuple(f.name for f in fields(NetworkSettings))
+_JOB_KEYS = tuple(f.name for f in fields(JobSpec))
+_JOB_REQUIRED = ("method", "id_column", "label_column")
+
+
+def _table(where: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a table (a [section]), got {value!r}")
+    return value
+
+
+def _check_keys(where: str, table: Mapping[str, Any], valid: tuple[str, ...]) -> None:
+    unknown = [k for k in table if k not in valid]
+    if unknown:
+        hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, valid, n=1)) else repr(k)
+                 for k in unknown]
+        raise ConfigError(f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(hints)} in {where}; "
+                          f"valid keys: {', '.join(sorted(valid))}")
+
+
+def _path(where: str, value: Any, base_dir: Path) -> Path:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where} must be a non-empty path string, got {value!r}")
+    path = Path(value)
+    return path if path.is_absolute() else base_dir / path
+
+
+def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federation:
+    _check_keys("the federation file (top level)", doc, _SECTIONS)
+    for required in ("federation", "parties", "job"):
+        if required not in doc:
+            raise ConfigError(f"missing section [{required}]")
+
+    fed = _table("[federation]", doc["federation"])
+    _check_keys("[federation]", fed, _FEDERATION_KEYS)
+    if "active" not in fed:
+        raise ConfigError("[federation] needs 'active', the name of the party that holds the labels")
+    active = fed["active"]
+    insecure = fed.get("insecure", False)
+
+    tls: TlsSpec | None = None
+    if "tls" in doc:
+        tls_table = _table("[tls]", doc["tls"])
+        _check_keys("[tls]", tls_table, _TLS_KEYS)
+        tls_dir = _path("[tls] dir", tls_table.get("dir", "."), base_dir)
+        ca = _path("[tls] ca", tls_table["ca"], base_dir) if "ca" in tls_table else tls_dir / "ca.pem"
+        tls = TlsSpec(dir=tls_dir, ca=ca)
+
+    parties: dict[str, PartySpec] = {}
+    for name, value in _table("[parties]", doc["parties"]).items():
+        check_party_name(name)
+        where = f"[parties.{name}]"
+        entry = _table(where, value)
+        _check_keys(where, entry, _PARTY_KEYS)
+        if "address" not in entry:
+            raise ConfigError(f"{where} needs 'address' (host:port)")
+        if tls is None and ("cert" in entry or "key" in entry):
+            raise ConfigError(f"{where} names a cert or key but the file has no [tls] section")
+        cert = key = None
+        if tls is not None:
+            cert = _path(f"{where} cert", entry["cert"], base_dir) if "cert" in entry else tls.dir / f"{name}.pem"
+            key = _path(f"{where} key", entry["key"], base_dir) if "key" in entry else tls.dir / f"{name}.key"
+        parties[name] = PartySpec(name=name, address=entry["address"], cert=cert, key=key)
+
+    network = _table("[network]", doc.get("network", {}))
+    _check_keys("[network]", network, _NETWORK_KEYS)
+    limits = NetworkSettings(**network)
+
+    job_table = _table("[job]", doc["job"])
+    _check_keys("[job]", job_table, _JOB_KEYS)
+    missing = [k for k in _JOB_REQUIRED if k not in job_table]
+    if missing:
+        raise ConfigError(f"[job] needs {', '.join(repr(k) for k in missing)}")
+    if "options" in job_table:
+        _table("[job.options]", job_table["options"])
+    job = JobSpec(**job_table)
+
+    if not isinstance(active, str):
+        raise ConfigError(f"[federation] active must be a party name, got {active!r}")
+    return Federation(active=active, parties=parties, tls=tls, insecure=insecure, job=job, limits=limits,
+                      source=source)
+
+
+def parse_federation(text: str, base_dir: Path, *, source: Path | None = None) -> Federation:
+    """Parse federation-file text; relative paths resolve against ``base_dir``.
+
+    ``source`` (the file, if any) prefixes error messages and is kept in :attr:`Federation.source`.
+    """
+    label = str(source) if source is not None else "federation file"
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:  # the message ends with "(at line L, column C)"
+        raise ConfigError(f"{label}: invalid TOML: {exc}") from None
+    try:
+        return _parse(doc, Path(base_dir), source)
+    except ConfigError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
+
+
+def load_federation(path: str | Path) -> Federation:
+    """Read and parse a federation file; relative paths in it resolve against its directory."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"federation file {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"federation file {str(path)!r} is a directory") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read federation file {str(path)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"federation file {str(path)!r} is not UTF-8 text") from None
+    return parse_federation(text, path.resolve().parent, source=path)
+
+
+# ------------------------------------------------------------------ agreement
+
+
+def _canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def _leaf(value: Any) -> str:
+    """Canonical form of a leaf; a peer's dictionary may hold values JSON cannot encode."""
+    try:
+        return _canonical_json(value)
+    except (TypeError, ValueError):
+        return f"{type(value).__name__}:{value!r}"
+
+
+def job_fingerprint(federation: Federation) -> tuple[str, dict[str, Any]]:
+    """What all parties must agree on, and its SHA-256 hex digest.
+
+    The dictionary mirrors the file: ``federation.active``, ``parties.<name>.address`` and the
+    ``job`` section with every default filled in. Network settings and file paths are local and not
+    part of it. The digest is over canonical JSON (sorted keys, no whitespace), so it does not
+    depend on key order or formatting in the file.
+    """
+    canonical = {
+        "format": FINGERPRINT_FORMAT,
+        "federation": {"active": federation.active},
+        "parties": {name: {"address": spec.address} for name, spec in federation.parties.items()},
+        "job": federation.job.as_dict(),
+    }
+    digest = hashlib.sha256(_canonical_json(canonical).encode("ascii")).hexdigest()
+    return digest, canonical
+
+
+def job_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """Dotted keys at which two fingerprint dictionaries differ, sorted (``["job.epochs", ...]``).
+
+    Leaves are compared by their canonical JSON, as the fingerprint is, so ``1`` and ``1.0`` (or
+    ``true`` and ``1``) differ here exactly when they change the digest. Lists compare whole.
+    """
+    out: list[str] = []
+
+    def walk(x: Any, y: Any, prefix: str) -> None:
+        if isinstance(x, Mapping) and isinstance(y, Mapping):
+            for key in set(x) | set(y):
+                name = f"{prefix}.{key}" if prefix else str(key)
+                if key not in x or key not in y:
+                    out.append(name)
+                else:
+                    walk(x[key], y[key], name)
+        elif _leaf(x) != _leaf(y):
+            out.append(prefix or "(root)")
+
+    walk(a, b, "")
+    return sorted(out)
+
+
+__all__ = [
+    "PARTY_NAME_RULE",
+    "Federation",
+    "JobSpec",
+    "NetworkSettings",
+    "PartySpec",
+    "TlsSpec",
+    "check_party_name",
+    "is_loopback",
+    "job_differences",
+    "job_fingerprint",
+    "load_federation",
+    "parse_federation",
+    "split_address",
+]
