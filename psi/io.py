@@ -1,11 +1,14 @@
 """File edges of the PSI: read an ID column from CSV/Parquet, write aligned/unaligned rows + report.
 
-CSV cells are read as text (so ``007`` stays ``007``; only empty cells are null). Parquet columns
-keep their type; integers become their decimal string (see :mod:`psi.ids`).
+CSV cells are read as text (so ``007`` stays ``007``; only empty cells are null). CSV files must
+be UTF-8 with the header's number of fields on every row; anything else is a :class:`DataError`
+naming the file (and line). Parquet columns keep their type; integers become their decimal
+string (see :mod:`psi.ids`). Party names and the output folder are checked before any work.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import time
@@ -14,11 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
+from securevfl.checks import check_output_dir, validate_party_name
 from securevfl.errors import DataError
 
 from .ids import prepare_ids
 from .protocol import PSIConfig
-from .runner import PSIResult, run_prepared
+from .runner import PSIResult, check_workers, run_prepared
 
 CSV_SUFFIXES = (".csv", ".txt", ".tsv")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -26,6 +30,54 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 
 def _where(path: Path, column: str) -> str:
     return f"{path} (column {column!r})"
+
+
+def _read_csv_column(path: Path, column: str, delimiter: str) -> list[object]:
+    """One column of a strict UTF-8 CSV as text (empty cell -> ``None``); malformed files are a DataError.
+
+    Read with the standard ``csv`` module rather than pandas so that every row is checked: a row
+    with more or fewer fields than the header (which pandas would pad, truncate, or silently read
+    as an extra index column, shifting the ID column) is refused with its line number.
+    """
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            reader = csv.reader(handle, delimiter=delimiter, strict=True)
+            header = next(reader, None)
+            while header == []:  # leading blank lines
+                header = next(reader, None)
+            if header is None:
+                raise DataError(f"{_where(path, column)}: file is empty")
+            if any("\0" in name for name in header):
+                raise DataError(f"{path}: the header has a NUL byte (a binary file?)")
+            if column not in header:
+                raise DataError(f"{path}: missing ID column {column!r} (columns: {header})")
+            if header.count(column) > 1:
+                raise DataError(f"{path}: ID column {column!r} appears more than once in the header")
+            index, width = header.index(column), len(header)
+            values: list[object] = []
+            for row in reader:
+                if not row:
+                    continue  # blank line, as pandas skips them
+                if len(row) != width:
+                    raise DataError(
+                        f"{path}: line {reader.line_num} has {len(row)} fields, the header has {width} "
+                        "(a ragged or wrongly quoted CSV)"
+                    )
+                value = row[index]
+                if "\0" in value:
+                    raise DataError(f"{path}: line {reader.line_num} has a NUL byte in the ID (a binary file?)")
+                values.append(value or None)
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"{path}: not UTF-8 text (invalid byte 0x{exc.object[exc.start]:02x}); save it as a UTF-8 CSV file"
+        ) from None
+    except csv.Error as exc:
+        raise DataError(f"{path}: not a well-formed CSV file ({_one_line(str(exc))})") from None
+    return values
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def read_ids(path: str | os.PathLike, id_column: str) -> list[object]:
@@ -45,25 +97,7 @@ def read_ids(path: str | os.PathLike, id_column: str) -> list[object]:
             raise DataError(f"{path}: missing ID column {id_column!r} (columns: {names})")
         values = pq.read_table(path, columns=[id_column]).column(0).to_pylist()
     elif suffix in CSV_SUFFIXES:
-        import pandas as pd  # imported lazily: pandas is slow to import and workers never need it
-
-        sep = "\t" if suffix == ".tsv" else ","
-        try:
-            header = pd.read_csv(path, sep=sep, nrows=0)
-        except pd.errors.EmptyDataError:
-            raise DataError(f"{_where(path, id_column)}: file is empty") from None
-        if id_column not in header.columns:
-            raise DataError(f"{path}: missing ID column {id_column!r} (columns: {list(header.columns)})")
-        frame = pd.read_csv(
-            path,
-            sep=sep,
-            usecols=[id_column],
-            dtype=str,
-            keep_default_na=False,
-            na_values=[""],
-        )
-        col = frame[id_column]
-        values = col.astype(object).where(col.notna(), None).tolist()
+        values = _read_csv_column(path, id_column, "\t" if suffix == ".tsv" else ",")
     else:
         raise DataError(f"{path}: unsupported file type {suffix!r} (use {CSV_SUFFIXES + PARQUET_SUFFIXES})")
     if not values:
@@ -86,10 +120,11 @@ def write_outputs(
     """
     import pandas as pd
 
-    out = Path(out_dir)
+    out = check_output_dir(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
     for party in result.parties:
+        validate_party_name(party)  # a name is part of a file name: never a path
         rows = result.aligned[party]
         if rows is None:
             continue
@@ -122,6 +157,10 @@ def run_files(
     urandom: Callable[[int], bytes] = os.urandom,
 ) -> PSIResult:
     """Read each party's ID column, run :func:`psi.run_prepared`, write the outputs; see there."""
+    for name in party_files:
+        validate_party_name(name)
+    check_output_dir(out_dir)
+    check_workers(workers)
     config = PSIConfig(mode=mode, digest_len=digest_len, normalize=normalize)
     t0 = time.perf_counter()
     raw = {name: read_ids(path, id_column) for name, path in party_files.items()}

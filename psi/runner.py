@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from securevfl.checks import validate_party_name
 from securevfl.errors import ConfigError
 
 from .curve import CurveEngine
@@ -160,6 +161,12 @@ def _unaligned(prepared: PreparedIDs, rows: np.ndarray | None) -> np.ndarray | N
     return np.flatnonzero(mask)
 
 
+def check_workers(workers: int | None) -> None:
+    """``workers`` is ``None`` (all CPUs) or a positive number of processes."""
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"workers must be a positive integer or None (all CPUs), got {workers!r}")
+
+
 def run_prepared(
     prepared: Mapping[str, PreparedIDs],
     *,
@@ -176,9 +183,10 @@ def run_prepared(
     ``tap(src, dst, data)`` sees every serialised message (tests use it to inspect the wire).
     """
     config = config or PSIConfig()
-    names = tuple(prepared)
+    names = tuple(validate_party_name(n) for n in prepared)
     if len(names) < 2:
         raise ConfigError("PSI needs at least two parties")
+    check_workers(workers)
     active = names[0] if active is None else active
     if active not in prepared:
         raise ConfigError(f"active party {active!r} is not among the parties {list(names)}")
@@ -289,6 +297,8 @@ def run_local(
     ``workers``: processes for curve work (``None``: all CPUs; ``1``: in-process).
     """
     config = PSIConfig(mode=mode, digest_len=digest_len, normalize=normalize)
+    for name in party_ids:
+        validate_party_name(name)
     prepared = {
         name: prepare_ids(ids, config.normalize, duplicates, source=f"party {name!r}")
         for name, ids in party_ids.items()

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from securevfl.checks import check_output_file
 from securevfl.data import (
     DatasetOptions,
     PartitionSpec,
@@ -27,6 +28,7 @@ from securevfl.federation.meter import NetworkModel
 from securevfl.federation.runtime import run_parties
 from securevfl.methods import TrainConfig, create_method
 from securevfl.report import RunReport, cost_from_snapshots
+from securevfl.report.run_report import report_paths
 
 
 def resolve_device(name: str) -> Any:
@@ -60,6 +62,14 @@ class RunConfig:
 
 
 ProgressCallback = Callable[..., None]
+
+
+def check_report_path(report: str | Path) -> tuple[Path, Path]:
+    """Refuse, before any work, a report path whose JSON or Markdown file could not be written."""
+    json_path, md_path = report_paths(report)
+    check_output_file(json_path, "report file")
+    check_output_file(md_path, "report file")
+    return json_path, md_path
 
 
 def build_scenario(config: RunConfig) -> Scenario:
@@ -116,7 +126,8 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
         method=config.method, dataset=scenario.dataset or config.dataset,
         config=_config_dict(config, method.describe()), metrics=metrics, cost=cost,
         wall_s=time.perf_counter() - started, parties=parties, history=outcome.history,
-        notes=list(scenario.notes), extra=outcome.extra)
+        notes=list(scenario.notes) + [f"warning: {w}" for w in outcome.extra.get("warnings", ())],
+        extra=outcome.extra)
 
 
 def _config_dict(config: RunConfig, method_options: Mapping[str, Any]) -> dict[str, Any]:
@@ -170,6 +181,8 @@ def train(
         report = securevfl.train("splitnn", "breast-cancer", parties=2, epochs=30)
         print(report.metrics["accuracy"], report.cost["comm"]["bytes"])
     """
+    if report is not None:
+        check_report_path(report)  # before any work: a run must not be lost to an unwritable path
     config = RunConfig(
         method=method, dataset=dataset,
         dataset_options=DatasetOptions(id_column=id_column, label_column=label_column,
@@ -192,4 +205,4 @@ def train(
     return result
 
 
-__all__ = ["RunConfig", "build_scenario", "resolve_device", "run", "train"]
+__all__ = ["RunConfig", "build_scenario", "check_report_path", "resolve_device", "run", "train"]

@@ -14,7 +14,7 @@ from rich.table import Table
 from typer.exceptions import TyperException
 
 from securevfl.cli_psi import psi_command
-from securevfl.errors import PartyFailure, SecureVFLError
+from securevfl.errors import ConfigError, PartyFailure, SecureVFLError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="securevfl: private set intersection and secure vertical federated learning. "
@@ -30,16 +30,14 @@ def _parse_pairs(values: list[str], what: str) -> dict[str, str]:
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            from securevfl.errors import ConfigError
-
             raise ConfigError(f"{what} must look like NAME=VALUE, got {item!r}")
+        if key.strip() in out:
+            raise ConfigError(f"{what} names {key.strip()!r} twice")
         out[key.strip()] = value.strip()
     return out
 
 
 def _ints(text: str) -> tuple[int, ...]:
-    from securevfl.errors import ConfigError
-
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -89,8 +87,10 @@ def train(
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
     """Train a VFL model and write a report (JSON + Markdown)."""
+    from securevfl.api import check_report_path
     from securevfl.api import train as api_train
 
+    check_report_path(report)  # before any work (the API checks it too when given report=)
     opts: dict[str, Any] = _parse_pairs(option, "--option")
     flagged = {"secagg": secagg, "key_agreement": key_agreement, "frac_bits": frac_bits, "drop_prob": drop_prob,
                "distill_loss": distill_loss, "fail_prob": fail_prob, "on_fail": on_fail}
@@ -150,6 +150,9 @@ def print_summary(result: Any) -> None:
         if isinstance(v, float):
             metrics.add_row(k, f"{v:.4f}")
     console.print(metrics)
+    for note in result.notes:
+        if note.startswith("warning: "):
+            err_console.print(f"[bold yellow]{note}[/]", highlight=False)
     per_party = result.metrics.get("per_party")
     if per_party:
         t = Table(title="per-party test metrics")
@@ -172,7 +175,9 @@ def print_summary(result: Any) -> None:
     cost.add_row("wall clock", f"{result.wall_s:.3f}")
     console.print(cost)
     alignment = c.get("alignment", {})
-    if "intersection_size" in alignment:
+    if alignment.get("method") == "none":
+        console.print(f"alignment: none ({alignment.get('note', 'not needed')})")
+    elif "intersection_size" in alignment:
         console.print(f"alignment: {alignment['method']}; {alignment.get('total_bytes', 0):,} bytes, "
                       f"{alignment.get('rounds', 0)} rounds (not included in the training traffic below)")
     if c["comm"]["bytes"]:
@@ -227,6 +232,7 @@ def report_error(exc: SecureVFLError, debug: bool) -> None:
         message = f"{exc.cause} (party {exc.party}, during {exc.stage})"
     else:
         message = str(exc)
+    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     print(f"error: {message}", file=sys.stderr)  # one line, never wrapped
 
 

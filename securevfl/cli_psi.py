@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from securevfl.checks import validate_party_name
 from securevfl.errors import ConfigError
 
 
@@ -23,6 +24,7 @@ def _parse_parties(values: list[str]) -> dict[str, Path]:
         name, path = name.strip(), path.strip()
         if not sep or not name or not path:
             raise ConfigError(f"--party must look like NAME=FILE, got {item!r}")
+        validate_party_name(name)
         if name in parties:
             raise ConfigError(f"party {name!r} is given twice")
         parties[name] = Path(path)

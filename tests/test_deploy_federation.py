@@ -238,7 +238,7 @@ def test_address_rules() -> None:
 
 @pytest.mark.parametrize("name", ["ba nk", "bank.example", "bänk", "x" * 65, "a/b", ""])
 def test_bad_party_names_are_refused(name: str) -> None:
-    with pytest.raises(ConfigError, match="ASCII letter, digit, '-' or '_'") as info:
+    with pytest.raises(ConfigError, match="ASCII letters, digits, '-' and '_'") as info:
         parse(edit("[parties.clinic]", f"[parties.{json.dumps(name)}]"))
     assert repr(name) in str(info.value)
     assert check_party_name("Bank_2-x") == "Bank_2-x"

@@ -170,12 +170,48 @@ def load_table_file(path: Path, kind: str, options: DatasetOptions) -> Dataset:
         raise DataError(f"dataset file not found: {path}")
     if options.id_column is None or options.label_column is None:
         raise ConfigError(f"{kind}:{path} needs --id-column and --label-column")
-    try:
-        frame = pd.read_csv(path, dtype={options.id_column: str}) if kind == "csv" else pd.read_parquet(path)
-    except Exception as exc:
-        raise DataError(f"cannot read {path}: {exc}") from exc
+    frame = read_frame(path, kind, id_column=options.id_column)
     return dataset_from_frame(frame, name=path.stem, id_column=options.id_column,
                               label_column=options.label_column, source=str(path))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def read_frame(path: Path, kind: str, *, id_column: str | None = None) -> pd.DataFrame:
+    """Read a ``csv`` or ``parquet`` table strictly; anything unreadable is a one-line DataError naming the path.
+
+    CSV must be UTF-8. A row with more fields than the header is refused (pandas would otherwise
+    take the first column as an index and silently shift every column by one); the ID column is
+    read as text, so ``007`` stays ``007`` as in ``securevfl psi``.
+    """
+    import warnings
+
+    try:
+        if kind == "parquet":
+            frame = pd.read_parquet(path)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", pd.errors.ParserWarning)
+                frame = pd.read_csv(path, index_col=False, encoding="utf-8",
+                                    sep="\t" if path.suffix.lower() == ".tsv" else ",",
+                                    dtype={id_column: str} if id_column else None)
+    except UnicodeDecodeError as exc:
+        raise DataError(f"cannot read {path}: not UTF-8 text (invalid byte 0x{exc.object[exc.start]:02x}); "
+                        "save it as a UTF-8 CSV file") from None
+    except pd.errors.ParserWarning:
+        raise DataError(f"cannot read {path}: rows have more fields than the header "
+                        "(a ragged or wrongly quoted CSV)") from None
+    except pd.errors.EmptyDataError:
+        raise DataError(f"cannot read {path}: the file is empty") from None
+    except Exception as exc:  # pandas and pyarrow raise many types for unreadable files
+        raise DataError(f"cannot read {path}: {_one_line(exc)}") from exc
+    if id_column is not None and id_column in frame.columns:
+        ids = frame[id_column]
+        if ids.map(lambda v: isinstance(v, str) and "\0" in v).any():
+            raise DataError(f"cannot read {path}: ID column {id_column!r} has a NUL byte (a binary file?)")
+    return frame
 
 
 def validate_ids(ids: pd.Series, where: str) -> pd.Series:

@@ -8,29 +8,26 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from securevfl.data.datasets import numeric_feature_columns, validate_ids
+from securevfl.checks import validate_party_name
+from securevfl.data.datasets import numeric_feature_columns, read_frame, validate_ids
 from securevfl.data.partition import PartyTable
 from securevfl.errors import ConfigError, DataError
 
 
-def read_table(path: Path) -> pd.DataFrame:
+def read_table(path: Path, id_column: str | None = None) -> pd.DataFrame:
     """Read a CSV or Parquet table; missing or unreadable files are a DataError naming the path."""
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
-    try:
-        if path.suffix.lower() in (".parquet", ".pq"):
-            return pd.read_parquet(path)
-        return pd.read_csv(path)
-    except Exception as exc:
-        raise DataError(f"cannot read {path}: {exc}") from exc
+    kind = "parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv"
+    return read_frame(path, kind, id_column=id_column)
 
 
 def party_tables_from_files(files: Mapping[str, str | Path], *, id_column: str, label_column: str,
                             active: str | None = None) -> tuple[dict[str, PartyTable], tuple[str, ...]]:
     """One PartyTable per party file. Only the active party (first, unless named) may hold the label."""
-    if len(files) < 2:
-        raise ConfigError("training from files needs at least two --data NAME=FILE entries")
-    names = list(files)
+    if not files:
+        raise ConfigError("training from files needs at least one --data NAME=FILE entry")
+    names = [validate_party_name(n) for n in files]
     active = active or names[0]
     if active not in files:
         raise ConfigError(f"active party {active!r} has no --data file")
@@ -38,7 +35,7 @@ def party_tables_from_files(files: Mapping[str, str | Path], *, id_column: str, 
     classes: tuple[str, ...] = ()
     for name, raw_path in files.items():
         path = Path(raw_path)
-        frame = read_table(path)
+        frame = read_table(path, id_column)
         where = f"{path} (party {name})"
         if id_column not in frame.columns:
             raise DataError(f"{where}: ID column {id_column!r} not found; columns are {list(frame.columns)[:10]}")

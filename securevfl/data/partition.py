@@ -10,18 +10,17 @@ exactly what PSI would be run on. The test rows are aligned rows every party hol
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from securevfl.checks import validate_party_names
 from securevfl.data.datasets import Dataset
 from securevfl.errors import ConfigError
 
 SPLITS = ("random", "contiguous", "strips")
 UNALIGNED_POLICIES = ("drop", "active", "spread", "disjoint")
-_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -72,9 +71,9 @@ class PartitionSpec:
                 raise ConfigError(f"{len(self.names)} party names given for {self.parties} parties")
             if len(set(self.names)) != len(self.names):
                 raise ConfigError(f"party names must be distinct: {self.names}")
-            for n in self.names:
-                if not _NAME_RE.match(n):
-                    raise ConfigError(f"invalid party name {n!r} (letters, digits, _ . -; start with a letter)")
+            validate_party_names(self.names)
+        if self.features is not None:
+            validate_party_names(self.features)
         if self.split is not None and self.split not in SPLITS:
             raise ConfigError(f"unknown split {self.split!r}; choose one of {', '.join(SPLITS)}")
         if self.unaligned not in UNALIGNED_POLICIES:
@@ -90,6 +89,8 @@ class PartitionSpec:
             raise ConfigError(f"test_size must be in (0, 1), got {self.test_size}")
         if self.active_features is not None and self.active_features < 0:
             raise ConfigError(f"active_features must be >= 0, got {self.active_features}")
+        if self.seed < 0:
+            raise ConfigError(f"seed must be >= 0, got {self.seed}")
         if self.active_rows is not None and self.unaligned != "disjoint":
             raise ConfigError("active_rows is only meaningful with unaligned='disjoint'")
 
@@ -248,18 +249,33 @@ def _row_owners(n_train: int, n_aligned: int, policy: str, names: Sequence[str],
     return {n: np.concatenate(parts) for n, parts in owners.items()}
 
 
-def partition(dataset: Dataset, spec: PartitionSpec) -> PartitionedData:
-    """Cut ``dataset`` into per-party tables following ``spec`` (see module docstring)."""
+def split_train_test(n: int, labels: np.ndarray, test_size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``0..n-1`` split into train and test (stratified when every class has two rows).
+
+    A split that leaves either side empty (a ``test_size`` too close to 0 or 1 for ``n`` rows) is
+    a ConfigError, not scikit-learn's ValueError.
+    """
     from sklearn.model_selection import train_test_split
 
+    stratify = labels if len(labels) and np.bincount(labels).min() >= 2 else None
+    try:
+        return train_test_split(np.arange(n), test_size=test_size, random_state=seed, stratify=stratify)
+    except ValueError:
+        pass
+    try:  # too few test rows to hold one of every class: split without stratifying
+        return train_test_split(np.arange(n), test_size=test_size, random_state=seed)
+    except ValueError:
+        raise ConfigError(f"test_size={test_size} leaves no training or no test rows out of {n} rows") from None
+
+
+def partition(dataset: Dataset, spec: PartitionSpec) -> PartitionedData:
+    """Cut ``dataset`` into per-party tables following ``spec`` (see module docstring)."""
     spec = resolve_preset(dataset, spec)
     names = spec.party_names
     features = assign_features(dataset, spec)
     labels = dataset.labels()
     n = dataset.n_rows
-    stratify = labels if np.bincount(labels).min() >= 2 else None
-    train_rows, test_rows = train_test_split(
-        np.arange(n), test_size=spec.test_size, random_state=spec.seed, stratify=stratify)
+    train_rows, test_rows = split_train_test(n, labels, spec.test_size, spec.seed)
     rng = np.random.default_rng(spec.seed + 1)
     train_rows = rng.permutation(train_rows)
     n_train = len(train_rows)

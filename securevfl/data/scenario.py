@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from securevfl.data.partition import PartitionedData, PartyTable
+from securevfl.data.partition import PartitionedData, PartyTable, split_train_test
 from securevfl.errors import ConfigError, DataError
 
 
@@ -52,6 +52,30 @@ def align_plaintext(tables: Mapping[str, PartyTable], active: str) -> Alignment:
         mask[aligned[name]] = False
         unaligned[name] = np.flatnonzero(mask)
     return Alignment(aligned=aligned, unaligned=unaligned, method="plaintext (simulation, PSI skipped)")
+
+
+NO_ALIGNMENT_NOTE = "one party: no alignment needed"
+
+
+def align_none(tables: Mapping[str, PartyTable], active: str) -> Alignment:
+    """The alignment of a one-party run: all its rows, in its own order; nothing is run or revealed."""
+    if len(tables) != 1:
+        raise ConfigError(f"alignment 'none' is for one party; got {len(tables)} parties")
+    (name, table), = tables.items()
+    return Alignment(aligned={name: np.arange(table.n_rows, dtype=np.int64)},
+                     unaligned={name: np.zeros(0, dtype=np.int64)},
+                     method="none", cost={"note": NO_ALIGNMENT_NOTE})
+
+
+def _align(aligner: Aligner, tables: Mapping[str, PartyTable], active: str) -> Alignment:
+    """Run ``aligner``, except for a single party, which has nothing to align with."""
+    return align_none(tables, active) if len(tables) == 1 else aligner(tables, active)
+
+
+def _alignment_note(alignment: Alignment) -> str:
+    if alignment.method == "none":
+        return f"alignment: none ({NO_ALIGNMENT_NOTE})"
+    return f"alignment: {alignment.method}"
 
 
 @dataclass(frozen=True)
@@ -133,29 +157,26 @@ class Scenario:
 
 def scenario_from_partition(data: PartitionedData, aligner: Aligner = align_plaintext) -> Scenario:
     """Align simulated tables and keep the partition's test rows as the test set."""
-    alignment = aligner(data.tables, data.active)
+    alignment = _align(aligner, data.tables, data.active)
     active_ids = data.tables[data.active].ids[alignment.aligned[data.active]]
     is_test = np.array([i in data.test_ids for i in active_ids], dtype=bool)
     return Scenario(tables=dict(data.tables), active=data.active, classes=data.classes,
                     alignment=alignment, train=np.flatnonzero(~is_test), test=np.flatnonzero(is_test),
-                    dataset=data.dataset, notes=data.notes + (f"alignment: {alignment.method}",))
+                    dataset=data.dataset, notes=data.notes + (_alignment_note(alignment),))
 
 
 def scenario_from_tables(tables: Mapping[str, PartyTable], active: str, classes: tuple[str, ...], *,
                          test_size: float = 0.2, seed: int = 0, aligner: Aligner = align_plaintext,
                          dataset: str = "") -> Scenario:
     """Align real per-party tables (PSI in production) and hold out a stratified test split."""
-    from sklearn.model_selection import train_test_split
-
     if active not in tables or tables[active].labels is None:
         raise DataError(f"the active party {active!r} must hold the labels")
-    alignment = aligner(tables, active)
+    alignment = _align(aligner, tables, active)
     n = alignment.size
     if n < 10:
         raise DataError(f"only {n} rows are shared by all parties; at least 10 are needed to train and test")
     y = tables[active].labels[alignment.aligned[active]]
-    stratify = y if np.bincount(y).min() >= 2 else None
-    train, test = train_test_split(np.arange(n), test_size=test_size, random_state=seed, stratify=stratify)
+    train, test = split_train_test(n, y, test_size, seed)
     return Scenario(tables=dict(tables), active=active, classes=classes, alignment=alignment,
                     train=np.sort(train), test=np.sort(test), dataset=dataset,
-                    notes=(f"alignment: {alignment.method}; {n} shared rows",))
+                    notes=(f"{_alignment_note(alignment)}; {n} shared rows",))

@@ -17,7 +17,6 @@ import difflib
 import hashlib
 import json
 import math
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -26,6 +25,7 @@ from typing import Any
 
 from psi.ids import parse_normalize
 from psi.protocol import Mode
+from securevfl.checks import validate_party_name
 from securevfl.errors import ConfigError
 from securevfl.federation.network import NetworkSettings, is_loopback, split_address
 
@@ -34,19 +34,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-PARTY_NAME_RULE = "1-64 characters, each an ASCII letter, digit, '-' or '_'"
-_PARTY_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 FINGERPRINT_FORMAT = 1
 
-
-def check_party_name(name: str) -> str:
-    """Return ``name`` if it is a valid party name, else raise :class:`ConfigError`.
-
-    A party name is also its TLS identity (the certificate's DNS name), hence the DNS-safe alphabet.
-    """
-    if not isinstance(name, str) or not _PARTY_NAME.fullmatch(name):
-        raise ConfigError(f"invalid party name {name!r}: use {PARTY_NAME_RULE}")
-    return name
+#: A party name is also its TLS identity (the certificate's DNS name): the shared DNS-safe rule.
+check_party_name = validate_party_name
 
 
 # ------------------------------------------------------------------ value checks
@@ -421,7 +412,6 @@ def job_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 
 __all__ = [
-    "PARTY_NAME_RULE",
     "Federation",
     "JobSpec",
     "NetworkSettings",

@@ -90,13 +90,18 @@ class RunReport:
 
     def save(self, path: str | Path) -> tuple[Path, Path]:
         """Write ``path`` (JSON) and the same name with ``.md``; returns both paths."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        json_path = path if path.suffix == ".json" else path.with_suffix(".json")
-        md_path = json_path.with_suffix(".md")
+        json_path, md_path = report_paths(path)
+        json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(self.to_json())
         md_path.write_text(self.to_markdown())
         return json_path, md_path
+
+
+def report_paths(report: str | Path) -> tuple[Path, Path]:
+    """The JSON and Markdown files :meth:`RunReport.save` writes for ``report``."""
+    path = Path(report)
+    json_path = path if path.suffix == ".json" else path.with_suffix(".json")
+    return json_path, json_path.with_suffix(".md")
 
 
 def _jsonable(value: Any) -> Any:
