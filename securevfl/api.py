@@ -104,14 +104,24 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
         synchronize = lambda: torch.cuda.synchronize(device)  # noqa: E731
     result = run_parties(method.roles(scenario), active=scenario.active, device=device,
                          seed=config.train.seed, progress=progress, synchronize=synchronize)
-    outcome = result.results[scenario.active]
+    snapshots = {n: m.snapshot() for n, m in result.meters.items()}
+    return assemble_report(config, scenario, result.results[scenario.active], snapshots,
+                           method.describe(), wall_s=time.perf_counter() - started)
+
+
+def assemble_report(config: RunConfig, scenario: Scenario, outcome: Any, snapshots: Mapping[str, Any],
+                    method_options: Mapping[str, Any], *, wall_s: float) -> RunReport:
+    """The run report from the active party's outcome and every party's meter snapshot.
+
+    Shared by the threaded run and a deployed active party (whose ``scenario`` holds only its own
+    table and the other parties' row and feature counts).
+    """
     metrics: dict[str, Any] = classification_metrics(outcome.y_true, outcome.scores)
     if outcome.per_party:
         metrics["per_party"] = {p: classification_metrics(y, s) for p, (y, s) in outcome.per_party.items()}
         if outcome.extra.get("headline_metrics") == "per_party_mean":  # one model per party (EASTER)
             party = list(metrics["per_party"].values())
             metrics.update({k: float(np.mean([m[k] for m in party])) for k in party[0] if all(k in m for m in party)})
-    snapshots = {n: m.snapshot() for n, m in result.meters.items()}
     cost = cost_from_snapshots(snapshots, config.network)
     cost["crypto_s"].update(alignment_crypto_seconds(scenario.alignment))
     cost["alignment"] = {"method": scenario.alignment.method, **scenario.alignment.cost}
@@ -124,8 +134,8 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
     }
     return RunReport(
         method=config.method, dataset=scenario.dataset or config.dataset,
-        config=_config_dict(config, method.describe()), metrics=metrics, cost=cost,
-        wall_s=time.perf_counter() - started, parties=parties, history=outcome.history,
+        config=_config_dict(config, method_options), metrics=metrics, cost=cost,
+        wall_s=wall_s, parties=parties, history=outcome.history,
         notes=list(scenario.notes) + [f"warning: {w}" for w in outcome.extra.get("warnings", ())],
         extra=outcome.extra)
 

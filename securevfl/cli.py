@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 from typer.exceptions import TyperException
 
+from securevfl.cli_deploy import certs_command, launch_command, party_command
 from securevfl.cli_psi import psi_command
 from securevfl.errors import ConfigError, PartyFailure, SecureVFLError
 
@@ -23,6 +24,9 @@ console = Console(stderr=False)
 err_console = Console(stderr=True)
 
 app.command("psi")(psi_command)
+app.command("certs")(certs_command)
+app.command("party")(party_command)
+app.command("launch")(launch_command)
 
 
 def _parse_pairs(values: list[str], what: str) -> dict[str, str]:

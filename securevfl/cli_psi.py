@@ -40,8 +40,8 @@ def _fmt_bytes(n: int) -> str:
 
 
 def psi_command(
-    party: list[str] = typer.Option(..., "--party", help="NAME=FILE (CSV/Parquet); repeat."),  # noqa: B008
-    id_column: str = typer.Option(..., "--id-column", help="Name of the ID column in every file."),
+    party: list[str] = typer.Option([], "--party", help="NAME=FILE (CSV/Parquet); repeat."),  # noqa: B008
+    id_column: str = typer.Option("", "--id-column", help="Name of the ID column in every file."),
     normalize: str = typer.Option("", help="Comma-separated: strip, casefold, nfc."),
     out: Path = typer.Option(Path("out"), help="Output folder for aligned/unaligned rows."),  # noqa: B008
     mode: str = typer.Option("both", help="both | active_only | cardinality."),
@@ -49,8 +49,24 @@ def psi_command(
     workers: int | None = typer.Option(None, help="Processes for curve work (default: all CPUs)."),
     active: str | None = typer.Option(None, help="Active party (default: the first --party)."),
     progress: bool = typer.Option(False, help="Show a progress bar."),
+    federation: Path | None = typer.Option(  # noqa: B008
+        None, help="Run as one party of this federation file (with --as and --data) over the network."),
+    as_: str = typer.Option("", "--as", help="With --federation: which party this process is."),
+    data: Path | None = typer.Option(None, help="With --federation: this party's own table."),  # noqa: B008
 ) -> None:
-    """Private set intersection of the parties' ID columns (ECDH on Curve25519)."""
+    """Private set intersection of the parties' ID columns (ECDH on Curve25519).
+
+    Either all parties' files in this process (--party NAME=FILE, repeat; a simulation), or one
+    party of a deployment (--federation fed.toml --as NAME --data FILE), which writes only its own
+    aligned and unaligned files.
+    """
+    if federation is not None:
+        if party or not as_ or data is None:
+            raise ConfigError("--federation runs one party: give --as NAME and --data FILE, and no --party")
+        _psi_as_party(federation, as_, data, out)
+        return
+    if not party or not id_column:
+        raise ConfigError("give --party NAME=FILE (at least two) and --id-column, or --federation with --as and --data")
     from psi import run_files  # imported here so `securevfl --help` stays fast
 
     parties = _parse_parties(party)
@@ -91,3 +107,37 @@ def psi_command(
         links.add_row(link, _fmt_bytes(n), str(result.messages_per_link[link]))
     console.print(links)
     console.print(f"outputs in {out}/ (psi_report.json, <party>_aligned.csv, <party>_unaligned.csv)")
+
+
+def _psi_as_party(federation: Path, name: str, data: Path, out: Path) -> None:
+    """One party's side of the PSI of a deployment; writes ``<name>_aligned.csv`` and ``<name>_unaligned.csv``."""
+    import json
+
+    import pandas as pd
+
+    from securevfl.checks import check_output_dir
+    from securevfl.data.files import party_table_from_file
+    from securevfl.deploy.federation import load_federation
+    from securevfl.deploy.party import align_over_network, open_transport
+
+    fed = load_federation(federation)
+    fed.party(name)
+    out = check_output_dir(out)
+    job = fed.job
+    table, _ = party_table_from_file(name, data, id_column=job.id_column, label_column=job.label_column,
+                                     is_active=name == fed.active)
+    transport = open_transport(fed, name)
+    try:
+        result = align_over_network(transport, fed, name, table)
+    finally:
+        transport.close()
+    out.mkdir(parents=True, exist_ok=True)
+    for kind, rows in (("aligned", result.aligned), ("unaligned", result.unaligned)):
+        frame = pd.DataFrame({"position": rows, job.id_column: table.ids[rows]})
+        frame.to_csv(out / f"{name}_{kind}.csv", index=False)
+    snap = result.snapshot
+    report = {"party": name, "intersection_size": result.size, "input_size": table.n_rows,
+              "bytes_sent": dict(snap.bytes), "messages_sent": dict(snap.messages), "crypto_s": snap.crypto_s}
+    (out / f"{name}_psi_report.json").write_text(json.dumps(report, indent=2))
+    Console().print(f"[bold]|intersection| = {result.size}[/bold] ({name}: {table.n_rows} rows); "
+                    f"wrote {out}/{name}_aligned.csv, {name}_unaligned.csv, {name}_psi_report.json")

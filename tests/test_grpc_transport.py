@@ -164,7 +164,7 @@ def test_a_valid_certificate_for_the_wrong_party_is_refused(federation, pki):
     fed = federation(insecure=False)
     a = fed.start("a", tls=creds(good, "a"))
     fed.start("b", tls=creds(good, "c"))  # at b's address: c's (valid) certificate
-    with pytest.raises(LinkRefusedError, match="does not name 'b'"):
+    with pytest.raises(LinkRefusedError, match="does not name 'b'|names \\['c'\\], but the stream claims"):
         a.wait_ready(timeout=6)
     b = fed.transports["b"]
     with pytest.raises(LinkRefusedError, match="names \\['c'\\], but the stream claims to come from b"):

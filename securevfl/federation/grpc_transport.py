@@ -183,8 +183,8 @@ class _OutLink:
 
     def flush_urgent(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        with self.cond:
-            while self.urgent and self.error is None and self.handshaken >= 0 and time.monotonic() < deadline:
+        with self.cond:  # a link still connecting gets the time to connect and carry the ABORT too
+            while self.urgent and self.error is None and time.monotonic() < deadline:
                 self.cond.wait(0.05)
 
     def close(self) -> None:
@@ -419,6 +419,11 @@ class GrpcTransport(Transport):
         for peer, link in self._links.items():
             with link.cond:
                 while link.handshaken < 0 and link.error is None:
+                    refused = self._inboxes[peer].error
+                    if refused is not None:
+                        raise refused
+                    if self.abort_reason is not None:
+                        raise RunAborted(self.abort_reason)
                     left = deadline - time.monotonic()
                     if left <= 0:
                         hint = (" (the peer closed the connection: it may have refused this party's certificate)"
@@ -524,6 +529,10 @@ class GrpcTransport(Transport):
             return
         refusal = self._check_hello(hello, context)
         if refusal:
+            if hello.src in self._inboxes and hello.dst == self.party:  # this party cannot go on either
+                with self._cond:
+                    self._inboxes[hello.src].error = LinkRefusedError(hello.src, f"refused its link: {refusal}")
+                    self._cond.notify_all()
             yield fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal))
             return
         src = hello.src

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from securevfl.errors import ConfigError
 
@@ -77,6 +78,34 @@ class MeterSnapshot:
         return {
             k[len(CRYPTO_PREFIX) :]: v for k, v in sorted(self.seconds.items()) if k.startswith(CRYPTO_PREFIX)
         }
+
+    def to_wire(self) -> dict[str, Any]:
+        """Plain, codec-safe form (string keys only) to send a party's costs to the active party."""
+        return {"seconds": dict(self.seconds), "bytes": dict(self.bytes), "messages": dict(self.messages),
+                "depth_link_bytes": [[d, dict(links)] for d, links in sorted(self.depth_link_bytes.items())]}
+
+    @classmethod
+    def from_wire(cls, message: Any, sender: str) -> MeterSnapshot:
+        """Inverse of :meth:`to_wire`; anything malformed is a ProtocolError naming ``sender``."""
+        from securevfl.errors import ProtocolError
+
+        def numbers(value: Any, kind: type, what: str) -> dict[str, Any]:
+            if not isinstance(value, dict) or not all(
+                    isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and (kind is float or isinstance(v, int)) for k, v in value.items()):
+                raise ProtocolError(f"malformed cost summary from {sender}: {what}")
+            return {k: kind(v) for k, v in value.items()}
+
+        if not isinstance(message, dict) or set(message) != {"seconds", "bytes", "messages", "depth_link_bytes"}:
+            raise ProtocolError(f"malformed cost summary from {sender}")
+        depths = message["depth_link_bytes"]
+        if not isinstance(depths, list) or not all(
+                isinstance(e, list) and len(e) == 2 and isinstance(e[0], int) and not isinstance(e[0], bool)
+                for e in depths):
+            raise ProtocolError(f"malformed cost summary from {sender}: depth_link_bytes")
+        return cls(numbers(message["seconds"], float, "seconds"), numbers(message["bytes"], int, "bytes"),
+                   numbers(message["messages"], int, "messages"),
+                   {d: numbers(links, int, "depth_link_bytes") for d, links in depths})
 
     def merged(self, other: MeterSnapshot) -> MeterSnapshot:
         """Sum of two snapshots (times and counts add; depth maps merge per link)."""

@@ -238,12 +238,15 @@ def run_party(
     progress: Callable[..., None] | None = None,
     synchronize: Callable[[], None] | None = None,
     recv_timeout: float | None = DEFAULT_RECV_TIMEOUT_S,
+    finish: bool = True,
 ) -> tuple[T, Meter]:
     """Run one party's role in this process over a network ``transport`` (its peers run elsewhere).
 
     The same :class:`PartyContext` as :func:`run_parties`, so method code does not change. If the
     role raises, every peer is told (``transport.abort``) and :class:`PartyFailure` is raised; a
-    peer's failure reaches this party as :class:`RunAborted` with the peer's reason.
+    peer's failure reaches this party as :class:`RunAborted` with the peer's reason. ``finish=False``
+    for a phase after which the party goes on talking on the same transport (a fresh meter and
+    Lamport clock per phase).
     """
     if name not in parties or active not in parties:
         raise ConfigError(f"party {name!r} and active party {active!r} must be among {list(parties)}")
@@ -261,5 +264,6 @@ def run_party(
     except BaseException as exc:
         transport.abort(f"{name} failed during {ctx.stage}: {type(exc).__name__}: {exc}")
         raise PartyFailure(name, ctx.stage, exc, traceback.format_exc()) from exc
-    transport.finish(name)
+    if finish:
+        transport.finish(name)
     return value, meter

@@ -1,0 +1,397 @@
+"""One organisation's process: its own table, PSI with its peers over the network, then its role.
+
+``securevfl party --federation fed.toml --as shop --data shop.csv`` calls :func:`run_deployed_party`.
+The party loads only its own file, connects to its peers with mutual TLS (they agree on the job by
+fingerprint before any data frame), and then runs three phases over the same links:
+
+1. **Setup** (tags ``deploy.*``). ECDH PSI between the active party and each passive party (the
+   ``psi`` package's protocol cores, unchanged), then the N-party alignment message. Every party
+   sorts its aligned rows by their (normalised) IDs, as the threaded run does, and sends the active
+   party a SHA-256 digest of that ordered list so a mismatch stops the run. The passive parties send
+   their table's shape (rows, feature count); the active party sends every party the plan: the test
+   positions in the agreed order (a stratified split by its labels, the same function and seed as
+   ``securevfl train``), the number of classes, and each party's shape.
+2. **Training**: the method's role for this party, built by the method from a scenario holding this
+   party's own table and, for each peer, a placeholder table of the right shape (zeros: no peer data
+   ever reaches this process). The method code is the one the threaded run uses.
+3. **Costs**: each passive party sends the active party its meter snapshot (times, bytes, messages,
+   never data); the active party writes the report.
+
+What the setup reveals beyond PSI: row counts (PSI reveals set sizes anyway), feature counts and
+the number of classes, and the test positions (which agreed rows are held out).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from securevfl.data.partition import PartyTable, split_train_test
+from securevfl.data.scenario import Alignment, Scenario
+from securevfl.deploy.federation import Federation, job_differences, job_fingerprint
+from securevfl.errors import ConfigError, DataError, ProtocolError
+from securevfl.federation.meter import MeterSnapshot
+from securevfl.federation.network import TlsCredentials
+from securevfl.federation.runtime import PartyContext, run_party
+
+TAG_PSI = "deploy.psi"
+TAG_SHAPE = "deploy.shape"
+TAG_DIGEST = "deploy.alignment_digest"
+TAG_PLAN = "deploy.plan"
+TAG_COST = "deploy.cost"
+
+
+@dataclass(frozen=True)
+class PartyShape:
+    """What a party tells the others about its table: sizes only."""
+
+    rows: int
+    aligned: int
+    features: int
+
+    def to_wire(self) -> dict[str, int]:
+        return {"rows": self.rows, "aligned": self.aligned, "features": self.features}
+
+    @classmethod
+    def from_wire(cls, message: Any, sender: str) -> PartyShape:
+        if not isinstance(message, dict) or set(message) != {"rows", "aligned", "features"} or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**40 for v in message.values()):
+            raise ProtocolError(f"malformed table shape from {sender}")
+        if message["aligned"] > message["rows"]:
+            raise ProtocolError(f"table shape from {sender}: more aligned rows than rows")
+        return cls(message["rows"], message["aligned"], message["features"])
+
+
+@dataclass(frozen=True)
+class LocalAlignment:
+    """One party's PSI result: its aligned rows in the agreed order, the rest, and what it cost."""
+
+    aligned: np.ndarray
+    unaligned: np.ndarray
+    size: int
+    snapshot: MeterSnapshot
+
+
+@dataclass
+class DeployedResult:
+    """What one party's process produced. ``report`` only at the active party."""
+
+    party: str
+    alignment: LocalAlignment
+    report: Any = None
+    snapshots: dict[str, MeterSnapshot] = field(default_factory=dict)
+    link_stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+# ------------------------------------------------------------------ transport
+
+
+def open_transport(federation: Federation, name: str) -> Any:
+    """Start this party's gRPC transport (TLS material checked first) and wait for every handshake."""
+    from securevfl.deploy.certs import load_tls_material, verify_party_certificate
+    from securevfl.federation.grpc_transport import GrpcTransport
+
+    spec = federation.party(name)
+    tls: TlsCredentials | None = None
+    if not federation.insecure:
+        assert federation.tls is not None and spec.cert is not None and spec.key is not None
+        tls = load_tls_material(spec.cert, spec.key, federation.tls.ca)
+        verify_party_certificate(tls.cert_chain, tls.root_ca, name)
+    digest, job = job_fingerprint(federation)
+    transport = GrpcTransport(name, ordered_addresses(federation), tls=tls, fingerprint=digest, job=job,
+                              settings=federation.limits, insecure=federation.insecure,
+                              differences=job_differences)
+    transport.start()
+    try:
+        transport.wait_ready()
+    except BaseException as exc:
+        transport.abort(f"{name} could not set up its links: {exc}")
+        transport.close()
+        raise
+    return transport
+
+
+def ordered_addresses(federation: Federation) -> dict[str, str]:
+    """Parties in run order: the active party first, then the others as the file lists them."""
+    addresses = federation.addresses
+    return {federation.active: addresses[federation.active],
+            **{n: a for n, a in addresses.items() if n != federation.active}}
+
+
+# ------------------------------------------------------------------ phase 1: PSI over the links
+
+
+def _ids_digest(items: list[str]) -> str:
+    h = hashlib.sha256(b"securevfl/deploy/alignment/v1")
+    for item in items:
+        data = item.encode("utf-8")
+        h.update(len(data).to_bytes(4, "big") + data)
+    return h.hexdigest()
+
+
+def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContext], tuple[np.ndarray, int]]:
+    """The PSI part of the setup phase for one party; returns (aligned rows in the agreed order, size)."""
+    from psi import CurveEngine, PSIConfig, PSIInitiator, PSIResponder, prepare_ids
+    from psi.protocol import Mode, global_alignment
+
+    job = federation.job
+    config = PSIConfig(mode=job.psi_mode, normalize=job.normalize)
+    if config.mode is not Mode.BOTH:
+        raise ConfigError(f"training needs psi_mode = 'both' (every party learns its rows), got {job.psi_mode!r}")
+
+    def role(ctx: PartyContext) -> tuple[np.ndarray, int]:
+        ctx.stage = "PSI"
+        prepared = prepare_ids(list(table.ids), config.normalize, source=f"party {ctx.name!r}")
+        align = len(ctx.passives) > 1
+        with CurveEngine(1) as engine:
+            if ctx.is_active:
+                inits = {}
+                for p in ctx.passives:
+                    with ctx.meter.crypto("psi"):
+                        init = PSIInitiator(prepared.items, config, engine, align_follows=align)
+                        message = init.start()
+                    while message is not None:
+                        ctx.send(p, TAG_PSI, message)
+                        reply = ctx.recv(p, TAG_PSI)
+                        with ctx.meter.crypto("psi"):
+                            message = init.handle(_bytes(reply, p))
+                    inits[p] = init
+                with ctx.meter.crypto("psi"):
+                    positions, orders = global_alignment([inits[p].outcome.positions for p in ctx.passives])
+                if align:
+                    for p, order in zip(ctx.passives, orders, strict=True):
+                        ctx.send(p, TAG_PSI, inits[p].align(order))
+            else:
+                responder = PSIResponder(prepared.items, config, engine)
+                while not responder.done:
+                    message = _bytes(ctx.recv(ctx.active, TAG_PSI), ctx.active)
+                    with ctx.meter.crypto("psi"):
+                        reply = responder.handle(message)
+                    if reply is not None:
+                        ctx.send(ctx.active, TAG_PSI, reply)
+                if responder.align_follows != align:
+                    raise ProtocolError(f"{ctx.active} announced a PSI alignment step contrary to the federation")
+                # With an ALIGN step (N parties) the loop above handled it: the global order.
+                positions = responder.outcome.global_positions if align else responder.outcome.positions
+        # The agreed order follows the session's random blinded values; every party re-sorts by the
+        # (normalised) IDs, as the threaded run does, so a seeded run is the same in every session.
+        items = [prepared.items[i] for i in positions]
+        order = sorted(range(len(items)), key=items.__getitem__)
+        rows = prepared.rows[np.asarray(positions, dtype=np.int64)[order]] if order else np.zeros(0, np.int64)
+        digest = _ids_digest([items[i] for i in order])
+        if ctx.is_active:
+            for p in ctx.passives:
+                if ctx.recv(p, TAG_DIGEST) != digest:
+                    raise ProtocolError(f"the aligned rows of {p} are not in the active party's order "
+                                        "(different ID normalisation?)")
+        else:
+            ctx.send(ctx.active, TAG_DIGEST, digest)
+        return rows, len(items)
+
+    return role
+
+
+def _bytes(message: Any, sender: str) -> bytes:
+    if not isinstance(message, bytes):
+        raise ProtocolError(f"malformed PSI message from {sender}: expected bytes")
+    return message
+
+
+def _unaligned(n_rows: int, aligned: np.ndarray) -> np.ndarray:
+    mask = np.ones(n_rows, dtype=bool)
+    mask[aligned] = False
+    return np.flatnonzero(mask)
+
+
+def align_over_network(transport: Any, federation: Federation, name: str, table: PartyTable) -> LocalAlignment:
+    """Run the PSI phase alone (``securevfl psi --federation``); returns this party's alignment."""
+    parties = tuple(ordered_addresses(federation))
+    (rows, size), meter = run_party(psi_role(table, federation), name=name, active=federation.active,
+                                    parties=parties, transport=transport)
+    return LocalAlignment(rows, _unaligned(table.n_rows, rows), size, meter.snapshot())
+
+
+# ------------------------------------------------------------------ phase 1b: the plan
+
+
+def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federation,
+              psi: Callable[[PartyContext], tuple[np.ndarray, int]]) -> Callable[[PartyContext], dict]:
+    """PSI, then shapes in and the plan out (see the module docstring)."""
+    job = federation.job
+
+    def role(ctx: PartyContext) -> dict:
+        rows, size = psi(ctx)
+        ctx.stage = "plan"
+        shape = PartyShape(table.n_rows, len(rows), table.features.shape[1])
+        if not ctx.is_active:
+            ctx.send(ctx.active, TAG_SHAPE, shape.to_wire())
+            return {"rows": rows, "plan": _parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name,
+                                                     (ctx.active, *ctx.passives), size)}
+        shapes = {ctx.name: shape}
+        for p in ctx.passives:
+            shapes[p] = PartyShape.from_wire(ctx.recv(p, TAG_SHAPE), p)
+        if size < 10:
+            raise DataError(f"only {size} rows are shared by all parties; at least 10 are needed to train and test")
+        assert table.labels is not None
+        train, test = split_train_test(size, table.labels[rows], job.test_size, job.seed)
+        plan = {"train": np.sort(train).astype(np.int64), "test": np.sort(test).astype(np.int64),
+                "n_classes": len(classes), "shapes": {n: s.to_wire() for n, s in shapes.items()}}
+        ctx.broadcast(ctx.passives, TAG_PLAN, plan)
+        return {"rows": rows, "plan": {**plan, "shapes": shapes}}
+
+    return role
+
+
+def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], size: int) -> dict:
+    bad = f"malformed plan from {sender}"
+    if not isinstance(message, dict) or set(message) != {"train", "test", "n_classes", "shapes"}:
+        raise ProtocolError(bad)
+    train, test = message["train"], message["test"]
+    for part in (train, test):
+        if not isinstance(part, np.ndarray) or part.dtype != np.int64 or part.ndim != 1:
+            raise ProtocolError(f"{bad}: train/test positions must be int64 vectors")
+    joined = np.concatenate([train, test])
+    if len(joined) != size or not np.array_equal(np.sort(joined), np.arange(size)):
+        raise ProtocolError(f"{bad}: train and test positions do not cover the {size} aligned rows once")
+    n_classes = message["n_classes"]
+    if not isinstance(n_classes, int) or isinstance(n_classes, bool) or not 2 <= n_classes <= 100_000:
+        raise ProtocolError(f"{bad}: n_classes")
+    shapes = message["shapes"]
+    if not isinstance(shapes, dict) or set(shapes) != set(parties):
+        raise ProtocolError(f"{bad}: shapes must name every party")
+    parsed = {n: PartyShape.from_wire(s, sender) for n, s in shapes.items()}
+    if any(s.aligned != size for s in parsed.values()):
+        raise ProtocolError(f"{bad}: aligned row counts differ from this party's ({size})")
+    return {"train": train, "test": test, "n_classes": n_classes, "shapes": parsed}
+
+
+def local_scenario(name: str, federation: Federation, table: PartyTable, classes: tuple[str, ...],
+                   rows: np.ndarray, plan: Mapping[str, Any], cost: Mapping[str, Any]) -> Scenario:
+    """The scenario one party runs: its own table, and a zero placeholder of the right shape per peer."""
+    parties = tuple(ordered_addresses(federation))
+    tables: dict[str, PartyTable] = {}
+    aligned: dict[str, np.ndarray] = {}
+    unaligned: dict[str, np.ndarray] = {}
+    n_classes = plan["n_classes"]
+    for party in parties:
+        shape: PartyShape = plan["shapes"][party]
+        if party == name:
+            tables[party] = table
+            aligned[party] = rows
+            unaligned[party] = _unaligned(table.n_rows, rows)
+            continue
+        tables[party] = PartyTable(name=party, ids=np.array([f"#{i}" for i in range(shape.rows)], dtype=object),
+                                   features=np.zeros((shape.rows, shape.features), np.float32),
+                                   feature_names=tuple(f"{party}.f{i}" for i in range(shape.features)))
+        aligned[party] = np.arange(shape.aligned, dtype=np.int64)
+        unaligned[party] = np.arange(shape.aligned, shape.rows, dtype=np.int64)
+    if name != federation.active:
+        classes = tuple(str(i) for i in range(n_classes))
+    size = len(rows)
+    alignment = Alignment(aligned=aligned, unaligned=unaligned,
+                          method=f"ECDH PSI over the network (X25519, {size} shared IDs)", cost=dict(cost))
+    return Scenario(tables=tables, active=federation.active, classes=classes, alignment=alignment,
+                    train=plan["train"], test=plan["test"],
+                    dataset=f"federation {federation.source.name if federation.source else ''}".strip(),
+                    notes=(f"alignment: ECDH PSI over the network; {size} shared rows",
+                           f"deployment: one process per party ({', '.join(parties)})"))
+
+
+# ------------------------------------------------------------------ the whole party
+
+
+def _method_and_config(federation: Federation, device: str):
+    from securevfl.api import RunConfig
+    from securevfl.data import DatasetOptions, PartitionSpec
+    from securevfl.methods import TrainConfig, create_method
+
+    job = federation.job
+    train = TrainConfig(epochs=job.epochs, batch_size=job.batch_size, lr=job.lr, seed=job.seed,
+                        embedding_dim=job.embedding_dim, hidden=tuple(job.hidden), options=dict(job.options))
+    config = RunConfig(method=job.method, dataset="federation",
+                       dataset_options=DatasetOptions(id_column=job.id_column, label_column=job.label_column,
+                                                      seed=job.seed),
+                       partition=PartitionSpec(parties=len(federation.parties), test_size=job.test_size,
+                                               seed=job.seed),
+                       train=train, device=device, alignment="psi")
+    return create_method(job.method, train), config
+
+
+def run_deployed_party(federation: Federation, name: str, data: str | Path, *, device: str = "auto",
+                       progress: Callable[..., None] | None = None, transport: Any = None) -> DeployedResult:
+    """Run party ``name`` of ``federation`` on its own ``data`` file, in this process, to the end."""
+    from securevfl.api import assemble_report, resolve_device
+    from securevfl.data.files import party_table_from_file
+
+    started = time.perf_counter()
+    job = federation.job
+    federation.party(name)
+    is_active = name == federation.active
+    method, config = _method_and_config(federation, device)  # refuse a bad method or option before connecting
+    table, classes = party_table_from_file(name, data, id_column=job.id_column, label_column=job.label_column,
+                                           is_active=is_active)
+    torch_device = resolve_device(device)
+    parties = tuple(ordered_addresses(federation))
+    own_transport = transport is None
+    transport = transport or open_transport(federation, name)
+    try:
+        setup, setup_meter = run_party(plan_role(table, classes, federation, psi_role(table, federation)),
+                                       name=name, active=federation.active, parties=parties, transport=transport,
+                                       finish=False)
+        rows, plan = setup["rows"], setup["plan"]
+        alignment = LocalAlignment(rows, _unaligned(table.n_rows, rows), len(rows), setup_meter.snapshot())
+        scenario = local_scenario(name, federation, table, classes, rows, plan, cost={})
+        role = method.roles(scenario)[name]
+        outcome, meter = run_party(_with_cost_exchange(role, alignment.snapshot), name=name,
+                                   active=federation.active, parties=parties, transport=transport,
+                                   device=torch_device, seed=job.seed, progress=progress)
+        result = DeployedResult(name, alignment, link_stats=transport.link_stats())
+        if is_active:
+            value, train_snapshots, setup_snapshots = outcome
+            psi_total = MeterSnapshot()
+            for snap in setup_snapshots.values():
+                psi_total = psi_total.merged(snap)
+            psi_cost = {"intersection_size": alignment.size, "total_bytes": sum(psi_total.bytes.values()),
+                        "bytes_per_link": dict(sorted(psi_total.bytes.items())), "rounds": psi_total.rounds,
+                        "crypto_s": psi_total.crypto_s}
+            scenario = replace(scenario, alignment=replace(scenario.alignment, cost=psi_cost))
+            result.snapshots = train_snapshots
+            result.report = assemble_report(config, scenario, value, train_snapshots, method.describe(),
+                                            wall_s=time.perf_counter() - started)
+            result.report.cost["alignment"]["crypto_s"] = psi_total.crypto_s
+        else:
+            result.snapshots = {name: meter.snapshot()}
+    finally:
+        if own_transport:
+            transport.close()
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
+def _with_cost_exchange(role: Callable[[PartyContext], Any], setup: MeterSnapshot) -> Callable[[PartyContext], Any]:
+    """Run ``role``; then passive parties send the active party their meter snapshots (costs, never data)."""
+
+    def wrapped(ctx: PartyContext) -> Any:
+        value = role(ctx)
+        ctx.stage = "cost summary"
+        if not ctx.is_active:
+            ctx.send(ctx.active, TAG_COST, {"train": ctx.meter.snapshot().to_wire(), "setup": setup.to_wire()})
+            return value
+        train = {ctx.name: ctx.meter.snapshot()}
+        setups = {ctx.name: setup}
+        for p in ctx.passives:
+            message = ctx.recv(p, TAG_COST)
+            if not isinstance(message, dict) or set(message) != {"train", "setup"}:
+                raise ProtocolError(f"malformed cost summary from {p}")
+            train[p] = MeterSnapshot.from_wire(message["train"], p)
+            setups[p] = MeterSnapshot.from_wire(message["setup"], p)
+        return value, train, setups
+
+    return wrapped

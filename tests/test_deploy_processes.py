@@ -1,0 +1,259 @@
+"""Three processes on 127.0.0.1: PSI and training from three CSV files match the threaded run.
+
+Each party runs ``python -m securevfl.cli party`` (or all under ``securevfl launch``) with
+certificates from the development PKI, ephemeral ports and a short peer timeout. Every process
+started here is stopped by the test (launch kills its children; the kill test kills the rest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from net_helpers import CuttingProxy, free_port
+from sklearn.datasets import load_breast_cancer
+
+import securevfl
+from securevfl.cli_deploy import launch
+from securevfl.deploy.certs import make_dev_pki
+from securevfl.deploy.federation import job_differences, job_fingerprint, load_federation
+from securevfl.deploy.party import ordered_addresses, run_deployed_party
+from securevfl.federation.grpc_transport import GrpcTransport
+
+PARTIES = ("bank", "shop", "clinic")
+EPOCHS = 3
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    """Breast Cancer cut into three organisations' tables, each with ~10 % of its own customers missing."""
+    out = tmp_path_factory.mktemp("tables")
+    data = load_breast_cancer(as_frame=True)
+    ids = [f"c{i:04d}" for i in range(len(data.frame))]
+    columns = list(data.data.columns)
+    split = {"bank": columns[:5], "shop": columns[5:18], "clinic": columns[18:]}
+    rng = np.random.default_rng(7)
+    paths = {}
+    for name, cols in split.items():
+        frame = data.data[cols].copy()
+        frame.insert(0, "customer_id", ids)
+        if name == "bank":
+            frame["churn"] = np.where(data.target == 1, "yes", "no")
+        frame = frame[rng.random(len(frame)) < 0.9].sample(frac=1.0, random_state=3)
+        paths[name] = out / f"{name}.csv"
+        frame.to_csv(paths[name], index=False)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("certs")
+    make_dev_pki(list(PARTIES), out)
+    return out
+
+
+def federation_file(directory: Path, certs: Path, method: str, options: str = "", epochs: int = EPOCHS,
+                    peer_timeout: float = 8.0) -> Path:
+    ports = {p: free_port() for p in PARTIES}
+    parties = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{ports[p]}"' for p in PARTIES)
+    text = f"""
+[federation]
+active = "bank"
+
+{parties}
+
+[tls]
+dir = "{certs}"
+
+[network]
+peer_timeout_s = {peer_timeout}
+heartbeat_s = 0.5
+connect_timeout_s = 60
+
+[job]
+method = "{method}"
+epochs = {epochs}
+batch_size = 64
+seed = 0
+id_column = "customer_id"
+label_column = "churn"
+
+[job.options]
+{options}
+"""
+    path = directory / f"fed-{method}.toml"
+    path.write_text(text)
+    return path
+
+
+def in_process(files, method, options=None, epochs=EPOCHS):
+    return securevfl.train(method, data_files={p: str(files[p]) for p in PARTIES}, id_column="customer_id",
+                           label_column="churn", epochs=epochs, batch_size=64, seed=0, device="cpu",
+                           options=options or {})
+
+
+def headline(metrics):
+    return {k: v for k, v in metrics.items() if k != "per_party"}
+
+
+@pytest.mark.parametrize("method, options, toml_options", [
+    ("splitnn", {}, ""),
+    ("easter", {"secagg": "dh", "embedding_size": 16}, 'secagg = "dh"\nembedding_size = 16'),
+])
+def test_three_processes_match_the_threaded_run(tmp_path, files, certs, method, options, toml_options):
+    fed = federation_file(tmp_path, certs, method, toml_options)
+    report = tmp_path / "run.json"
+    code = launch(fed, dict(files), active="bank", report=report, device="cpu", timeout=240)
+    assert code == 0
+    network = json.loads(report.read_text())
+    local = in_process(files, method, options)
+    for key, value in headline(local.metrics).items():
+        assert network["metrics"][key] == pytest.approx(value, abs=1e-6), key
+    assert network["cost"]["comm"] == local.cost["comm"]  # the same codec bytes and messages per link
+    assert network["cost"]["rounds"] == local.cost["rounds"]
+    assert network["parties"] == local.parties
+    assert network["cost"]["alignment"]["intersection_size"] == local.cost["alignment"]["intersection_size"]
+
+
+def test_psi_as_one_party_writes_only_its_own_files(tmp_path, files, certs):
+    fed = federation_file(tmp_path, certs, "splitnn")
+    outs = {p: tmp_path / f"out-{p}" for p in PARTIES}
+    children = [subprocess.Popen([sys.executable, "-m", "securevfl.cli", "psi", "--federation", str(fed), "--as", p,
+                                  "--data", str(files[p]), "--out", str(outs[p])],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for p in PARTIES]
+    try:
+        outputs = [c.communicate(timeout=120)[0] for c in children]
+    finally:
+        for c in children:
+            c.kill()
+    assert all(c.returncode == 0 for c in children), outputs
+    aligned = {p: pd.read_csv(outs[p] / f"{p}_aligned.csv", dtype={"customer_id": str}) for p in PARTIES}
+    for p in PARTIES:
+        assert sorted(x.name for x in outs[p].iterdir()) == sorted(
+            [f"{p}_aligned.csv", f"{p}_unaligned.csv", f"{p}_psi_report.json"])
+    ids = {p: set(pd.read_csv(files[p], dtype={"customer_id": str})["customer_id"]) for p in PARTIES}
+    common = set.intersection(*ids.values())
+    for p in PARTIES:
+        assert list(aligned[p]["customer_id"]) == sorted(common)  # one agreed order, exactly the intersection
+
+
+def test_a_job_mismatch_stops_every_party_before_any_data(tmp_path, files, certs):
+    fed = federation_file(tmp_path, certs, "splitnn")
+    other = tmp_path / "other.toml"
+    other.write_text(fed.read_text().replace(f"epochs = {EPOCHS}", "epochs = 7"))
+    children = {}
+    for p in PARTIES:
+        path = other if p == "shop" else fed
+        children[p] = subprocess.Popen([sys.executable, "-m", "securevfl.cli", "party", "--federation", str(path),
+                                        "--as", p, "--data", str(files[p]), "--device", "cpu"],
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        outputs = {p: c.communicate(timeout=120)[0] for p, c in children.items()}
+    finally:
+        for c in children.values():
+            c.kill()
+    assert all(c.returncode == 2 for c in children.values()), outputs
+    assert "differing keys: job.epochs" in outputs["bank"] and "differing keys: job.epochs" in outputs["shop"]
+    assert not any("shared rows" in text for text in outputs.values())  # PSI never started
+
+
+def test_a_killed_passive_process_stops_the_others_naming_it(tmp_path, files, certs):
+    fed = federation_file(tmp_path, certs, "splitnn", epochs=200, peer_timeout=6.0)
+    children = {p: subprocess.Popen([sys.executable, "-m", "securevfl.cli", "party", "--federation", str(fed),
+                                     "--as", p, "--data", str(files[p]), "--device", "cpu"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+                for p in PARTIES}
+    lines: dict[str, list[str]] = {p: [] for p in PARTIES}
+
+    def pump(p):
+        for line in children[p].stdout:
+            lines[p].append(line)
+
+    threads = [threading.Thread(target=pump, args=(p,), daemon=True) for p in PARTIES]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not any("epoch 2/" in line for line in lines["bank"]):
+            assert time.monotonic() < deadline, "training never started: " + "".join(lines["bank"])
+            assert children["bank"].poll() is None, "".join(lines["bank"])
+            time.sleep(0.05)
+        os.killpg(children["clinic"].pid, signal.SIGKILL)  # mid-epoch, no goodbye
+        killed_at = time.monotonic()
+        for p in ("bank", "shop"):
+            children[p].wait(timeout=6.0 + 10)
+        elapsed = time.monotonic() - killed_at
+    finally:
+        for c in children.values():
+            if c.poll() is None:
+                os.killpg(c.pid, signal.SIGKILL)
+            c.wait(5)
+        for t in threads:
+            t.join(2)
+    assert elapsed <= 6.0 + 5
+    for p in ("bank", "shop"):
+        output = "".join(lines[p])
+        assert children[p].returncode == 2, output
+        error = [line for line in lines[p] if line.startswith("error:")]
+        assert error and "clinic" in error[-1], output
+
+
+def test_a_cut_connection_mid_epoch_leaves_the_metrics_unchanged(tmp_path, files, certs):
+    """All three parties in this process, each over its own gRPC transport; the link to shop goes through a
+    proxy that drops every connection once mid-training."""
+    fed = load_federation(federation_file(tmp_path, certs, "splitnn", epochs=4))
+    digest, job = job_fingerprint(fed)
+    real = ordered_addresses(fed)
+    shop_port = int(real["shop"].rsplit(":", 1)[1])
+    proxy = CuttingProxy(shop_port)
+    from securevfl.deploy.certs import load_tls_material
+
+    transports = {}
+    try:
+        for p in PARTIES:
+            addresses = dict(real) if p == "shop" else {**real, "shop": proxy.address}
+            spec = fed.party(p)
+            tls = load_tls_material(spec.cert, spec.key, fed.tls.ca)
+            transports[p] = GrpcTransport(p, addresses, tls=tls, fingerprint=digest, job=job, settings=fed.limits,
+                                          differences=job_differences).start()
+        for t in transports.values():
+            t.wait_ready()
+        results, errors = {}, {}
+
+        def run(p):
+            try:
+                results[p] = run_deployed_party(fed, p, files[p], device="cpu", transport=transports[p],
+                                                progress=(lambda epoch, epochs, **_: epoch == 2 and proxy.cut())
+                                                if p == "bank" else None)
+            except BaseException as exc:  # noqa: BLE001
+                errors[p] = exc
+
+        threads = [threading.Thread(target=run, args=(p,)) for p in PARTIES]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        assert not errors, errors
+    finally:
+        for t in transports.values():
+            t.close()
+        proxy.close()
+    assert proxy.cuts >= 1
+    reconnects = sum(stats["reconnects"] for p in ("bank", "clinic") for stats in
+                     results[p].link_stats.values())
+    assert reconnects >= 1
+    local = in_process(files, "splitnn", epochs=4)
+    network = results["bank"].report
+    for key, value in headline(local.metrics).items():
+        assert network.metrics[key] == pytest.approx(value, abs=1e-6), key
+    assert network.cost["comm"] == local.cost["comm"]
