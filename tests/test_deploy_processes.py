@@ -257,3 +257,46 @@ def test_a_cut_connection_mid_epoch_leaves_the_metrics_unchanged(tmp_path, files
     for key, value in headline(local.metrics).items():
         assert network.metrics[key] == pytest.approx(value, abs=1e-6), key
     assert network.cost["comm"] == local.cost["comm"]
+
+
+def run_in_threads(fed, files):
+    """Every party in this process, each over its own gRPC transport (loopback, TLS): results by party."""
+    results, errors = {}, {}
+
+    def run(p):
+        try:
+            results[p] = run_deployed_party(fed, p, files[p], device="cpu")
+        except BaseException as exc:  # noqa: BLE001
+            errors[p] = exc
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in PARTIES]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    return results, errors
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["local", "cvfl", "aggvfl", "apcvfl", "apcvfl-ablation", "apcvfl-splitnn",
+                                    "local-logreg", "tabvfl", "tabvfl-le", "tabnet-lt", "tabnet-ct", "entity-aug",
+                                    "pyvertical"])
+def test_every_method_gives_the_threaded_result_over_the_network(tmp_path, files, certs, method):
+    fed = load_federation(federation_file(tmp_path, certs, method, epochs=2))
+    results, errors = run_in_threads(fed, files)
+    assert not errors, errors
+    local = in_process(files, method, epochs=2)
+    network = results["bank"].report
+    for key, value in headline(local.metrics).items():
+        assert network.metrics[key] == pytest.approx(value, abs=1e-6), key
+    assert network.cost["comm"] == local.cost["comm"]
+
+
+@pytest.mark.parametrize("method", ["hetero-lr", "vfedtrans"])
+def test_methods_with_extra_roles_are_refused_clearly(tmp_path, files, certs, method):
+    fed = load_federation(federation_file(tmp_path, certs, method, epochs=1))
+    started = time.monotonic()
+    results, errors = run_in_threads(fed, files)
+    assert set(errors) == set(PARTIES)
+    assert all("needs extra roles" in str(e) for e in errors.values()), errors
+    assert time.monotonic() - started < 30  # everyone stops at once, not at the peer timeout

@@ -287,9 +287,13 @@ def local_scenario(name: str, federation: Federation, table: PartyTable, classes
             aligned[party] = rows
             unaligned[party] = _unaligned(table.n_rows, rows)
             continue
+        # The active party's placeholder carries placeholder labels (all class 0) so that methods that
+        # check "the active party holds the labels" build every role; only this party's role ever runs.
+        labels = np.zeros(shape.rows, np.int64) if party == federation.active else None
         tables[party] = PartyTable(name=party, ids=np.array([f"#{i}" for i in range(shape.rows)], dtype=object),
                                    features=np.zeros((shape.rows, shape.features), np.float32),
-                                   feature_names=tuple(f"{party}.f{i}" for i in range(shape.features)))
+                                   feature_names=tuple(f"{party}.f{i}" for i in range(shape.features)),
+                                   labels=labels)
         aligned[party] = np.arange(shape.aligned, dtype=np.int64)
         unaligned[party] = np.arange(shape.aligned, shape.rows, dtype=np.int64)
     if name != federation.active:
@@ -348,7 +352,9 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path, *, d
         rows, plan = setup["rows"], setup["plan"]
         alignment = LocalAlignment(rows, _unaligned(table.n_rows, rows), len(rows), setup_meter.snapshot())
         scenario = local_scenario(name, federation, table, classes, rows, plan, cost={})
-        role = method.roles(scenario)[name]
+        roles = method.roles(scenario)
+        check_roles(job.method, roles, parties)
+        role = roles[name]
         outcome, meter = run_party(_with_cost_exchange(role, alignment.snapshot), name=name,
                                    active=federation.active, parties=parties, transport=transport,
                                    device=torch_device, seed=job.seed, progress=progress)
@@ -368,11 +374,22 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path, *, d
             result.report.cost["alignment"]["crypto_s"] = psi_total.crypto_s
         else:
             result.snapshots = {name: meter.snapshot()}
+    except BaseException as exc:
+        transport.abort(f"{name} stopped: {type(exc).__name__}: {exc}")  # peers stop now, not at a timeout
+        raise
     finally:
         if own_transport:
             transport.close()
     result.wall_s = time.perf_counter() - started
     return result
+
+
+def check_roles(method: str, roles: Mapping[str, Any], parties: tuple[str, ...]) -> None:
+    """Refuse a method whose roles include parties the federation does not run (an arbiter, a key generator)."""
+    extra = sorted(set(roles) - set(parties))
+    if extra:
+        raise ConfigError(f"{method} needs extra roles ({', '.join(extra)}) that run beside the data parties; "
+                          "securevfl party does not deploy them yet: use securevfl train for this method")
 
 
 def _with_cost_exchange(role: Callable[[PartyContext], Any], setup: MeterSnapshot) -> Callable[[PartyContext], Any]:
