@@ -11,6 +11,8 @@ import time
 
 import grpc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from net_helpers import CuttingProxy, free_port
 
 from securevfl.deploy.federation import job_differences
@@ -266,3 +268,49 @@ def test_the_runtime_runs_one_party_per_transport(federation):
     thread.join(10)
     assert results["a"][0] == 100 and results["b"][0] == "done"
     assert results["a"][1].snapshot().merged(results["b"][1].snapshot()).rounds == 10
+
+
+# ------------------------------------------------------------------ fuzz: link frames
+
+frames_strategy = st.one_of(
+    st.builds(fr.Frame, st.just(fr.Kind.DATA), seq=st.integers(0, 2**40), tag=st.text(max_size=20),
+              depth=st.integers(0, 1000), chunk=st.just(0), chunks=st.just(1), total=st.integers(0, 64),
+              payload=st.binary(max_size=64)),
+    st.builds(fr.Frame, st.sampled_from([fr.Kind.ACK, fr.Kind.FIN, fr.Kind.HELLO_ACK]), seq=st.integers(0, 2**40)),
+    st.builds(fr.Frame, st.sampled_from([fr.Kind.ABORT, fr.Kind.REFUSE]), text=st.text(max_size=50)),
+    st.builds(fr.Frame, st.just(fr.Kind.HELLO), src=st.text(max_size=10), dst=st.text(max_size=10),
+              text=st.text(max_size=64), job=st.dictionaries(st.text(max_size=5), st.integers(), max_size=3)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames_strategy, st.data())
+def test_fuzz_link_frames_round_trip_or_raise_protocol_error(frame, data):
+    encoded = fr.encode_frame(frame)
+    assert fr.decode_frame(encoded, max_chunk=4096) == frame
+    mutated = bytearray(encoded)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(mutated) - 1))
+        mutated[at] ^= data.draw(st.integers(1, 255))
+    try:
+        fr.decode_frame(bytes(mutated), max_chunk=4096)
+    except ProtocolError:
+        pass
+    with pytest.raises(ProtocolError):
+        fr.decode_frame(encoded[: data.draw(st.integers(0, len(encoded) - 1))], max_chunk=4096)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(0, 20), st.binary(max_size=8)),
+                min_size=1, max_size=6))
+def test_fuzz_reassembly_never_yields_a_message_that_does_not_add_up(chunks):
+    reassembly = fr.Reassembly(max_message=16)
+    for index, count, total, payload in chunks:
+        frame = fr.Frame(fr.Kind.DATA, seq=0, tag="t", chunk=min(index, count - 1), chunks=count, total=total,
+                         payload=payload)
+        try:
+            done = reassembly.add(frame)
+        except ProtocolError:
+            return
+        if done is not None:
+            assert len(done[2]) == total <= 16
