@@ -55,7 +55,8 @@ def _epoch_printer(name: str) -> Any:
 def party_command(
     federation: Path = typer.Option(..., help="The federation file (TOML, docs/deploy.md)."),  # noqa: B008
     as_: str = typer.Option(..., "--as", help="Which party of the federation this process is."),
-    data: Path = typer.Option(..., help="This party's own table (CSV/Parquet) with the ID column."),  # noqa: B008
+    data: Path | None = typer.Option(  # noqa: B008
+        None, help="This party's own table (CSV/Parquet) with the ID column (none for a data = false party)."),
     report: Path | None = typer.Option(None, help="Where to write this party's report (JSON + .md)."),  # noqa: B008
     device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda[:N]."),
 ) -> None:
@@ -123,24 +124,27 @@ def launch_command(
 
     fed = load_federation(federation)
     files = _parse_data(data)
-    missing = sorted(set(fed.parties) - set(files))
-    extra = sorted(set(files) - set(fed.parties))
+    missing = sorted(set(fed.data_parties) - set(files))
+    extra = sorted(set(files) - set(fed.data_parties))
     if missing or extra:
-        raise ConfigError(f"--data must name every party exactly: missing {missing or 'none'}, "
-                          f"unknown {extra or 'none'}")
+        raise ConfigError(f"--data must name every party with data exactly: missing {missing or 'none'}, "
+                          f"unknown or data = false {extra or 'none'}")
     for name, path in files.items():
         if not path.is_file():
             raise ConfigError(f"--data {name}={path}: file not found")
     if report is not None:
         check_report_path(report)
-    code = launch(federation, files, active=fed.active, report=report, device=device, timeout=timeout or None)
+    code = launch(federation, {**files, **dict.fromkeys(n for n in fed.parties if n not in files)},
+                  active=fed.active, report=report, device=device, timeout=timeout or None)
     if code:
         raise typer.Exit(code)
 
 
-def launch(federation: Path, files: dict[str, Path], *, active: str, report: Path | None = None,
+def launch(federation: Path, files: dict[str, Path | None], *, active: str, report: Path | None = None,
            device: str = "auto", timeout: float | None = None, python: str = sys.executable) -> int:
     """Run every party as a child process; return 0, or the exit code of the first party that failed.
+
+    ``files``: party -> its table, or ``None`` for a party without data (``data = false``).
 
     The children's output is streamed with a ``[party]`` prefix. When one fails, the others get
     SIGTERM after a short grace period (they normally stop by themselves within the peer timeout)
@@ -153,7 +157,7 @@ def launch(federation: Path, files: dict[str, Path], *, active: str, report: Pat
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // len(files))))
     for name, path in files.items():
         cmd = [python, "-m", "securevfl.cli", "party", "--federation", str(federation), "--as", name,
-               "--data", str(path), "--device", device]
+               "--device", device] + (["--data", str(path)] if path is not None else [])
         if report is not None and name == active:
             cmd += ["--report", str(report)]
         children[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

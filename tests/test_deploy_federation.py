@@ -165,7 +165,7 @@ def test_relative_paths_resolve_against_the_files_directory(tmp_path: Path, monk
 
 SECTION_KEYS = {
     "[federation]": ("active = \"bank\"\n", "actve = 1\n", "active, insecure"),
-    "[parties.shop]": ("address = \"127.0.0.1:7102\"\n", "adress = \"x\"\n", "address, cert, key"),
+    "[parties.shop]": ("address = \"127.0.0.1:7102\"\n", "adress = \"x\"\n", "address, cert, data, key"),
     "[tls]": ("dir = \"certs\"\n", "cafile = \"x\"\n", "ca, dir"),
     "[job]": ("method = \"splitnn\"\n", "epoch = 3\n",
               "batch_size, embedding_dim, epochs, hidden, id_column, label_column, lr, method, normalize, "
@@ -412,6 +412,19 @@ def test_the_examples_in_the_docs_parse_and_match() -> None:
     fed = parse(full)
     assert fed.limits == NetworkSettings() and fed.insecure is False
     assert fed.job == JobSpec(method="splitnn", id_column="customer_id", label_column="churn",
-                              options={"secagg": True})
+                              options={"secagg": "dh"})
     shown = json.loads(re.search(r"```json\n(.*?)```", doc, flags=re.S).group(1))
     assert shown == job_fingerprint(parse(MINIMAL))[1]
+
+
+def test_helper_parties_without_data() -> None:
+    text = MINIMAL.replace("[tls]", '[parties.arbiter]\naddress = "127.0.0.1:7104"\ndata = false\n\n[tls]')
+    fed = parse(text)
+    assert fed.data_parties == ("bank", "shop", "clinic") and not fed.party("arbiter").data
+    assert job_fingerprint(fed)[1]["parties"]["arbiter"] == {"address": "127.0.0.1:7104", "data": False}
+    assert "data" not in job_fingerprint(fed)[1]["parties"]["bank"]
+    with pytest.raises(ConfigError, match="cannot be data = false"):
+        parse(text.replace('[parties.bank]\naddress = "127.0.0.1:7101"',
+                           '[parties.bank]\naddress = "127.0.0.1:7101"\ndata = false'))
+    with pytest.raises(ConfigError, match="data must be true or false"):
+        parse(text.replace("data = false", 'data = "no"'))

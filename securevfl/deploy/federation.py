@@ -92,9 +92,12 @@ class PartySpec:
     address: str
     cert: Path | None = None
     key: Path | None = None
+    data: bool = True
 
     def __post_init__(self) -> None:
         check_party_name(self.name)
+        if not isinstance(self.data, bool):
+            raise ConfigError(f"[parties.{self.name}] data must be true or false, got {self.data!r}")
         try:
             split_address(self.address)
         except ConfigError as exc:
@@ -198,6 +201,10 @@ class Federation:
         if self.active not in self.parties:
             raise ConfigError(f"[federation] active = {self.active!r} is not a party; "
                               f"parties: {', '.join(sorted(self.parties))}")
+        if not self.parties[self.active].data:
+            raise ConfigError(f"the active party {self.active!r} holds the labels: it cannot be data = false")
+        if len(self.data_parties) < 2:
+            raise ConfigError("a federation needs at least 2 parties with data (data = true)")
         seen: dict[tuple[str, int], str] = {}
         for spec in self.parties.values():
             host, port = split_address(spec.address)
@@ -229,6 +236,11 @@ class Federation:
         return self.parties[name]
 
     @property
+    def data_parties(self) -> tuple[str, ...]:
+        """Parties with a table (they run PSI and train); the others are helpers (an arbiter, a server)."""
+        return tuple(name for name, spec in self.parties.items() if spec.data)
+
+    @property
     def addresses(self) -> dict[str, str]:
         """Party name -> ``host:port``."""
         return {name: spec.address for name, spec in self.parties.items()}
@@ -238,7 +250,7 @@ class Federation:
 
 _SECTIONS = ("federation", "parties", "tls", "network", "job")
 _FEDERATION_KEYS = ("active", "insecure")
-_PARTY_KEYS = ("address", "cert", "key")
+_PARTY_KEYS = ("address", "cert", "key", "data")
 _TLS_KEYS = ("dir", "ca")
 _NETWORK_KEYS = tuple(f.name for f in fields(NetworkSettings))
 _JOB_KEYS = tuple(f.name for f in fields(JobSpec))
@@ -302,7 +314,8 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federati
         if tls is not None:
             cert = _path(f"{where} cert", entry["cert"], base_dir) if "cert" in entry else tls.dir / f"{name}.pem"
             key = _path(f"{where} key", entry["key"], base_dir) if "key" in entry else tls.dir / f"{name}.key"
-        parties[name] = PartySpec(name=name, address=entry["address"], cert=cert, key=key)
+        parties[name] = PartySpec(name=name, address=entry["address"], cert=cert, key=key,
+                                  data=entry.get("data", True))
 
     network = _table("[network]", doc.get("network", {}))
     _check_keys("[network]", network, _NETWORK_KEYS)
@@ -381,7 +394,8 @@ def job_fingerprint(federation: Federation) -> tuple[str, dict[str, Any]]:
     canonical = {
         "format": FINGERPRINT_FORMAT,
         "federation": {"active": federation.active},
-        "parties": {name: {"address": spec.address} for name, spec in federation.parties.items()},
+        "parties": {name: {"address": spec.address, **({} if spec.data else {"data": False})}
+                    for name, spec in federation.parties.items()},
         "job": federation.job.as_dict(),
     }
     digest = hashlib.sha256(_canonical_json(canonical).encode("ascii")).hexdigest()

@@ -212,9 +212,8 @@ def _unaligned(n_rows: int, aligned: np.ndarray) -> np.ndarray:
 
 def align_over_network(transport: Any, federation: Federation, name: str, table: PartyTable) -> LocalAlignment:
     """Run the PSI phase alone (``securevfl psi --federation``); returns this party's alignment."""
-    parties = tuple(ordered_addresses(federation))
     (rows, size), meter = run_party(psi_role(table, federation), name=name, active=federation.active,
-                                    parties=parties, transport=transport)
+                                    parties=data_party_order(federation), transport=transport)
     return LocalAlignment(rows, _unaligned(table.n_rows, rows), size, meter.snapshot())
 
 
@@ -243,13 +242,36 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
         train, test = split_train_test(size, table.labels[rows], job.test_size, job.seed)
         plan = {"train": np.sort(train).astype(np.int64), "test": np.sort(test).astype(np.int64),
                 "n_classes": len(classes), "shapes": {n: s.to_wire() for n, s in shapes.items()}}
-        ctx.broadcast(ctx.passives, TAG_PLAN, plan)
+        ctx.broadcast((*ctx.passives, *helper_parties(federation)), TAG_PLAN, plan)
         return {"rows": rows, "plan": {**plan, "shapes": shapes}}
 
     return role
 
 
-def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], size: int) -> dict:
+def helper_plan_role(federation: Federation) -> Callable[[PartyContext], dict]:
+    """A party without data (an arbiter, a key generator, a server): it only receives the plan."""
+    data_parties = data_party_order(federation)
+
+    def role(ctx: PartyContext) -> dict:
+        ctx.stage = "plan"
+        plan = _parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, data_parties, None)
+        return {"rows": np.zeros(0, np.int64), "plan": plan}
+
+    return role
+
+
+def helper_parties(federation: Federation) -> tuple[str, ...]:
+    """Parties without data, in file order."""
+    return tuple(n for n in federation.parties if not federation.parties[n].data)
+
+
+def data_party_order(federation: Federation) -> tuple[str, ...]:
+    """Parties with data in run order: the active party first, then the others as the file lists them."""
+    return tuple(n for n in ordered_addresses(federation) if federation.parties[n].data)
+
+
+def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], size: int | None) -> dict:
+    """Validate the active party's plan; ``size``: this party's aligned rows (``None`` for a helper)."""
     bad = f"malformed plan from {sender}"
     if not isinstance(message, dict) or set(message) != {"train", "test", "n_classes", "shapes"}:
         raise ProtocolError(bad)
@@ -258,6 +280,7 @@ def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], si
         if not isinstance(part, np.ndarray) or part.dtype != np.int64 or part.ndim != 1:
             raise ProtocolError(f"{bad}: train/test positions must be int64 vectors")
     joined = np.concatenate([train, test])
+    size = len(joined) if size is None else size
     if len(joined) != size or not np.array_equal(np.sort(joined), np.arange(size)):
         raise ProtocolError(f"{bad}: train and test positions do not cover the {size} aligned rows once")
     n_classes = message["n_classes"]
@@ -272,17 +295,17 @@ def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], si
     return {"train": train, "test": test, "n_classes": n_classes, "shapes": parsed}
 
 
-def local_scenario(name: str, federation: Federation, table: PartyTable, classes: tuple[str, ...],
+def local_scenario(name: str, federation: Federation, table: PartyTable | None, classes: tuple[str, ...],
                    rows: np.ndarray, plan: Mapping[str, Any], cost: Mapping[str, Any]) -> Scenario:
     """The scenario one party runs: its own table, and a zero placeholder of the right shape per peer."""
-    parties = tuple(ordered_addresses(federation))
+    parties = data_party_order(federation)
     tables: dict[str, PartyTable] = {}
     aligned: dict[str, np.ndarray] = {}
     unaligned: dict[str, np.ndarray] = {}
     n_classes = plan["n_classes"]
     for party in parties:
         shape: PartyShape = plan["shapes"][party]
-        if party == name:
+        if party == name and table is not None:
             tables[party] = table
             aligned[party] = rows
             unaligned[party] = _unaligned(table.n_rows, rows)
@@ -298,14 +321,14 @@ def local_scenario(name: str, federation: Federation, table: PartyTable, classes
         unaligned[party] = np.arange(shape.aligned, shape.rows, dtype=np.int64)
     if name != federation.active:
         classes = tuple(str(i) for i in range(n_classes))
-    size = len(rows)
+    size = len(plan["train"]) + len(plan["test"])
     alignment = Alignment(aligned=aligned, unaligned=unaligned,
                           method=f"ECDH PSI over the network (X25519, {size} shared IDs)", cost=dict(cost))
     return Scenario(tables=tables, active=federation.active, classes=classes, alignment=alignment,
                     train=plan["train"], test=plan["test"],
                     dataset=f"federation {federation.source.name if federation.source else ''}".strip(),
                     notes=(f"alignment: ECDH PSI over the network; {size} shared rows",
-                           f"deployment: one process per party ({', '.join(parties)})"))
+                           f"deployment: one process per party ({', '.join(federation.parties)})"))
 
 
 # ------------------------------------------------------------------ the whole party
@@ -328,35 +351,52 @@ def _method_and_config(federation: Federation, device: str):
     return create_method(job.method, train), config
 
 
-def run_deployed_party(federation: Federation, name: str, data: str | Path, *, device: str = "auto",
+def run_deployed_party(federation: Federation, name: str, data: str | Path | None, *, device: str = "auto",
                        progress: Callable[..., None] | None = None, transport: Any = None) -> DeployedResult:
-    """Run party ``name`` of ``federation`` on its own ``data`` file, in this process, to the end."""
+    """Run party ``name`` of ``federation`` on its own ``data`` file, in this process, to the end.
+
+    A party with ``data = false`` in the federation file (an arbiter, a key generator, a server) takes
+    no ``data`` and no part in PSI; it receives the plan and runs its role.
+    """
     from securevfl.api import assemble_report, resolve_device
     from securevfl.data.files import party_table_from_file
 
     started = time.perf_counter()
     job = federation.job
-    federation.party(name)
+    helper = not federation.party(name).data
     is_active = name == federation.active
     method, config = _method_and_config(federation, device)  # refuse a bad method or option before connecting
-    table, classes = party_table_from_file(name, data, id_column=job.id_column, label_column=job.label_column,
-                                           is_active=is_active)
+    table: PartyTable | None = None
+    classes: tuple[str, ...] = ()
+    if helper:
+        if data is not None:
+            raise ConfigError(f"{name} has data = false in the federation file: it takes no --data")
+    elif data is None:
+        raise ConfigError(f"{name} is a party with data: give its table (--data FILE)")
+    else:
+        table, classes = party_table_from_file(name, data, id_column=job.id_column, label_column=job.label_column,
+                                               is_active=is_active)
     torch_device = resolve_device(device)
-    parties = tuple(ordered_addresses(federation))
+    data_parties = data_party_order(federation)
     own_transport = transport is None
     transport = transport or open_transport(federation, name)
     try:
-        setup, setup_meter = run_party(plan_role(table, classes, federation, psi_role(table, federation)),
-                                       name=name, active=federation.active, parties=parties, transport=transport,
-                                       finish=False)
+        if table is None:
+            setup_role, setup_parties = helper_plan_role(federation), (*data_parties, name)
+        else:
+            setup_role, setup_parties = plan_role(table, classes, federation, psi_role(table, federation)), data_parties
+        setup, setup_meter = run_party(setup_role, name=name, active=federation.active, parties=setup_parties,
+                                       transport=transport, finish=False)
         rows, plan = setup["rows"], setup["plan"]
-        alignment = LocalAlignment(rows, _unaligned(table.n_rows, rows), len(rows), setup_meter.snapshot())
+        size = len(plan["train"]) + len(plan["test"])
+        n_rows = table.n_rows if table is not None else 0
+        alignment = LocalAlignment(rows, _unaligned(n_rows, rows), size, setup_meter.snapshot())
         scenario = local_scenario(name, federation, table, classes, rows, plan, cost={})
         roles = method.roles(scenario)
-        check_roles(job.method, roles, parties)
+        check_roles(job.method, roles, tuple(federation.parties))
         role = roles[name]
         outcome, meter = run_party(_with_cost_exchange(role, alignment.snapshot), name=name,
-                                   active=federation.active, parties=parties, transport=transport,
+                                   active=federation.active, parties=tuple(roles), transport=transport,
                                    device=torch_device, seed=job.seed, progress=progress)
         result = DeployedResult(name, alignment, link_stats=transport.link_stats())
         if is_active:
@@ -385,11 +425,15 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path, *, d
 
 
 def check_roles(method: str, roles: Mapping[str, Any], parties: tuple[str, ...]) -> None:
-    """Refuse a method whose roles include parties the federation does not run (an arbiter, a key generator)."""
+    """The method's roles must be exactly the federation's parties (helpers such as an arbiter included)."""
     extra = sorted(set(roles) - set(parties))
     if extra:
-        raise ConfigError(f"{method} needs extra roles ({', '.join(extra)}) that run beside the data parties; "
-                          "securevfl party does not deploy them yet: use securevfl train for this method")
+        raise ConfigError(f"{method} needs parties that run beside the data parties: add "
+                          + ", ".join(f"[parties.{n}] with an address and data = false" for n in extra)
+                          + " to the federation file")
+    idle = sorted(set(parties) - set(roles))
+    if idle:
+        raise ConfigError(f"{method} has no role for {', '.join(idle)}: remove it from the federation file")
 
 
 def _with_cost_exchange(role: Callable[[PartyContext], Any], setup: MeterSnapshot) -> Callable[[PartyContext], Any]:
