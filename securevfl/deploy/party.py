@@ -395,12 +395,12 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
         roles = method.roles(scenario)
         check_roles(job.method, roles, tuple(federation.parties))
         role = roles[name]
-        outcome, meter = run_party(_with_cost_exchange(role, alignment.snapshot), name=name,
+        outcome, meter = run_party(_with_cost_exchange(role, alignment.snapshot, transport.link_stats), name=name,
                                    active=federation.active, parties=tuple(roles), transport=transport,
                                    device=torch_device, seed=job.seed, progress=progress)
         result = DeployedResult(name, alignment, link_stats=transport.link_stats())
         if is_active:
-            value, train_snapshots, setup_snapshots = outcome
+            value, train_snapshots, setup_snapshots, links = outcome
             psi_total = MeterSnapshot()
             for snap in setup_snapshots.values():
                 psi_total = psi_total.merged(snap)
@@ -412,6 +412,13 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
             result.report = assemble_report(config, scenario, value, train_snapshots, method.describe(),
                                             wall_s=time.perf_counter() - started)
             result.report.cost["alignment"]["crypto_s"] = psi_total.crypto_s
+            result.report.cost["wire"] = {
+                "what": "gRPC messages per directed link up to the cost summary (setup, PSI, training, ACKs, "
+                        "heartbeats, resends); HTTP/2 and TLS framing add a few % (benchmarks/network.py)",
+                "links": dict(sorted(links.items())),
+                "frame_bytes": sum(v["frame_bytes"] for v in links.values()),
+                "codec_bytes": sum(v["payload_bytes"] for v in links.values()),
+            }
         else:
             result.snapshots = {name: meter.snapshot()}
     except BaseException as exc:
@@ -436,23 +443,44 @@ def check_roles(method: str, roles: Mapping[str, Any], parties: tuple[str, ...])
         raise ConfigError(f"{method} has no role for {', '.join(idle)}: remove it from the federation file")
 
 
-def _with_cost_exchange(role: Callable[[PartyContext], Any], setup: MeterSnapshot) -> Callable[[PartyContext], Any]:
-    """Run ``role``; then passive parties send the active party their meter snapshots (costs, never data)."""
+_WIRE_KEYS = ("frames", "frame_bytes", "payload_bytes", "resent_frames", "reconnects")
+
+
+def _with_cost_exchange(role: Callable[[PartyContext], Any], setup: MeterSnapshot,
+                        wire: Callable[[], dict[str, dict[str, int]]]) -> Callable[[PartyContext], Any]:
+    """Run ``role``, then gather costs at the active party.
+
+    Passive parties send their meter snapshots and link counters: costs, never data.
+    """
 
     def wrapped(ctx: PartyContext) -> Any:
         value = role(ctx)
         ctx.stage = "cost summary"
         if not ctx.is_active:
-            ctx.send(ctx.active, TAG_COST, {"train": ctx.meter.snapshot().to_wire(), "setup": setup.to_wire()})
+            ctx.send(ctx.active, TAG_COST, {"train": ctx.meter.snapshot().to_wire(), "setup": setup.to_wire(),
+                                            "wire": wire()})
             return value
         train = {ctx.name: ctx.meter.snapshot()}
         setups = {ctx.name: setup}
+        links = dict(wire())
         for p in ctx.passives:
             message = ctx.recv(p, TAG_COST)
-            if not isinstance(message, dict) or set(message) != {"train", "setup"}:
+            if not isinstance(message, dict) or set(message) != {"train", "setup", "wire"}:
                 raise ProtocolError(f"malformed cost summary from {p}")
             train[p] = MeterSnapshot.from_wire(message["train"], p)
             setups[p] = MeterSnapshot.from_wire(message["setup"], p)
-        return value, train, setups
+            links.update(_parse_wire(message["wire"], p))
+        return value, train, setups, links
 
     return wrapped
+
+
+def _parse_wire(message: Any, sender: str) -> dict[str, dict[str, int]]:
+    ok = isinstance(message, dict) and all(
+        isinstance(link, str) and link.startswith(f"{sender}->") and isinstance(stats, dict)
+        and set(stats) == set(_WIRE_KEYS)
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in stats.values())
+        for link, stats in message.items())
+    if not ok:
+        raise ProtocolError(f"malformed link counters from {sender}")
+    return message
