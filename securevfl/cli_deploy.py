@@ -59,6 +59,7 @@ def party_command(
         None, help="This party's own table (CSV/Parquet) with the ID column (none for a data = false party)."),
     report: Path | None = typer.Option(None, help="Where to write this party's report (JSON + .md)."),  # noqa: B008
     device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda[:N]."),
+    insecure: bool = typer.Option(False, help="Confirm plaintext links (loopback only; the file must say so too)."),
 ) -> None:
     """Run one party: load only its own table, PSI with its peers, then its role of the method."""
     from securevfl.api import check_report_path
@@ -69,6 +70,7 @@ def party_command(
         check_report_path(report)
     fed = load_federation(federation)
     fed.party(as_)
+    check_insecure(fed.insecure, insecure)
     print(f"[{as_}] connecting to {', '.join(p for p in fed.parties if p != as_)} "
           f"({'plaintext, loopback' if fed.insecure else 'mutual TLS'})", file=sys.stderr, flush=True)
     result = run_deployed_party(fed, as_, data, device=device, progress=_epoch_printer(as_))
@@ -117,12 +119,14 @@ def launch_command(
     report: Path | None = typer.Option(None, help="Where the active party writes the run report."),  # noqa: B008
     device: str = typer.Option("auto", help="Device for every party."),
     timeout: float = typer.Option(0, help="Stop everything after this many seconds (0: no limit)."),
+    insecure: bool = typer.Option(False, help="Confirm plaintext links (loopback only; the file must say so too)."),
 ) -> None:
     """Start every party as its own local process (loopback), stream their output, stop on the first failure."""
     from securevfl.api import check_report_path
     from securevfl.deploy.federation import load_federation
 
     fed = load_federation(federation)
+    check_insecure(fed.insecure, insecure)
     files = _parse_data(data)
     missing = sorted(set(fed.data_parties) - set(files))
     extra = sorted(set(files) - set(fed.data_parties))
@@ -135,13 +139,23 @@ def launch_command(
     if report is not None:
         check_report_path(report)
     code = launch(federation, {**files, **dict.fromkeys(n for n in fed.parties if n not in files)},
-                  active=fed.active, report=report, device=device, timeout=timeout or None)
+                  active=fed.active, report=report, device=device, timeout=timeout or None, insecure=insecure)
     if code:
         raise typer.Exit(code)
 
 
+def check_insecure(in_file: bool, on_command_line: bool) -> None:
+    """Plaintext needs both the federation file's ``insecure = true`` and ``--insecure``: never by accident."""
+    if in_file and not on_command_line:
+        raise ConfigError("the federation file asks for plaintext links (insecure = true): pass --insecure to "
+                          "confirm (loopback only), or use TLS (securevfl certs)")
+    if on_command_line and not in_file:
+        raise ConfigError("--insecure is given but the federation file uses TLS; remove --insecure")
+
+
 def launch(federation: Path, files: dict[str, Path | None], *, active: str, report: Path | None = None,
-           device: str = "auto", timeout: float | None = None, python: str = sys.executable) -> int:
+           device: str = "auto", timeout: float | None = None, python: str = sys.executable,
+           insecure: bool = False) -> int:
     """Run every party as a child process; return 0, or the exit code of the first party that failed.
 
     ``files``: party -> its table, or ``None`` for a party without data (``data = false``).
@@ -157,7 +171,8 @@ def launch(federation: Path, files: dict[str, Path | None], *, active: str, repo
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // len(files))))
     for name, path in files.items():
         cmd = [python, "-m", "securevfl.cli", "party", "--federation", str(federation), "--as", name,
-               "--device", device] + (["--data", str(path)] if path is not None else [])
+               "--device", device] + (["--data", str(path)] if path is not None else []) + (
+                   ["--insecure"] if insecure else [])
         if report is not None and name == active:
             cmd += ["--report", str(report)]
         children[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -343,3 +343,16 @@ def test_methods_with_extra_roles_run_with_data_less_parties(tmp_path, files, ce
     assert network.cost["comm"]["messages"] == local.cost["comm"]["messages"]
     for link, size in local.cost["comm"]["bytes"].items():  # big integers of random residues vary by a byte
         assert network.cost["comm"]["bytes"][link] == pytest.approx(size, rel=1e-3), link
+
+
+def test_plaintext_needs_the_file_and_the_flag(tmp_path, files, certs):
+    from securevfl.cli import main
+
+    fed = federation_file(tmp_path, certs, "splitnn")
+    plain = tmp_path / "plain.toml"
+    plain.write_text(fed.read_text().replace(f'[tls]\ndir = "{certs}"', "").replace(
+        'active = "bank"', 'active = "bank"\ninsecure = true'))
+    data = [f"--data={p}={files[p]}" for p in PARTIES]
+    assert main(["launch", str(plain), *data]) == 2  # the file alone is not enough
+    assert main(["launch", str(fed), *data, "--insecure"]) == 2  # nor the flag with a TLS file
+    assert main(["party", "--federation", str(plain), "--as", "bank", "--data", str(files["bank"])]) == 2
