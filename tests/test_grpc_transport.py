@@ -315,3 +315,15 @@ def test_fuzz_reassembly_never_yields_a_message_that_does_not_add_up(chunks):
             return
         if done is not None:
             assert len(done[2]) == total <= 16
+
+
+@pytest.mark.slow
+def test_a_200_mb_message_is_streamed_not_refused(federation):
+    import os
+
+    fed = federation()
+    a, b = fed.start("a"), fed.start("b")
+    a.wait_ready(), b.wait_ready()
+    big = os.urandom(200 * 1024 * 1024)
+    a.send(Envelope("a", "b", "paillier.batch", 1, big))
+    assert b.recv("b", "a", NO_ABORT, timeout=120).payload == big
