@@ -141,6 +141,9 @@ def test_cli_command(tmp_path, capsys):
         workers=1,
         active=None,
         progress=False,
+        federation=None,
+        as_="",
+        data=None,
     )
     text = capsys.readouterr().out
     assert "|intersection| = 2" in text and "a->b" in text and "b->a" in text
@@ -156,6 +159,9 @@ def test_cli_command(tmp_path, capsys):
             workers=1,
             active=None,
             progress=False,
+            federation=None,
+            as_="",
+            data=None,
         )
     with pytest.raises(ConfigError, match="mode"):
         psi_command(
@@ -168,6 +174,9 @@ def test_cli_command(tmp_path, capsys):
             workers=1,
             active=None,
             progress=False,
+            federation=None,
+            as_="",
+            data=None,
         )
 
 
