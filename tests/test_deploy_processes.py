@@ -356,3 +356,18 @@ def test_plaintext_needs_the_file_and_the_flag(tmp_path, files, certs):
     assert main(["launch", str(plain), *data]) == 2  # the file alone is not enough
     assert main(["launch", str(fed), *data, "--insecure"]) == 2  # nor the flag with a TLS file
     assert main(["party", "--federation", str(plain), "--as", "bank", "--data", str(files["bank"])]) == 2
+
+
+def test_certs_command_writes_a_pki_and_refuses_to_overwrite(tmp_path, capsys):
+    from securevfl.cli import main
+    from securevfl.deploy.certs import verify_party_certificate
+
+    out = tmp_path / "certs"
+    assert main(["certs", "--parties", "bank,shop", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["bank.key", "bank.pem", "ca.key", "ca.pem", "shop.key",
+                                                     "shop.pem"]
+    verify_party_certificate((out / "shop.pem").read_bytes(), (out / "ca.pem").read_bytes(), "shop")
+    assert oct((out / "bank.key").stat().st_mode & 0o777) == "0o600"
+    assert main(["certs", "--parties", "bank,shop", "--out", str(out)]) == 2  # never overwrites silently
+    assert main(["certs", "--parties", "bank,../x", "--out", str(tmp_path / "bad")]) == 2
+    assert "invalid party name" in capsys.readouterr().err
