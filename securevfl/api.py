@@ -25,7 +25,7 @@ from securevfl.data.files import party_tables_from_files
 from securevfl.errors import ConfigError
 from securevfl.eval import classification_metrics
 from securevfl.federation.meter import NetworkModel
-from securevfl.federation.runtime import run_parties
+from securevfl.federation.runtime import DEFAULT_RECV_TIMEOUT_S, run_parties
 from securevfl.methods import TrainConfig, create_method
 from securevfl.report import RunReport, cost_from_snapshots
 from securevfl.report.run_report import report_paths
@@ -59,6 +59,7 @@ class RunConfig:
     network: NetworkModel = field(default_factory=NetworkModel)
     alignment: str = "psi"
     data_files: Mapping[str, str] | None = None
+    recv_timeout_s: float | None = DEFAULT_RECV_TIMEOUT_S
 
 
 ProgressCallback = Callable[..., None]
@@ -103,7 +104,8 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
 
         synchronize = lambda: torch.cuda.synchronize(device)  # noqa: E731
     result = run_parties(method.roles(scenario), active=scenario.active, device=device,
-                         seed=config.train.seed, progress=progress, synchronize=synchronize)
+                         seed=config.train.seed, progress=progress, synchronize=synchronize,
+                         recv_timeout=config.recv_timeout_s)
     snapshots = {n: m.snapshot() for n, m in result.meters.items()}
     return assemble_report(config, scenario, result.results[scenario.active], snapshots,
                            method.describe(), wall_s=time.perf_counter() - started)
@@ -176,6 +178,7 @@ def train(
     alignment: str = "psi",
     bandwidth_mbps: float = 100.0,
     latency_ms: float = 10.0,
+    recv_timeout_s: float | None = DEFAULT_RECV_TIMEOUT_S,
     report: str | Path | None = None,
     progress: ProgressCallback | None = None,
 ) -> RunReport:
@@ -208,6 +211,7 @@ def train(
         network=NetworkModel(bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms),
         alignment=alignment,
         data_files=dict(data_files) if data_files else None,
+        recv_timeout_s=recv_timeout_s,
     )
     result = run(config, progress=progress)
     if report is not None:

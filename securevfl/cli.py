@@ -87,6 +87,7 @@ def train(
     on_fail: str = typer.Option("", help="TabVFL: what the host uses for an offline guest: cache | zeros."),
     bandwidth_mbps: float = typer.Option(100.0, help="Simulated link bandwidth, Mbit/s."),
     latency_ms: float = typer.Option(10.0, help="Simulated link latency, ms."),
+    recv_timeout: float = typer.Option(600.0, help="Seconds a party waits for one message before the run fails."),
     report: Path = typer.Option(Path("out/run.json"), help="Where to write the JSON report (+ .md)."),
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
@@ -112,7 +113,8 @@ def train(
             test_size=test_size, id_column=id_column or None, label_column=label_column or None,
             n_samples=n_samples, n_features=n_features, options=opts,
             data_files=_parse_pairs(data, "--data") or None, alignment=alignment,
-            bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms, progress=on_progress)
+            bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms, recv_timeout_s=recv_timeout,
+            progress=on_progress)
     json_path, md_path = result.save(report)
     print_summary(result)
     console.print(f"report: {json_path} and {md_path}")

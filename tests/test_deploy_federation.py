@@ -115,6 +115,7 @@ connect_timeout_s = 5
 reconnect_backoff_s = 0.1
 max_backoff_s = 2
 send_window_mb = 32
+recv_timeout_s = 900
 
 [job]
 method = "splitnn"
@@ -142,7 +143,7 @@ def test_every_key_is_read() -> None:
     assert bank.cert == Path("/etc/bank/tls.crt") and bank.key == Path("/etc/bank/tls.key")
     assert fed.parties["shop"].cert == BASE / "certs/shop.pem"
     assert fed.tls == TlsSpec(dir=BASE / "certs", ca=BASE / "../ca/root.pem")
-    assert fed.limits == NetworkSettings(10, 0.5, 64, 256, 5, 0.1, 2, 32)
+    assert fed.limits == NetworkSettings(10, 0.5, 64, 256, 5, 0.1, 2, 32, 900)
     assert isinstance(fed.limits.peer_timeout_s, float)
     job = fed.job
     assert job.hidden == (32, 16) and job.normalize == ("strip", "casefold")  # canonical order

@@ -342,3 +342,14 @@ def test_fuzz_mutated_psi_messages_raise_or_never_match_falsely(step, data):
         if side.outcome.positions is not None:
             assert {ids[i] for i in side.outcome.positions} <= truth
     assert init.outcome.size <= len(truth)
+
+
+def test_the_receive_timeout_is_an_option_of_the_api_and_the_cli():
+    import securevfl
+    from securevfl.cli import main
+    from securevfl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="recv_timeout"):
+        securevfl.train("splitnn", "breast-cancer", epochs=1, device="cpu", alignment="plaintext", recv_timeout_s=0)
+    assert main(["train", "--epochs", "1", "--alignment", "plaintext", "--recv-timeout", "-1", "--quiet",
+                 "--device", "cpu"]) == 2

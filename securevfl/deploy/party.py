@@ -386,7 +386,8 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
         else:
             setup_role, setup_parties = plan_role(table, classes, federation, psi_role(table, federation)), data_parties
         setup, setup_meter = run_party(setup_role, name=name, active=federation.active, parties=setup_parties,
-                                       transport=transport, finish=False)
+                                       transport=transport, finish=False,
+                                       recv_timeout=federation.limits.recv_timeout_s)
         rows, plan = setup["rows"], setup["plan"]
         size = len(plan["train"]) + len(plan["test"])
         n_rows = table.n_rows if table is not None else 0
@@ -397,7 +398,8 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
         role = roles[name]
         outcome, meter = run_party(_with_cost_exchange(role, alignment.snapshot, transport.link_stats), name=name,
                                    active=federation.active, parties=tuple(roles), transport=transport,
-                                   device=torch_device, seed=job.seed, progress=progress)
+                                   device=torch_device, seed=job.seed, progress=progress,
+                                   recv_timeout=federation.limits.recv_timeout_s)
         result = DeployedResult(name, alignment, link_stats=transport.link_stats())
         if is_active:
             value, train_snapshots, setup_snapshots, links = outcome

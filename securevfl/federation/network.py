@@ -69,7 +69,8 @@ class NetworkSettings:
     """Timeouts and sizes of the network links (the ``[network]`` section; every key optional).
 
     Reconnection waits ``reconnect_backoff_s``, doubling after each failed attempt up to
-    ``max_backoff_s``. Field names match the gRPC transport's settings one for one.
+    ``max_backoff_s``. ``recv_timeout_s`` bounds one wait for a message from a live peer (a peer
+    that stops heartbeating is reported after ``peer_timeout_s`` already).
     """
 
     peer_timeout_s: float = 30.0
@@ -80,6 +81,7 @@ class NetworkSettings:
     reconnect_backoff_s: float = 0.2
     max_backoff_s: float = 5.0
     send_window_mb: float = 256.0
+    recv_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
