@@ -8,7 +8,7 @@ import securevfl
 def test_every_name_in_all_imports():
     for name in securevfl.__all__:
         assert getattr(securevfl, name) is not None, name
-    for module in ("securevfl.data", "securevfl.methods", "securevfl.errors"):
+    for module in ("securevfl.data", "securevfl.methods", "securevfl.errors", "securevfl.deploy"):
         mod = importlib.import_module(module)
         for name in mod.__all__:
             assert hasattr(mod, name), f"{module}.{name}"

@@ -1,6 +1,7 @@
 """Deployment across machines: the federation file and the TLS material each party runs with.
 
-One process per organisation: :func:`load_federation` reads the shared federation file,
+One process per organisation: :func:`run_deployed_party` is ``securevfl party`` (its own table,
+PSI with its peers, its role of the method); :func:`load_federation` reads the shared federation file,
 :func:`job_fingerprint` is what the parties compare before any data flows, and
 :mod:`~securevfl.deploy.certs` makes a development PKI and checks a party's certificate before it
 starts. Pure functions and frozen values; the gRPC transport lives in
@@ -28,9 +29,11 @@ from securevfl.deploy.federation import (
     load_federation,
     parse_federation,
 )
+from securevfl.deploy.party import DeployedResult, run_deployed_party
 
 __all__ = [
     "CertificateError",
+    "DeployedResult",
     "DevPKI",
     "Federation",
     "JobSpec",
@@ -46,5 +49,6 @@ __all__ = [
     "make_dev_pki",
     "parse_federation",
     "party_identity",
+    "run_deployed_party",
     "verify_party_certificate",
 ]
