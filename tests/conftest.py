@@ -6,8 +6,32 @@ different random draw than the one developers ran; locally, hypothesis explores 
 
 import os
 
+import pytest
 from hypothesis import settings
+from paillier_setup import FRAC_BITS, TEST_KEY_BITS
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+
+@pytest.fixture(scope="session")
+def keypair():
+    """One small (insecure, tests only) Paillier key pair for the aggregation tests."""
+    from securevfl.privacy.paillier import generate_keypair
+
+    return generate_keypair(TEST_KEY_BITS, insecure_allow_small_key=True)
+
+
+@pytest.fixture()
+def scheme(keypair, monkeypatch):
+    """A small-key Paillier aggregation whose key holder reuses the session key pair (keygen is the slow part)."""
+    from securevfl.privacy import paillier_aggregation as pa
+    from securevfl.privacy.aggregation import AggregationConfig
+
+    monkeypatch.setattr(pa, "generate_keypair", lambda *a, **k: keypair)
+    return pa.PaillierAggregation(
+        AggregationConfig(frac_bits=FRAC_BITS),
+        pa.PaillierAggregationConfig(key_bits=TEST_KEY_BITS, insecure_allow_small_key=True),
+    )

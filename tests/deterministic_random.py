@@ -13,3 +13,17 @@ def det_randbits(seed: bytes):
         return int.from_bytes(raw, "big") >> (8 * len(raw) - k)
 
     return randbits
+
+
+class CountingUrandom:
+    """A ``urandom(n)`` stand-in: SHA-256 in counter mode over ``seed``, reproducible (tests only)."""
+
+    def __init__(self, seed: bytes):
+        self.seed, self.counter = seed, 0
+
+    def __call__(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            out += hashlib.sha256(self.seed + self.counter.to_bytes(8, "big")).digest()
+            self.counter += 1
+        return out[:n]

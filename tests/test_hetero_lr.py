@@ -28,7 +28,7 @@ from securevfl.methods.hetero_lr import (
     TEST_SCORE,
     UNMASKED,
 )
-from securevfl.privacy.paillier import EncryptedTensor, create_backend, generate_keypair
+from securevfl.privacy.paillier import EncryptedTensor, create_backend
 
 TEST_KEY = {"key_bits": 1024, "insecure_allow_small_key": True}
 EPOCHS, BATCH = 5, 64
@@ -69,11 +69,6 @@ class Run:
     def blocks(self, split="X_train"):
         sc = self.scenario
         return [getattr(sc.party_data(p), split) for p in (sc.active, *sc.passives)]
-
-
-@pytest.fixture(scope="module")
-def keypair():
-    return generate_keypair(1024, insecure_allow_small_key=True)
 
 
 def federated_run(parties, keypair, epochs=EPOCHS, batch_size=BATCH, **options):

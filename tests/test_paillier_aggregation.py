@@ -7,6 +7,7 @@ import pytest
 from aggregation_harness import PASSIVES, RecordingTransport, random_inputs, run_rounds
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from paillier_setup import FRAC_BITS, TEST_KEY_BITS
 
 from securevfl.errors import ConfigError, EncodingOverflowError, PartyFailure
 from securevfl.federation import codec
@@ -15,24 +16,6 @@ from securevfl.methods import TrainConfig, create_method
 from securevfl.privacy import paillier_aggregation as pa
 from securevfl.privacy.aggregation import AggregationConfig, aggregation_names, create_aggregation
 from securevfl.privacy.paillier import generate_keypair
-
-FRAC_BITS = 16
-TEST_KEY_BITS = 1024  # insecure, tests only
-
-
-@pytest.fixture(scope="session")
-def keypair():
-    return generate_keypair(TEST_KEY_BITS, insecure_allow_small_key=True)
-
-
-@pytest.fixture()
-def scheme(keypair, monkeypatch):
-    """A small-key scheme whose key holder reuses the session key pair (keygen is the slow part)."""
-    monkeypatch.setattr(pa, "generate_keypair", lambda *a, **k: keypair)
-    return pa.PaillierAggregation(
-        AggregationConfig(frac_bits=FRAC_BITS),
-        pa.PaillierAggregationConfig(key_bits=TEST_KEY_BITS, insecure_allow_small_key=True),
-    )
 
 
 def run_scheme(scheme, inputs, drops=None, transport=None):

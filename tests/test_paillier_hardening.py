@@ -17,31 +17,17 @@ import pytest
 from aggregation_harness import PASSIVES, RecordingTransport, random_inputs, run_rounds
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from paillier_setup import FRAC_BITS, TEST_KEY_BITS
 
 from securevfl.errors import ConfigError, CryptoError, PartyFailure, ProtocolError
 from securevfl.federation import codec
 from securevfl.federation.transport import Envelope
 from securevfl.privacy import paillier_aggregation as pa
-from securevfl.privacy.aggregation import AggregationConfig
 from securevfl.privacy.paillier import FastBackend, PaillierPublicKey, generate_keypair
 
-FRAC_BITS = 16
-TEST_KEY_BITS = 1024  # insecure, tests only
 HOLDER, VICTIM, OTHER = "p1", "p2", "p3"
 
 
-@pytest.fixture(scope="session")
-def keypair():
-    return generate_keypair(TEST_KEY_BITS, insecure_allow_small_key=True)
-
-
-@pytest.fixture()
-def scheme(keypair, monkeypatch):
-    monkeypatch.setattr(pa, "generate_keypair", lambda *a, **k: keypair)
-    return pa.PaillierAggregation(
-        AggregationConfig(frac_bits=FRAC_BITS),
-        pa.PaillierAggregationConfig(key_bits=TEST_KEY_BITS, insecure_allow_small_key=True),
-    )
 
 
 def _ints(data: bytes, width: int) -> list[int]:

@@ -1,5 +1,6 @@
 import gmpy2
 import pytest
+from deterministic_random import CountingUrandom
 
 from securevfl.errors import ConfigError, CryptoError
 from securevfl.privacy.key_agreement import (
@@ -7,22 +8,6 @@ from securevfl.privacy.key_agreement import (
     PublicKey,
     create_key_agreement,
 )
-
-
-class CountingUrandom:
-    """Deterministic urandom for tests: SHA-256 in counter mode."""
-
-    def __init__(self, seed: bytes):
-        self.seed, self.counter = seed, 0
-
-    def __call__(self, n: int) -> bytes:
-        import hashlib
-
-        out = b""
-        while len(out) < n:
-            out += hashlib.sha256(self.seed + self.counter.to_bytes(8, "big")).digest()
-            self.counter += 1
-        return out[:n]
 
 
 @pytest.fixture(scope="session")

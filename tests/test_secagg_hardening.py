@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 
 import numpy as np
 import pytest
+from deterministic_random import CountingUrandom
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,16 +30,6 @@ from securevfl.privacy.shamir import SHARE_BYTES, Share, reconstruct_secret
 SHAPE = (6, 4)
 
 
-class CountingUrandom:
-    def __init__(self, seed: bytes):
-        self.seed, self.counter = seed, 0
-
-    def __call__(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            out += hashlib.sha256(self.seed + self.counter.to_bytes(8, "big")).digest()
-            self.counter += 1
-        return out[:n]
 
 
 def _parties(n):

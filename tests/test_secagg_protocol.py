@@ -1,8 +1,8 @@
 import dataclasses
-import hashlib
 
 import numpy as np
 import pytest
+from deterministic_random import CountingUrandom
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
@@ -34,18 +34,6 @@ from securevfl.privacy.secagg import (
     unmask_response,
 )
 from securevfl.privacy.shamir import reconstruct_secret
-
-
-class CountingUrandom:
-    def __init__(self, seed: bytes):
-        self.seed, self.counter = seed, 0
-
-    def __call__(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            out += hashlib.sha256(self.seed + self.counter.to_bytes(8, "big")).digest()
-            self.counter += 1
-        return out[:n]
 
 
 def _config(n, t=None, **kw):
