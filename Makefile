@@ -19,6 +19,7 @@ demo: install
 	$(BIN)/securevfl train --method splitnn --dataset breast-cancer --parties 2 --epochs 30 --report out/demo.json
 
 test: install
+	$(BIN)/ruff check securevfl psi tests benchmarks
 	$(BIN)/python -m pytest -q
 
 clean:

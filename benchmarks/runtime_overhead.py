@@ -82,7 +82,7 @@ def main() -> None:
         method="splitnn", dataset="synthetic",
         dataset_options=DatasetOptions(n_samples=args.rows, n_features=40, seed=0),
         partition=PartitionSpec(parties=4, test_size=0.2, seed=0),
-        alignment="plaintext")  # PSI is not what this measures (benchmarks/psi.py does)
+        alignment="plaintext")  # PSI is not what this measures (benchmarks/psi_ecdh.py does)
     train_config = TrainConfig(epochs=epochs, batch_size=128, seed=0)
     scenario = build_scenario(run_config)
     fused, runtime, details = [], [], {}

@@ -7,8 +7,7 @@ key-derivation context, so it is restricted to ASCII letters, digits, ``-`` and 
 :data:`MAX_PARTY_NAME_LENGTH` characters): no path separators, no ``..``, no whitespace or
 control characters, nothing that Unicode normalisation could make equal to another name.
 It imports nothing heavy (like :mod:`securevfl.errors`), so the torch-free ``psi`` package, the
-data layer and the CLI share this one rule. It lives under ``securevfl`` rather than ``psi`` because
-scripts run from ``benchmarks/`` see ``benchmarks/psi.py`` as ``psi``; ``securevfl`` is never shadowed.
+data layer and the CLI share this one rule.
 
 Output paths are checked before any work starts, so a long run is never lost at the end to a
 report or output folder that cannot be written.

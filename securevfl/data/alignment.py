@@ -22,7 +22,7 @@ def align_with_psi(tables: Mapping[str, PartyTable], active: str, *, workers: in
     """Run ECDH PSI over the parties' ID columns (pairwise with the active party, then global)."""
     import psi
 
-    if not hasattr(psi, "run_local"):  # e.g. a script in benchmarks/ sees benchmarks/psi.py first
+    if not hasattr(psi, "run_local"):  # a local psi.py next to the caller's script would shadow the package
         raise ConfigError(f"'import psi' found {getattr(psi, '__file__', psi)!r}, not the securevfl psi package; "
                           "run from another directory or pass alignment='plaintext'")
     largest = max(t.n_rows for t in tables.values())

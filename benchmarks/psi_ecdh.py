@@ -1,8 +1,8 @@
 """Benchmark: our ECDH PSI (psi.run_local) vs OpenMined PSI 2.0.6 on the same inputs (50% overlap).
 
-    .venv/bin/python benchmarks/psi.py --quick            # 10k x 10k, both libraries (~1 min)
-    .venv/bin/python benchmarks/psi.py                    # 100k x 100k, both libraries
-    .venv/bin/python benchmarks/psi.py --n 1000000 --no-openmined   # 1M x 1M, ours only
+    .venv/bin/python benchmarks/psi_ecdh.py --quick            # 10k x 10k, both libraries (~1 min)
+    .venv/bin/python benchmarks/psi_ecdh.py                    # 100k x 100k, both libraries
+    .venv/bin/python benchmarks/psi_ecdh.py --n 1000000 --no-openmined   # 1M x 1M, ours only
 
 Prints a table and writes JSON (``--out``) with n_per_party, seconds, openmined_seconds,
 speedup_vs_openmined, peak_rss_mb and the time split. Peak RSS is sampled (psutil, every 100 ms)
