@@ -47,7 +47,8 @@ def _unchecked_config(n, t):
     return cfg
 
 
-def _setup(cfg, urandom=None):
+def _setup(cfg, urandom=None, tamper=lambda party, setup: setup):
+    """Round 0 set up for every party; ``tamper(party, setup)`` may alter a party's setup message."""
     parties = {p: sa.PassiveSecAggState.create(cfg, p, urandom) for p in cfg.parties}
     agg = sa.AggregatorSecAggState.create(cfg)
     agg, directory = sa.collect_adverts(agg, [sa.advertise_keys(s) for s in parties.values()])
@@ -55,7 +56,7 @@ def _setup(cfg, urandom=None):
     setups = []
     for p in cfg.parties:
         parties[p], setup = sa.share_keys(parties[p], 0)
-        setups.append(setup)
+        setups.append(tamper(p, setup))
     agg, bundles = sa.collect_setups(agg, setups)
     parties = {p: sa.receive_setup(parties[p], bundles[p]) for p in cfg.parties}
     return parties, agg, bundles, setups
@@ -212,18 +213,11 @@ def test_corrupted_key_share_of_dropped_party_raises_naming_it():
 
 def test_commitment_that_does_not_match_the_dealt_secret_names_the_dealer():
     cfg = _config(4)
-    parties = {p: sa.PassiveSecAggState.create(cfg, p) for p in cfg.parties}
-    agg = sa.AggregatorSecAggState.create(cfg)
-    agg, directory = sa.collect_adverts(agg, [sa.advertise_keys(s) for s in parties.values()])
-    parties = {p: sa.receive_keys(s, directory) for p, s in parties.items()}
-    setups = []
-    for p in cfg.parties:
-        parties[p], setup = sa.share_keys(parties[p], 0)
-        if p == "passive3":  # a dealer whose commitment does not match its shares
-            setup = dataclasses.replace(setup, seed_commitment=bytes(32))
-        setups.append(setup)
-    agg, bundles = sa.collect_setups(agg, setups)
-    parties = {p: sa.receive_setup(parties[p], bundles[p]) for p in cfg.parties}
+
+    def tamper(party, setup):  # a dealer whose commitment does not match its shares
+        return dataclasses.replace(setup, seed_commitment=bytes(32)) if party == "passive3" else setup
+
+    parties, agg, _, _ = _setup(cfg, tamper=tamper)
     masked = []
     for p in cfg.parties:
         parties[p], m = sa.masked_input(parties[p], np.ones(3), 0, prepare_next=False)
