@@ -94,3 +94,16 @@ __all__ = [
     "validate_party_name",
     "validate_party_names",
 ]
+
+
+def read_local_file(path: str | os.PathLike, what: str) -> bytes:
+    """The bytes of a file this party reads (TLS material, the federation file): one clear error otherwise."""
+    path = Path(path)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{what} file {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} file {str(path)!r} is a directory") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} file {str(path)!r}: {exc.strerror or exc}") from None

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from securevfl.checks import read_local_file
 from securevfl.deploy.federation import check_party_name
 from securevfl.errors import ConfigError
 from securevfl.federation.network import TlsCredentials
@@ -170,18 +171,6 @@ def make_dev_pki(parties: Sequence[str], out_dir: Path, *, days: int = 365, over
 # ------------------------------------------------------------------ loading and checking
 
 
-def _read(path: Path, what: str) -> bytes:
-    path = Path(path)
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{what} file {str(path)!r} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{what} file {str(path)!r} is a directory") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what} file {str(path)!r}: {exc.strerror or exc}") from None
-
-
 def _certificates(pem: bytes, where: str, error: type[ConfigError] = ConfigError) -> list[x509.Certificate]:
     if not isinstance(pem, bytes) or b"-----BEGIN CERTIFICATE-----" not in pem:
         raise error(f"{where} does not hold a PEM certificate (no '-----BEGIN CERTIFICATE-----' line)")
@@ -196,7 +185,9 @@ def load_tls_material(cert_path: Path, key_path: Path, ca_path: Path) -> TlsCred
 
     Also checks that the key belongs to the certificate. Raises :class:`ConfigError` naming the file.
     """
-    cert_pem, key_pem, ca_pem = _read(cert_path, "certificate"), _read(key_path, "private key"), _read(ca_path, "CA")
+    cert_pem = read_local_file(cert_path, "certificate")
+    key_pem = read_local_file(key_path, "private key")
+    ca_pem = read_local_file(ca_path, "CA")
     leaf = _certificates(cert_pem, f"certificate file {str(cert_path)!r}")[0]
     _certificates(ca_pem, f"CA file {str(ca_path)!r}")
     if b"PRIVATE KEY-----" not in key_pem:

@@ -25,7 +25,7 @@ from typing import Any
 
 from psi.ids import parse_normalize
 from psi.protocol import Mode
-from securevfl.checks import validate_party_name
+from securevfl.checks import read_local_file, validate_party_name
 from securevfl.errors import ConfigError
 from securevfl.federation.network import NetworkSettings, is_loopback, split_address
 
@@ -356,13 +356,7 @@ def load_federation(path: str | Path) -> Federation:
     """Read and parse a federation file; relative paths in it resolve against its directory."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"federation file {str(path)!r} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"federation file {str(path)!r} is a directory") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read federation file {str(path)!r}: {exc.strerror or exc}") from None
+        text = read_local_file(path, "federation").decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"federation file {str(path)!r} is not UTF-8 text") from None
     return parse_federation(text, path.resolve().parent, source=path)
