@@ -61,7 +61,7 @@ class Frame:
     chunk: int = 0
     chunks: int = 1
     total: int = 0
-    payload: bytes = b""
+    payload: bytes | memoryview = b""  # a view of the sender's message is packed without a copy
     src: str = ""
     dst: str = ""
     text: str = ""  # REFUSE / ABORT reason, HELLO fingerprint

@@ -148,9 +148,10 @@ class _OutLink:
             with self.cond:
                 while self.unacked_bytes > window and self.error is None and not self.owner.abort_reason:
                     self.cond.wait(0.1)  # back-pressure: the peer has not acknowledged enough yet
-                self._raise_if_failed()
+                if self.error is not None:
+                    raise self.error
                 self._append(fr.Frame(fr.Kind.DATA, seq=self.next_seq, tag=tag, depth=depth, chunk=i,
-                                      chunks=len(chunks), total=len(payload), payload=bytes(part)))
+                                      chunks=len(chunks), total=len(payload), payload=part))  # packed once, no copy
         self.stats.payload_bytes += len(payload)
 
     def finish(self) -> None:
@@ -169,10 +170,6 @@ class _OutLink:
         self.unacked_bytes += len(data)
         self.next_seq += 1
         self.cond.notify_all()
-
-    def _raise_if_failed(self) -> None:
-        if self.error is not None:
-            raise self.error
 
     def drain(self, timeout: float) -> bool:
         """Wait until every sequenced frame is acknowledged; False on timeout or failure."""
