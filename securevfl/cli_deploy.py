@@ -101,18 +101,6 @@ def _passive_report(result: Any) -> dict[str, Any]:
             "wire": result.link_stats}
 
 
-def _parse_data(values: list[str]) -> dict[str, Path]:
-    out: dict[str, Path] = {}
-    for item in values:
-        name, sep, path = item.partition("=")
-        if not sep or not name.strip() or not path.strip():
-            raise ConfigError(f"--data must look like PARTY=FILE, got {item!r}")
-        if name.strip() in out:
-            raise ConfigError(f"--data names {name.strip()!r} twice")
-        out[name.strip()] = Path(path.strip())
-    return out
-
-
 def launch_command(
     federation: Path = typer.Argument(..., help="The federation file (TOML)."),  # noqa: B008
     data: list[str] = typer.Option(..., "--data", help="PARTY=FILE for every party (repeat)."),  # noqa: B008
@@ -127,7 +115,9 @@ def launch_command(
 
     fed = load_federation(federation)
     check_insecure(fed.insecure, insecure)
-    files = _parse_data(data)
+    from securevfl.cli import _parse_pairs  # one NAME=VALUE parser for every command
+
+    files = {name: Path(path) for name, path in _parse_pairs(data, "--data").items()}
     missing = sorted(set(fed.data_parties) - set(files))
     extra = sorted(set(files) - set(fed.data_parties))
     if missing or extra:
