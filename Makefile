@@ -10,7 +10,7 @@ TORCH := torch==2.13.0
 $(BIN)/securevfl: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)" -e ".[test,bench]"
+	$(BIN)/pip install -q "$(TORCH)" -e ".[test,bench]"  # the test extra brings pytest, ruff and mypy
 	touch $@
 
 install: $(BIN)/securevfl
@@ -20,6 +20,7 @@ demo: install
 
 test: install
 	$(BIN)/ruff check securevfl psi tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -26,10 +26,11 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from securevfl.privacy.fixed_point import decode, ring_sum  # noqa: E402
-from securevfl.privacy.key_agreement import create_key_agreement  # noqa: E402
-from securevfl.privacy.masking import derive_pairwise_seeds, mask_values  # noqa: E402
-from securevfl.privacy.prg import prg_uint64  # noqa: E402
+from securevfl.privacy.primitives.fixed_point import decode, ring_sum  # noqa: E402
+from securevfl.privacy.primitives.key_agreement import create_key_agreement  # noqa: E402
+from securevfl.privacy.primitives.masking import derive_pairwise_seeds, mask_values  # noqa: E402
+from securevfl.privacy.primitives.prg import prg_uint64  # noqa: E402
+from securevfl.privacy.primitives.shamir import reconstruct_secret, split_secret  # noqa: E402
 from securevfl.privacy.secagg import (  # noqa: E402
     AggregatorSecAggState,
     PassiveSecAggState,
@@ -45,7 +46,6 @@ from securevfl.privacy.secagg import (  # noqa: E402
     unmask_request,
     unmask_response,
 )
-from securevfl.privacy.shamir import reconstruct_secret, split_secret  # noqa: E402
 
 SHAPE = (128, 128)
 console = Console()

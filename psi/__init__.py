@@ -4,14 +4,64 @@ Semi-honest Diffie-Hellman PSI on Curve25519 (X25519 over salted hash-to-curve o
 pure message-driven protocol core (:mod:`psi.protocol`), a versioned binary codec
 (:mod:`psi.codec`), multi-process curve work (:mod:`psi.curve`), ID preparation (:mod:`psi.ids`),
 file I/O (:mod:`psi.io`) and a one-process runner for all parties (:mod:`psi.runner`).
-This package does not import torch. See docs/psi.md for the security model and measurements.
+
+The package stands alone: it imports neither torch nor ``securevfl``, and owns its errors
+(:mod:`psi.errors`) and the party-name rule (:mod:`psi.checks`). The names below load their module
+on first use, so ``import psi.errors`` or ``psi.checks`` costs no numpy or curve code.
+See docs/psi.md for the security model and measurements.
 """
 
-from .curve import BlindingKey, CurveEngine
-from .ids import NORMALIZATIONS, PreparedIDs, parse_normalize, prepare_ids
-from .io import read_ids, run_files, write_outputs
-from .protocol import Mode, PairOutcome, PSIConfig, PSIInitiator, PSIResponder
-from .runner import PairwiseResult, PSIResult, run_local, run_prepared
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .curve import BlindingKey, CurveEngine
+    from .ids import NORMALIZATIONS, PreparedIDs, parse_normalize, prepare_ids
+    from .io import read_ids, run_files, write_outputs
+    from .protocol import Mode, PairOutcome, PSIConfig, PSIInitiator, PSIResponder
+    from .runner import PairwiseResult, PSIResult, run_local, run_prepared
+
+_LAZY = {
+    "BlindingKey": "psi.curve",
+    "CurveEngine": "psi.curve",
+    "NORMALIZATIONS": "psi.ids",
+    "PreparedIDs": "psi.ids",
+    "parse_normalize": "psi.ids",
+    "prepare_ids": "psi.ids",
+    "read_ids": "psi.io",
+    "run_files": "psi.io",
+    "write_outputs": "psi.io",
+    "Mode": "psi.protocol",
+    "PairOutcome": "psi.protocol",
+    "PSIConfig": "psi.protocol",
+    "PSIInitiator": "psi.protocol",
+    "PSIResponder": "psi.protocol",
+    "PairwiseResult": "psi.runner",
+    "PSIResult": "psi.runner",
+    "run_local": "psi.runner",
+    "run_prepared": "psi.runner",
+}
+
+
+_SUBMODULES = frozenset({"checks", "codec", "curve", "errors", "ids", "io", "protocol", "runner"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:  # ``import psi; psi.codec.decode(...)`` as before the names were lazy
+        return import_module(f"psi.{name}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'psi' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, *_SUBMODULES})
+
 
 __all__ = [
     "BlindingKey",

@@ -40,13 +40,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing.context import BaseContext
+from typing import TypeVar
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from securevfl.errors import CryptoError
-
-from .errors import InvalidPointError
+from .errors import InvalidPointError, PSICryptoError
 
 FIELD_PRIME = 2**255 - 19
 CURVE_A = 486662
@@ -56,11 +56,14 @@ _HALF = (FIELD_PRIME - 1) // 2
 HASH_DST = b"securevfl/psi/v1/hash-to-curve25519/try-and-increment"
 _MAX_TRIES = 256
 
+_Task = TypeVar("_Task")
+_Out = TypeVar("_Out")
+
 try:  # gmpy2 is a declared dependency of securevfl; the pure-Python path gives identical results.
     import gmpy2 as _gmpy2
 
     _P_MPZ = _gmpy2.mpz(FIELD_PRIME)
-    _jacobi = _gmpy2.jacobi
+    _jacobi: Callable[[int, int], int] = _gmpy2.jacobi  # gmpy2 ships no types: this is its signature here
 
     def _is_nonzero_square(value: int) -> bool:
         """Euler's criterion via GMP's Jacobi symbol (equal to Legendre's, ``p`` being prime)."""
@@ -100,7 +103,7 @@ def hash_to_curve(item: bytes, prefix: bytes) -> bytes:
         u = from_bytes(sha256(base + counter).digest(), "little") & _MASK_255
         if u < FIELD_PRIME and _is_nonzero_square((u * (u * (u + CURVE_A) + 1)) % FIELD_PRIME):
             return u.to_bytes(POINT_BYTES, "little")
-    raise CryptoError("hash to curve failed")  # probability 2^-256
+    raise PSICryptoError("hash to curve failed")  # probability 2^-256
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ class BlindingKey:
 
     def __post_init__(self) -> None:
         if not isinstance(self.secret, bytes) or len(self.secret) != 32:
-            raise CryptoError("invalid blinding key")
+            raise PSICryptoError("invalid blinding key")
 
     @classmethod
     def generate(cls, urandom: Callable[[int], bytes] = os.urandom) -> BlindingKey:
@@ -168,7 +171,7 @@ def _hash_blind_chunk(
     try:
         out = _exchange_all(secret, points, POINT_BYTES)
     except ValueError:  # a hashed ID landed on a small-order point: probability ~2^-250
-        raise CryptoError("hash to curve produced a small-order point") from None
+        raise PSICryptoError("hash to curve produced a small-order point") from None
     return out, t1 - t0, time.process_time() - t1
 
 
@@ -243,6 +246,7 @@ class CurveEngine:
             # forkserver: safe with threads in the parent (fork is not), and with the preload
             # each worker starts with this module already imported (no per-worker import cost)
             methods = multiprocessing.get_all_start_methods()
+            ctx: BaseContext
             if "forkserver" in methods:
                 ctx = multiprocessing.get_context("forkserver")
                 ctx.set_forkserver_preload([__name__])
@@ -257,7 +261,7 @@ class CurveEngine:
         per = -(-n // (self.workers * 4)) if n else 1
         return max(256, min(self.chunk_items, per))
 
-    def _run(self, func: Callable, tasks: Iterator, n_items: int) -> Iterator:
+    def _run(self, func: Callable[[_Task], _Out], tasks: Iterator[_Task], n_items: int) -> Iterator[_Out]:
         pool = self._pool(n_items)
         if pool is None:
             for task in tasks:

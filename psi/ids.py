@@ -19,10 +19,11 @@ import numbers
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
-from securevfl.errors import ConfigError, DataError
+from .errors import PSIConfigError, PSIDataError
 
 NORMALIZATIONS: tuple[str, ...] = ("strip", "casefold", "nfc")
 DUPLICATE_POLICIES: tuple[str, ...] = ("error", "keep_first")
@@ -36,7 +37,7 @@ def parse_normalize(spec: str | Iterable[str] | None) -> tuple[str, ...]:
     chosen = {n.strip().lower() for n in names if n and n.strip()}
     unknown = chosen - set(NORMALIZATIONS)
     if unknown:
-        raise ConfigError(f"unknown normalisation {sorted(unknown)}; choose from {', '.join(NORMALIZATIONS)}")
+        raise PSIConfigError(f"unknown normalisation {sorted(unknown)}; choose from {', '.join(NORMALIZATIONS)}")
     return tuple(n for n in NORMALIZATIONS if n in chosen)
 
 
@@ -70,7 +71,7 @@ def id_to_str(value: object) -> str | None:
         if math.isnan(value):
             return None
         if float(value).is_integer():
-            return str(int(value))
+            return str(math.trunc(value))
         raise TypeError(f"non-integer number {value!r}")
     raise TypeError(type(value).__name__)
 
@@ -79,7 +80,7 @@ def _check_encodable(items: Sequence[str], source: str) -> None:
     try:
         "".join(items).encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise DataError(f"{source}: an ID is not valid Unicode text ({exc.reason})") from None
+        raise PSIDataError(f"{source}: an ID is not valid Unicode text ({exc.reason})") from None
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def prepare_ids(
 ) -> PreparedIDs:
     """Convert, normalise and de-duplicate IDs; errors name ``source`` and the offending row."""
     if duplicates not in DUPLICATE_POLICIES:
-        raise ConfigError(f"duplicates must be one of {DUPLICATE_POLICIES}, not {duplicates!r}")
+        raise PSIConfigError(f"duplicates must be one of {DUPLICATE_POLICIES}, not {duplicates!r}")
     options = parse_normalize(normalize)
     fast = _fast_path(ids, options, source)
     if fast is not None:
@@ -111,17 +112,17 @@ def prepare_ids(
         try:
             value = id_to_str(raw)
         except TypeError as exc:
-            raise DataError(f"{source}: unsupported ID type at row {row}: {exc}") from None
+            raise PSIDataError(f"{source}: unsupported ID type at row {row}: {exc}") from None
         if value is None:
-            raise DataError(f"{source}: null ID at row {row}")
+            raise PSIDataError(f"{source}: null ID at row {row}")
         if options:
             value = normalize_id(value, options)
         if not value:
-            raise DataError(f"{source}: empty ID at row {row}")
+            raise PSIDataError(f"{source}: empty ID at row {row}")
         first = seen.setdefault(value, row)
         if first != row:
             if duplicates == "error":
-                raise DataError(
+                raise PSIDataError(
                     f"{source}: duplicate ID at rows {first} and {row} (use keep_first to keep the first occurrence)"
                 )
             continue
@@ -141,6 +142,6 @@ def _fast_path(ids: Sequence[object], options: Sequence[str], source: str) -> Pr
     distinct = set(ids)
     if len(distinct) != len(ids) or "" in distinct:
         return None  # the slow path reports the exact rows
-    items = list(ids)
+    items = cast("list[str]", list(ids))  # every item is a str: checked above
     _check_encodable(items, source)
     return PreparedIDs(items, np.arange(len(items), dtype=np.int64), len(items))

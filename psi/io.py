@@ -1,7 +1,7 @@
 """File edges of the PSI: read an ID column from CSV/Parquet, write aligned/unaligned rows + report.
 
 CSV cells are read as text (so ``007`` stays ``007``; only empty cells are null). CSV files must
-be UTF-8 with the header's number of fields on every row; anything else is a :class:`DataError`
+be UTF-8 with the header's number of fields on every row; anything else is a :class:`~psi.errors.PSIDataError`
 naming the file (and line). Parquet columns keep their type; integers become their decimal
 string (see :mod:`psi.ids`). Party names and the output folder are checked before any work.
 """
@@ -17,9 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from securevfl.checks import check_output_dir, validate_party_name
-from securevfl.errors import DataError
-
+from .checks import check_output_dir, validate_party_name
+from .errors import PSIDataError
 from .ids import prepare_ids
 from .protocol import PSIConfig
 from .runner import PSIResult, check_workers, run_prepared
@@ -33,7 +32,7 @@ def _where(path: Path, column: str) -> str:
 
 
 def _read_csv_column(path: Path, column: str, delimiter: str) -> list[object]:
-    """One column of a strict UTF-8 CSV as text (empty cell -> ``None``); malformed files are a DataError.
+    """One column of a strict UTF-8 CSV as text (empty cell -> ``None``); malformed files are a PSIDataError.
 
     Read with the standard ``csv`` module rather than pandas so that every row is checked: a row
     with more or fewer fields than the header (which pandas would pad, truncate, or silently read
@@ -46,33 +45,33 @@ def _read_csv_column(path: Path, column: str, delimiter: str) -> list[object]:
             while header == []:  # leading blank lines
                 header = next(reader, None)
             if header is None:
-                raise DataError(f"{_where(path, column)}: file is empty")
+                raise PSIDataError(f"{_where(path, column)}: file is empty")
             if any("\0" in name for name in header):
-                raise DataError(f"{path}: the header has a NUL byte (a binary file?)")
+                raise PSIDataError(f"{path}: the header has a NUL byte (a binary file?)")
             if column not in header:
-                raise DataError(f"{path}: missing ID column {column!r} (columns: {header})")
+                raise PSIDataError(f"{path}: missing ID column {column!r} (columns: {header})")
             if header.count(column) > 1:
-                raise DataError(f"{path}: ID column {column!r} appears more than once in the header")
+                raise PSIDataError(f"{path}: ID column {column!r} appears more than once in the header")
             index, width = header.index(column), len(header)
             values: list[object] = []
             for row in reader:
                 if not row:
                     continue  # blank line, as pandas skips them
                 if len(row) != width:
-                    raise DataError(
+                    raise PSIDataError(
                         f"{path}: line {reader.line_num} has {len(row)} fields, the header has {width} "
                         "(a ragged or wrongly quoted CSV)"
                     )
                 value = row[index]
                 if "\0" in value:
-                    raise DataError(f"{path}: line {reader.line_num} has a NUL byte in the ID (a binary file?)")
+                    raise PSIDataError(f"{path}: line {reader.line_num} has a NUL byte in the ID (a binary file?)")
                 values.append(value or None)
     except UnicodeDecodeError as exc:
-        raise DataError(
+        raise PSIDataError(
             f"{path}: not UTF-8 text (invalid byte 0x{exc.object[exc.start]:02x}); save it as a UTF-8 CSV file"
         ) from None
     except csv.Error as exc:
-        raise DataError(f"{path}: not a well-formed CSV file ({_one_line(str(exc))})") from None
+        raise PSIDataError(f"{path}: not a well-formed CSV file ({_one_line(str(exc))})") from None
     return values
 
 
@@ -80,28 +79,29 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def read_ids(path: str | os.PathLike, id_column: str) -> list[object]:
+def read_ids(path: str | os.PathLike[str], id_column: str) -> list[object]:
     """Read one ID column as a list of raw values; errors name the file and the column."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: file not found")
+        raise PSIDataError(f"{path}: file not found")
     suffix = path.suffix.lower()
+    values: list[object]
     if suffix in PARQUET_SUFFIXES:
         import pyarrow.parquet as pq
 
         try:
             names = pq.read_schema(path).names
         except Exception as exc:  # pyarrow raises several types for unreadable files
-            raise DataError(f"{path}: not a readable Parquet file ({exc})") from None
+            raise PSIDataError(f"{path}: not a readable Parquet file ({exc})") from None
         if id_column not in names:
-            raise DataError(f"{path}: missing ID column {id_column!r} (columns: {names})")
+            raise PSIDataError(f"{path}: missing ID column {id_column!r} (columns: {names})")
         values = pq.read_table(path, columns=[id_column]).column(0).to_pylist()
     elif suffix in CSV_SUFFIXES:
         values = _read_csv_column(path, id_column, "\t" if suffix == ".tsv" else ",")
     else:
-        raise DataError(f"{path}: unsupported file type {suffix!r} (use {CSV_SUFFIXES + PARQUET_SUFFIXES})")
+        raise PSIDataError(f"{path}: unsupported file type {suffix!r} (use {CSV_SUFFIXES + PARQUET_SUFFIXES})")
     if not values:
-        raise DataError(f"{_where(path, id_column)}: no rows")
+        raise PSIDataError(f"{_where(path, id_column)}: no rows")
     return values
 
 
@@ -109,7 +109,7 @@ def write_outputs(
     result: PSIResult,
     raw_ids: Mapping[str, Sequence[object]],
     id_column: str,
-    out_dir: str | os.PathLike,
+    out_dir: str | os.PathLike[str],
     extra_report: Mapping[str, object] | None = None,
 ) -> dict[str, Path]:
     """Write ``<party>_aligned.csv``, ``<party>_unaligned.csv`` and ``psi_report.json``.
@@ -143,9 +143,9 @@ def write_outputs(
 
 
 def run_files(
-    party_files: Mapping[str, str | os.PathLike],
+    party_files: Mapping[str, str | os.PathLike[str]],
     id_column: str,
-    out_dir: str | os.PathLike,
+    out_dir: str | os.PathLike[str],
     *,
     active: str | None = None,
     mode: str = "both",

@@ -24,7 +24,7 @@ Usage::
         msg = init.handle(msg) if msg is not None else None
 
 Any bad message (malformed, truncated, other session, wrong step, invalid point, wrong count)
-raises a :class:`securevfl.errors.ProtocolError` subclass and aborts the session.
+raises a :class:`psi.errors.PSIProtocolError` subclass and aborts the session.
 """
 
 from __future__ import annotations
@@ -32,13 +32,11 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
-
-from securevfl.errors import ConfigError
 
 from .codec import STEP_OF, Message, MessageType, decode, encode
 from .curve import POINT_BYTES, BlindingKey, CurveEngine, CurveStats
@@ -46,6 +44,7 @@ from .errors import (
     MalformedMessageError,
     OutOfOrderError,
     ParameterMismatchError,
+    PSIConfigError,
     SessionMismatchError,
 )
 from .ids import normalize_bits, parse_normalize
@@ -67,22 +66,29 @@ class Mode(str, Enum):
 _MODE_CODE = {Mode.BOTH: 1, Mode.ACTIVE_ONLY: 2, Mode.CARDINALITY: 3}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class PSIConfig:
-    """Protocol parameters both parties must agree on (checked in the HELLO message)."""
+    """Protocol parameters both parties must agree on (checked in the HELLO message).
 
-    mode: Mode = Mode.BOTH
-    digest_len: int = 16
-    normalize: tuple[str, ...] = ()
+    Built from a mode name or :class:`Mode` and a normalisation spec as :func:`~psi.ids.parse_normalize`
+    takes it; the fields hold the checked, canonical values.
+    """
 
-    def __post_init__(self) -> None:
+    mode: Mode
+    digest_len: int
+    normalize: tuple[str, ...]
+
+    def __init__(self, mode: Mode | str = Mode.BOTH, digest_len: int = 16,
+                 normalize: str | Iterable[str] | None = ()) -> None:
         try:
-            object.__setattr__(self, "mode", Mode(self.mode))
+            checked = Mode(mode)
         except ValueError:
-            raise ConfigError(f"mode must be one of {[m.value for m in Mode]}, not {self.mode!r}") from None
-        if not MIN_DIGEST_LEN <= int(self.digest_len) <= POINT_BYTES:
-            raise ConfigError(f"digest_len must be in [{MIN_DIGEST_LEN}, {POINT_BYTES}]")
-        object.__setattr__(self, "normalize", parse_normalize(self.normalize))
+            raise PSIConfigError(f"mode must be one of {[m.value for m in Mode]}, not {mode!r}") from None
+        if not MIN_DIGEST_LEN <= int(digest_len) <= POINT_BYTES:
+            raise PSIConfigError(f"digest_len must be in [{MIN_DIGEST_LEN}, {POINT_BYTES}]")
+        object.__setattr__(self, "mode", checked)
+        object.__setattr__(self, "digest_len", digest_len)
+        object.__setattr__(self, "normalize", parse_normalize(normalize))
 
 
 @dataclass(frozen=True)
@@ -273,9 +279,9 @@ class PSIInitiator(_Side):
     ) -> None:
         super().__init__(items, config, engine, urandom)
         if align_follows and config.mode is not Mode.BOTH:
-            raise ConfigError("ALIGN (N-party global order) is only sent in mode 'both'")
+            raise PSIConfigError("ALIGN (N-party global order) is only sent in mode 'both'")
         self.align_follows = align_follows
-        self.session_id = bytes(urandom(16))
+        self.session_id: bytes = bytes(urandom(16))
         self._share = bytes(urandom(32))
         self._perm: np.ndarray | None = None
         self._yba: np.ndarray | None = None
@@ -303,7 +309,8 @@ class PSIInitiator(_Side):
     def _dispatch(self, message: Message) -> bytes | None:
         if message.type is MessageType.REPLY:
             return self._on_reply(message)
-        return self._on_double(message)
+        self._on_double(message)
+        return None
 
     def _on_reply(self, message: Message) -> bytes:
         yb = message.fields["blinded"]
@@ -344,7 +351,6 @@ class PSIInitiator(_Side):
         self._yba = None
         self._expect = None
         self._state = "await_align" if self.align_follows else "done"
-        return None
 
     def align(self, order: np.ndarray) -> bytes:
         """Return the ALIGN message: the global order as indices into this pair's agreed order."""
@@ -380,7 +386,8 @@ class PSIResponder(_Side):
             return self._on_hello(message)
         if message.type is MessageType.BLINDED:
             return self._on_blinded(message)
-        return self._on_align(message)
+        self._on_align(message)
+        return None
 
     def _on_hello(self, message: Message) -> bytes:
         f = message.fields
@@ -400,10 +407,10 @@ class PSIResponder(_Side):
         if f["align_follows"] not in (0, 1) or (f["align_follows"] and cfg.mode is not Mode.BOTH):
             raise MalformedMessageError("HELLO: invalid align_follows flag for this mode")
         self.align_follows = bool(f["align_follows"])
-        self.session_id = message.session_id
+        self.session_id = session_id = message.session_id
         self.peer_size = int(f["n_items"])
         share = bytes(self._urandom(32))
-        salt = derive_salt(self.session_id, f["salt_share"], share)
+        salt = derive_salt(session_id, f["salt_share"], share)
         yb = self._hash_blind_own(salt)
         t0 = time.perf_counter()
         self._perm = secret_permutation(len(yb), self._urandom)
@@ -412,7 +419,7 @@ class PSIResponder(_Side):
         out = Message(
             MessageType.REPLY,
             STEP_OF[MessageType.REPLY],
-            self.session_id,
+            session_id,
             {"salt_share": share, "blinded": yb_sent},
         )
         self._state, self._expect = "await_blinded", MessageType.BLINDED
@@ -436,7 +443,8 @@ class PSIResponder(_Side):
             if cfg.mode is Mode.CARDINALITY:
                 xab = xab[secret_permutation(len(xab), self._urandom)]
         self.timers.match += time.perf_counter() - t0
-        out = Message(MessageType.DOUBLE, STEP_OF[MessageType.DOUBLE], self.session_id, {"double": xab})
+        # _receive checked that the message is of this session: reply under its ID
+        out = Message(MessageType.DOUBLE, STEP_OF[MessageType.DOUBLE], message.session_id, {"double": xab})
         if self.align_follows:
             self._state, self._expect = "await_align", MessageType.ALIGN
         else:
@@ -453,4 +461,3 @@ class PSIResponder(_Side):
             raise MalformedMessageError("ALIGN: repeated index")
         self.outcome = PairOutcome(self.outcome.size, self.outcome.positions, self.outcome.positions[order])
         self._state, self._expect = "done", None
-        return None

@@ -11,16 +11,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from securevfl.checks import validate_party_name
-from securevfl.errors import ConfigError
-
+from .checks import validate_party_name
 from .curve import CurveEngine
+from .errors import OutOfOrderError, PSIConfigError
 from .ids import PreparedIDs, prepare_ids
-from .protocol import Mode, PSIConfig, PSIInitiator, PSIResponder, _Side, global_alignment
+from .protocol import Mode, PairOutcome, PSIConfig, PSIInitiator, PSIResponder, _Side, global_alignment
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -107,28 +110,41 @@ class _Ledger:
             self.tap(src, dst, data)
         return data  # what crosses the wire is a plain byte string
 
-    def timed(self, party: str, fn: Callable[[], Any]) -> Any:
+    def timed(self, party: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """``fn(*args, **kwargs)``, its wall time added to ``party``'s."""
         t0 = time.perf_counter()
         try:
-            return fn()
+            return fn(*args, **kwargs)
         finally:
             self.wall[party] += time.perf_counter() - t0
 
 
 def _run_pair(ledger: _Ledger, a_name: str, init: PSIInitiator, b_name: str, resp: PSIResponder) -> int:
     """Drive one pairwise session to the end; return the number of messages sent."""
-    msg = ledger.send(a_name, b_name, ledger.timed(a_name, init.start))
+    msg: bytes | None = ledger.send(a_name, b_name, ledger.timed(a_name, init.start))
     count = 1
     while msg is not None:
-        reply = ledger.timed(b_name, lambda m=msg: resp.handle(m))
+        reply = ledger.timed(b_name, resp.handle, msg)
         if reply is None:
             break
         reply = ledger.send(b_name, a_name, reply)
         count += 1
-        nxt = ledger.timed(a_name, lambda m=reply: init.handle(m))
+        nxt = ledger.timed(a_name, init.handle, reply)
         msg = None if nxt is None else ledger.send(a_name, b_name, nxt)
         count += msg is not None
     return count
+
+
+def _outcome(side: _Side) -> PairOutcome:
+    """What one side of a session learned; the runner reads it only after driving the session to its end."""
+    return _known(side.outcome, "an outcome")
+
+
+def _known(value: _T | None, what: str) -> _T:
+    """``value``, which a finished session always sets in the mode it ran in."""
+    if value is None:  # pragma: no cover - a bug in the runner, not a bad message
+        raise OutOfOrderError(f"the PSI session ended without {what}")
+    return value
 
 
 def _party_timings(sides: Sequence[_Side], wall: float) -> dict[str, float]:
@@ -164,7 +180,7 @@ def _unaligned(prepared: PreparedIDs, rows: np.ndarray | None) -> np.ndarray | N
 def check_workers(workers: int | None) -> None:
     """``workers`` is ``None`` (all CPUs) or a positive number of processes."""
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ConfigError(f"workers must be a positive integer or None (all CPUs), got {workers!r}")
+        raise PSIConfigError(f"workers must be a positive integer or None (all CPUs), got {workers!r}")
 
 
 def run_prepared(
@@ -185,14 +201,14 @@ def run_prepared(
     config = config or PSIConfig()
     names = tuple(validate_party_name(n) for n in prepared)
     if len(names) < 2:
-        raise ConfigError("PSI needs at least two parties")
+        raise PSIConfigError("PSI needs at least two parties")
     check_workers(workers)
     active = names[0] if active is None else active
     if active not in prepared:
-        raise ConfigError(f"active party {active!r} is not among the parties {list(names)}")
+        raise PSIConfigError(f"active party {active!r} is not among the parties {list(names)}")
     passives = [n for n in names if n != active]
     if config.mode is Mode.CARDINALITY and len(passives) > 1:
-        raise ConfigError(
+        raise PSIConfigError(
             "mode 'cardinality' is defined for two parties: the shuffled pairwise answers "
             "cannot be combined into an N-party count"
         )
@@ -222,17 +238,17 @@ def run_prepared(
             inits[p], resps[p] = init, resp
             sides[active].append(init)
             sides[p].append(resp)
+        global_active: np.ndarray | None = None
         if config.mode is Mode.CARDINALITY:
-            size = inits[passives[0]].outcome.size
-            global_active = None
+            size = _known(_outcome(inits[passives[0]]).size, "a size")
         else:
-            pair_pos = [inits[p].outcome.positions for p in passives]
-            global_active, orders = ledger.timed(active, lambda: global_alignment(pair_pos))
+            pair_pos = [_known(_outcome(inits[p]).positions, "positions") for p in passives]
+            global_active, orders = ledger.timed(active, global_alignment, pair_pos)
             size = len(global_active)
             if align:
                 for p, order in zip(passives, orders, strict=True):
-                    data = ledger.send(active, p, ledger.timed(active, lambda o=order, p=p: inits[p].align(o)))
-                    ledger.timed(p, lambda d=data, p=p: resps[p].handle(d))
+                    data = ledger.send(active, p, ledger.timed(active, inits[p].align, order))
+                    ledger.timed(p, resps[p].handle, data)
                 flights += 1
         if engine.on_progress is not None and bar is not None:
             engine.on_progress = None
@@ -242,11 +258,11 @@ def run_prepared(
     pairwise: dict[str, PairwiseResult] = {}
     aligned[active] = _rows(prepared[active], global_active)
     for p in passives:
-        io, ro = inits[p].outcome, resps[p].outcome
+        io, ro = _outcome(inits[p]), _outcome(resps[p])
         pairwise[p] = PairwiseResult(
             active,
             p,
-            int(io.size),
+            _known(io.size, "a size"),
             _rows(prepared[active], io.positions),
             _rows(prepared[p], ro.positions),
         )

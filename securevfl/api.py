@@ -103,7 +103,7 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
         import torch
 
         synchronize = lambda: torch.cuda.synchronize(device)  # noqa: E731
-    result = run_parties(method.roles(scenario), active=scenario.active, device=device,
+    result = run_parties(method.roles(scenario), active=scenario.active, passives=scenario.passives, device=device,
                          seed=config.train.seed, progress=progress, synchronize=synchronize,
                          recv_timeout=config.recv_timeout_s)
     snapshots = {n: m.snapshot() for n, m in result.meters.items()}

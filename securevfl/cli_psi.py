@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from securevfl.checks import validate_party_name
-from securevfl.errors import ConfigError
+from securevfl.errors import ConfigError, psi_errors
 
 
 def _parse_parties(values: list[str]) -> dict[str, Path]:
@@ -70,17 +70,18 @@ def psi_command(
     from psi import run_files  # imported here so `securevfl --help` stays fast
 
     parties = _parse_parties(party)
-    result = run_files(
-        parties,
-        id_column,
-        out,
-        active=active,
-        mode=mode,
-        normalize=normalize,
-        duplicates="keep_first" if keep_first else "error",
-        workers=workers,
-        progress=progress,
-    )
+    with psi_errors():
+        result = run_files(
+            parties,
+            id_column,
+            out,
+            active=active,
+            mode=mode,
+            normalize=normalize,
+            duplicates="keep_first" if keep_first else "error",
+            workers=workers,
+            progress=progress,
+        )
     console = Console()
     console.print(
         f"[bold]|intersection| = {result.intersection_size}[/bold]  "

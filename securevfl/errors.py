@@ -2,10 +2,20 @@
 
 Subclasses also inherit the matching builtin (as scikit-learn's ``NotFittedError`` does), so
 ``except ValueError`` keeps working for callers who do not know this package. This module
-imports nothing heavy: the ``psi`` package and the CLI use it without pulling in torch.
+imports nothing heavy (only :mod:`psi.errors`): the CLI uses it without pulling in torch.
+
+The ``psi`` package is the bottom layer and stands alone, so it has its own root,
+:class:`psi.errors.PSIError`. securevfl calls it only inside :func:`psi_errors`, which raises each
+PSI error as the securevfl error of the same kind (the original stays as ``__cause__``): a user
+of securevfl catches everything with :class:`SecureVFLError`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from psi import errors as _psi
 
 
 class SecureVFLError(Exception):
@@ -66,6 +76,31 @@ class PartyFailure(SecureVFLError):
         super().__init__(f"party {party!r} failed during {stage}: {type(cause).__name__}: {cause}")
 
 
+def from_psi(error: _psi.PSIError) -> SecureVFLError:
+    """The securevfl error of the same kind as a ``psi`` error, with its message."""
+    kind: type[SecureVFLError]
+    if isinstance(error, _psi.PSIConfigError):
+        kind = ConfigError
+    elif isinstance(error, _psi.PSIDataError):
+        kind = DataError
+    elif isinstance(error, _psi.PSIProtocolError):
+        kind = ProtocolError
+    elif isinstance(error, _psi.PSICryptoError):
+        kind = CryptoError
+    else:
+        kind = SecureVFLError
+    return kind(str(error))
+
+
+@contextmanager
+def psi_errors() -> Iterator[None]:
+    """Around a call into the ``psi`` package: raise its errors as securevfl's (see the module doc)."""
+    try:
+        yield
+    except _psi.PSIError as error:
+        raise from_psi(error) from error
+
+
 __all__ = [
     "SecureVFLError",
     "ConfigError",
@@ -77,4 +112,6 @@ __all__ = [
     "EncodingOverflowError",
     "RunAborted",
     "PartyFailure",
+    "from_psi",
+    "psi_errors",
 ]

@@ -27,11 +27,11 @@ def keypair():
 @pytest.fixture()
 def scheme(keypair, monkeypatch):
     """A small-key Paillier aggregation whose key holder reuses the session key pair (keygen is the slow part)."""
-    from securevfl.privacy import paillier_aggregation as pa
     from securevfl.privacy.aggregation import AggregationConfig
+    from securevfl.privacy.aggregation import paillier as pa
 
     monkeypatch.setattr(pa, "generate_keypair", lambda *a, **k: keypair)
     return pa.PaillierAggregation(
         AggregationConfig(frac_bits=FRAC_BITS),
-        pa.PaillierAggregationConfig(key_bits=TEST_KEY_BITS, insecure_allow_small_key=True),
+        pa.PaillierOptions(key_bits=TEST_KEY_BITS, insecure_allow_small_key=True),
     )

@@ -15,6 +15,7 @@ import pytest
 import psi
 import securevfl
 import securevfl.api
+from psi.errors import PSIConfigError, PSIDataError
 from securevfl.checks import MAX_PARTY_NAME_LENGTH, validate_party_name
 from securevfl.cli import main
 from securevfl.data import PartitionSpec
@@ -73,14 +74,14 @@ def test_psi_bad_csv_is_one_line_data_error(kind, tmp_path, good_files, capsys):
 def test_read_ids_bad_csv_raises_data_error(kind, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_bytes(BAD_CSV[kind])
-    with pytest.raises(DataError, match="bad.csv"):
+    with pytest.raises(PSIDataError, match="bad.csv"):
         psi.read_ids(bad, "id")
 
 
 def test_read_ids_reports_line_of_ragged_row(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_bytes(BAD_CSV["ragged-extra-field"])
-    with pytest.raises(DataError, match="line 3"):
+    with pytest.raises(PSIDataError, match="line 3"):
         psi.read_ids(bad, "id")
 
 
@@ -155,7 +156,7 @@ def test_psi_out_under_regular_file(tmp_path, good_files, capsys):
 def test_run_files_checks_out_dir_first(tmp_path, good_files):
     out = tmp_path / "out"
     out.write_text("x")
-    with pytest.raises(ConfigError, match="not a directory"):
+    with pytest.raises(PSIConfigError, match="not a directory"):
         psi.run_files({"a": good_files[0], "b": good_files[1]}, "id", out, workers=1)
 
 
@@ -187,9 +188,9 @@ def test_psi_party_name_cannot_escape_out(tmp_path, good_files, capsys):
 
 @pytest.mark.parametrize("name", ["../escaped", "a.b"])
 def test_psi_api_rejects_bad_party_names(name, tmp_path, good_files):
-    with pytest.raises(ConfigError, match="letters, digits"):
+    with pytest.raises(PSIConfigError, match="letters, digits"):
         psi.run_local({name: ["1", "2"], "b": ["2", "3"]}, workers=1)
-    with pytest.raises(ConfigError, match="letters, digits"):
+    with pytest.raises(PSIConfigError, match="letters, digits"):
         psi.run_files({name: good_files[0], "b": good_files[1]}, "id", tmp_path / "o", workers=1)
     assert not (tmp_path / "o").exists()
 
@@ -253,7 +254,7 @@ def test_psi_workers_must_be_positive(workers, tmp_path, good_files, capsys):
 def test_psi_duplicate_id_column_is_refused(tmp_path, good_files):
     bad = tmp_path / "bad.csv"
     bad.write_text("id,x,id\nu1,1,u9\nu2,2,u8\n")
-    with pytest.raises(DataError, match="more than once"):
+    with pytest.raises(PSIDataError, match="more than once"):
         psi.read_ids(bad, "id")
 
 

@@ -20,9 +20,9 @@ from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
 from securevfl.methods import TrainConfig, create_method
 from securevfl.methods.easter import drop_schedule
-from securevfl.privacy import aggregation as aggmod
 from securevfl.privacy.aggregation import AggregationConfig, aggregation_names, create_aggregation
-from securevfl.privacy.fixed_point import encode
+from securevfl.privacy.aggregation import dh as dhmod
+from securevfl.privacy.primitives.fixed_point import encode
 
 
 def run_scheme(name: str, inputs: list[dict[str, np.ndarray]], drops: dict[int, set[str]] | None = None,
@@ -245,14 +245,14 @@ def test_global_embedding_equals_plaintext_mean_within_resolution():
 def test_easter_messages_to_the_active_party_hide_passive_embeddings(monkeypatch):
     seen: list[dict[str, np.ndarray]] = []
     lock = threading.Lock()
-    original = aggmod._DHPassive.contribute
+    original = dhmod.DHPassive.contribute
 
     def spy(self, ctx, values):
         with lock:
             seen.append({ctx.name: np.array(values)})
         return original(self, ctx, values)
 
-    monkeypatch.setattr(aggmod._DHPassive, "contribute", spy)
+    monkeypatch.setattr(dhmod.DHPassive, "contribute", spy)
     scenario = _scenario()
     transport = RecordingTransport(list(scenario.tables))
     _run_easter("dh", scenario, transport)

@@ -21,6 +21,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from psi.errors import PSIProtocolError
 from securevfl.errors import PartyFailure, PeerFinishedError, PeerTimeoutError, ProtocolError
 from securevfl.federation import codec
 from securevfl.federation.runtime import DEFAULT_RECV_TIMEOUT_S, run_parties
@@ -320,7 +321,7 @@ def psi_transcript(x, y):
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 3), st.data())
 def test_fuzz_mutated_psi_messages_raise_or_never_match_falsely(step, data):
-    """A tampered PSI message is a ProtocolError or, at worst, loses matches: it never invents one."""
+    """A tampered PSI message is a PSIProtocolError or, at worst, loses matches: it never invents one."""
     x = [f"u{i}" for i in range(12)]
     y = [f"u{i}" for i in range(6, 20)]
     truth = set(x) & set(y)
@@ -335,7 +336,7 @@ def test_fuzz_mutated_psi_messages_raise_or_never_match_falsely(step, data):
                 frame[at] ^= data.draw(st.integers(1, 255))
                 message = bytes(frame)
             message = party.handle(message)
-    except ProtocolError:
+    except PSIProtocolError:
         return
     assert init.done and resp.done
     for side, ids in ((init, x), (resp, y)):

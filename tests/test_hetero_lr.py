@@ -19,7 +19,6 @@ from securevfl.federation.runtime import RunResult, run_parties
 from securevfl.federation.transport import Envelope, InProcessTransport
 from securevfl.methods import TrainConfig, create_method
 from securevfl.methods._hetero_lr_batches import batch_schedule, count_batches
-from securevfl.methods._hetero_lr_masking import add_ring_masks, draw_ring_masks, remove_ring_masks
 from securevfl.methods._hetero_lr_reference import taylor_lr_reference
 from securevfl.methods.hetero_lr import (
     ARBITER,
@@ -29,6 +28,7 @@ from securevfl.methods.hetero_lr import (
     UNMASKED,
 )
 from securevfl.privacy.paillier import EncryptedTensor, create_backend
+from securevfl.privacy.paillier.ring_masks import add_ring_masks, draw_ring_masks, remove_ring_masks
 
 TEST_KEY = {"key_bits": 1024, "insecure_allow_small_key": True}
 EPOCHS, BATCH = 5, 64
@@ -80,7 +80,7 @@ def federated_run(parties, keypair, epochs=EPOCHS, batch_size=BATCH, **options):
     method.keypair = keypair
     roles = method.roles(scenario)
     transport = RecordingTransport(list(roles))
-    result = run_parties(roles, active=scenario.active, transport=transport)
+    result = run_parties(roles, active=scenario.active, passives=scenario.passives, transport=transport)
     trace = []
     blocks = [scenario.party_data(p).X_train for p in (scenario.active, *scenario.passives)]
     reference = taylor_lr_reference(blocks, scenario.party_data(scenario.active).y_train, epochs=epochs,
@@ -126,8 +126,8 @@ def test_weights_equal_plaintext_taylor_updates(run):
     sc = run.scenario
     active_weights = np.array(run.outcome.extra["hetero_lr"]["active_weights"])
     np.testing.assert_allclose(active_weights, run.reference.weights[0], atol=1e-7)
-    for i, host in enumerate(sc.passives, start=1):
-        np.testing.assert_allclose(run.result.results[host], run.reference.weights[i], atol=1e-7)
+    for i, passive in enumerate(sc.passives, start=1):
+        np.testing.assert_allclose(run.result.results[passive], run.reference.weights[i], atol=1e-7)
     # Guard against a vacuous comparison: the weights moved away from zero.
     assert np.abs(active_weights).max() > 0.1
 
@@ -143,8 +143,8 @@ def test_taylor_loss_monitored_for_two_parties_only(run2, run3):
 def test_no_plaintext_partial_scores_reach_the_active_party(run):
     sc, (_, sk) = run.scenario, run.keypair
     holder = create_backend("fast", sk.public_key, sk)
-    for index, host in enumerate(sc.passives, start=1):
-        to_active = [e for e in run.log if e.src == host and e.dst == sc.active]
+    for index, passive in enumerate(sc.passives, start=1):
+        to_active = [e for e in run.log if e.src == passive and e.dst == sc.active]
         training = [e for e in to_active if e.tag != TEST_SCORE]
         assert {e.tag for e in training} == {ENC_SCORE}
         assert len(training) == len(run.trace)
@@ -157,7 +157,7 @@ def test_no_plaintext_partial_scores_reach_the_active_party(run):
                 continue  # decrypt the first and last epoch only (decryption is the slow part)
             score = EncryptedTensor.from_bytes(message["score"], holder)
             u = holder.decrypt(score)
-            # The ciphertext does carry this host's u_k (so the check below is not vacuous) ...
+            # The ciphertext does carry this passive party's u_k (so the check below is not vacuous) ...
             np.testing.assert_allclose(u, step["u"][index], atol=1e-6)
             # ... but neither its float nor its fixed-point encoding appears in the bytes sent.
             for value in u[np.abs(u) > 1e-3]:

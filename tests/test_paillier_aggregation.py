@@ -13,8 +13,9 @@ from securevfl.errors import ConfigError, EncodingOverflowError, PartyFailure
 from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
 from securevfl.methods import TrainConfig, create_method
-from securevfl.privacy import paillier_aggregation as pa
 from securevfl.privacy.aggregation import AggregationConfig, aggregation_names, create_aggregation
+from securevfl.privacy.aggregation import paillier as pa
+from securevfl.privacy.aggregation import paillier_wire as pw
 from securevfl.privacy.paillier import generate_keypair
 
 
@@ -29,7 +30,7 @@ def test_registered_and_validated():
         create_aggregation("paillier").validate(1)
     assert create_aggregation("paillier").max_dropouts(3) == 1
     with pytest.raises(ConfigError):
-        pa.PaillierAggregationConfig(workers=0)
+        pa.PaillierOptions(workers=0)
 
 
 def test_sum_is_exact_within_fixed_point_resolution_and_equals_dh(scheme):
@@ -75,7 +76,7 @@ def test_active_party_never_receives_a_plaintext_embedding(scheme, keypair):
     inputs = random_inputs(2, (4, 64))
     transport = RecordingTransport(["A", *PASSIVES])
     run_scheme(scheme, inputs, transport=transport)
-    layout = pa.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
+    layout = pw.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
     to_active = [e for e in transport.envelopes if e.dst == "A"]
     assert {e.tag for e in to_active} == {"agg.pa.public_key", "agg.pa.input", "agg.pa.decrypted"}
     raw = b"".join(e.payload for e in to_active)
@@ -114,7 +115,7 @@ def _holder_view(scheme, keypair, inputs):
     from securevfl.privacy.paillier import FastBackend
 
     backend = FastBackend(keypair[0], keypair[1], workers=1)
-    layout = pa.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
+    layout = pw.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
     width = (keypair[0].nsquare.bit_length() + 7) // 8
     for message, values in zip(to_holder, inputs, strict=True):
         assert set(message["ct"]) == {"p2", "p3"}  # individual ciphertexts, not a sum
@@ -124,7 +125,7 @@ def _holder_view(scheme, keypair, inputs):
 
 
 def test_key_holder_sees_only_masked_contributions(scheme, keypair):
-    layout = pa.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
+    layout = pw.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
     packed_bits = layout.slots * layout.spec.slot_bits  # every packed vector is below 2^packed_bits
     for seen, truth in _holder_view(scheme, keypair, random_inputs(2, (4, 64), seed=1)):
         assert all(s != t for s, t in zip(seen, truth, strict=True))
@@ -137,7 +138,7 @@ def test_key_holder_sees_only_masked_contributions(scheme, keypair):
 def test_the_holder_check_can_fail_without_masks(scheme, keypair):
     unmasked = pa.PaillierAggregation(
         scheme.config,
-        pa.PaillierAggregationConfig(key_bits=TEST_KEY_BITS, insecure_allow_small_key=True, randbelow=lambda n: 0),
+        pa.PaillierOptions(key_bits=TEST_KEY_BITS, insecure_allow_small_key=True, randbelow=lambda n: 0),
     )
     for seen, truth in _holder_view(unmasked, keypair, random_inputs(1, (4, 64), seed=1)):
         assert seen == truth
@@ -239,7 +240,7 @@ def _crypto_keys(result) -> set[str]:
 def test_masked_packed_sum_decodes_to_the_sum_of_roundings(keypair, rows, seed):
     """Law behind steps 1-6: unpack((sum_k pack(x_k) + r) mod n - r mod n) = sum_k round(x_k 2^f)."""
     n = keypair[0].n
-    layout = pa.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
+    layout = pw.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
     packed = [layout.pack_rows(np.array(r).reshape(1, -1))[0] for r in rows]
     sums = [sum(col) for col in zip(*packed, strict=True)]
     masks = [(seed * (i + 1) * 0x9E3779B97F4A7C15) % n for i in range(len(sums))]

@@ -22,7 +22,8 @@ from paillier_setup import FRAC_BITS, TEST_KEY_BITS
 from securevfl.errors import ConfigError, CryptoError, PartyFailure, ProtocolError
 from securevfl.federation import codec
 from securevfl.federation.transport import Envelope
-from securevfl.privacy import paillier_aggregation as pa
+from securevfl.privacy.aggregation import paillier as pa
+from securevfl.privacy.aggregation import paillier_wire as pw
 from securevfl.privacy.paillier import FastBackend, PaillierPublicKey, generate_keypair
 
 HOLDER, VICTIM, OTHER = "p1", "p2", "p3"
@@ -40,7 +41,7 @@ def _ints(data: bytes, width: int) -> list[int]:
 def _deviating(scheme, attack: str, public_key: PaillierPublicKey):
     """The scheme with an active half whose ``forward`` tries to get VICTIM's ciphertexts decrypted alone."""
 
-    class DeviatingActive(pa._PaillierActive):
+    class DeviatingActive(pa.PaillierActive):
         def forward(self, ctx, contributors, inputs):
             victim = inputs[VICTIM].ct
             parties, ct = [VICTIM, OTHER], {VICTIM: victim, OTHER: inputs[OTHER].ct}
@@ -52,15 +53,15 @@ def _deviating(scheme, attack: str, public_key: PaillierPublicKey):
                 width = (public_key.nsquare.bit_length() + 7) // 8
                 count = len(victim) // width
                 forged = FastBackend(public_key, workers=1).encrypt_raw([secrets.randbelow(public_key.n)] * count)
-                ct[OTHER] = pa.ct_to_bytes(forged, width)
+                ct[OTHER] = pw.ct_to_bytes(forged, width)
             elif attack == "duplicate":  # one contribution counted twice
                 parties = [VICTIM, VICTIM, OTHER]
             elif attack == "holder absent":  # names the key holder after it dropped
                 parties = [HOLDER, VICTIM]
                 ct = {VICTIM: victim}
-            ctx.send(self.holder, pa.TAG_FORWARD, {pa.K_ROUND: self.round, pa.K_PARTIES: parties, pa.K_CT: ct})
+            ctx.send(self.holder, pw.TAG_FORWARD, {pw.K_ROUND: self.round, pw.K_PARTIES: parties, pw.K_CT: ct})
 
-    scheme.active = lambda: DeviatingActive(scheme.config, scheme.paillier)
+    scheme.active = lambda: DeviatingActive(scheme.config, scheme.options)
     return scheme
 
 
@@ -78,18 +79,18 @@ def test_key_holder_refuses_a_deviating_active_party(scheme, keypair, attack, bl
     assert info.value.party == HOLDER
     assert isinstance(info.value.cause, ProtocolError)
     assert re.search(blamed, str(info.value.cause))
-    assert not any(e.tag == pa.TAG_DECRYPTED for e in transport.envelopes)  # nothing was decrypted
+    assert not any(e.tag == pw.TAG_DECRYPTED for e in transport.envelopes)  # nothing was decrypted
 
 
 def _recovered_victim(transport, keypair, length):
     """What the deviating active party reads from the wire: D - r_victim, unpacked as one term."""
     n_bytes = (keypair[0].n.bit_length() + 7) // 8
-    reply = next(codec.decode(e.payload) for e in transport.envelopes if e.tag == pa.TAG_DECRYPTED)
-    victim = next(codec.decode(e.payload) for e in transport.envelopes if e.tag == pa.TAG_INPUT and e.src == VICTIM)
+    reply = next(codec.decode(e.payload) for e in transport.envelopes if e.tag == pw.TAG_DECRYPTED)
+    victim = next(codec.decode(e.payload) for e in transport.envelopes if e.tag == pw.TAG_INPUT and e.src == VICTIM)
     n = keypair[0].n
     packed = [(d - r) % n for d, r in zip(_ints(reply["plain"], n_bytes), _ints(victim["masks"], n_bytes),
                                           strict=True)]
-    layout = pa.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
+    layout = pw.packing_layout(keypair[0].bits, len(PASSIVES), FRAC_BITS, 2.0**20)
     return np.asarray(layout.unpack(packed, terms=1, length=length), dtype=np.float64).ravel()
 
 
@@ -175,26 +176,26 @@ WIRE = st.recursive(
 def valid_messages(keypair):
     """One valid wire message per parser, plus the parser bound to its context."""
     pk, sk = keypair
-    layout = pa.packing_layout(pk.bits, 3, FRAC_BITS, 2.0**20)
-    n_bytes, ct_bytes = pa.widths(pk)
-    session = pa.Session(HOLDER, PASSIVES, b"s" * pa.SESSION_ID_BYTES)
+    layout = pw.packing_layout(pk.bits, 3, FRAC_BITS, 2.0**20)
+    n_bytes, ct_bytes = pw.widths(pk)
+    session = pw.Session(HOLDER, PASSIVES, b"s" * pw.SESSION_ID_BYTES)
     backend = FastBackend(pk, sk, workers=1)
-    ct = pa.ct_to_bytes(backend.encrypt_raw([5, 7]), ct_bytes)
-    masks = pa.ct_to_bytes([1, 2], n_bytes)
-    digest = b"d" * pa.DIGEST_BYTES
+    ct = pw.ct_to_bytes(backend.encrypt_raw([5, 7]), ct_bytes)
+    masks = pw.ct_to_bytes([1, 2], n_bytes)
+    digest = b"d" * pw.DIGEST_BYTES
     shape = [2, layout.slots]
     return {
         "session": ({"holder": HOLDER, "parties": list(PASSIVES), "session_id": session.session_id},
-                    lambda m: pa.parse_session(m, "A")),
-        "public_key": (pk.to_bytes(), lambda m: pa.parse_public_key(m, HOLDER, TEST_KEY_BITS)),
-        "key_digest": ({"digest": digest}, lambda m: pa.parse_key_digest(m, HOLDER)),
+                    lambda m: pw.parse_session(m, "A")),
+        "public_key": (pk.to_bytes(), lambda m: pw.parse_public_key(m, HOLDER, TEST_KEY_BITS)),
+        "key_digest": ({"digest": digest}, lambda m: pw.parse_key_digest(m, HOLDER)),
         "input": ({"party": VICTIM, "round": 0, "shape": shape, "ct": ct, "masks": masks},
-                  lambda m: pa.parse_input(m, VICTIM, 0, pk, layout)),
-        "commit": ({"party": VICTIM, "round": 0, "digest": digest}, lambda m: pa.parse_commit(m, VICTIM)),
+                  lambda m: pw.parse_input(m, VICTIM, 0, pk, layout)),
+        "commit": ({"party": VICTIM, "round": 0, "digest": digest}, lambda m: pw.parse_commit(m, VICTIM)),
         "forward": ({"round": 0, "parties": [HOLDER, VICTIM, OTHER], "ct": {VICTIM: ct, OTHER: ct}},
-                    lambda m: pa.parse_forward(m, "A", 0, session)),
-        "decrypted": ({"round": 0, "plain": pa.ct_to_bytes([3, 4], n_bytes)},
-                      lambda m: pa.parse_decrypted(m, HOLDER, 0, 2, pk)),
+                    lambda m: pw.parse_forward(m, "A", 0, session)),
+        "decrypted": ({"round": 0, "plain": pw.ct_to_bytes([3, 4], n_bytes)},
+                      lambda m: pw.parse_decrypted(m, HOLDER, 0, 2, pk)),
     }
 
 
@@ -239,7 +240,7 @@ def _check_parser(valid_messages, data):
     try:
         parse(_mutate(message, data))
     except ProtocolError:
-        pass  # the one documented failure of every pa.parse_* (InsufficientSurvivorsError included)
+        pass  # the one documented failure of every pw.parse_* (InsufficientSurvivorsError included)
 
 
 def _check_key_bytes(keypair, data):
@@ -274,4 +275,4 @@ def test_fuzzed_messages_long(valid_messages, keypair, data):
 
 def test_config_errors_stay_config_errors():
     with pytest.raises(ConfigError):
-        pa.PaillierAggregationConfig(key_bits=100)
+        pa.PaillierOptions(key_bits=100)

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from securevfl.errors import ConfigError, DataError, EncodingOverflowError
-from securevfl.privacy.fixed_point import (
+from securevfl.privacy.primitives.fixed_point import (
     FixedPointConfig,
     decode,
     encode,

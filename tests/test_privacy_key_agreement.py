@@ -3,7 +3,7 @@ import pytest
 from deterministic_random import CountingUrandom
 
 from securevfl.errors import ConfigError, CryptoError
-from securevfl.privacy.key_agreement import (
+from securevfl.privacy.primitives.key_agreement import (
     KEY_AGREEMENT_NAMES,
     PublicKey,
     create_key_agreement,

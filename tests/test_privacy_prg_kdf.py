@@ -3,8 +3,8 @@ import pytest
 from scipy import stats
 
 from securevfl.errors import ConfigError
-from securevfl.privacy.kdf import encode_fields, hkdf_sha256, pairwise_seed
-from securevfl.privacy.prg import (
+from securevfl.privacy.primitives.kdf import encode_fields, hkdf_sha256, pairwise_seed
+from securevfl.privacy.primitives.prg import (
     STEP_PAIRWISE,
     STEP_SELF,
     counter_block,

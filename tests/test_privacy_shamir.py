@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from securevfl.errors import ConfigError, CryptoError, ProtocolError
-from securevfl.privacy.shamir import (
+from securevfl.privacy.primitives.shamir import (
     PRIME,
     Share,
     interpolate_at,

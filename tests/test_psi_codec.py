@@ -1,4 +1,4 @@
-"""Binary codec: round trips, and every kind of damage raises a specific ProtocolError."""
+"""Binary codec: round trips, and every kind of damage raises a specific PSIProtocolError."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from psi.codec import HEADER, MAGIC, Message, MessageType, decode, encode
 from psi.errors import (
     MalformedMessageError,
+    PSIProtocolError,
     TruncatedMessageError,
     UnsupportedVersionError,
 )
-from securevfl.errors import ProtocolError
 
 SID = bytes(range(16))
 
@@ -110,7 +110,7 @@ def test_payload_shorter_than_schema_is_malformed_not_crash():
     # shrink declared payload length and drop the bytes: the points field no longer fits
     payload_len = len(data) - HEADER.size - 64
     head = HEADER.pack(MAGIC, 1, int(MessageType.REPLY), 1, SID, payload_len)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(PSIProtocolError):
         decode(head + bytes(data[HEADER.size : HEADER.size + payload_len]))
 
 
@@ -126,5 +126,5 @@ def test_invalid_point_width():
 def test_random_garbage_never_decodes_silently_wrong(blob):
     try:
         decode(MAGIC + b"\x01" + blob)
-    except ProtocolError:
+    except PSIProtocolError:
         pass

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 import psi
-from securevfl.errors import ConfigError, DataError
+from psi.errors import PSIDataError
+from securevfl.errors import ConfigError
 
 
 def write_csv(path, ids, column="id", extra=True):
@@ -69,7 +70,7 @@ def test_normalisation_from_files(tmp_path):
 def test_duplicates_in_file(tmp_path):
     a = write_csv(tmp_path / "a.csv", ["x", "y", "x"])
     b = write_csv(tmp_path / "b.csv", ["x"])
-    with pytest.raises(DataError, match=r"a\.csv.*'id'.*duplicate ID at rows 0 and 2"):
+    with pytest.raises(PSIDataError, match=r"a\.csv.*'id'.*duplicate ID at rows 0 and 2"):
         psi.run_files({"a": a, "b": b}, "id", tmp_path / "o", workers=1)
     r = psi.run_files({"a": a, "b": b}, "id", tmp_path / "o", duplicates="keep_first", workers=1)
     assert r.aligned["a"].tolist() == [0]
@@ -78,31 +79,31 @@ def test_duplicates_in_file(tmp_path):
 def test_empty_file_missing_column_null_ids(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("")
-    with pytest.raises(DataError, match=r"empty\.csv.*'id'.*empty"):
+    with pytest.raises(PSIDataError, match=r"empty\.csv.*'id'.*empty"):
         psi.read_ids(empty, "id")
     header_only = tmp_path / "header.csv"
     header_only.write_text("id,feature\n")
-    with pytest.raises(DataError, match=r"header\.csv.*'id'.*no rows"):
+    with pytest.raises(PSIDataError, match=r"header\.csv.*'id'.*no rows"):
         psi.read_ids(header_only, "id")
     a = write_csv(tmp_path / "a.csv", ["x"])
-    with pytest.raises(DataError, match=r"a\.csv: missing ID column 'user'"):
+    with pytest.raises(PSIDataError, match=r"a\.csv: missing ID column 'user'"):
         psi.read_ids(a, "user")
     nulls = tmp_path / "n.csv"
     nulls.write_text("id,feature\nx,1\n,2\n")
     b = write_csv(tmp_path / "b.csv", ["x"])
-    with pytest.raises(DataError, match=r"n\.csv \(column 'id'\): null ID at row 1"):
+    with pytest.raises(PSIDataError, match=r"n\.csv \(column 'id'\): null ID at row 1"):
         psi.run_files({"n": nulls, "b": b}, "id", tmp_path / "o", workers=1)
     pq = tmp_path / "n.parquet"
     pd.DataFrame({"id": ["x", None]}).to_parquet(pq)
-    with pytest.raises(DataError, match=r"n\.parquet \(column 'id'\): null ID at row 1"):
+    with pytest.raises(PSIDataError, match=r"n\.parquet \(column 'id'\): null ID at row 1"):
         psi.run_files({"n": pq, "b": b}, "id", tmp_path / "o", workers=1)
     pd.DataFrame({"other": [1]}).to_parquet(tmp_path / "m.parquet")
-    with pytest.raises(DataError, match=r"m\.parquet: missing ID column 'id'"):
+    with pytest.raises(PSIDataError, match=r"m\.parquet: missing ID column 'id'"):
         psi.read_ids(tmp_path / "m.parquet", "id")
-    with pytest.raises(DataError, match="not found"):
+    with pytest.raises(PSIDataError, match="not found"):
         psi.read_ids(tmp_path / "nope.csv", "id")
     (tmp_path / "x.json").write_text("{}")
-    with pytest.raises(DataError, match="unsupported file type"):
+    with pytest.raises(PSIDataError, match="unsupported file type"):
         psi.read_ids(tmp_path / "x.json", "id")
 
 

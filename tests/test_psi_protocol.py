@@ -18,11 +18,13 @@ from psi.errors import (
     MalformedMessageError,
     OutOfOrderError,
     ParameterMismatchError,
+    PSIConfigError,
+    PSIDataError,
+    PSIProtocolError,
     SessionMismatchError,
     TruncatedMessageError,
 )
 from psi.protocol import PSIConfig, PSIInitiator, PSIResponder, global_alignment, match_sorted
-from securevfl.errors import ConfigError, DataError, ProtocolError
 
 ENGINE = CurveEngine(1)
 
@@ -146,7 +148,7 @@ def test_active_party_can_be_chosen():
     r = psi.run_local(ids, active="c", workers=1)
     assert r.active == "c" and set(r.pairwise) == {"a", "b"}
     check_result(r, ids)
-    with pytest.raises(ConfigError):
+    with pytest.raises(PSIConfigError):
         psi.run_local(ids, active="zzz", workers=1)
 
 
@@ -163,7 +165,7 @@ def test_modes_who_learns_what():
     both = psi.run_local(ids, mode="both", workers=1)
     assert one.bytes_per_link["a->b"] < both.bytes_per_link["a->b"]
     three = dict(ids, c=["u1"])
-    with pytest.raises(ConfigError, match="two parties"):
+    with pytest.raises(PSIConfigError, match="two parties"):
         psi.run_local(three, mode="cardinality", workers=1)
     n3 = psi.run_local(three, mode="active_only", workers=1)
     assert n3.intersection_size == 0 and n3.aligned["c"] is None
@@ -184,24 +186,24 @@ def test_cardinality_responder_answer_is_shuffled():
 
 def test_duplicates_error_or_keep_first():
     ids = {"a": ["x", "y", "x"], "b": ["x"]}
-    with pytest.raises(DataError, match="duplicate ID at rows 0 and 2"):
+    with pytest.raises(PSIDataError, match="duplicate ID at rows 0 and 2"):
         psi.run_local(ids, workers=1)
     r = psi.run_local(ids, duplicates="keep_first", workers=1)
     assert r.aligned["a"].tolist() == [0] and r.unaligned["a"].tolist() == [1, 2]
-    with pytest.raises(DataError, match="duplicate"):
+    with pytest.raises(PSIDataError, match="duplicate"):
         psi.run_local({"a": ["x", " x"], "b": ["x"]}, normalize="strip", workers=1)
 
 
 def test_null_and_bad_ids():
-    with pytest.raises(DataError, match="null ID at row 1"):
+    with pytest.raises(PSIDataError, match="null ID at row 1"):
         psi.run_local({"a": ["x", None], "b": ["x"]}, workers=1)
-    with pytest.raises(DataError, match="empty ID"):
+    with pytest.raises(PSIDataError, match="empty ID"):
         psi.run_local({"a": ["x", "  "], "b": ["x"]}, normalize="strip", workers=1)
-    with pytest.raises(DataError, match="unsupported ID type"):
+    with pytest.raises(PSIDataError, match="unsupported ID type"):
         psi.run_local({"a": ["x", 1.5], "b": ["x"]}, workers=1)
-    with pytest.raises(ConfigError):
+    with pytest.raises(PSIConfigError):
         psi.run_local({"a": ["x"], "b": ["x"]}, normalize="upper", workers=1)
-    with pytest.raises(ConfigError):
+    with pytest.raises(PSIConfigError):
         psi.run_local({"a": ["x"]}, workers=1)
 
 
@@ -253,7 +255,7 @@ def test_digest_length_sets_traffic():
     r16 = psi.run_local(ids, workers=1)
     r32 = psi.run_local(ids, workers=1, digest_len=32)
     assert r32.bytes_per_link["b->a"] - r16.bytes_per_link["b->a"] == 100 * 16
-    with pytest.raises(ConfigError):
+    with pytest.raises(PSIConfigError):
         psi.run_local(ids, digest_len=4, workers=1)
 
 
@@ -391,7 +393,7 @@ def test_align_message_checks():
 
 def test_errors_are_protocol_errors():
     for cls in (SessionMismatchError, OutOfOrderError, MalformedMessageError, InvalidPointError):
-        assert issubclass(cls, ProtocolError)
+        assert issubclass(cls, PSIProtocolError)
 
 
 def test_match_sorted_and_global_alignment():

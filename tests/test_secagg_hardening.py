@@ -19,13 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from securevfl.errors import ConfigError, ProtocolError
-from securevfl.privacy import aggregation as aggmod
 from securevfl.privacy import secagg as sa
 from securevfl.privacy.aggregation import AggregationConfig, create_aggregation
-from securevfl.privacy.fixed_point import encode
-from securevfl.privacy.key_agreement import PublicKey
-from securevfl.privacy.prg import STEP_SELF, prg_uint64
-from securevfl.privacy.shamir import SHARE_BYTES, Share, reconstruct_secret
+from securevfl.privacy.primitives.fixed_point import encode
+from securevfl.privacy.primitives.key_agreement import PublicKey
+from securevfl.privacy.primitives.masking import pairwise_mask
+from securevfl.privacy.primitives.prg import STEP_SELF, prg_uint64
+from securevfl.privacy.primitives.shamir import SHARE_BYTES, Share, reconstruct_secret
+from securevfl.privacy.secagg import wire as sw
 
 SHAPE = (6, 4)
 
@@ -103,9 +104,10 @@ def _split_view_attack(cfg, target="passive0"):
     self_seed = reconstruct_secret(seed_shares)
     mask_key = reconstruct_secret(key_shares)
     publics = {j: PublicKey.from_bytes(bundles[target].mask_publics[j]) for j in others}
-    seeds = sa._round_pairwise_seeds(cfg, cfg.agreement(), 0, target, mask_key, publics)
+    agreement = cfg.agreement()
+    seeds = sa.round_pairwise_seeds(cfg, agreement, 0, target, agreement.keypair_from_private(mask_key), publics)
     y = masked[target].masked.copy()
-    y -= sa._signed_pairwise_sum(cfg, target, seeds, y.shape, 0)
+    y -= pairwise_mask(target, seeds, y.shape, 0, cfg.step)
     y -= prg_uint64(self_seed, y.shape, 0, STEP_SELF)
     return y, xs[target]
 
@@ -143,7 +145,7 @@ def test_low_threshold_from_user_options_is_one_config_error_line():
 def test_passive_refuses_a_session_with_a_minority_threshold():
     wire = {"session_id": b"s" * 16, "parties": list(_parties(4)), "threshold": 2}
     with pytest.raises(ProtocolError, match="n/2"):
-        aggmod._session_from_wire(wire, "x25519", 16)
+        sw.parse_session(wire, "x25519", 16)
 
 
 # ------------------------------------------------------------------ finding 6: commitments
@@ -168,11 +170,11 @@ def _unmask_round(cfg, drop=()):
 
 def _flip_share_byte(response, field_name, owner):
     """Flip the last byte of one share value on the wire (as a faulty or lying responder would)."""
-    wire = aggmod._response_to_wire(response)
+    wire = sw.response_to_wire(response)
     blob = bytearray(wire[field_name][owner])
     blob[-1] ^= 0x01
     wire[field_name][owner] = bytes(blob)
-    return aggmod._response_from_wire(wire)
+    return sw.parse_response(wire)
 
 
 def test_corrupted_self_seed_share_raises_naming_the_party():
@@ -238,14 +240,14 @@ def test_setup_commitments_are_validated_on_receipt():
     setup = setups[0]
     assert len(setup.seed_commitment) == len(setup.key_commitment) == sa.COMMITMENT_BYTES
     assert setup.seed_commitment.hex() not in repr(setup)
-    wire = aggmod._setup_to_wire(setup)
-    assert aggmod._setup_from_wire(wire) == setup
+    wire = sw.setup_to_wire(setup)
+    assert sw.parse_setup(wire) == setup
     for key, value in (("seed_commitment", b"short"), ("key_commitment", "x" * 32), ("seed_commitment", None)):
         with pytest.raises(ProtocolError, match="commitment"):
-            aggmod._setup_from_wire({**wire, key: value})
+            sw.parse_setup({**wire, key: value})
     missing = {k: v for k, v in wire.items() if k != "key_commitment"}
     with pytest.raises(ProtocolError, match="key_commitment"):
-        aggmod._setup_from_wire(missing)
+        sw.parse_setup(missing)
     # the pure core refuses a setup whose commitment has the wrong length, too
     bad = dataclasses.replace(setup, key_commitment=b"\x00" * 31)
     with pytest.raises(ProtocolError, match="commitment"):
@@ -282,27 +284,27 @@ def _valid_wires() -> dict[str, list]:
         responses.append(r)
     advert = sa.advertise_keys(parties["p1"])
     return {
-        "session": [aggmod._session_to_wire(cfg)],
-        "advert": [aggmod._advert_to_wire(advert)],
-        "directory": [dict(agg.channel_publics)],
-        "setup": [aggmod._setup_to_wire(s) for s in setups],
-        "bundle": [aggmod._bundle_to_wire(b) for b in bundles.values()],
-        "input": [aggmod._input_to_wire(m) for m in masked],
-        "request": [aggmod._request_to_wire(request, None)],
-        "response": [aggmod._response_to_wire(r) for r in responses],
+        "session": [sw.session_to_wire(cfg)],
+        "advert": [sw.advert_to_wire(advert)],
+        "directory": [sw.directory_to_wire(sa.KeyDirectory(agg.channel_publics))],
+        "setup": [sw.setup_to_wire(s) for s in setups],
+        "bundle": [sw.bundle_to_wire(b) for b in bundles.values()],
+        "input": [sw.input_to_wire(m) for m in masked],
+        "request": [sw.request_to_wire(request, None)],
+        "response": [sw.response_to_wire(r) for r in responses],
     }
 
 
 def _parse(kind, wire):
     if kind == "session":
-        return aggmod._session_from_wire(wire, "x25519", 16)
+        return sw.parse_session(wire, "x25519", 16)
     if kind == "advert":
-        return aggmod._advert_from_wire(wire)
+        return sw.parse_advert(wire)
     if kind == "directory":
-        return aggmod._directory_from_wire(wire)
+        return sw.parse_directory(wire)
     if kind == "request":
-        return aggmod._request_from_wire(wire)[0]
-    return getattr(aggmod, f"_{kind}_from_wire")(wire)
+        return sw.parse_request(wire)[0]
+    return getattr(sw, f"parse_{kind}")(wire)
 
 
 _TYPES = {

@@ -6,8 +6,8 @@ from hypothesis.extra import numpy as hnp
 from scipy import stats
 
 from securevfl.errors import ConfigError
-from securevfl.privacy.key_agreement import create_key_agreement
-from securevfl.privacy.masking import (
+from securevfl.privacy.primitives.key_agreement import create_key_agreement
+from securevfl.privacy.primitives.masking import (
     derive_pairwise_seeds,
     mask_values,
     pairwise_mask,

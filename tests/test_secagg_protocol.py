@@ -8,9 +8,11 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from securevfl.errors import ConfigError, CryptoError, ProtocolError, SecureVFLError
-from securevfl.privacy.fixed_point import encode
-from securevfl.privacy.key_agreement import PublicKey
-from securevfl.privacy.prg import STEP_SELF, prg_uint64
+from securevfl.privacy.primitives.fixed_point import encode
+from securevfl.privacy.primitives.key_agreement import PublicKey
+from securevfl.privacy.primitives.masking import pairwise_mask
+from securevfl.privacy.primitives.prg import STEP_SELF, prg_uint64
+from securevfl.privacy.primitives.shamir import reconstruct_secret
 from securevfl.privacy.secagg import (
     AggregatorSecAggState,
     InsufficientSurvivorsError,
@@ -18,8 +20,6 @@ from securevfl.privacy.secagg import (
     SecAggConfig,
     ShareVerificationError,
     UnmaskRequest,
-    _round_pairwise_seeds,
-    _signed_pairwise_sum,
     advertise_keys,
     aggregate,
     collect_adverts,
@@ -28,12 +28,12 @@ from securevfl.privacy.secagg import (
     masked_input,
     receive_keys,
     receive_setup,
+    round_pairwise_seeds,
     share_keys,
     simulate_secagg,
     unmask_request,
     unmask_response,
 )
-from securevfl.privacy.shamir import reconstruct_secret
 
 
 def _config(n, t=None, **kw):
@@ -235,9 +235,10 @@ def test_late_input_of_dropped_party_stays_hidden():
     key = reconstruct_secret([r.key_shares["passive2"] for r in responses][: cfg.threshold])
     ka = cfg.agreement()
     publics = {p: PublicKey.from_bytes(b) for p, b in bundles["passive2"].mask_publics.items()}
-    seeds = _round_pairwise_seeds(cfg, ka, 0, "passive2", key, {j: publics[j] for j in ("passive0", "passive1")})
+    keys = ka.keypair_from_private(key)
+    seeds = round_pairwise_seeds(cfg, ka, 0, "passive2", keys, {j: publics[j] for j in ("passive0", "passive1")})
     late = masked["passive2"].masked.copy()
-    late -= _signed_pairwise_sum(cfg, "passive2", seeds, late.shape, 0)
+    late -= pairwise_mask("passive2", seeds, late.shape, 0, cfg.step)
     encoded = encode(x, cfg.frac_bits, 3)
     assert not np.array_equal(late, encoded)  # still hidden by passive2's self mask
     counts = np.bincount((late >> np.uint64(56)).astype(np.int64), minlength=256)

@@ -13,7 +13,7 @@ import numpy as np
 
 from securevfl.data.partition import PartyTable
 from securevfl.data.scenario import Aligner, Alignment, align_plaintext
-from securevfl.errors import ConfigError, DataError
+from securevfl.errors import ConfigError, DataError, psi_errors
 
 ALIGNERS = ("psi", "plaintext")
 
@@ -28,7 +28,8 @@ def align_with_psi(tables: Mapping[str, PartyTable], active: str, *, workers: in
     largest = max(t.n_rows for t in tables.values())
     if workers is None:
         workers = 1 if largest < 20_000 else None  # process start-up costs more than it saves on small sets
-    result = psi.run_local({n: list(t.ids) for n, t in tables.items()}, active=active, workers=workers)
+    with psi_errors():
+        result = psi.run_local({n: list(t.ids) for n, t in tables.items()}, active=active, workers=workers)
     aligned: dict[str, np.ndarray] = {}
     unaligned: dict[str, np.ndarray] = {}
     for name, table in tables.items():

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from psi.errors import PSIConfigError
 from psi.ids import parse_normalize
 from psi.protocol import Mode
 from securevfl.checks import read_local_file, validate_party_name
@@ -159,7 +160,7 @@ class JobSpec:
             raise ConfigError(f"[job] normalize must be a list such as ['strip', 'casefold'], got {self.normalize!r}")
         try:
             object.__setattr__(self, "normalize", parse_normalize(self.normalize))
-        except (ConfigError, AttributeError):
+        except (PSIConfigError, AttributeError):
             raise ConfigError(f"[job] normalize: invalid {self.normalize!r}; "
                               f"choose from strip, casefold, nfc") from None
         modes = [m.value for m in Mode]

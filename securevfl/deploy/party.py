@@ -35,7 +35,7 @@ import numpy as np
 from securevfl.data.partition import PartyTable, split_train_test
 from securevfl.data.scenario import Alignment, Scenario
 from securevfl.deploy.federation import Federation, job_differences, job_fingerprint
-from securevfl.errors import ConfigError, DataError, ProtocolError
+from securevfl.errors import ConfigError, DataError, ProtocolError, psi_errors
 from securevfl.federation.meter import MeterSnapshot
 from securevfl.federation.network import TlsCredentials
 from securevfl.federation.runtime import PartyContext, run_party
@@ -142,10 +142,12 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
     from psi.protocol import Mode, global_alignment
 
     job = federation.job
-    config = PSIConfig(mode=job.psi_mode, normalize=job.normalize)
+    with psi_errors():
+        config = PSIConfig(mode=job.psi_mode, normalize=job.normalize)
     if config.mode is not Mode.BOTH:
         raise ConfigError(f"training needs psi_mode = 'both' (every party learns its rows), got {job.psi_mode!r}")
 
+    @psi_errors()  # a bad PSI message is securevfl's ProtocolError, a bad ID its DataError
     def role(ctx: PartyContext) -> tuple[np.ndarray, int]:
         ctx.stage = "PSI"
         prepared = prepare_ids(list(table.ids), config.normalize, source=f"party {ctx.name!r}")
@@ -378,6 +380,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
                                                is_active=is_active)
     torch_device = resolve_device(device)
     data_parties = data_party_order(federation)
+    passives = data_parties[1:]  # the passive data parties; helpers are peers, not passives
     own_transport = transport is None
     transport = transport or open_transport(federation, name)
     try:
@@ -386,7 +389,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
         else:
             setup_role, setup_parties = plan_role(table, classes, federation, psi_role(table, federation)), data_parties
         setup, setup_meter = run_party(setup_role, name=name, active=federation.active, parties=setup_parties,
-                                       transport=transport, finish=False,
+                                       passives=passives, transport=transport, finish=False,
                                        recv_timeout=federation.limits.recv_timeout_s)
         rows, plan = setup["rows"], setup["plan"]
         size = len(plan["train"]) + len(plan["test"])
@@ -397,7 +400,8 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
         check_roles(job.method, roles, tuple(federation.parties))
         role = roles[name]
         outcome, meter = run_party(_with_cost_exchange(role, alignment.snapshot, transport.link_stats), name=name,
-                                   active=federation.active, parties=tuple(roles), transport=transport,
+                                   active=federation.active, parties=tuple(roles), passives=passives,
+                                   transport=transport,
                                    device=torch_device, seed=job.seed, progress=progress,
                                    recv_timeout=federation.limits.recv_timeout_s)
         result = DeployedResult(name, alignment, link_stats=transport.link_stats())
@@ -452,7 +456,8 @@ def _with_cost_exchange(role: Callable[[PartyContext], Any], setup: MeterSnapsho
                         wire: Callable[[], dict[str, dict[str, int]]]) -> Callable[[PartyContext], Any]:
     """Run ``role``, then gather costs at the active party.
 
-    Passive parties send their meter snapshots and link counters: costs, never data.
+    Every other party (passive parties and helpers) sends its meter snapshot and link counters:
+    costs, never data.
     """
 
     def wrapped(ctx: PartyContext) -> Any:
@@ -465,7 +470,7 @@ def _with_cost_exchange(role: Callable[[PartyContext], Any], setup: MeterSnapsho
         train = {ctx.name: ctx.meter.snapshot()}
         setups = {ctx.name: setup}
         links = dict(wire())
-        for p in ctx.passives:
+        for p in ctx.peers:
             message = ctx.recv(p, TAG_COST)
             if not isinstance(message, dict) or set(message) != {"train", "setup", "wire"}:
                 raise ProtocolError(f"malformed cost summary from {p}")

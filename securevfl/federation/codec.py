@@ -111,7 +111,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
 def encode(value: Any) -> bytes:
     """Serialise ``value`` to bytes. Tensors travel as CPU arrays and come back as CPU tensors."""
     try:
-        return msgpack.packb(value, default=_default, use_bin_type=True, strict_types=True)
+        packed: bytes = msgpack.packb(value, default=_default, use_bin_type=True, strict_types=True)
+        return packed
     except ProtocolError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
@@ -119,14 +120,13 @@ def encode(value: Any) -> bytes:
 
 
 class _PendingTuple:
-    """A tuple extension's undecoded body; ``slot`` is where its tuple goes once expanded."""
+    """A tuple extension's undecoded body, and its items once unpacked."""
 
-    __slots__ = ("body", "items", "slot")
+    __slots__ = ("body", "items")
 
     def __init__(self, body: bytes) -> None:
         self.body = body
         self.items: list[Any] = []
-        self.slot: tuple[Any, Any] | None = None
 
 
 def _unpack(data: bytes) -> Any:
@@ -146,7 +146,8 @@ def decode(data: bytes) -> Any:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ProtocolError(f"a message must be bytes, not {type(data).__name__}")
     root: list[Any] = [_unpack(data)]
-    pending: list[_PendingTuple] = []  # in discovery order: a tuple precedes the tuples inside it
+    # (tuple, its container, its key) in discovery order: a tuple precedes the tuples inside it
+    pending: list[tuple[_PendingTuple, Any, Any]] = []
     stack: list[tuple[Any, int]] = [(root, 0)]  # (mutable container, nesting depth)
     while stack:
         container, depth = stack.pop()
@@ -163,12 +164,10 @@ def decode(data: bytes) -> Any:
                 child.items = _unpack(child.body)
                 if not isinstance(child.items, list):
                     raise ProtocolError("malformed message: a tuple's body is not a list")
-                child.slot = (container, key)
-                pending.append(child)
+                pending.append((child, container, key))
                 stack.append((child.items, depth + 1))
             elif isinstance(child, (list, dict)):
                 stack.append((child, depth + 1))
-    for item in reversed(pending):  # inner tuples first, so each outer tuple sees finished tuples
-        container, key = item.slot  # type: ignore[misc]
+    for item, container, key in reversed(pending):  # inner tuples first: each outer one sees finished ones
         container[key] = tuple(item.items)
     return root[0]

@@ -80,7 +80,8 @@ def encode_frame(frame: Frame) -> bytes:
         body += [frame.text]
     elif kind == Kind.DATA:
         body += [frame.seq, frame.tag, frame.depth, frame.chunk, frame.chunks, frame.total, frame.payload]
-    return msgpack.packb(body, use_bin_type=True)
+    packed: bytes = msgpack.packb(body, use_bin_type=True)
+    return packed
 
 
 def _int(value: Any, what: str, low: int = 0, high: int = 2**63 - 1) -> int:
@@ -167,8 +168,9 @@ class Reassembly:
         elif (frame.chunk != len(self._parts) or frame.chunks != head.chunks or frame.total != head.total
               or frame.tag != head.tag or frame.depth != head.depth):
             raise ProtocolError("malformed message: chunks do not continue the message in progress")
-        self._parts.append(frame.payload)
-        self._size += len(frame.payload)
+        part = bytes(frame.payload)  # a received frame's payload is already bytes: no copy
+        self._parts.append(part)
+        self._size += len(part)
         if self._size > head.total:
             raise ProtocolError("malformed message: chunks are longer than the declared length")
         if len(self._parts) < head.chunks:

@@ -118,12 +118,13 @@ class _OutLink:
 
     def _open_channel(self) -> grpc.Channel:
         s = self.settings
-        options = [("grpc.max_send_message_length", s.chunk_bytes + 65536),
-                   ("grpc.max_receive_message_length", 65536),
-                   ("grpc.initial_reconnect_backoff_ms", int(s.reconnect_backoff_s * 1000)),
-                   ("grpc.max_reconnect_backoff_ms", int(s.max_backoff_s * 1000)),
-                   ("grpc.keepalive_time_ms", max(1000, int(s.heartbeat_s * 5000))),
-                   ("grpc.keepalive_permit_without_calls", 1)]
+        options: list[tuple[str, int | str]] = [
+            ("grpc.max_send_message_length", s.chunk_bytes + 65536),
+            ("grpc.max_receive_message_length", 65536),
+            ("grpc.initial_reconnect_backoff_ms", int(s.reconnect_backoff_s * 1000)),
+            ("grpc.max_reconnect_backoff_ms", int(s.max_backoff_s * 1000)),
+            ("grpc.keepalive_time_ms", max(1000, int(s.heartbeat_s * 5000))),
+            ("grpc.keepalive_permit_without_calls", 1)]
         tls = self.owner.tls
         if tls is None:
             return grpc.insecure_channel(self.address, options=options)
@@ -337,7 +338,7 @@ def _tls_failure(detail: str, peer: str, address: str) -> str:
 class _Inbox:
     """What arrived from one peer."""
 
-    envelopes: deque = field(default_factory=deque)
+    envelopes: deque[Envelope] = field(default_factory=deque)
     expected: int = 0  # next sequence number
     finished: bool = False
     error: BaseException | None = None

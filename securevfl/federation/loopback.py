@@ -17,7 +17,7 @@ def free_port() -> int:
     """An ephemeral port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 class LoopbackProxy:

@@ -124,6 +124,14 @@ class MeterSnapshot:
         return out
 
 
+@dataclass
+class _OpenBlock:
+    """A measured block in progress: its category, and since when its own (exclusive) time runs."""
+
+    category: str
+    since: float
+
+
 class Meter:
     """Per-party cost recorder. Thread-confined: one Meter belongs to one party's thread."""
 
@@ -144,7 +152,7 @@ class Meter:
         self._bytes: dict[str, int] = defaultdict(int)
         self._messages: dict[str, int] = defaultdict(int)
         self._depth_link_bytes: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        self._stack: list[list] = []  # [category, started_at]
+        self._stack: list[_OpenBlock] = []
         self._lock = threading.Lock()
 
     # -- time ---------------------------------------------------------------------------------
@@ -156,8 +164,8 @@ class Meter:
         now = self._clock()
         if self._stack:
             parent = self._stack[-1]
-            self._seconds[parent[0]] += now - parent[1]
-        frame = [category, now]
+            self._seconds[parent.category] += now - parent.since
+        frame = _OpenBlock(category, now)
         self._stack.append(frame)
         try:
             yield
@@ -166,9 +174,9 @@ class Meter:
                 self._synchronize()
             end = self._clock()
             self._stack.pop()
-            self._seconds[category] += end - frame[1]
+            self._seconds[category] += end - frame.since
             if self._stack:
-                self._stack[-1][1] = end
+                self._stack[-1].since = end
 
     @contextmanager
     def compute(self) -> Iterator[None]:

@@ -11,6 +11,12 @@ peer that still waits for a message from it fails at once with :class:`PeerFinis
 it; and every receive has a timeout (:data:`DEFAULT_RECV_TIMEOUT_S` unless the caller sets one), so
 a peer stuck in a loop is reported too. A malformed frame is a :class:`ProtocolError` naming the
 sender and the tag, raised in the receiving party, never a crash of the process.
+
+Who is who: one role is the active party; the scenario's *passive* parties hold data too; any other
+role is a *helper* a method runs beside the data parties (hetero-lr's arbiter, VFedTrans's key
+generator and server). A role's :attr:`PartyContext.peers` are all the other roles, its
+:attr:`PartyContext.passives` only the passive data parties, which the caller names
+(``passives=``; by default every role but the active one, i.e. no helpers).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -104,11 +110,16 @@ class Channel:
 
 @dataclass
 class PartyContext:
-    """What a role sees: its name, its peers, its channel and meter, device, seed and progress."""
+    """What a role sees: its name, its peers, its channel and meter, device, seed and progress.
+
+    ``peers``: every other role of the run (helper roles included); ``passives``: the passive data
+    parties only (never a helper, never the active party; this party itself if it is one).
+    """
 
     name: str
     active: str
     passives: tuple[str, ...]
+    peers: tuple[str, ...]
     channel: Channel
     meter: Meter
     device: Any = "cpu"
@@ -138,10 +149,27 @@ class RunResult(Generic[T]):
     meters: dict[str, Meter]
 
 
+def _data_passives(names: Sequence[str], active: str, passives: Iterable[str] | None) -> tuple[str, ...]:
+    """The passive data parties: ``passives`` checked against the roles, or every role but the active one."""
+    if passives is None:
+        return tuple(n for n in names if n != active)
+    chosen = tuple(passives)
+    wrong = [p for p in chosen if p not in names or p == active]
+    if wrong or len(set(chosen)) != len(chosen):
+        raise ConfigError(f"passives {list(chosen)} must be distinct roles other than the active party "
+                          f"{active!r}; roles are {list(names)}")
+    return chosen
+
+
+def _peers(names: Sequence[str], name: str) -> tuple[str, ...]:
+    return tuple(n for n in names if n != name)
+
+
 def run_parties(
     roles: Mapping[str, Callable[[PartyContext], T]],
     *,
     active: str,
+    passives: Iterable[str] | None = None,
     transport: Transport | None = None,
     device: Any = "cpu",
     seed: int = 0,
@@ -151,6 +179,9 @@ def run_parties(
     serialize_compute: bool = True,
 ) -> RunResult[T]:
     """Run one role per party in its own thread and return their results and meters.
+
+    ``passives``: the passive data parties (default: every role but ``active``); the other roles
+    are helpers, in every context's ``peers`` but not in its ``passives``.
 
     ``recv_timeout``: seconds one receive may wait (``None``: forever). A role that returns is
     marked finished, so a peer waiting for it fails at once rather than at the timeout.
@@ -166,14 +197,14 @@ def run_parties(
         raise ConfigError(f"recv_timeout must be positive seconds or None, got {recv_timeout!r}")
     if active not in roles:
         raise ConfigError(f"active party {active!r} has no role; roles are {names}")
+    data_passives = _data_passives(names, active, passives)
     transport = transport or InProcessTransport(names)
     abort = threading.Event()
     gate = threading.Lock() if serialize_compute else None
     meters = {n: Meter(n, synchronize=synchronize, compute_gate=gate) for n in names}
-    passives = tuple(n for n in names if n != active)
     contexts = {
         n: PartyContext(
-            name=n, active=active, passives=passives,
+            name=n, active=active, passives=data_passives, peers=_peers(names, n),
             channel=Channel(n, transport, meters[n], abort, recv_timeout),
             meter=meters[n], device=device, seed=seed,
             progress=(progress if (progress is not None and n == active) else (lambda *a, **k: None)),
@@ -233,6 +264,7 @@ def run_party(
     active: str,
     parties: Sequence[str],
     transport: Transport,
+    passives: Iterable[str] | None = None,
     device: Any = "cpu",
     seed: int = 0,
     progress: Callable[..., None] | None = None,
@@ -241,6 +273,9 @@ def run_party(
     finish: bool = True,
 ) -> tuple[T, Meter]:
     """Run one party's role in this process over a network ``transport`` (its peers run elsewhere).
+
+    ``parties``: every role of the run (this one included); ``passives``: the passive data parties
+    among them (default: all but ``active``), as in :func:`run_parties`.
 
     The same :class:`PartyContext` as :func:`run_parties`, so method code does not change. If the
     role raises, every peer is told (``transport.abort``) and :class:`PartyFailure` is raised; a
@@ -254,7 +289,7 @@ def run_party(
         raise ConfigError(f"recv_timeout must be positive seconds or None, got {recv_timeout!r}")
     meter = Meter(name, synchronize=synchronize)
     ctx = PartyContext(
-        name=name, active=active, passives=tuple(p for p in parties if p != active),
+        name=name, active=active, passives=_data_passives(parties, active, passives), peers=_peers(parties, name),
         channel=Channel(name, transport, meter, threading.Event(), recv_timeout),
         meter=meter, device=device, seed=seed, progress=progress or (lambda *a, **k: None))
     try:

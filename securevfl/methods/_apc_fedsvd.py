@@ -10,7 +10,7 @@ diagonal — and runs an SVD ``P X Q = U' S V'^T``. Since ``P`` and ``Q`` are or
 ``U = P^T U'``. The server never sees ``X``, ``P`` or ``Q``.
 
 Masks are secrets: they are expanded from a 32-byte seed (``secrets.token_bytes`` unless a
-``urandom`` callable is injected for tests) with the AES-CTR PRG of :mod:`securevfl.privacy.prg`,
+``urandom`` callable is injected for tests) with the AES-CTR PRG of :mod:`securevfl.privacy.primitives.prg`,
 turned into Gaussians by Box-Muller and into Haar-random orthogonal matrices by the sign-corrected
 QR decomposition (Mezzadri, "How to generate random matrices from the classical compact groups",
 Notices AMS 2007). ``np.random`` is never used for them.
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from securevfl.errors import ConfigError
-from securevfl.privacy.prg import prg_uint64
+from securevfl.privacy.primitives.prg import prg_uint64
 
 Urandom = Callable[[int], bytes]
 _TWO53 = float(1 << 53)

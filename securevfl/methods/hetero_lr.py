@@ -1,28 +1,28 @@
 """hetero-lr: vertical logistic regression with Paillier and an arbiter (Hardy et al. 2017, FATE).
 
-Roles: the active party ("guest": labels and features), passive parties ("hosts": features) and
+Roles: the active party (labels and features), passive parties (features) and
 an extra ``arbiter`` role that generates the Paillier key pair and is the only one able to decrypt.
 Every party keeps its own weights θ_k; nobody sends features, labels or weights. Per batch (the
 agreed batch order, with no batch small enough to be solved for: :mod:`._hetero_lr_batches`):
 
 1. each party computes u_k = X_k θ_k;
-2. every host encrypts [[u_k]] under the arbiter's key and sends it to the active party;
+2. every passive party encrypts [[u_k]] under the arbiter's key and sends it to the active party;
 3. the active party forms the encrypted residual of the Taylor-approximated logistic loss,
    [[e]] = Σ_k [[u_k]] + u_active − 2 y' = 4 [[d]] with d = ¼ θᵀx − ½ y' and y' ∈ {−1, +1}
    (second-order expansion of log(1 + exp(−y' θᵀx)) at 0, Hardy et al. section 3.2), and sends
-   it (re-randomised) to every host;
+   it (re-randomised) to every passive party;
 4. every party computes [[g_k]] = (X_kᵀ / 4B) [[e]] = X_kᵀ[[d]] / B, adds a fresh mask r_k drawn
-   uniformly from Z_n (perfect hiding, :mod:`._hetero_lr_masking`) and sends [[g_k + r_k]] to
+   uniformly from Z_n (perfect hiding, :mod:`securevfl.privacy.paillier.ring_masks`) and sends [[g_k + r_k]] to
    the arbiter;
 5. the arbiter decrypts and returns g_k + r_k mod n; the party removes r_k and steps
    θ_k ← θ_k − lr (g_k + l2 θ_k) (the intercept, at the active party, is not regularised).
 
-With exactly one host the active party also monitors the Taylor loss: the host sends [[u²]] next
+With exactly one passive party the active party also monitors the Taylor loss: it sends [[u²]] next
 to [[u]], the active party accumulates [[Σ_i ℓ_i]] over the epoch and has the arbiter decrypt it
 once, masked the same way (the active party learns one number per epoch, the arbiter nothing).
-With two or more hosts the cross terms u_j u_k need another protocol; loss is not monitored.
+With two or more passive parties the cross terms u_j u_k need another protocol; loss is not monitored.
 
-Prediction follows FATE: each host sends its plaintext partial scores X_k θ_k for the test rows to
+Prediction follows FATE: each passive party sends its plaintext partial scores X_k θ_k for the test rows to
 the active party, which adds them up and applies the sigmoid. See docs/hetero_lr.md for what each
 party learns and the collusion caveats.
 
@@ -35,7 +35,8 @@ each request is X_k^T [[e]] (out of scope); tests/test_hetero_lr.py demonstrates
 
 Papers: Hardy et al., "Private federated learning on vertically partitioned data via entity
 resolution and additively homomorphic encryption" (arXiv:1711.10677, 2017); FATE's
-HeteroLR (guest / host / arbiter), Liu et al., JMLR 22(226), 2021.
+HeteroLR, Liu et al., JMLR 22(226), 2021 (FATE's guest / host / arbiter are our active party /
+passive party / arbiter).
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, DataError, ProtocolError
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods._hetero_lr_batches import batch_schedule, check_batch_size, count_batches
-from securevfl.methods._hetero_lr_masking import RandBelow, add_ring_masks, draw_ring_masks, remove_ring_masks
 from securevfl.methods.base import (
     ActiveOutcome,
     Method,
@@ -67,6 +67,7 @@ from securevfl.privacy.paillier import (
     generate_keypair,
 )
 from securevfl.privacy.paillier.keys import MIN_TEST_KEY_BITS, SECURE_KEY_BITS
+from securevfl.privacy.paillier.ring_masks import RandBelow, add_ring_masks, draw_ring_masks, remove_ring_masks
 
 ARBITER = "arbiter"
 
@@ -181,7 +182,7 @@ def _gradient(ctx: PartyContext, X_batch: np.ndarray, residual: EncryptedTensor,
 
 def passive_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, send_square: bool, min_rows: int,
                  randbelow: RandBelow | None = None) -> Role:
-    """A host: encrypted partial scores out, encrypted residual in, masked gradient via the arbiter."""
+    """A passive party: encrypted partial scores out, encrypted residual in, masked gradient via the arbiter."""
 
     def role(ctx: PartyContext) -> np.ndarray:
         backend = _receive_key(ctx, options)
@@ -220,14 +221,14 @@ def passive_role(data: PartyData, config: TrainConfig, options: HeteroLROptions,
 
 
 def _plain_loss_terms(u: np.ndarray, y_pm: np.ndarray) -> tuple[float, np.ndarray]:
-    """Σ_i (log 2 − ½ y' u + ⅛ u²) and the weights w = −½ y' + ¼ u of the host's [[u_h]]."""
+    """Σ_i (log 2 − ½ y' u + ⅛ u²) and the weights w = −½ y' + ¼ u of the passive party's [[u_p]]."""
     plain = float(np.sum(LOG2 - 0.5 * y_pm * u + 0.125 * u * u))
     return plain, -0.5 * y_pm + 0.25 * u
 
 
-def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, hosts: tuple[str, ...],
+def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, passives: tuple[str, ...],
                 monitor_loss: bool, min_rows: int, randbelow: RandBelow | None = None) -> Role:
-    """The guest: labels stay here; forms [[4d]], updates its own weights, predicts."""
+    """The active party: labels stay here; forms [[4d]], updates its own weights, predicts."""
 
     def role(ctx: PartyContext) -> ActiveOutcome:
         if data.y_train is None or data.y_test is None:
@@ -246,7 +247,7 @@ def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, 
                 for idx in batch_schedule(len(X), config.batch_size, config.seed, epoch, min_rows):
                     with ctx.meter.compute():
                         u = X[idx] @ theta
-                    messages = [ctx.recv(h, ENC_SCORE) for h in hosts]
+                    messages = [ctx.recv(p, ENC_SCORE) for p in passives]
                     with ctx.meter.serialize():
                         scores = [EncryptedTensor.from_bytes(m["score"], backend) for m in messages]
                     for s in scores:
@@ -261,7 +262,7 @@ def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, 
                         residual = residual.rerandomize()
                     with ctx.meter.serialize():
                         wire = residual.to_bytes()
-                    ctx.broadcast(hosts, RESIDUAL, wire)
+                    ctx.broadcast(passives, RESIDUAL, wire)
                     if monitor_loss:
                         with ctx.meter.serialize():
                             square = EncryptedTensor.from_bytes(messages[0]["square"], backend)
@@ -286,16 +287,16 @@ def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, 
                     ctx.progress(epoch=epoch + 1, epochs=config.epochs)
                 history.append(record)
             ctx.stage = "evaluate"
-            partial = [np.asarray(ctx.recv(h, TEST_SCORE), dtype=np.float64) for h in hosts]
+            partial = [np.asarray(ctx.recv(p, TEST_SCORE), dtype=np.float64) for p in passives]
             with ctx.meter.compute():
                 logits = design_matrix(data.X_test, options.fit_intercept) @ theta
-                for u_host in partial:
-                    logits = logits + u_host
+                for u_passive in partial:
+                    logits = logits + u_passive
                 p = 1.0 / (1.0 + np.exp(-logits))
                 scores_out = np.column_stack([1.0 - p, p])
         finally:
             backend.close()
-        extra = {"hetero_lr": {"backend": options.backend, "key_bits": options.key_bits, "hosts": list(hosts),
+        extra = {"hetero_lr": {"backend": options.backend, "key_bits": options.key_bits, "passives": list(passives),
                                "arbiter": ARBITER, "loss_monitored": monitor_loss,
                                "mask": "uniform in Z_n (perfect hiding)",
                                "active_weights": theta.tolist()}}
@@ -362,19 +363,19 @@ class HeteroLR(Method):
         active = scenario.party_data(scenario.active)
         if active.n_classes != 2:
             raise ConfigError(f"hetero-lr is binary logistic regression; the task has {active.n_classes} classes")
-        hosts = tuple(scenario.passives)
-        datas = {h: scenario.party_data(h) for h in hosts}
-        weights = [active.n_features + int(self.options.fit_intercept)] + [datas[h].n_features for h in hosts]
+        passives = tuple(scenario.passives)
+        datas = {p: scenario.party_data(p) for p in passives}
+        weights = [active.n_features + int(self.options.fit_intercept)] + [datas[p].n_features for p in passives]
         n_rows = len(active.X_train)
         check_batch_size(self.config.batch_size, n_rows, max(weights))
         min_rows = max(weights) + 1
-        monitor = self.options.monitor_loss and len(hosts) == 1
+        monitor = self.options.monitor_loss and len(passives) == 1
         roles: dict[str, Role] = {
-            h: passive_role(datas[h], self.config, self.options, monitor, min_rows, self.randbelow) for h in hosts
+            p: passive_role(datas[p], self.config, self.options, monitor, min_rows, self.randbelow) for p in passives
         }
-        roles[scenario.active] = active_role(active, self.config, self.options, hosts, monitor, min_rows,
+        roles[scenario.active] = active_role(active, self.config, self.options, passives, monitor, min_rows,
                                              self.randbelow)
-        parties = (scenario.active, *hosts)
+        parties = (scenario.active, *passives)
         roles[ARBITER] = arbiter_role(self.options, parties, scenario.active,
                                       count_batches(n_rows, self.config.batch_size, min_rows), self.config.epochs,
                                       monitor, self.keypair)

@@ -1,22 +1,26 @@
-"""Privacy layer: secure aggregation (pairwise masks, dropout recovery) and Paillier HE.
+"""Privacy layer, in layers: primitives, the secure aggregation core, Paillier, aggregation schemes.
 
 Import-light on purpose: nothing is imported until an attribute is used (PEP 562), so
-``import securevfl.privacy`` pulls in neither numpy nor ``cryptography``, and never torch.
+``import securevfl.privacy`` pulls in neither numpy nor ``cryptography`` nor gmpy2, and never torch.
 
-Secure aggregation public API (all pure functions / frozen dataclasses):
-
-* :mod:`.key_agreement` — ``create_key_agreement(name)`` for ``x25519`` (default), ``ffdh2048``,
-  ``ffdh3072``, ``modp2048``; ``KeyPair``, ``PublicKey`` (``to_bytes``/``from_bytes``).
-* :mod:`.kdf` — ``hkdf_sha256``, ``pairwise_seed`` (HKDF over label, session ID, sorted names).
-* :mod:`.prg` — ``prg_uint64(seed, shape, round_index, step)`` (AES-CTR keystream as uint64).
-* :mod:`.fixed_point` — ``encode(x, frac_bits, n_terms)``, ``decode``, ``ring_sum`` in Z_2^64.
-* :mod:`.masking` — EASTER Eq. 4-6 masks: ``derive_pairwise_seeds``, ``pairwise_mask``,
-  ``mask_values``, ``unmask_sum``.
-* :mod:`.shamir` — ``split_secret``, ``reconstruct_secret``, ``Share``.
-* :mod:`.secagg` — dropout-tolerant double-masked protocol: ``SecAggConfig``,
-  ``PassiveSecAggState``, ``AggregatorSecAggState`` and the steps ``advertise_keys``,
+* :mod:`.primitives` — pure cryptographic building blocks:
+  :mod:`~.primitives.key_agreement` (``create_key_agreement(name)`` for ``x25519`` (default),
+  ``ffdh2048``, ``ffdh3072``, ``modp2048``; ``KeyPair``, ``PublicKey``), :mod:`~.primitives.kdf`
+  (``hkdf_sha256``, ``pairwise_seed``), :mod:`~.primitives.prg` (``prg_uint64``: AES-CTR keystream
+  as uint64), :mod:`~.primitives.fixed_point` (``encode``, ``decode``, ``ring_sum`` in Z_2^64),
+  :mod:`~.primitives.shamir` (``split_secret``, ``reconstruct_secret``, ``Share``),
+  :mod:`~.primitives.masking` (the one pairwise-mask sign rule: ``derive_pairwise_seeds``,
+  ``add_pairwise_mask``, ``pairwise_mask``, ``mask_values``, ``unmask_sum``) and
+  :mod:`~.primitives.wire` (typed readers of received message fields).
+* :mod:`.secagg` — the pure Bonawitz double-masking core with dropout recovery: ``SecAggConfig``,
+  ``PassiveSecAggState``, ``AggregatorSecAggState``, the steps (``advertise_keys``,
   ``collect_adverts``, ``receive_keys``, ``share_keys``, ``collect_setups``, ``receive_setup``,
-  ``masked_input``, ``unmask_request``, ``unmask_response``, ``aggregate``; ``simulate_secagg``.
+  ``masked_input``, ``unmask_request``, ``unmask_response``, ``aggregate``), its wire format
+  (:mod:`~.secagg.wire`) and ``simulate_secagg``.
+* :mod:`.paillier` — additively homomorphic encryption (backends, keys, packing, encrypted
+  tensors) and uniform Z_n ring masks (:mod:`~.paillier.ring_masks`).
+* :mod:`.aggregation` — the schemes a method sums passive vectors with (``none``, ``dh``,
+  ``pairwise``, ``paillier``) behind one registry: ``create_aggregation(name, config, options)``.
 """
 
 from __future__ import annotations
@@ -25,31 +29,38 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "create_key_agreement": "key_agreement",
-    "KeyPair": "key_agreement",
-    "PublicKey": "key_agreement",
-    "KEY_AGREEMENT_NAMES": "key_agreement",
-    "hkdf_sha256": "kdf",
-    "pairwise_seed": "kdf",
-    "prg_uint64": "prg",
-    "FixedPointConfig": "fixed_point",
-    "encode": "fixed_point",
-    "decode": "fixed_point",
-    "ring_sum": "fixed_point",
-    "max_magnitude": "fixed_point",
-    "derive_pairwise_seeds": "masking",
-    "pairwise_mask": "masking",
-    "mask_values": "masking",
-    "unmask_sum": "masking",
-    "Share": "shamir",
-    "split_secret": "shamir",
-    "reconstruct_secret": "shamir",
+    "create_key_agreement": "primitives.key_agreement",
+    "KeyPair": "primitives.key_agreement",
+    "PublicKey": "primitives.key_agreement",
+    "KEY_AGREEMENT_NAMES": "primitives.key_agreement",
+    "hkdf_sha256": "primitives.kdf",
+    "pairwise_seed": "primitives.kdf",
+    "prg_uint64": "primitives.prg",
+    "FixedPointConfig": "primitives.fixed_point",
+    "encode": "primitives.fixed_point",
+    "decode": "primitives.fixed_point",
+    "ring_sum": "primitives.fixed_point",
+    "max_magnitude": "primitives.fixed_point",
+    "derive_pairwise_seeds": "primitives.masking",
+    "add_pairwise_mask": "primitives.masking",
+    "pairwise_mask": "primitives.masking",
+    "mask_values": "primitives.masking",
+    "unmask_sum": "primitives.masking",
+    "Share": "primitives.shamir",
+    "split_secret": "primitives.shamir",
+    "reconstruct_secret": "primitives.shamir",
     "SecAggConfig": "secagg",
     "PassiveSecAggState": "secagg",
     "AggregatorSecAggState": "secagg",
     "InsufficientSurvivorsError": "secagg",
     "default_threshold": "secagg",
     "simulate_secagg": "secagg",
+    "AggregationConfig": "aggregation",
+    "AggregationScheme": "aggregation",
+    "aggregation_names": "aggregation",
+    "create_aggregation": "aggregation",
+    "scheme_option_names": "aggregation",
+    "scheme_options": "aggregation",
 }
 
 

@@ -15,7 +15,9 @@ Typical use::
     wire = total.to_bytes()                      # re-randomised before it leaves
     value = backend.decrypt(EncryptedTensor.from_bytes(wire, backend))
 
-See docs/paillier.md for security parameters, packing and measured throughput.
+:mod:`.ring_masks` adds uniform Z_n masks to a ciphertext tensor, so a key holder can decrypt
+a value without learning it (hetero-lr's arbiter). See docs/paillier.md for security
+parameters, packing and measured throughput.
 """
 
 from .backend import PaillierBackend
@@ -30,6 +32,7 @@ from .keys import (
 from .packing import PackingLayout, PackingSpec
 from .phe_backend import PheBackend, from_phe_keys, to_phe_keys
 from .registry import available_backends, create_backend
+from .ring_masks import add_ring_masks, draw_ring_masks, remove_ring_masks
 from .tensor import EncryptedTensor
 
 __all__ = [
@@ -42,11 +45,14 @@ __all__ = [
     "PaillierPrivateKey",
     "PaillierPublicKey",
     "PheBackend",
+    "add_ring_masks",
     "available_backends",
     "create_backend",
     "default_r_bits",
+    "draw_ring_masks",
     "from_phe_keys",
     "generate_keypair",
     "key_fingerprint",
+    "remove_ring_masks",
     "to_phe_keys",
 ]

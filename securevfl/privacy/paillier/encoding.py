@@ -10,6 +10,7 @@ middle third (max_int, n - max_int) can only come from an overflow and is report
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import cast
 
 import numpy as np
 
@@ -33,7 +34,7 @@ def to_fixed_ints(values: np.ndarray, scale_bits: int) -> list[int]:
         # Beyond float range: scale exactly with Fractions (round half to even, as np.rint).
         return [round(Fraction(v) * 2**scale_bits) for v in array.ravel().tolist()]
     if scaled.size and float(np.max(np.abs(scaled))) < 2.0**62:
-        return scaled.astype(np.int64).tolist()
+        return cast(list[int], scaled.astype(np.int64).tolist())
     return [int(v) for v in scaled.tolist()]
 
 

@@ -128,7 +128,7 @@ class FastEngine:
 
     def table_bytes(self) -> int:
         """Memory held by the window table's integers (bytes of magnitude)."""
-        return self.r_bytes * (1 << WINDOW_BITS) * ((self.nsq.bit_length() + 7) // 8)
+        return int(self.r_bytes * (1 << WINDOW_BITS) * ((self.nsq.bit_length() + 7) // 8))
 
     def hs_pow(self, r: int) -> mpz:
         """h_s^r mod n^2 by the fixed-base table (about r_bits / 8 multiplications)."""
@@ -212,7 +212,8 @@ class FastEngine:
             for _ in range(2, 16):
                 row.append(row[-1] * c % nsq)
             tables.append(row)
-        positives, negatives = [], []
+        positives: list[Any] = []
+        negatives: list[Any] = []
         for krow in coeffs:
             pos_terms = [(t, int(k)) for t, k in zip(tables, krow, strict=True) if k > 0]
             neg_terms = [(t, -int(k)) for t, k in zip(tables, krow, strict=True) if k < 0]
@@ -239,7 +240,7 @@ def _init_worker(*engine_args: Any) -> None:
     _WORKER_ENGINE["engine"] = FastEngine(*engine_args)
 
 
-def _worker_call(method: str, args: tuple[Sequence[Any], ...]) -> list[Any]:
+def _worker_call(method: str, args: tuple[Sequence[Any], ...]) -> Any:
     engine = _WORKER_ENGINE["engine"]
     if method == "encrypt" and engine.use_table:
         _ = engine.table

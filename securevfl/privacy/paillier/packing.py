@@ -69,7 +69,7 @@ class PackingSpec:
     @property
     def max_abs_value(self) -> float:
         """Largest real magnitude that encodes without overflow (about 2^(w - frac_bits))."""
-        return (2**self.value_bits - 1) / 2**self.frac_bits
+        return float((2**self.value_bits - 1) / 2**self.frac_bits)
 
 
 @dataclass(frozen=True)
@@ -126,11 +126,11 @@ class PackingLayout:
                     raise overflow
                 ints = values.astype(np.int64) << f
             return (ints + (1 << w)).astype(np.uint64)
-        ints = to_fixed_ints(values, f)
-        for v in ints:
+        fixed = to_fixed_ints(values, f)
+        for v in fixed:
             if not -(1 << w) <= v < (1 << w):
                 raise overflow
-        return np.array([v + (1 << w) for v in ints], dtype=object).reshape(values.shape)
+        return np.array([v + (1 << w) for v in fixed], dtype=object).reshape(values.shape)
 
     def pack_rows(self, values: np.ndarray) -> tuple[list[int], int]:
         """Pack a 2-D array (rows, length) row-wise; returns plaintext ints and per-row count."""
@@ -173,6 +173,7 @@ class PackingLayout:
             if int(m) >> total_bits:
                 raise EncodingOverflowError("packed plaintext overflowed its slots")
         width = self._byte_width()
+        signed: np.ndarray
         if width is not None:
             raw = b"".join(int(m).to_bytes(total_bits // 8, "big") for m in plaintexts)
             words = np.frombuffer(raw, dtype=f">u{width}").astype(np.uint64)

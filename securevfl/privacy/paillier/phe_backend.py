@@ -15,6 +15,8 @@ from typing import Any
 from phe import paillier as phe_paillier
 from phe import util as phe_util
 
+from securevfl.errors import CryptoError
+
 from .backend import PaillierBackend
 from .keys import PaillierPrivateKey, PaillierPublicKey, RandBits
 
@@ -73,6 +75,8 @@ class PheBackend(PaillierBackend):
     def decrypt_raw(self, ciphertexts: Sequence[Any]) -> list[int]:
         """python-paillier raw_decrypt (CRT)."""
         self.require_private_key()
+        if self.phe_private is None:  # set whenever a private key is
+            raise CryptoError("this backend holds no private key")
         decrypt = self.phe_private.raw_decrypt
         return [decrypt(int(c)) for c in ciphertexts]
 

@@ -55,15 +55,15 @@ def _object_array(items: Sequence[Any], shape: tuple[int, ...]) -> np.ndarray:
 def _tree_sum(backend: PaillierBackend, data: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """Homomorphic sum of ``data`` over ``axes`` by pairwise halving (vectorised adds)."""
     moved = np.moveaxis(data, axes, tuple(range(len(axes))))
-    rest = moved.shape[len(axes):]
-    flat = moved.reshape((-1,) + rest)
+    rest: tuple[int, ...] = tuple(moved.shape[len(axes):])
+    flat: np.ndarray = moved.reshape((-1, *rest))
     if flat.shape[0] == 0:
         return _object_array([backend.one()] * math.prod(rest), rest)
     while flat.shape[0] > 1:
         half = flat.shape[0] // 2
         left, right = flat[:half].ravel().tolist(), flat[half : 2 * half].ravel().tolist()
         summed = backend.add_raw(left, right)
-        stacked = _object_array(summed, (half,) + rest)
+        stacked: np.ndarray = _object_array(summed, (half, *rest))
         if flat.shape[0] % 2:
             stacked = np.concatenate([stacked, flat[2 * half :]], axis=0)
         flat = stacked
@@ -148,7 +148,7 @@ class EncryptedTensor:
                    layout=layout, terms=1, obfuscated=True)
 
     def _derive(self, ciphertexts: np.ndarray, **changes: Any) -> EncryptedTensor:
-        fields = dict(shape=ciphertexts.shape if self.layout is None else self.shape,
+        fields: dict[str, Any] = dict(shape=ciphertexts.shape if self.layout is None else self.shape,
                       scale_bits=self.scale_bits, layout=self.layout, terms=self.terms,
                       obfuscated=False, fingerprint=self.fingerprint)
         fields.update(changes)
@@ -272,8 +272,8 @@ class EncryptedTensor:
         shape = np.broadcast_shapes(self.shape, plain.shape)
         ciphertexts = np.broadcast_to(self.ciphertexts, shape)
         residues = encode_signed(to_fixed_ints(np.broadcast_to(plain, shape), self.scale_bits), n)
-        data = self.backend.add_plain_raw(ciphertexts.ravel().tolist(), residues)
-        return self._derive(_object_array(data, shape))
+        summed = self.backend.add_plain_raw(ciphertexts.ravel().tolist(), residues)
+        return self._derive(_object_array(summed, shape))
 
     def __neg__(self) -> EncryptedTensor:
         self._require_unpacked("negation")
@@ -286,7 +286,7 @@ class EncryptedTensor:
         return self + (-np.asarray(other))
 
     def __rsub__(self, other: Any) -> EncryptedTensor:
-        return (-self) + other
+        return (-self).__add__(other)
 
     def mul(self, other: Any, *, frac_bits: int = DEFAULT_FRAC_BITS) -> EncryptedTensor:
         """Multiply by a plaintext scalar/array; float multipliers are encoded at ``frac_bits``."""
@@ -310,8 +310,8 @@ class EncryptedTensor:
         shape = np.broadcast_shapes(self.shape, plain.shape)
         ciphertexts = np.broadcast_to(self.ciphertexts, shape)
         scalars = to_fixed_ints(np.broadcast_to(plain, shape), bits)
-        data = self.backend.mul_raw(ciphertexts.ravel().tolist(), scalars)
-        return self._derive(_object_array(data, shape), scale_bits=self.scale_bits + bits)
+        products = self.backend.mul_raw(ciphertexts.ravel().tolist(), scalars)
+        return self._derive(_object_array(products, shape), scale_bits=self.scale_bits + bits)
 
     def __mul__(self, other: Any) -> EncryptedTensor:
         return self.mul(other)
@@ -438,8 +438,8 @@ class EncryptedTensor:
             raise CryptoError("ciphertext was produced under a different key")
         residues = backend.decrypt_raw(self.ciphertexts.ravel().tolist())
         if self.layout is None:
-            ints = decode_signed(residues, backend.public_key.n)
-            return from_fixed_ints(ints, self.scale_bits).reshape(self.shape)
+            signed = decode_signed(residues, backend.public_key.n)
+            return from_fixed_ints(signed, self.scale_bits).reshape(self.shape)
         ints = self.layout.unpack(residues, self.terms, self.shape[-1])
         return from_fixed_ints(ints, self.scale_bits).reshape(self.shape)
 

@@ -21,16 +21,21 @@ PAIRWISE_MASK_LABEL = "securevfl/secagg/pairwise-mask/v1"
 CHANNEL_KEY_LABEL = "securevfl/secagg/share-channel/v1"
 
 
-def encode_fields(fields: Iterable[bytes | str | int]) -> bytes:
-    """Length-prefixed concatenation: each field becomes ``len (4 bytes BE) || bytes``."""
+def encode_fields(fields: Iterable[bytes | bytearray | str | int]) -> bytes:
+    """Length-prefixed concatenation: each field becomes ``len (4 bytes BE) || bytes``.
+
+    Only exact ``str``, ``bytes``/``bytearray`` and non-negative ``int`` fields are accepted (not
+    ``bool``, not subclasses), so a field's encoding never depends on a subclass's behaviour.
+    """
     out = bytearray()
     for field in fields:
         kind = type(field)
-        if kind is str:
+        data: bytes | bytearray
+        if isinstance(field, str) and kind is str:
             data = field.encode("utf-8")
-        elif kind is bytes or kind is bytearray:
+        elif isinstance(field, bytes | bytearray) and kind in (bytes, bytearray):
             data = field
-        elif kind is int:
+        elif isinstance(field, int) and kind is int:
             if field < 0:
                 raise ConfigError(f"integer KDF fields must be >= 0, got {field}")
             data = field.to_bytes(max(1, (field.bit_length() + 7) // 8), "big")

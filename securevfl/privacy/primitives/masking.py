@@ -1,7 +1,12 @@
 """Pairwise blinding factors that sum to zero over the passive parties (EASTER Eq. 4-6).
 
+This module holds the project's one sign rule: every pairwise mask is added, and removed, by
+:func:`add_pairwise_mask` (the session-key ``pairwise`` scheme, and the per-round masks of the
+double-masked protocol in :mod:`securevfl.privacy.secagg`, including the removal of a dropped
+party's masks by the aggregator).
+
 Each pair of passive parties (i, j) shares a seed s_ij (Diffie–Hellman + HKDF, see
-:mod:`securevfl.privacy.kdf`). For a round (batch) r and step label, party i's blinding factor is
+:mod:`securevfl.privacy.primitives.kdf`). For a round (batch) r and step label, party i's blinding factor is
 
     mask_i = sum_{j > i} PRG(s_ij, r) - sum_{j < i} PRG(s_ij, r)   (mod 2^64),
 
@@ -9,8 +14,9 @@ with parties ordered by name. Every PRG(s_ij, r) appears once with + (at the low
 party) and once with - (at the higher), so sum_i mask_i = 0 and the active party, adding the
 blinded embeddings encode(x_i) + mask_i, obtains exactly sum_i encode(x_i) and nothing else
 (EASTER sec. III, "Blinding Factor Generation"; the classic pairwise-mask construction of
-Bonawitz et al. 2017, sec. 3). This module is the no-dropout scheme; for dropout recovery and
-double masking see :mod:`securevfl.privacy.secagg`.
+Bonawitz et al. 2017, sec. 3). For dropout recovery and double masking see
+:mod:`securevfl.privacy.secagg`: survivors' masks against a dropped party d sum to *minus* d's own
+mask, so the aggregator removes them by adding d's mask, rebuilt from d's reconstructed key.
 """
 
 from __future__ import annotations
@@ -20,10 +26,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from securevfl.errors import ConfigError, DataError
-from securevfl.privacy.fixed_point import DEFAULT_FRAC_BITS, decode, encode, ring_sum
-from securevfl.privacy.kdf import PAIRWISE_MASK_LABEL, pairwise_seed
-from securevfl.privacy.key_agreement import KeyAgreement, KeyPair, PublicKey
-from securevfl.privacy.prg import STEP_PAIRWISE, add_prg_streams
+from securevfl.privacy.primitives.fixed_point import DEFAULT_FRAC_BITS, decode, encode, ring_sum
+from securevfl.privacy.primitives.kdf import PAIRWISE_MASK_LABEL, pairwise_seed
+from securevfl.privacy.primitives.key_agreement import KeyAgreement, KeyPair, PublicKey
+from securevfl.privacy.primitives.prg import STEP_PAIRWISE, add_prg_streams
 
 
 def derive_pairwise_seeds(
@@ -33,12 +39,16 @@ def derive_pairwise_seeds(
     peer_publics: Mapping[str, PublicKey],
     session_id: bytes,
     label: str = PAIRWISE_MASK_LABEL,
+    validate: bool = True,
 ) -> dict[str, bytes]:
-    """Seeds s_ij for every peer j: HKDF(DH(own, peer), label || session || sorted names)."""
+    """Seeds s_ij for every peer j: HKDF(DH(own, peer), label || session || sorted names).
+
+    ``validate=False`` skips the FFDH subgroup check for peer keys this process validated before.
+    """
     if own_name in peer_publics:
         raise ConfigError("peer_publics must not contain the party itself")
-    peers = list(peer_publics)
-    secrets_ = agreement.exchange_many(own_keys.private, [peer_publics[p] for p in peers])
+    peers = sorted(peer_publics)
+    secrets_ = agreement.exchange_many(own_keys.private, [peer_publics[p] for p in peers], validate)
     return {
         peer: pairwise_seed(secret, session_id, own_name, peer, label)
         for peer, secret in zip(peers, secrets_, strict=True)
@@ -53,7 +63,11 @@ def add_pairwise_mask(
     step: str | int = STEP_PAIRWISE,
     sign: int = 1,
 ) -> np.ndarray:
-    """Add ``sign`` times party ``own_name``'s pairwise mask to a uint64 array in place."""
+    """Add ``sign`` times party ``own_name``'s pairwise mask to a uint64 array in place.
+
+    The sign rule: +PRG(s_ij) for every peer j ordered after ``own_name``, -PRG(s_ij) for every
+    peer before it, so the masks of all parties of a round sum to zero mod 2^64.
+    """
     if values.dtype != np.uint64:
         raise DataError("masks are added to uint64 ring elements")
     if sign not in (1, -1):

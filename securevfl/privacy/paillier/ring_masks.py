@@ -1,4 +1,4 @@
-"""Uniform additive masks in the Paillier plaintext ring Z_n, for hetero-lr's arbiter round trip.
+"""Uniform additive masks in the Paillier plaintext ring Z_n (hetero-lr's arbiter round trip).
 
 A party holding an encrypted gradient [[g]] (one ciphertext per value, fixed point at
 ``scale_bits``) draws r uniformly from Z_n for every value, sends [[g + r mod n]] to the key holder
@@ -7,10 +7,11 @@ A party holding an encrypted gradient [[g]] (one ciphertext per value, fixed poi
 gradient (perfect, not statistical, hiding; the one-time pad over Z_n). The party subtracts r and
 decodes the signed fixed-point value.
 
-Why this module exists: :class:`~securevfl.privacy.paillier.EncryptedTensor` adds plaintext
-*reals* (fixed-point encoded, bounded by n/3), so it cannot add a uniform element of the whole
-ring. The smallest sound workaround is to add the raw residue with the backend's public
-``add_plain_raw`` (c * (1 + r n) mod n^2 = E(m + r)) and rebuild the tensor around it.
+Why this module exists (used by :mod:`securevfl.methods.hetero_lr`):
+:class:`~securevfl.privacy.paillier.EncryptedTensor` adds plaintext *reals* (fixed-point
+encoded, bounded by n/3), so it cannot add a uniform element of the whole ring. The smallest
+sound workaround is to add the raw residue with the backend's public ``add_plain_raw``
+(c * (1 + r n) mod n^2 = E(m + r)) and rebuild the tensor around it.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from securevfl.errors import ConfigError, ProtocolError
-from securevfl.privacy.paillier import EncryptedTensor
 from securevfl.privacy.paillier.encoding import decode_signed, from_fixed_ints
+from securevfl.privacy.paillier.tensor import EncryptedTensor
 
 RandBelow = Callable[[int], int]
 """A ``secrets.randbelow``-like callable: uniform integer in [0, bound). Injectable for tests."""

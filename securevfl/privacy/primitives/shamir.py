@@ -5,7 +5,8 @@ secret and self-mask seed are split into n shares with threshold t; any t shares
 by Lagrange interpolation at x = 0, while t - 1 shares are statistically independent of the
 secret (Shamir 1979). The field is the Mersenne prime 2^521 - 1, large enough for secrets of up
 to 64 bytes (X25519 keys, 256/320-bit DH exponents, 32-byte seeds). Polynomial coefficients
-are drawn uniformly by rejection sampling (no modular bias). Arithmetic uses gmpy2.
+are drawn uniformly by rejection sampling (no modular bias). Arithmetic uses Python ints (a
+521-bit field is small; gmpy2 is not needed, so secure aggregation never loads it).
 
 **What is and is not detected here.** Plain Shamir shares are not verifiable. This module
 detects only malformed shares (wrong length, index 0, value outside the field, mixed
@@ -27,12 +28,9 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import gmpy2
-
 from securevfl.errors import ConfigError, CryptoError, ProtocolError
 
 PRIME = (1 << 521) - 1
-_PRIME_MPZ = gmpy2.mpz(PRIME)
 MAX_SECRET_BYTES = 64
 _Y_BYTES = 66
 _HEADER = struct.Struct(">IHH")  # x, threshold, secret length
@@ -81,11 +79,11 @@ class Share:
 SHARE_BYTES = _HEADER.size + _Y_BYTES
 
 
-def _random_field_element(urandom: Urandom) -> gmpy2.mpz:
+def _random_field_element(urandom: Urandom) -> int:
     while True:  # rejection sampling; P(reject) = 2^-521
         value = int.from_bytes(urandom(_Y_BYTES), "big") & PRIME
         if value < PRIME:
-            return gmpy2.mpz(value)
+            return value
 
 
 def split_secret(
@@ -103,32 +101,32 @@ def split_secret(
     if not 1 < threshold <= len(xs):
         raise ConfigError(f"threshold must satisfy 1 < t <= n (n={len(xs)}), got {threshold}")
     draw = urandom or os.urandom
-    coeffs = [gmpy2.mpz(int.from_bytes(secret, "big"))]
+    coeffs = [int.from_bytes(secret, "big")]
     coeffs += [_random_field_element(draw) for _ in range(threshold - 1)]
     shares = []
     for x in xs:
-        acc = gmpy2.mpz(0)
+        acc = 0
         for c in reversed(coeffs):  # Horner
-            acc = (acc * x + c) % _PRIME_MPZ
-        shares.append(Share(x, int(acc), threshold, len(secret)))
+            acc = (acc * x + c) % PRIME
+        shares.append(Share(x, acc, threshold, len(secret)))
     return tuple(shares)
 
 
 def lagrange_at(x_indices: Sequence[int], at: int) -> tuple[int, ...]:
     """Lagrange basis values L_i(at) = prod_{j != i} (at - x_j) / (x_i - x_j) over GF(2^521 - 1)."""
-    xs = [gmpy2.mpz(x) for x in x_indices]
+    xs = [int(x) for x in x_indices]
     if len(set(xs)) != len(xs):
         raise ProtocolError("duplicate share indices")
-    point = gmpy2.mpz(at)
+    point = int(at)
     coeffs = []
     for i, xi in enumerate(xs):
-        num = gmpy2.mpz(1)
-        den = gmpy2.mpz(1)
+        num = 1
+        den = 1
         for j, xj in enumerate(xs):
             if i != j:
-                num = num * (point - xj) % _PRIME_MPZ
-                den = den * (xi - xj) % _PRIME_MPZ
-        coeffs.append(int(num * gmpy2.invert(den, _PRIME_MPZ) % _PRIME_MPZ))
+                num = num * (point - xj) % PRIME
+                den = den * (xi - xj) % PRIME
+        coeffs.append(num * pow(den, -1, PRIME) % PRIME)
     return tuple(coeffs)
 
 
@@ -151,10 +149,10 @@ def interpolate_at_zero(
     coeffs = lagrange_at_zero([x for x, _ in points]) if coefficients is None else coefficients
     if len(coeffs) != len(points):
         raise ProtocolError("one Lagrange coefficient per share is needed")
-    total = gmpy2.mpz(0)
+    total = 0
     for (_, y), c in zip(points, coeffs, strict=True):
-        total += gmpy2.mpz(y) * c
-    return int(total % _PRIME_MPZ)
+        total += int(y) * c
+    return total % PRIME
 
 
 def interpolate_at(points: Sequence[tuple[int, int]], at: int) -> int:
@@ -164,10 +162,10 @@ def interpolate_at(points: Sequence[tuple[int, int]], at: int) -> int:
     consistent exactly when its y equals this value at its x.
     """
     coeffs = lagrange_at([x for x, _ in points], at)
-    total = gmpy2.mpz(0)
+    total = 0
     for (_, y), c in zip(points, coeffs, strict=True):
-        total += gmpy2.mpz(y) * c
-    return int(total % _PRIME_MPZ)
+        total += int(y) * c
+    return total % PRIME
 
 
 def reconstruct_secret(shares: Sequence[Share], coefficients: Sequence[int] | None = None) -> bytes:

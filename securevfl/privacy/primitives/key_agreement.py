@@ -13,7 +13,8 @@ sec. 5.6.2.3.1 requires for safe-prime groups: 1 < y < p - 1 and y^q = 1 (mod p)
 exponents are short (RFC 7919 sec. 5.2: at least 2x the group's security strength): 256 bits
 for the 2048-bit groups, 320 bits for ffdhe3072, drawn from ``secrets``/``os.urandom`` (or an
 injected ``urandom`` callable for deterministic tests). Private keys are plain bytes so that
-they can be Shamir-shared (:mod:`securevfl.privacy.shamir`) for dropout recovery.
+they can be Shamir-shared (:mod:`securevfl.privacy.primitives.shamir`) for dropout recovery.
+gmpy2 is imported only when an FFDH group is built, so X25519 users never load it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
-import gmpy2
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
@@ -186,10 +187,14 @@ class FFDHAgreement:
     """Finite-field DH in a safe-prime group with generator 2, computed with gmpy2 ``powmod``."""
 
     def __init__(self, name: str, prime: int, exponent_bits: int):
+        import gmpy2  # imported here: X25519 users never load it
+
+        self._powmod: Callable[[Any, Any, Any], Any] = gmpy2.powmod
+        self._mpz: Callable[[int], Any] = gmpy2.mpz
         self.name = name
-        self.p = gmpy2.mpz(prime)
+        self.p = self._mpz(prime)
         self.q = (self.p - 1) // 2
-        self.g = gmpy2.mpz(2)
+        self.g = self._mpz(2)
         self.exponent_bits = exponent_bits
         self.private_bytes = exponent_bits // 8
         self.element_bytes = (prime.bit_length() + 7) // 8
@@ -207,21 +212,21 @@ class FFDHAgreement:
         """Rebuild a key pair from its big-endian exponent bytes."""
         if len(private) != self.private_bytes:
             raise CryptoError(f"a {self.name} private exponent is {self.private_bytes} bytes")
-        x = gmpy2.mpz(int.from_bytes(private, "big"))
+        x = self._mpz(int.from_bytes(private, "big"))
         if x < 2:
             raise CryptoError("degenerate private exponent")
-        y = gmpy2.powmod(self.g, x, self.p)
+        y = self._powmod(self.g, x, self.p)
         return KeyPair(self.name, bytes(private), PublicKey(self.name, self._to_bytes(y)))
 
-    def _to_bytes(self, value: gmpy2.mpz) -> bytes:
+    def _to_bytes(self, value: Any) -> bytes:
         return int(value).to_bytes(self.element_bytes, "big")
 
     def load_public(self, data: bytes) -> PublicKey:
         """Validate a received public value: 1 < y < p - 1 and y^q = 1 (prime-order subgroup)."""
         if len(data) != self.element_bytes:
             raise CryptoError("public value has the wrong length")
-        y = gmpy2.mpz(int.from_bytes(data, "big"))
-        if not 1 < y < self.p - 1 or gmpy2.powmod(y, self.q, self.p) != 1:
+        y = self._mpz(int.from_bytes(data, "big"))
+        if not 1 < y < self.p - 1 or self._powmod(y, self.q, self.p) != 1:
             raise CryptoError("public value is not in the prime-order subgroup")
         return PublicKey(self.name, bytes(data))
 
@@ -239,7 +244,7 @@ class FFDHAgreement:
         y = int.from_bytes(peer.data, "big")
         if len(peer.data) != self.element_bytes or not 1 < y < self.p - 1:
             raise CryptoError("public value out of range")
-        z = gmpy2.powmod(gmpy2.mpz(y), gmpy2.mpz(int.from_bytes(private, "big")), self.p)
+        z = self._powmod(self._mpz(y), self._mpz(int.from_bytes(private, "big")), self.p)
         if z <= 1:
             raise CryptoError("degenerate shared secret")
         return self._to_bytes(z)

@@ -1,0 +1,133 @@
+"""Dropout-tolerant secure aggregation with double masking (Bonawitz et al., CCS 2017).
+
+The passive parties blind their embeddings with pairwise masks that cancel in the sum (EASTER
+Eq. 4-6; :mod:`securevfl.privacy.primitives.masking` holds the one sign rule). If a party d
+drops after the others masked against it, its masks no longer cancel. Following Bonawitz et al.
+("Practical Secure Aggregation for Privacy-Preserving Machine Learning", sec. 4), each party
+Shamir-shares (threshold t) its mask key-agreement secret and a self-mask seed b, and adds
+PRG(b) on top of its pairwise masks. After the masked inputs arrive, the aggregator (the active
+party, which also routes all messages) names the survivors S and the dropped D; every responding
+party returns shares of b_u for u in S and of the mask secret of d in D, never both for one
+party in one round. The aggregator removes the self masks of S and, with d's reconstructed
+secret, the pairwise masks survivors had with d. A late message from d stays hidden by PRG(b_d).
+
+**Where the self-mask seeds live: fresh per round, and so do the mask key pairs.** Self masks
+must be removed in every round, so b_u of every survivor is revealed every round. With a
+per-session b_u the aggregator could strip u's self mask from all rounds at once, and the day u
+drops (its mask secret is then reconstructed) it could unmask every earlier input of u. The
+same attack works with a per-session *mask key pair* even if b is fresh: b_u^(r1) is revealed
+in round r1 while u survives, and a drop in r2 > r1 reveals u's key, hence its round-r1 pairwise
+masks, hence x_u^(r1). We therefore draw a fresh mask key pair and a fresh self seed for every
+round; their shares are generated one round ahead and piggybacked on the masked-input message
+of the previous round (the first round's on the setup exchange), so no extra message round is
+added. Revealed secrets then only ever concern the round they belong to. The cost is one key
+pair generation, n - 1 key agreements, two Shamir splits and n - 1 AEAD encryptions per party
+and round (see ``benchmarks/secagg.py``). A party that dropped simply stops sending setups;
+it rejoins later by sending a fresh setup (fresh keys) for a future round. Only the long-lived
+*channel* key pair (used to encrypt shares for peers) is per session; it is never shared.
+
+Shares addressed to a peer travel through the aggregator encrypted with ChaCha20-Poly1305
+under HKDF(DH(channel keys)); the associated data binds session, sender, recipient, round and
+the sender's round mask public key, so the aggregator cannot swap or replay them.
+
+**Threshold t > n/2.** Each party answers one unmask request per round and never reveals both
+secrets of one party, but with t <= n/2 an aggregator could send different requests to two
+disjoint groups of t (one reveals b_u, the other, told u dropped, u's mask key) and unmask u.
+With t > n/2 the groups overlap and the overlap refuses, so :class:`SecAggConfig` refuses
+t <= n/2 (:func:`validate_threshold`; Bonawitz et al., sec. 4 and 6). This holds while no
+passive party colludes with the aggregator: c colluders answer both requests, and the attack
+then needs only 2t <= n + c.
+
+**Verified reconstruction.** Shamir shares alone are not verifiable (:mod:`.shamir`). Each
+round setup carries SHA-256 commitments (:func:`commit_secret`) to the party's self-mask seed
+and mask private key; :func:`aggregate` checks every reconstructed secret against them and
+raises :class:`ShareVerificationError` naming the owner (and, when one spare response allows
+it, the responders whose shares are off) instead of returning a wrong sum.
+
+Trust model: honest-but-curious aggregator and passive parties (as in EASTER), plus the two
+checks above against a deviating aggregator or responder. There is no PKI: an actively
+malicious aggregator could still substitute channel public keys in the directory and read every
+share (Bonawitz's signatures and consistency round are not implemented). Everything here is
+pure: states are frozen dataclasses and every step returns a new state and the message to send;
+no I/O, no threads.
+
+Modules: :mod:`.config` (session parameters, threshold rule, errors), :mod:`.messages` (the
+message dataclasses), :mod:`.derive` (round seeds, commitments, share AAD), :mod:`.passive` and
+:mod:`.aggregator` (the two sides' states and steps), :mod:`.wire` (named-key wire format with
+validating parsers), :mod:`.simulator` (``simulate_secagg``: everyone in one process). The
+``dh`` aggregation scheme (:mod:`securevfl.privacy.aggregation.dh`) runs this core over a channel.
+"""
+
+from securevfl.privacy.secagg.aggregator import (
+    AggregatorSecAggState,
+    aggregate,
+    collect_adverts,
+    collect_setups,
+    unmask_request,
+)
+from securevfl.privacy.secagg.config import (
+    COMMITMENT_BYTES,
+    MASK_KEY,
+    SELF_SEED,
+    SELF_SEED_BYTES,
+    InsufficientSurvivorsError,
+    SecAggConfig,
+    ShareVerificationError,
+    default_threshold,
+    validate_threshold,
+)
+from securevfl.privacy.secagg.derive import commit_secret, round_pairwise_seeds
+from securevfl.privacy.secagg.messages import (
+    KeyAdvert,
+    KeyDirectory,
+    MaskedInput,
+    RoundSetup,
+    SetupBundle,
+    UnmaskRequest,
+    UnmaskResponse,
+)
+from securevfl.privacy.secagg.passive import (
+    PassiveSecAggState,
+    advertise_keys,
+    masked_input,
+    receive_keys,
+    receive_setup,
+    share_keys,
+    unmask_response,
+)
+from securevfl.privacy.secagg.simulator import SimulatedRound, simulate_secagg
+
+__all__ = [
+    "COMMITMENT_BYTES",
+    "MASK_KEY",
+    "SELF_SEED",
+    "SELF_SEED_BYTES",
+    "AggregatorSecAggState",
+    "InsufficientSurvivorsError",
+    "KeyAdvert",
+    "KeyDirectory",
+    "MaskedInput",
+    "PassiveSecAggState",
+    "RoundSetup",
+    "SecAggConfig",
+    "SetupBundle",
+    "ShareVerificationError",
+    "SimulatedRound",
+    "UnmaskRequest",
+    "UnmaskResponse",
+    "advertise_keys",
+    "aggregate",
+    "collect_adverts",
+    "collect_setups",
+    "commit_secret",
+    "default_threshold",
+    "masked_input",
+    "receive_keys",
+    "receive_setup",
+    "round_pairwise_seeds",
+    "share_keys",
+    "simulate_secagg",
+    "unmask_request",
+    "unmask_response",
+    "validate_threshold",
+]

@@ -1,0 +1,62 @@
+"""What the protocol derives from its secrets: round pairwise seeds, commitments, share AAD."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+from securevfl.errors import CryptoError
+from securevfl.privacy.primitives.kdf import encode_fields
+from securevfl.privacy.primitives.key_agreement import KeyAgreement, KeyPair, PublicKey
+from securevfl.privacy.primitives.masking import derive_pairwise_seeds
+from securevfl.privacy.primitives.wire import PeerCryptoError
+from securevfl.privacy.secagg.config import SecAggConfig
+
+SHARE_AAD_LABEL = "securevfl/secagg/share/v1"
+COMMIT_LABEL = "securevfl/secagg/commit/v1"
+
+
+def round_session(config: SecAggConfig, round_index: int) -> bytes:
+    """The KDF session field of round ``round_index``: (session id, round), length-prefixed."""
+    return encode_fields((config.session_id, round_index))
+
+
+def round_pairwise_seeds(
+    config: SecAggConfig,
+    agreement: KeyAgreement,
+    round_index: int,
+    own: str,
+    own_keys: KeyPair,
+    peer_publics: Mapping[str, PublicKey],
+) -> dict[str, bytes]:
+    """Round seeds s_ij^(r) = HKDF(DH(round keys), label || (session, round) || sorted names).
+
+    Peer keys were validated when they arrived (``collect_setups`` / ``receive_setup``), so the
+    FFDH subgroup check is not repeated.
+    """
+    session = round_session(config, round_index)
+    try:
+        return derive_pairwise_seeds(agreement, own, own_keys, peer_publics, session, validate=False)
+    except CryptoError as exc:  # e.g. a low-order X25519 mask key
+        raise PeerCryptoError(f"round {round_index}: key agreement with a peer's mask key failed") from exc
+
+
+def commit_secret(config: SecAggConfig, round_index: int, party: str, kind: str, secret: bytes) -> bytes:
+    """SHA-256 commitment to one round secret of ``party``: H(label, session, round, party, kind, secret).
+
+    Fields are length-prefixed (:func:`~securevfl.privacy.primitives.kdf.encode_fields`), so
+    commitments of different sessions, rounds, parties or kinds never coincide. The secrets are
+    256-bit uniform values (seed, X25519 key, FFDH exponent), so the hash hides them; it binds by
+    collision resistance.
+    """
+    return hashlib.sha256(
+        encode_fields((COMMIT_LABEL, config.session_id, round_index, party, kind, secret))
+    ).digest()
+
+
+def share_aad(config: SecAggConfig, sender: str, recipient: str, round_index: int, mask_public: bytes) -> bytes:
+    """Associated data of an encrypted share: binds session, sender, recipient, round and mask key."""
+    return encode_fields((SHARE_AAD_LABEL, config.session_id, sender, recipient, round_index, mask_public))
+
+
+__all__ = ["COMMIT_LABEL", "SHARE_AAD_LABEL", "commit_secret", "round_pairwise_seeds", "round_session", "share_aad"]

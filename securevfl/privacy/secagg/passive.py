@@ -1,0 +1,304 @@
+"""A passive party's side of the double-masked protocol: a frozen state and pure steps.
+
+Every step takes the state and a received message and returns the new state and the message
+to send; nothing mutates, nothing does I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+
+from securevfl.errors import CryptoError, ProtocolError
+from securevfl.privacy.primitives import wire
+from securevfl.privacy.primitives.fixed_point import encode
+from securevfl.privacy.primitives.kdf import CHANNEL_KEY_LABEL, pairwise_seed
+from securevfl.privacy.primitives.key_agreement import KeyPair, PublicKey
+from securevfl.privacy.primitives.masking import add_pairwise_mask
+from securevfl.privacy.primitives.prg import STEP_SELF, add_prg_streams
+from securevfl.privacy.primitives.shamir import SHARE_BYTES, Share, split_secret
+from securevfl.privacy.secagg.config import (
+    MASK_KEY,
+    SELF_SEED,
+    SELF_SEED_BYTES,
+    InsufficientSurvivorsError,
+    SecAggConfig,
+    Urandom,
+)
+from securevfl.privacy.secagg.derive import commit_secret, round_pairwise_seeds, share_aad
+from securevfl.privacy.secagg.messages import (
+    KeyAdvert,
+    KeyDirectory,
+    MaskedInput,
+    RoundSetup,
+    SetupBundle,
+    UnmaskRequest,
+    UnmaskResponse,
+)
+
+V = TypeVar("V")
+_NONCE_BYTES = 12
+
+
+def _drop_rounds(mapping: Mapping[int, V], keep: Callable[[int], bool]) -> dict[int, V]:
+    return {r: v for r, v in mapping.items() if keep(r)}
+
+
+@dataclass(frozen=True)
+class _RoundSecrets:
+    """A party's own secrets for one round, and its own shares of them."""
+
+    mask_keys: KeyPair
+    self_seed: bytes = field(repr=False)
+    own_key_share: Share = field(repr=False)
+    own_seed_share: Share = field(repr=False)
+
+
+@dataclass(frozen=True)
+class _RoundView:
+    """What a party holds for one round after receiving its setup bundle."""
+
+    mask_publics: Mapping[str, PublicKey]
+    key_shares: Mapping[str, Share] = field(repr=False)
+    self_shares: Mapping[str, Share] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class PassiveSecAggState:
+    """One passive party's protocol state. Every step returns a new state; nothing mutates."""
+
+    config: SecAggConfig
+    name: str
+    channel_keys: KeyPair
+    channel_aead_keys: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    round_secrets: Mapping[int, _RoundSecrets] = field(default_factory=dict, repr=False)
+    round_views: Mapping[int, _RoundView] = field(default_factory=dict, repr=False)
+    masked_rounds: frozenset[int] = frozenset()
+    answered_rounds: frozenset[int] = frozenset()
+    urandom: Urandom | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def create(cls, config: SecAggConfig, name: str, urandom: Urandom | None = None) -> PassiveSecAggState:
+        """Fresh state with a new channel key pair for ``name``."""
+        config.share_index(name)
+        return cls(config, name, config.agreement().generate(urandom), urandom=urandom)
+
+    def _draw(self, n: int) -> bytes:
+        return (self.urandom or os.urandom)(n)
+
+
+def advertise_keys(state: PassiveSecAggState) -> KeyAdvert:
+    """Step 0: publish the channel public key (routed by the aggregator)."""
+    return KeyAdvert(state.name, state.channel_keys.public.to_bytes())
+
+
+def receive_keys(state: PassiveSecAggState, directory: KeyDirectory) -> PassiveSecAggState:
+    """Store peers' channel keys and derive one AEAD key per peer (HKDF of the DH secret)."""
+    config = state.config
+    if set(directory.channel_publics) != set(config.parties):
+        raise ProtocolError("key directory does not list exactly the session's parties")
+    if directory.channel_publics[state.name] != state.channel_keys.public.to_bytes():
+        raise ProtocolError("key directory carries a wrong channel key for this party")
+    agreement = config.agreement()
+    keys = {}
+    for peer, blob in directory.channel_publics.items():
+        if peer == state.name:
+            continue
+        public = wire.public_key(blob, config.key_agreement, f"channel key of {peer!r}")
+        try:
+            secret = agreement.exchange(state.channel_keys.private, public, validate=False)
+        except CryptoError as exc:  # e.g. a low-order X25519 key
+            raise wire.PeerCryptoError(f"key agreement with the channel key of {peer!r} failed") from exc
+        keys[peer] = pairwise_seed(secret, config.session_id, state.name, peer, CHANNEL_KEY_LABEL)
+    return dataclasses.replace(state, channel_aead_keys=keys)
+
+
+def share_keys(state: PassiveSecAggState, round_index: int) -> tuple[PassiveSecAggState, RoundSetup]:
+    """Draw round ``round_index``'s mask key pair and self seed; Shamir-share both to all peers.
+
+    Shares for a peer are encrypted for it (the aggregator only routes them). A round can be
+    set up once: reusing masks for a second input would leak the difference of the inputs.
+    """
+    config = state.config
+    if not state.channel_aead_keys:
+        raise ProtocolError("share_keys before receive_keys")
+    if round_index in state.round_secrets or round_index in state.masked_rounds:
+        raise ProtocolError(f"round {round_index} was already set up by {state.name!r}")
+    agreement = config.agreement()
+    mask_keys = agreement.generate(state.urandom)
+    self_seed = state._draw(SELF_SEED_BYTES)
+    xs = [config.share_index(p) for p in config.parties]
+    key_shares = split_secret(mask_keys.private, config.threshold, xs, state.urandom)
+    seed_shares = split_secret(self_seed, config.threshold, xs, state.urandom)
+    mask_public = mask_keys.public.to_bytes()
+    encrypted = {}
+    for party, k_share, b_share in zip(config.parties, key_shares, seed_shares, strict=True):
+        if party == state.name:
+            continue
+        if party not in state.channel_aead_keys:
+            raise ProtocolError(f"no channel key for {party!r}")
+        nonce = state._draw(_NONCE_BYTES)
+        aad = share_aad(config, state.name, party, round_index, mask_public)
+        plaintext = k_share.to_bytes() + b_share.to_bytes()
+        ciphertext = ChaCha20Poly1305(state.channel_aead_keys[party]).encrypt(nonce, plaintext, aad)
+        encrypted[party] = nonce + ciphertext
+    own = config.share_index(state.name) - 1
+    round_secrets = _RoundSecrets(mask_keys, self_seed, key_shares[own], seed_shares[own])
+    new_state = dataclasses.replace(state, round_secrets={**state.round_secrets, round_index: round_secrets})
+    setup = RoundSetup(
+        state.name,
+        round_index,
+        mask_public,
+        encrypted,
+        commit_secret(config, round_index, state.name, SELF_SEED, self_seed),
+        commit_secret(config, round_index, state.name, MASK_KEY, mask_keys.private),
+    )
+    return new_state, setup
+
+
+def receive_setup(state: PassiveSecAggState, bundle: SetupBundle) -> PassiveSecAggState:
+    """Read the round's participants (their mask public keys) and decrypt the shares sent to us."""
+    config = state.config
+    r = bundle.round_index
+    own_secrets = state.round_secrets.get(r)
+    if own_secrets is None or r in state.round_views:
+        raise ProtocolError(f"{state.name!r} did not set up round {r} or already received it")
+    if bundle.mask_publics.get(state.name) != own_secrets.mask_keys.public.to_bytes():
+        raise ProtocolError("setup bundle carries a wrong mask key for this party")
+    participants = set(bundle.mask_publics)
+    if not participants <= set(config.parties):
+        raise ProtocolError("setup bundle names unknown parties")
+    if set(bundle.encrypted_shares) != participants - {state.name}:
+        raise ProtocolError("setup bundle lacks shares from some participant")
+    if len(participants) < config.threshold:
+        raise InsufficientSurvivorsError(
+            f"round {r} has {len(participants)} participants, below threshold {config.threshold}"
+        )
+    publics: dict[str, PublicKey] = {}
+    key_shares = {state.name: own_secrets.own_key_share}
+    self_shares = {state.name: own_secrets.own_seed_share}
+    own_x = config.share_index(state.name)
+    key_len = len(own_secrets.mask_keys.private)
+    for sender in sorted(participants - {state.name}):
+        publics[sender] = wire.public_key(bundle.mask_publics[sender], config.key_agreement,
+                                          f"mask key of {sender!r}")
+        blob = bundle.encrypted_shares[sender]
+        aad = share_aad(config, sender, state.name, r, bundle.mask_publics[sender])
+        try:
+            plaintext = ChaCha20Poly1305(state.channel_aead_keys[sender]).decrypt(
+                blob[:_NONCE_BYTES], blob[_NONCE_BYTES:], aad
+            )
+        except (InvalidTag, KeyError, ValueError) as exc:
+            raise wire.PeerCryptoError("share decryption failed") from exc
+        if len(plaintext) != 2 * SHARE_BYTES:
+            raise wire.PeerCryptoError("share decryption failed")
+        k_share = Share.from_bytes(plaintext[:SHARE_BYTES])
+        b_share = Share.from_bytes(plaintext[SHARE_BYTES:])
+        if k_share.x != own_x or b_share.x != own_x:
+            raise ProtocolError(f"share from {sender!r} is not addressed to our index")
+        if (k_share.threshold, k_share.secret_len, b_share.threshold, b_share.secret_len) != (
+            config.threshold,
+            key_len,
+            config.threshold,
+            SELF_SEED_BYTES,
+        ):
+            raise ProtocolError(f"share from {sender!r} has the wrong threshold or length")
+        key_shares[sender] = k_share
+        self_shares[sender] = b_share
+    views = {**state.round_views, r: _RoundView(publics, key_shares, self_shares)}
+    return dataclasses.replace(state, round_views=views)
+
+
+def masked_input(
+    state: PassiveSecAggState,
+    values: np.ndarray,
+    round_index: int,
+    prepare_next: bool = True,
+) -> tuple[PassiveSecAggState, MaskedInput]:
+    """Encode ``values`` and add the self mask and pairwise masks of round ``round_index``.
+
+    With ``prepare_next`` the setup for round + 1 (fresh keys and shares) rides along.
+    """
+    config = state.config
+    r = round_index
+    if r in state.masked_rounds:
+        raise ProtocolError(f"{state.name!r} already sent a masked input for round {r}")
+    view = state.round_views.get(r)
+    if view is None:
+        raise ProtocolError(f"{state.name!r} has no setup for round {r}")
+    secrets_ = state.round_secrets[r]
+    n_terms = len(view.mask_publics) + 1
+    encoded = encode(values, config.frac_bits, n_terms)
+    seeds = round_pairwise_seeds(config, config.agreement(), r, state.name, secrets_.mask_keys, view.mask_publics)
+    masked = add_prg_streams(encoded, [secrets_.self_seed], [], r, STEP_SELF)
+    add_pairwise_mask(masked, state.name, seeds, r, config.step)
+    # Stale rounds (set up but never masked) can no longer be asked for: forget them.
+    new_state = dataclasses.replace(
+        state,
+        masked_rounds=frozenset(m for m in state.masked_rounds if m >= r - 1) | {r},
+        round_secrets=_drop_rounds(state.round_secrets, lambda k: k >= r),
+        round_views=_drop_rounds(state.round_views, lambda k: k >= r),
+    )
+    next_setup = None
+    if prepare_next:
+        new_state, next_setup = share_keys(new_state, r + 1)
+    return new_state, MaskedInput(state.name, r, masked, next_setup)
+
+
+def unmask_response(state: PassiveSecAggState, request: UnmaskRequest) -> tuple[PassiveSecAggState, UnmaskResponse]:
+    """Return self-seed shares for survivors and key shares for dropped parties.
+
+    Refuses (:class:`ProtocolError`) a request naming a party both ways, a second request for
+    the same round (which could flip a party from one side to the other), a request that omits
+    or invents participants, or one with fewer than t survivors.
+    """
+    config = state.config
+    r = request.round_index
+    survivors, dropped = set(request.survivors), set(request.dropped)
+    if survivors & dropped:
+        raise ProtocolError(
+            f"refusing to reveal both the self-mask seed and the mask key of {sorted(survivors & dropped)} in round {r}"
+        )
+    if r in state.answered_rounds:
+        raise ProtocolError(f"already answered an unmask request for round {r}")
+    view = state.round_views.get(r)
+    if r not in state.masked_rounds or view is None:
+        raise ProtocolError(f"{state.name!r} holds no masked round {r}")
+    if state.name not in survivors:
+        raise ProtocolError("the aggregator lists this (responding) party as dropped")
+    participants = set(view.mask_publics) | {state.name}
+    if survivors | dropped != participants:
+        raise ProtocolError("unmask request does not match the round's participants")
+    if len(survivors) < config.threshold:
+        raise InsufficientSurvivorsError(f"{len(survivors)} survivors in round {r}, below threshold {config.threshold}")
+    response = UnmaskResponse(
+        state.name,
+        r,
+        {u: view.self_shares[u] for u in sorted(survivors)},
+        {d: view.key_shares[d] for d in sorted(dropped)},
+    )
+    new_state = dataclasses.replace(
+        state,
+        answered_rounds=frozenset(a for a in state.answered_rounds if a >= r - 1) | {r},
+        round_secrets=_drop_rounds(state.round_secrets, lambda k: k != r),
+        round_views=_drop_rounds(state.round_views, lambda k: k != r),
+    )
+    return new_state, response
+
+
+__all__ = [
+    "PassiveSecAggState",
+    "advertise_keys",
+    "masked_input",
+    "receive_keys",
+    "receive_setup",
+    "share_keys",
+    "unmask_response",
+]
