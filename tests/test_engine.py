@@ -88,6 +88,7 @@ def _interrupt_at(epoch: int):
 @pytest.mark.parametrize("method,parties,options", [
     ("splitnn", 2, {}),
     ("easter", 4, {"secagg": "dh"}),
+    ("entity-aug", 3, {"drop_prob": 0.3}),  # checkpoints the host's queues and the guests' drop generators
 ])
 def test_resume_after_an_interrupted_run_gives_the_uninterrupted_metrics(tmp_path, method, parties, options):
     kw = dict(parties=parties, epochs=4, seed=3, options=options, alignment="plaintext")

@@ -115,7 +115,7 @@ class Method(ABC):
         self.options = parse_options(self.Options, config.options)
         if not self.uses_engine and (config.patience or config.checkpoint_dir):
             raise ConfigError(f"{self.name} does not support early stopping or checkpoints yet; they need a "
-                              "method on the split-learning engine (splitnn, pyvertical, cvfl, aggvfl, easter)")
+                              "method on the split-learning engine (splitnn, pyvertical, cvfl, entity-aug, aggvfl, easter)")
 
     @abstractmethod
     def roles(self, scenario: Scenario) -> dict[str, Role]:

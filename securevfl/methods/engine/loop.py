@@ -27,7 +27,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -50,13 +50,22 @@ VALIDATION = "engine.validate.decision"
 Generator = torch.Generator | np.random.Generator
 
 
+class Stateful(Protocol):
+    """Anything else a party checkpoints (a queue, a counter): a state dict of tensors and plain values."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
 @dataclass
 class TrainingState:
-    """What a party owns and checkpoints: its modules, optimisers and random generators, by name."""
+    """What a party owns and checkpoints: modules, optimisers, random generators and other state, by name."""
 
     modules: dict[str, nn.Module] = field(default_factory=dict)
     optimizers: dict[str, torch.optim.Optimizer] = field(default_factory=dict)
     generators: dict[str, Generator] = field(default_factory=dict)
+    others: dict[str, Stateful] = field(default_factory=dict)
 
     def train(self, mode: bool = True) -> None:
         for module in self.modules.values():
@@ -76,12 +85,13 @@ class TrainingState:
             generators[name] = g.get_state() if isinstance(g, torch.Generator) else g.bit_generator.state
         return {"modules": self.weights(),
                 "optimizers": {n: o.state_dict() for n, o in self.optimizers.items()},
-                "generators": generators}
+                "generators": generators,
+                "others": {n: o.state_dict() for n, o in self.others.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict`; the names must match what this party built."""
         for kind, own in (("modules", self.modules), ("optimizers", self.optimizers),
-                          ("generators", self.generators)):
+                          ("generators", self.generators), ("others", self.others)):
             if set(state[kind]) != set(own):
                 raise ConfigError(f"checkpoint {kind} {sorted(state[kind])} do not match this run's {sorted(own)}")
         self.load_weights(state["modules"])
@@ -92,6 +102,8 @@ class TrainingState:
                 g.set_state(state["generators"][name])
             else:
                 g.bit_generator.state = state["generators"][name]
+        for name, other in self.others.items():
+            other.load_state_dict(state["others"][name])
 
 
 @dataclass
@@ -138,7 +150,7 @@ class PartySide(ABC):
         self.device: Any = "cpu"
         self.state = TrainingState()
         self.stats: dict[str, Any] = {}  # the method's own counters, for its report
-        self.rows = np.arange(len(data.X_train))
+        self.rows = np.arange(len(data.X_train))  # the aligned training rows it trains on (set before build)
 
     def tag(self, phase: str, what: str) -> str:
         """The message tag ``<method>.<phase>.<what>``."""
@@ -160,6 +172,10 @@ class PartySide(ABC):
     @abstractmethod
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation | None:
         """Score ``X`` (rows of this party's table) jointly; the active side returns the scores."""
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Load a checkpointed :meth:`TrainingState.state_dict` (a side that builds lazily builds first)."""
+        self.state.load_state_dict(state)
 
     def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> Any:
         """The role's return value (the active side builds its ActiveOutcome here)."""
@@ -264,13 +280,13 @@ def _agree_resume(ctx: PartyContext, side: PartySide, store: CheckpointStore) ->
 def run_side(ctx: PartyContext, side: PartySide) -> Any:
     """Run one party's side of a split-learning method from set-up to its outcome."""
     config = side.config
-    ctx.stage = "setup"
-    side.name, side.device = ctx.name, ctx.device
-    side.build(ctx)
     stopper = _EarlyStopping(config.patience) if config.patience else None
     val_rows = np.arange(0)
     if stopper is not None:
         side.rows, val_rows = validation_split(len(side.data.X_train), config.val_fraction, config.seed)
+    ctx.stage = "setup"
+    side.name, side.device = ctx.name, ctx.device
+    side.build(ctx)
     store = CheckpointStore(config.checkpoint_dir, ctx.name) if config.checkpoint_dir else None
     digest = _job_digest(side, ctx.name)
     history: list[dict[str, float]] = []
@@ -283,7 +299,7 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
             if saved.get("job") != digest:
                 raise ConfigError(f"the checkpoint {store.path(start)} belongs to another job (method, options "
                                   "or training settings differ); use a new --checkpoint-dir")
-            side.state.load_state_dict(saved["state"])
+            side.restore(saved["state"])
             history = list(saved["history"])
             if stopper is not None:
                 stopper.load(saved["early_stopping"])
