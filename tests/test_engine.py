@@ -89,6 +89,7 @@ def _interrupt_at(epoch: int):
     ("splitnn", 2, {}),
     ("easter", 4, {"secagg": "dh"}),
     ("entity-aug", 3, {"drop_prob": 0.3}),  # checkpoints the host's queues and the guests' drop generators
+    ("tabvfl", 3, {"fail_prob": 0.4, "latent_quality": False, "pretrain_epochs": 1}),  # resumes inside finetuning
 ])
 def test_resume_after_an_interrupted_run_gives_the_uninterrupted_metrics(tmp_path, method, parties, options):
     kw = dict(parties=parties, epochs=4, seed=3, options=options, alignment="plaintext")
@@ -149,3 +150,14 @@ def test_methods_off_the_engine_refuse_early_stopping_and_checkpoints(tmp_path):
         securevfl.train("hetero-lr", epochs=1, patience=2)
     with pytest.raises(ConfigError, match="resume needs a checkpoint directory"):
         securevfl.train("splitnn", epochs=1, resume=True)
+
+
+def test_the_meter_splits_time_and_bytes_by_phase():
+    report = securevfl.train("splitnn", parties=2, epochs=2, alignment="plaintext")
+    phases = report.cost["phases"]
+    assert list(phases) == ["setup", "train", "evaluate"]
+    assert sum(p["bytes"] for p in phases.values()) == report.cost["total_bytes"]
+    assert phases["train"]["bytes"] > phases["evaluate"]["bytes"] > 0 and phases["setup"]["bytes"] == 0
+    tab = securevfl.train("tabvfl", parties=2, epochs=1, alignment="plaintext", options={"latent_quality": False})
+    assert list(tab.cost["phases"]) == ["setup", "pretrain", "finetune", "evaluate"]
+    assert tab.extra["efficiency"]["pretrain_bytes"] == tab.cost["phases"]["pretrain"]["bytes"]

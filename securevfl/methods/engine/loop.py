@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from securevfl.data.scenario import PartyData
     from securevfl.methods.base import Method
 
-TRAIN, VALIDATE, TEST = "train", "validate", "test"
+TRAIN, VALIDATE, TEST, EVALUATE = "train", "validate", "test", "evaluate"
 RESUME_HAVE = "engine.resume.have"
 RESUME_FROM = "engine.resume.from"
 VALIDATION = "engine.validate.decision"
@@ -106,6 +106,20 @@ class TrainingState:
             other.load_state_dict(state["others"][name])
 
 
+@dataclass(frozen=True)
+class Phase:
+    """A stretch of epochs with one training protocol (TabVFL: ``pretrain`` then ``finetune``).
+
+    Epochs are numbered across phases; the Meter attributes time and bytes to the phase; only a
+    ``supervised`` phase is validated for early stopping; its history entries use ``loss_key``.
+    """
+
+    name: str
+    epochs: int
+    supervised: bool = True
+    loss_key: str = "train_loss"
+
+
 @dataclass
 class Evaluation:
     """The active party's view of an evaluation: scores per row, and per party where each predicts."""
@@ -150,7 +164,18 @@ class PartySide(ABC):
         self.device: Any = "cpu"
         self.state = TrainingState()
         self.stats: dict[str, Any] = {}  # the method's own counters, for its report
+        self.phase = Phase(TRAIN, self.config.epochs)  # the phase being trained (set by the engine)
         self.rows = np.arange(len(data.X_train))  # the aligned training rows it trains on (set before build)
+
+    #: False for a party that only contributes at set-up (TabNet-CT's guests send raw features).
+    takes_part: bool = True
+
+    def phases(self) -> tuple[Phase, ...]:
+        """The training phases in order; by default one ``train`` phase of ``config.epochs``."""
+        return (Phase(TRAIN, self.config.epochs),)
+
+    def end_phase(self, ctx: PartyContext, phase: Phase) -> None:  # noqa: B027 - optional hook
+        """Called after the last epoch of ``phase`` that this run trained (a hook for a closing exchange)."""
 
     def tag(self, phase: str, what: str) -> str:
         """The message tag ``<method>.<phase>.<what>``."""
@@ -194,12 +219,12 @@ class _LossTotals:
             self.sums[key] = self.sums.get(key, 0.0) + value * count
             self.counts[key] = self.counts.get(key, 0) + count
 
-    def entry(self, epoch: int) -> dict[str, float]:
+    def entry(self, epoch: int, key: str = "train_loss") -> dict[str, float]:
         means = {k: self.sums[k] / max(self.counts[k], 1) for k in self.sums}
         if set(means) <= {"loss"}:
-            return {"epoch": epoch, "train_loss": means.get("loss", 0.0)}
-        return {"epoch": epoch, "train_loss": float(np.mean(list(means.values()))),
-                **{f"train_loss[{k}]": v for k, v in means.items()}}
+            return {"epoch": epoch, key: means.get("loss", 0.0)}
+        return {"epoch": epoch, key: float(np.mean(list(means.values()))),
+                **{f"{key}[{k}]": v for k, v in means.items()}}
 
 
 def validation_split(n_rows: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -277,6 +302,44 @@ def _agree_resume(ctx: PartyContext, side: PartySide, store: CheckpointStore) ->
     return start
 
 
+def _load_checkpoint(ctx: PartyContext, side: PartySide, store: CheckpointStore, digest: str,
+                     stopper: _EarlyStopping | None) -> tuple[int, list[dict[str, float]]]:
+    """Agree on the epoch to resume from and restore this party's state; (0, []) when starting afresh."""
+    ctx.stage = "resume"
+    start = _agree_resume(ctx, side, store)
+    if not start:
+        return 0, []
+    saved = store.load(start)
+    if saved.get("job") != digest:
+        raise ConfigError(f"the checkpoint {store.path(start)} belongs to another job (method, options "
+                          "or training settings differ); use a new --checkpoint-dir")
+    side.restore(saved["state"])
+    if stopper is not None:
+        stopper.load(saved["early_stopping"])
+    return start, list(saved["history"])
+
+
+def _validate(ctx: PartyContext, side: PartySide, val_rows: np.ndarray, stopper: _EarlyStopping,
+              entry: dict[str, float], epoch: int) -> bool:
+    """Score the validation rows; the active party decides improvement and stopping for everyone."""
+    ctx.stage = f"validate epoch {epoch}"
+    side.state.train(False)
+    evaluation = side.evaluate(ctx, side.data.X_train[val_rows], VALIDATE)
+    if ctx.is_active:
+        assert evaluation is not None
+        entry["val_loss"] = log_loss(side.data.y_train[val_rows], evaluation.scores)
+        improved, stop = stopper.update(entry["val_loss"], epoch)
+        ctx.broadcast(side.passives, VALIDATION, {"improved": improved, "stop": stop})
+    else:
+        decision = ctx.recv(ctx.active, VALIDATION)
+        if not isinstance(decision, dict) or set(decision) != {"improved", "stop"}:
+            raise ProtocolError(f"{ctx.active} sent a malformed validation decision")
+        improved, stop = bool(decision["improved"]), bool(decision["stop"])
+    if improved:
+        stopper.best_weights = side.state.weights()
+    return stop
+
+
 def run_side(ctx: PartyContext, side: PartySide) -> Any:
     """Run one party's side of a split-learning method from set-up to its outcome."""
     config = side.config
@@ -287,63 +350,51 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
     ctx.stage = "setup"
     side.name, side.device = ctx.name, ctx.device
     side.build(ctx)
+    if not side.takes_part:
+        return side.outcome(ctx, None, EngineRecord([]))
     store = CheckpointStore(config.checkpoint_dir, ctx.name) if config.checkpoint_dir else None
     digest = _job_digest(side, ctx.name)
-    history: list[dict[str, float]] = []
-    start = 0
+    start, history = 0, []
     if config.resume and store is not None:
-        ctx.stage = "resume"
-        start = _agree_resume(ctx, side, store)
-        if start:
-            saved = store.load(start)
-            if saved.get("job") != digest:
-                raise ConfigError(f"the checkpoint {store.path(start)} belongs to another job (method, options "
-                                  "or training settings differ); use a new --checkpoint-dir")
-            side.restore(saved["state"])
-            history = list(saved["history"])
-            if stopper is not None:
-                stopper.load(saved["early_stopping"])
+        start, history = _load_checkpoint(ctx, side, store, digest, stopper)
     record = EngineRecord(history, resumed_from_epoch=start, validation_rows=len(val_rows))
-    for epoch in range(start, config.epochs):
-        ctx.stage = f"train epoch {epoch + 1}"
-        side.state.train(True)
-        totals = _LossTotals()
-        for batch in side.batches(epoch):
-            losses = side.train_batch(ctx, batch)
-            if losses is not None:
-                totals.add(*losses)
-        stop = False
-        entry = totals.entry(epoch + 1)
-        if stopper is not None:
-            ctx.stage = f"validate epoch {epoch + 1}"
-            side.state.train(False)
-            evaluation = side.evaluate(ctx, side.data.X_train[val_rows], VALIDATE)
+    phases = side.phases()
+    total_epochs = sum(p.epochs for p in phases)
+    first, stop = 0, False
+    for phase in phases:
+        epochs = range(max(start, first), first + phase.epochs)
+        first += phase.epochs
+        if not epochs or stop:
+            continue
+        ctx.meter.enter_phase(phase.name)
+        side.phase = phase
+        for epoch in epochs:
+            ctx.stage = f"{phase.name} epoch {epoch + 1}"
+            side.state.train(True)
+            totals = _LossTotals()
+            for batch in side.batches(epoch):
+                losses = side.train_batch(ctx, batch)
+                if losses is not None:
+                    totals.add(*losses)
+            entry = totals.entry(epoch + 1, phase.loss_key)
+            if stopper is not None and phase.supervised:
+                stop = _validate(ctx, side, val_rows, stopper, entry, epoch + 1)
             if ctx.is_active:
-                assert evaluation is not None
-                entry["val_loss"] = log_loss(side.data.y_train[val_rows], evaluation.scores)
-                improved, stop = stopper.update(entry["val_loss"], epoch + 1)
-                ctx.broadcast(side.passives, VALIDATION, {"improved": improved, "stop": stop})
-            else:
-                decision = ctx.recv(ctx.active, VALIDATION)
-                if not isinstance(decision, dict) or set(decision) != {"improved", "stop"}:
-                    raise ProtocolError(f"{ctx.active} sent a malformed validation decision")
-                improved, stop = bool(decision["improved"]), bool(decision["stop"])
-            if improved:
-                stopper.best_weights = side.state.weights()
-        if ctx.is_active:
-            history.append(entry)
-        if store is not None:
-            store.save(epoch + 1, {"job": digest, "state": side.state.state_dict(), "history": history,
-                                   "early_stopping": stopper.state() if stopper else {}})
-        if ctx.is_active:
-            ctx.progress(epoch=epoch + 1, epochs=config.epochs, loss=entry["train_loss"])
-        if stop:
-            record.stopped_after_epoch = epoch + 1
-            break
+                history.append(entry)
+            if store is not None:
+                store.save(epoch + 1, {"job": digest, "state": side.state.state_dict(), "history": history,
+                                       "early_stopping": stopper.state() if stopper else {}})
+            if ctx.is_active:
+                ctx.progress(epoch=epoch + 1, epochs=total_epochs, loss=entry[phase.loss_key])
+            if stop:
+                record.stopped_after_epoch = epoch + 1
+                break
+        side.end_phase(ctx, phase)
     if stopper is not None:
         record.best_epoch = stopper.best_epoch
         if stopper.best_weights is not None:
             side.state.load_weights(stopper.best_weights)
+    ctx.meter.enter_phase(EVALUATE)
     ctx.stage = "evaluate"
     side.state.train(False)
     evaluation = side.evaluate(ctx, side.data.X_test, TEST)
