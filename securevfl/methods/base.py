@@ -114,8 +114,9 @@ class Method(ABC):
         self.config = config
         self.options = parse_options(self.Options, config.options)
         if not self.uses_engine and (config.patience or config.checkpoint_dir):
-            raise ConfigError(f"{self.name} does not support early stopping or checkpoints yet; they need a method "
-                              "on the split-learning engine (splitnn, pyvertical, cvfl, entity-aug, aggvfl, easter)")
+            engine = ", ".join(n for n in method_names() if method_class(n).uses_engine)
+            raise ConfigError(f"{self.name} does not support early stopping or checkpoints; the methods on the "
+                              f"split-learning engine do: {engine}")
 
     @abstractmethod
     def roles(self, scenario: Scenario) -> dict[str, Role]:
