@@ -179,6 +179,10 @@ def train(
     bandwidth_mbps: float = 100.0,
     latency_ms: float = 10.0,
     recv_timeout_s: float | None = DEFAULT_RECV_TIMEOUT_S,
+    patience: int = 0,
+    val_fraction: float = 0.2,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = False,
     report: str | Path | None = None,
     progress: ProgressCallback | None = None,
 ) -> RunReport:
@@ -186,7 +190,10 @@ def train(
 
     With ``data_files={"active": "a.csv", "bank": "b.csv"}`` the parties' own tables are used
     instead (the first holds the labels). ``alignment="psi"`` (default) finds the shared rows with
-    ECDH PSI; ``"plaintext"`` skips it for simulations and the report says so.
+    ECDH PSI; ``"plaintext"`` skips it for simulations and the report says so. ``patience`` > 0
+    stops early on a ``val_fraction`` validation split of the aligned training rows (best weights
+    restored); ``checkpoint_dir`` saves every party's own state at each epoch end and ``resume``
+    continues from the last epoch all parties completed (split-learning methods).
 
     Example::
 
@@ -206,7 +213,9 @@ def train(
                                 aligned_ratio=aligned_ratio, unaligned=unaligned,
                                 test_size=test_size, seed=seed),
         train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
-                          embedding_dim=embedding_dim, hidden=tuple(hidden), options=dict(options or {})),
+                          embedding_dim=embedding_dim, hidden=tuple(hidden), options=dict(options or {}),
+                          patience=patience, val_fraction=val_fraction,
+                          checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume),
         device=device,
         network=NetworkModel(bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms),
         alignment=alignment,

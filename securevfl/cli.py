@@ -88,6 +88,12 @@ def train(
     bandwidth_mbps: float = typer.Option(100.0, help="Simulated link bandwidth, Mbit/s."),
     latency_ms: float = typer.Option(10.0, help="Simulated link latency, ms."),
     recv_timeout: float = typer.Option(600.0, help="Seconds a party waits for one message before the run fails."),
+    early_stopping: int = typer.Option(
+        0, help="Patience in epochs: stop when the validation loss has not improved for this many (0: off)."),
+    val_fraction: float = typer.Option(0.2, help="With --early-stopping: aligned training rows held out to validate."),
+    checkpoint_dir: Path | None = typer.Option(
+        None, help="Every party saves its own state here at each epoch end (DIR/<party>/)."),
+    resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
     report: Path = typer.Option(Path("out/run.json"), help="Where to write the JSON report (+ .md)."),
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
@@ -114,6 +120,8 @@ def train(
             n_samples=n_samples, n_features=n_features, options=opts,
             data_files=_parse_pairs(data, "--data") or None, alignment=alignment,
             bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms, recv_timeout_s=recv_timeout,
+            patience=early_stopping, val_fraction=val_fraction,
+            checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
             progress=on_progress)
     json_path, md_path = result.save(report)
     print_summary(result)

@@ -228,7 +228,7 @@ def _run_easter(secagg: str, scenario, transport=None, epochs: int = 1, **option
 
 def _global_embeddings(transport) -> list[np.ndarray]:
     return [codec.decode(e.payload)["E"].numpy() for e in transport.envelopes
-            if e.tag == "easter.global" and e.dst == "passive1"]
+            if e.tag == "easter.train.global" and e.dst == "passive1"]
 
 
 def test_global_embedding_equals_plaintext_mean_within_resolution():
@@ -298,4 +298,4 @@ def test_easter_runs_with_the_papers_pairwise_blinding():
     result = _run_easter("pairwise", scenario, transport)
     outcome = result.results[scenario.active]
     assert outcome.extra["secagg"] == "pairwise" and outcome.extra["secagg_stats"]["rounds"] > 1
-    assert {e.tag for e in transport.envelopes} >= {"agg.pw.input", "easter.global", "easter.logits"}
+    assert {e.tag for e in transport.envelopes} >= {"agg.pw.input", "easter.train.global", "easter.train.logits"}

@@ -90,7 +90,7 @@ def test_a_real_round_with_two_survivors_fails_instead_of_leaking(monkeypatch):
     with pytest.raises(PartyFailure) as info:
         run_parties(method.roles(scenario), active=scenario.active, transport=transport)
     assert isinstance(info.value.cause, ProtocolError) and info.value.party == scenario.active
-    assert not any(e.tag == "easter.global" for e in transport.envelopes)
+    assert not any(e.tag == "easter.train.global" for e in transport.envelopes)
 
 
 def test_with_allow_peer_reveal_the_leak_is_real_and_reported(monkeypatch):
@@ -116,7 +116,7 @@ def test_with_allow_peer_reveal_the_leak_is_real_and_reported(monkeypatch):
                          transport=transport)
     p1, p2 = [n for n in scenario.tables if n != scenario.active]
     first = next(codec.decode(e.payload) for e in transport.envelopes
-                 if e.tag == "easter.global" and e.dst == p1)
+                 if e.tag == "easter.train.global" and e.dst == p1)
     recovered = first["k"] * first["E"].numpy() - embeddings[p1][0]
     error = np.max(np.abs(recovered - embeddings[p2][0]))
     print("peer embedding recovered to", error)

@@ -107,10 +107,10 @@ def test_queue_reuses_the_last_activation_when_a_guest_misses_a_step():
     q.put(first, np.array([4, 5]))
     assert q.read()[2] is True
     q.put(second, np.array([6, 7]))
-    act, keys, fresh = q.read()
-    assert act is second and list(keys) == [6, 7] and fresh
-    act, keys, fresh = q.read()  # nothing new arrived: the last one again
-    assert act is second and list(keys) == [6, 7] and not fresh and q.reused == 1
+    act, labels, fresh = q.read()
+    assert act is second and list(labels) == [6, 7] and fresh
+    act, labels, fresh = q.read()  # nothing new arrived: the last one again
+    assert act is second and list(labels) == [6, 7] and not fresh and q.reused == 1
 
 
 def test_options_are_validated():
@@ -239,23 +239,28 @@ def test_only_aligned_rows_and_min_epoch_size():
 
 def test_host_rejects_keys_outside_its_labelled_entities():
     from securevfl.errors import PartyFailure
-    from securevfl.methods.entity_aug import ACTIVATION, ID_LIST, LABELLED, PLAN, host_role
-
     spec = PartitionSpec(parties=2, active_features=0, seed=0)
     scenario = scenario_from_partition(partition(load_dataset("breast-cancer"), spec))
-    config = TrainConfig(epochs=1)
-    options = EntityAugOptions(resolution="ids")
+    method = create_method("entity-aug", TrainConfig(epochs=1, options={"resolution": "ids"}))
     data = scenario.party_data("passive1")
 
     def rogue_guest(ctx):
-        ctx.send(ctx.active, ID_LIST, [str(v) for v in data.ids_train])
-        labelled = ctx.recv(ctx.active, LABELLED)
-        ctx.recv(ctx.active, PLAN)
-        ctx.send(ctx.active, ACTIVATION, (torch.zeros(2, 16), np.array([0, len(labelled) + 5])))
+        ctx.send(ctx.active, "entity-aug.setup.ids", [str(v) for v in data.ids_train])
+        labelled = ctx.recv(ctx.active, "entity-aug.setup.labelled")
+        ctx.recv(ctx.active, "entity-aug.setup.plan")
+        ctx.send(ctx.active, "entity-aug.train.activation", (torch.zeros(2, 16), np.array([0, len(labelled) + 5])))
 
-    roles = {"active": host_role(scenario.party_data("active"), config, options, ("passive1",)),
-             "passive1": rogue_guest}
+    roles = {"active": method.roles(scenario)["active"], "passive1": rogue_guest}
     with pytest.raises(PartyFailure) as info:
         run_parties(roles, active="active", seed=0)
     assert info.value.party == "active" and isinstance(info.value.cause, ProtocolError)
     assert "entity key outside" in str(info.value.cause)
+
+
+def test_missed_steps_with_an_active_party_that_holds_features():
+    # Regression: a reused full-batch activation met the host's short last batch and the label
+    # arrays differed in length ("label arrays differ in length: [7, 32]").
+    report = securevfl.train("entity-aug", "breast-cancer", parties=2, epochs=3, seed=1,
+                             options={"drop_prob": 0.3}, alignment="plaintext")
+    assert report.extra["entity_aug"]["reused_activations"]["passive1"] > 0
+    assert report.metrics["accuracy"] > 0.8

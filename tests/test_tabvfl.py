@@ -17,15 +17,6 @@ from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
 from securevfl.federation.transport import InProcessTransport
 from securevfl.methods import TrainConfig, create_method
-from securevfl.methods._tabnet import (
-    FeatureExtractor,
-    PartialDecoder,
-    TabNetShape,
-    make_encoder,
-    reconstruction_layer,
-    reconstruction_loss,
-)
-from securevfl.methods._tabnet_quality import latent_quality
 from securevfl.methods.tabvfl import (
     EVAL_OUT,
     FT_OUT,
@@ -36,6 +27,15 @@ from securevfl.methods.tabvfl import (
     RowCache,
     epoch_batches,
     failure_schedule,
+)
+from securevfl.methods.tabvfl.quality import latent_quality
+from securevfl.methods.tabvfl.tabnet import (
+    FeatureExtractor,
+    PartialDecoder,
+    TabNetShape,
+    make_encoder,
+    reconstruction_layer,
+    reconstruction_loss,
 )
 
 SMALL = dict(epochs=2, batch_size=128, lr=2e-2, seed=0, embedding_dim=4)

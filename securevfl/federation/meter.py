@@ -5,7 +5,9 @@ compute block counts as crypto, not twice. Model compute on CUDA is measured cor
 the injected ``synchronize`` before each clock reading (asynchronous kernels would otherwise be
 charged to whoever synchronises next). Messages are recorded per directed link ``"SRC->DST"``
 together with their Lamport depth, from which communication rounds and the simulated network time
-follow (see :class:`NetworkModel`).
+follow (see :class:`NetworkModel`). A run is cut into phases (``setup``, then the method's training
+phases such as ``train`` or ``pretrain``/``finetune``, then ``evaluate``: :meth:`Meter.enter_phase`),
+and each phase's wall time and sent bytes are recorded too.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from securevfl.errors import ConfigError
 
 COMPUTE = "compute"
 SERIALIZE = "serialize"
+SETUP = "setup"
 CRYPTO_PREFIX = "crypto."
 
 
@@ -59,6 +62,8 @@ class MeterSnapshot:
     bytes: dict[str, int] = field(default_factory=dict)
     messages: dict[str, int] = field(default_factory=dict)
     depth_link_bytes: dict[int, dict[str, int]] = field(default_factory=dict)
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase of the run
+    phase_bytes: dict[str, int] = field(default_factory=dict)  # bytes this party sent per phase
 
     @property
     def rounds(self) -> int:
@@ -82,7 +87,8 @@ class MeterSnapshot:
     def to_wire(self) -> dict[str, Any]:
         """Plain, codec-safe form (string keys only) to send a party's costs to the active party."""
         return {"seconds": dict(self.seconds), "bytes": dict(self.bytes), "messages": dict(self.messages),
-                "depth_link_bytes": [[d, dict(links)] for d, links in sorted(self.depth_link_bytes.items())]}
+                "depth_link_bytes": [[d, dict(links)] for d, links in sorted(self.depth_link_bytes.items())],
+                "phase_seconds": dict(self.phase_seconds), "phase_bytes": dict(self.phase_bytes)}
 
     @classmethod
     def from_wire(cls, message: Any, sender: str) -> MeterSnapshot:
@@ -96,7 +102,8 @@ class MeterSnapshot:
                 raise ProtocolError(f"malformed cost summary from {sender}: {what}")
             return {k: kind(v) for k, v in value.items()}
 
-        if not isinstance(message, dict) or set(message) != {"seconds", "bytes", "messages", "depth_link_bytes"}:
+        if not isinstance(message, dict) or set(message) != {"seconds", "bytes", "messages", "depth_link_bytes",
+                                                              "phase_seconds", "phase_bytes"}:
             raise ProtocolError(f"malformed cost summary from {sender}")
         depths = message["depth_link_bytes"]
         if not isinstance(depths, list) or not all(
@@ -105,14 +112,21 @@ class MeterSnapshot:
             raise ProtocolError(f"malformed cost summary from {sender}: depth_link_bytes")
         return cls(numbers(message["seconds"], float, "seconds"), numbers(message["bytes"], int, "bytes"),
                    numbers(message["messages"], int, "messages"),
-                   {d: numbers(links, int, "depth_link_bytes") for d, links in depths})
+                   {d: numbers(links, int, "depth_link_bytes") for d, links in depths},
+                   numbers(message["phase_seconds"], float, "phase_seconds"),
+                   numbers(message["phase_bytes"], int, "phase_bytes"))
 
     def merged(self, other: MeterSnapshot) -> MeterSnapshot:
         """Sum of two snapshots (times and counts add; depth maps merge per link)."""
         out = MeterSnapshot(dict(self.seconds), dict(self.bytes), dict(self.messages),
-                            {d: dict(links) for d, links in self.depth_link_bytes.items()})
+                            {d: dict(links) for d, links in self.depth_link_bytes.items()},
+                            dict(self.phase_seconds), dict(self.phase_bytes))
         for k, v in other.seconds.items():
             out.seconds[k] = out.seconds.get(k, 0.0) + v
+        for k, v in other.phase_seconds.items():
+            out.phase_seconds[k] = out.phase_seconds.get(k, 0.0) + v
+        for k, v in other.phase_bytes.items():
+            out.phase_bytes[k] = out.phase_bytes.get(k, 0) + v
         for k, v in other.bytes.items():
             out.bytes[k] = out.bytes.get(k, 0) + v
         for k, v in other.messages.items():
@@ -154,6 +168,10 @@ class Meter:
         self._depth_link_bytes: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._stack: list[_OpenBlock] = []
         self._lock = threading.Lock()
+        self._phase = SETUP
+        self._phase_started = clock()
+        self._phase_seconds: dict[str, float] = defaultdict(float)
+        self._phase_bytes: dict[str, int] = defaultdict(int)
 
     # -- time ---------------------------------------------------------------------------------
     @contextmanager
@@ -232,11 +250,20 @@ class Meter:
         """Record time measured elsewhere (for example in a worker process)."""
         self._seconds[category] += seconds
 
+    def enter_phase(self, name: str) -> None:
+        """From now on, attribute wall time and sent bytes to phase ``name`` (the run starts in ``setup``)."""
+        now = self._clock()
+        with self._lock:
+            self._phase_seconds[self._phase] += now - self._phase_started
+            self._phase, self._phase_started = name, now
+
     # -- communication ------------------------------------------------------------------------
     def record_message(self, src: str, dst: str, nbytes: int, depth: int) -> None:
         """Record one message of ``nbytes`` sent on ``src->dst`` at Lamport depth ``depth``."""
         link = f"{src}->{dst}"
         with self._lock:
+            if src == self.party:
+                self._phase_bytes[self._phase] += nbytes
             self._bytes[link] += nbytes
             self._messages[link] += 1
             self._depth_link_bytes[depth][link] += nbytes
@@ -244,9 +271,13 @@ class Meter:
     def snapshot(self) -> MeterSnapshot:
         """Copy of everything recorded so far."""
         with self._lock:
+            phase_seconds = dict(self._phase_seconds)
+            phase_seconds[self._phase] = phase_seconds.get(self._phase, 0.0) + self._clock() - self._phase_started
             return MeterSnapshot(
                 seconds=dict(self._seconds),
                 bytes=dict(self._bytes),
                 messages=dict(self._messages),
                 depth_link_bytes={d: dict(links) for d, links in self._depth_link_bytes.items()},
+                phase_seconds=phase_seconds,
+                phase_bytes=dict(self._phase_bytes),
             )

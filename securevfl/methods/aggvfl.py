@@ -20,26 +20,17 @@ with two passive parties and a featureless active party that is the other party'
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
-import torch
 from torch import nn
 
-from securevfl.data.scenario import PartyData, Scenario
+from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
-from securevfl.federation.runtime import PartyContext
 from securevfl.methods import _peer_reveal as peer_reveal
 from securevfl.methods._easter_zoo import MODEL_CHOICES, Architecture, architectures, build_local_model
-from securevfl.methods.base import (
-    ActiveOutcome,
-    Method,
-    Role,
-    TrainConfig,
-    as_tensor,
-    batch_plan,
-    predict_scores,
-    register_method,
-)
+from securevfl.methods.base import Role, register_method
+from securevfl.methods.engine import Evaluation, PartySide
+from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod
 from securevfl.privacy.aggregation import (
     AggregationConfig,
     AggregationScheme,
@@ -47,8 +38,6 @@ from securevfl.privacy.aggregation import (
     create_aggregation,
     resolve_key_agreement,
 )
-
-GRADIENT = "aggvfl.grad"
 
 
 @dataclass(frozen=True)
@@ -80,100 +69,8 @@ class AggVFLOptions:
                                                                  key_agreement=self.key_agreement))
 
 
-def passive_role(data: PartyData, arch: Architecture, config: TrainConfig, options: AggVFLOptions,
-                 scheme: AggregationScheme) -> Role:
-    """Predict locally, contribute the logits to the sum, apply the broadcast gradient."""
-
-    def role(ctx: PartyContext) -> None:
-        device = ctx.device
-        model = build_local_model(data, arch, options.embedding_size, data.n_classes, config.seed,
-                                  ctx.name).to(device)
-        opt = torch.optim.Adam(model.parameters(), lr=config.lr)
-        agg = scheme.passive()
-        agg.setup(ctx)
-        X = as_tensor(data.X_train, device)
-        for epoch in range(config.epochs):
-            ctx.stage = f"train epoch {epoch + 1}"
-            model.train()
-            for idx in batch_plan(len(X), config.batch_size, config.seed, epoch):
-                with ctx.meter.compute():
-                    z = model(X[idx])
-                agg.contribute(ctx, z.detach().cpu().numpy().astype(np.float64))
-                grad = ctx.recv(ctx.active, GRADIENT)
-                with ctx.meter.compute():
-                    opt.zero_grad()
-                    z.backward(grad.to(device))
-                    opt.step()
-        ctx.stage = "evaluate"
-        model.eval()
-        with ctx.meter.compute(), torch.no_grad():
-            z_test = model(as_tensor(data.X_test, device)).cpu().numpy().astype(np.float64)
-        agg.contribute(ctx, z_test)
-
-    return role
-
-
-def active_role(data: PartyData, arch: Architecture | None, config: TrainConfig, options: AggVFLOptions,
-                scheme: AggregationScheme, archs: dict[str, str]) -> Role:
-    """Own local model, the (secure) sum of passive logits, the mean top, CE, one gradient."""
-
-    def role(ctx: PartyContext) -> ActiveOutcome:
-        device = ctx.device
-        model = None
-        if arch is not None:
-            model = build_local_model(data, arch, options.embedding_size, data.n_classes, config.seed,
-                                      ctx.name).to(device)
-            opt = torch.optim.Adam(model.parameters(), lr=config.lr)
-        loss_fn = nn.CrossEntropyLoss()
-        agg = scheme.active()
-        agg.setup(ctx, ctx.passives)
-        k = len(ctx.passives) + (model is not None)
-        X = as_tensor(data.X_train, device)
-        y = torch.as_tensor(data.y_train, dtype=torch.long, device=device)
-        history = []
-        for epoch in range(config.epochs):
-            ctx.stage = f"train epoch {epoch + 1}"
-            if model is not None:
-                model.train()
-            total, count = 0.0, 0
-            for idx in batch_plan(len(X), config.batch_size, config.seed, epoch):
-                with ctx.meter.compute():
-                    z_own = model(X[idx]) if model is not None else None
-                result = agg.aggregate(ctx)
-                with ctx.meter.compute():
-                    S = torch.as_tensor(result.total, dtype=torch.float32, device=device)
-                    S.requires_grad_(True)
-                    z = (S + z_own) / k if z_own is not None else S / k
-                    loss = loss_fn(z, y[idx])
-                    if model is not None:
-                        opt.zero_grad()
-                    loss.backward()
-                    if model is not None:
-                        opt.step()
-                    total += float(loss.detach()) * len(idx)
-                    count += len(idx)
-                ctx.broadcast(ctx.passives, GRADIENT, S.grad)  # = dL/dz_k, equal for every party
-            history.append({"epoch": epoch + 1, "train_loss": total / max(count, 1)})
-            ctx.progress(epoch=epoch + 1, epochs=config.epochs, loss=history[-1]["train_loss"])
-        ctx.stage = "evaluate"
-        with ctx.meter.compute(), torch.no_grad():
-            z_own = model.eval()(as_tensor(data.X_test, device)) if model is not None else None
-        result = agg.aggregate(ctx)
-        S = torch.as_tensor(result.total, dtype=torch.float32, device=device)
-        z = (S + z_own) / k if z_own is not None else S / k
-        scores = predict_scores(z)
-        extra = {"architectures": archs, "secagg": options.secagg, "top": "mean of logits (fixed)",
-                 "secagg_stats": agg.stats.as_dict()}
-        if options.allow_peer_reveal and model is None and peer_reveal.reveals_peer(options.secagg, False,
-                                                                                   len(ctx.passives)):
-            extra["warnings"] = [peer_reveal.warning("aggvfl", options.secagg)]
-        return ActiveOutcome(y_true=data.y_test, scores=scores, history=history, extra=extra)
-
-    return role
-
-
 @register_method
-class AggVFL(Method):
+class AggVFL(AggregateMethod):
     """Agg-VFL: local models per party, predictions averaged by a non-trainable top."""
 
     name = "aggvfl"
@@ -184,14 +81,24 @@ class AggVFL(Method):
         passives = self.require_passives(scenario)
         scheme = self.options.aggregation()
         scheme.validate(len(passives))
-        active_data = scenario.party_data(scenario.active)
-        datas = {p: scenario.party_data(p) for p in passives}
-        archs = architectures([(scenario.active, active_data), *datas.items()], self.options.models)
-        peer_reveal.refuse_configuration("aggvfl", self.options.secagg, scenario.active in archs, len(passives),
+        datas = [(p, scenario.party_data(p)) for p in (scenario.active, *passives)]
+        self.archs: dict[str, Architecture] = architectures(datas, self.options.models)
+        peer_reveal.refuse_configuration("aggvfl", self.options.secagg, scenario.active in self.archs, len(passives),
                                          self.options.allow_peer_reveal)
-        names = {p: a.name for p, a in archs.items()}
-        roles: dict[str, Role] = {p: passive_role(datas[p], archs[p], self.config, self.options, scheme)
-                                  for p in passives}
-        roles[scenario.active] = active_role(active_data, archs.get(scenario.active), self.config,
-                                             self.options, scheme, names)
-        return roles
+        return self.sides(scenario, scheme)
+
+    def local_model(self, side: PartySide) -> nn.Module | None:
+        arch = self.archs.get(side.name)
+        if arch is None:
+            return None
+        return build_local_model(side.data, arch, self.options.embedding_size, side.data.n_classes,
+                                 self.config.seed, side.name)
+
+    def report(self, side: AggregateActive, evaluation: Evaluation) -> dict[str, Any]:
+        o = self.options
+        extra: dict[str, Any] = {"architectures": {p: a.name for p, a in self.archs.items()}, "secagg": o.secagg,
+                                 "top": "mean of logits (fixed)", "secagg_stats": side.agg.stats.as_dict()}
+        if o.allow_peer_reveal and side.name not in self.archs and peer_reveal.reveals_peer(o.secagg, False,
+                                                                                        len(side.passives)):
+            extra["warnings"] = [peer_reveal.warning("aggvfl", o.secagg)]
+        return extra

@@ -28,7 +28,12 @@ Role = Callable[[PartyContext], Any]
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Settings every method understands; method-specific ones go in ``options``."""
+    """Settings every method understands; method-specific ones go in ``options``.
+
+    ``patience`` > 0 turns on early stopping on a ``val_fraction`` validation split of the aligned
+    training rows (split-learning methods); ``checkpoint_dir`` makes every party save its own state
+    at each epoch end, and ``resume`` continues from the last epoch every party completed.
+    """
 
     epochs: int = 50
     batch_size: int = 32
@@ -37,6 +42,10 @@ class TrainConfig:
     embedding_dim: int = 16
     hidden: tuple[int, ...] = (64,)
     options: Mapping[str, Any] = field(default_factory=dict)
+    patience: int = 0
+    val_fraction: float = 0.2
+    checkpoint_dir: str | None = None
+    resume: bool = False
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -49,6 +58,12 @@ class TrainConfig:
             raise ConfigError(f"embedding_dim must be >= 1, got {self.embedding_dim}")
         if any(h < 1 for h in self.hidden):
             raise ConfigError(f"hidden sizes must be >= 1, got {self.hidden}")
+        if self.patience < 0:
+            raise ConfigError(f"early-stopping patience must be >= 0, got {self.patience}")
+        if not 0 < self.val_fraction < 1:
+            raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+        if self.resume and not self.checkpoint_dir:
+            raise ConfigError("resume needs a checkpoint directory (--checkpoint-dir)")
 
 
 @dataclass(frozen=True)
@@ -92,10 +107,16 @@ class Method(ABC):
     name: ClassVar[str]
     summary: ClassVar[str] = ""
     Options: ClassVar[type] = NoOptions
+    #: Whether the method runs on the split-learning engine (early stopping, checkpoints, resume).
+    uses_engine: ClassVar[bool] = False
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
         self.options = parse_options(self.Options, config.options)
+        if not self.uses_engine and (config.patience or config.checkpoint_dir):
+            engine = ", ".join(n for n in method_names() if method_class(n).uses_engine)
+            raise ConfigError(f"{self.name} does not support early stopping or checkpoints; the methods on the "
+                              f"split-learning engine do: {engine}")
 
     @abstractmethod
     def roles(self, scenario: Scenario) -> dict[str, Role]:

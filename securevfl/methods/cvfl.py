@@ -23,31 +23,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from securevfl.data.scenario import PartyData, Scenario
+from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError, ProtocolError
-from securevfl.federation.runtime import PartyContext
 from securevfl.methods._easter_zoo import (
     MODEL_CHOICES,
     Architecture,
     architectures,
     build_embedding_net,
 )
-from securevfl.methods.base import (
-    ActiveOutcome,
-    Method,
-    Role,
-    TrainConfig,
-    as_tensor,
-    batch_plan,
-    party_generator,
-    predict_scores,
-    register_method,
-)
+from securevfl.methods.base import Role, party_generator, register_method
+from securevfl.methods.engine import TRAIN, PartySide, SplitMethod, checked_tensor
 from securevfl.models import MLP, init_parameters
 
-EMBEDDING = "cvfl.embedding"
-GRADIENT = "cvfl.grad"
-TEST_EMBEDDING = "cvfl.test_embedding"
 COMPRESSIONS = ("quant", "topk", "both", "none")
 
 
@@ -163,104 +150,11 @@ def payload_bytes(message: dict[str, Any]) -> int:
     return total
 
 
-# -- roles ---------------------------------------------------------------------------------------
-
-
-def _bottom(data: PartyData, arch: Architecture, config: TrainConfig, options: CVFLOptions,
-            name: str) -> nn.Module:
-    return init_parameters(build_embedding_net(data, arch, options.embedding_size),
-                           party_generator(config.seed, name))
-
-
-def passive_role(data: PartyData, arch: Architecture, config: TrainConfig, options: CVFLOptions) -> Role:
-    """Embed the agreed batch, send it compressed, apply the gradient to the exact embedding."""
-
-    def role(ctx: PartyContext) -> None:
-        device = ctx.device
-        model = _bottom(data, arch, config, options, ctx.name).to(device)
-        opt = torch.optim.Adam(model.parameters(), lr=config.lr)
-        X = as_tensor(data.X_train, device)
-        for epoch in range(config.epochs):
-            ctx.stage = f"train epoch {epoch + 1}"
-            model.train()
-            for idx in batch_plan(len(X), config.batch_size, config.seed, epoch):
-                with ctx.meter.compute():
-                    h = model(X[idx])
-                    message = compress(h.detach().cpu().numpy(), options.compress, options.bits,
-                                       options.topk_ratio)
-                ctx.send(ctx.active, EMBEDDING, message)
-                grad = ctx.recv(ctx.active, GRADIENT)
-                with ctx.meter.compute():
-                    opt.zero_grad()
-                    h.backward(grad.to(device))
-                    opt.step()
-        ctx.stage = "evaluate"
-        model.eval()
-        with ctx.meter.compute(), torch.no_grad():
-            h_test = model(as_tensor(data.X_test, device)).cpu().numpy()
-            message = compress(h_test, options.compress, options.bits, options.topk_ratio)
-        ctx.send(ctx.active, TEST_EMBEDDING, message)
-
-    return role
-
-
-def active_role(data: PartyData, arch: Architecture | None, config: TrainConfig, options: CVFLOptions,
-                passives: tuple[str, ...], archs: dict[str, str]) -> Role:
-    """Own bottom, decompression, concatenation, trainable top model, per-embedding gradients."""
-
-    def role(ctx: PartyContext) -> ActiveOutcome:
-        device = ctx.device
-        own = _bottom(data, arch, config, options, ctx.name).to(device) if arch is not None else None
-        width = options.embedding_size * (len(passives) + (own is not None))
-        top = init_parameters(MLP(width, (options.top_hidden,), data.n_classes),
-                              party_generator(config.seed, "top")).to(device)
-        params = list(top.parameters()) + (list(own.parameters()) if own is not None else [])
-        opt = torch.optim.Adam(params, lr=config.lr)
-        loss_fn = nn.CrossEntropyLoss()
-        X = as_tensor(data.X_train, device)
-        y = torch.as_tensor(data.y_train, dtype=torch.long, device=device)
-        history = []
-        raw = sent = 0
-        for epoch in range(config.epochs):
-            ctx.stage = f"train epoch {epoch + 1}"
-            top.train()
-            total, count = 0.0, 0
-            for idx in batch_plan(len(X), config.batch_size, config.seed, epoch):
-                received = [ctx.recv(p, EMBEDDING) for p in passives]
-                with ctx.meter.compute():
-                    for m in received:
-                        raw += 4 * int(np.prod(m["shape"]))
-                        sent += payload_bytes(m)
-                    leaves = [torch.as_tensor(decompress(m), device=device).requires_grad_(True)
-                              for m in received]
-                    parts = ([own(X[idx])] if own is not None else []) + leaves
-                    loss = loss_fn(top(torch.cat(parts, dim=1)), y[idx])
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-                    total += float(loss.detach()) * len(idx)
-                    count += len(idx)
-                for p, leaf in zip(passives, leaves, strict=True):
-                    ctx.send(p, GRADIENT, leaf.grad)
-            history.append({"epoch": epoch + 1, "train_loss": total / max(count, 1)})
-            ctx.progress(epoch=epoch + 1, epochs=config.epochs, loss=history[-1]["train_loss"])
-        ctx.stage = "evaluate"
-        received = [ctx.recv(p, TEST_EMBEDDING) for p in passives]
-        with ctx.meter.compute(), torch.no_grad():
-            top.eval()
-            parts = [own.eval()(as_tensor(data.X_test, device))] if own is not None else []
-            parts += [torch.as_tensor(decompress(m), device=device) for m in received]
-            scores = predict_scores(top(torch.cat(parts, dim=1)))
-        extra = {"compression": options.compress, "bits": options.bits, "topk_ratio": options.topk_ratio,
-                 "compression_ratio": sent / raw if raw else 1.0,
-                 "embedding_raw_bytes": raw, "embedding_payload_bytes": sent, "architectures": archs}
-        return ActiveOutcome(y_true=data.y_test, scores=scores, history=history, extra=extra)
-
-    return role
+# -- hooks ---------------------------------------------------------------------------------------
 
 
 @register_method
-class CVFL(Method):
+class CVFL(SplitMethod):
     """C-VFL: split VFL whose passive embeddings are quantised and/or top-k sparsified."""
 
     name = "cvfl"
@@ -268,13 +162,38 @@ class CVFL(Method):
     Options = CVFLOptions
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
-        passives = self.require_passives(scenario)
-        active_data = scenario.party_data(scenario.active)
-        datas = {p: scenario.party_data(p) for p in passives}
-        archs = architectures([(scenario.active, active_data), *datas.items()], self.options.models)
-        names = {p: a.name for p, a in archs.items()}
-        roles: dict[str, Role] = {p: passive_role(datas[p], archs[p], self.config, self.options)
-                                  for p in passives}
-        roles[scenario.active] = active_role(active_data, archs.get(scenario.active), self.config,
-                                             self.options, passives, names)
-        return roles
+        datas = [(p, scenario.party_data(p)) for p in (scenario.active, *self.require_passives(scenario))]
+        self.archs: dict[str, Architecture] = architectures(datas, self.options.models)
+        return super().roles(scenario)
+
+    def bottom(self, side: PartySide) -> nn.Module:
+        net = build_embedding_net(side.data, self.archs[side.name], self.options.embedding_size)
+        return init_parameters(net, party_generator(self.config.seed, side.name))
+
+    def embedding_width(self) -> int:
+        return self.options.embedding_size
+
+    def top(self, side: PartySide, width: int) -> nn.Module:
+        model = MLP(width, (self.options.top_hidden,), side.data.n_classes)
+        return init_parameters(model, party_generator(self.config.seed, "top"))
+
+    def encode(self, side: PartySide, h: torch.Tensor, phase: str) -> Any:
+        o = self.options
+        return compress(h.detach().cpu().numpy(), o.compress, o.bits, o.topk_ratio)
+
+    def decode(self, side: PartySide, message: Any, sender: str, rows: int, phase: str) -> torch.Tensor:
+        try:
+            values = decompress(message)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ProtocolError(f"{sender} sent a malformed compressed embedding: {exc!r}") from None
+        if phase == TRAIN:
+            side.stats["raw"] = side.stats.get("raw", 0) + 4 * values.size
+            side.stats["sent"] = side.stats.get("sent", 0) + payload_bytes(message)
+        return checked_tensor(torch.as_tensor(values), sender, rows)
+
+    def report(self, side: PartySide) -> dict[str, Any]:
+        raw, sent = side.stats.get("raw", 0), side.stats.get("sent", 0)
+        o = self.options
+        return {"compression": o.compress, "bits": o.bits, "topk_ratio": o.topk_ratio,
+                "compression_ratio": sent / raw if raw else 1.0, "embedding_raw_bytes": raw,
+                "embedding_payload_bytes": sent, "architectures": {p: a.name for p, a in self.archs.items()}}

@@ -49,15 +49,15 @@ batch, and the others' global embedding is the mean over the parties that took p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from securevfl.data.scenario import PartyData, Scenario
+from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
 from securevfl.eval import classification_metrics
-from securevfl.federation.runtime import PartyContext
 from securevfl.methods import _peer_reveal as peer_reveal
 from securevfl.methods._easter_zoo import (
     MODEL_CHOICES,
@@ -65,16 +65,9 @@ from securevfl.methods._easter_zoo import (
     architectures,
     build_local_model,
 )
-from securevfl.methods.base import (
-    ActiveOutcome,
-    Method,
-    Role,
-    TrainConfig,
-    as_tensor,
-    batch_plan,
-    predict_scores,
-    register_method,
-)
+from securevfl.methods.base import Role, n_batches, register_method
+from securevfl.methods.engine import Evaluation, PartySide
+from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod
 from securevfl.privacy.aggregation import (
     AggregationConfig,
     AggregationScheme,
@@ -83,11 +76,6 @@ from securevfl.privacy.aggregation import (
     resolve_key_agreement,
 )
 
-GLOBAL = "easter.global"
-LOGITS = "easter.logits"
-GRADIENT = "easter.grad"
-TEST_SCORES = "easter.test_scores"
-EMBED_GRAD = "easter.embed_grad"
 EMBED_GRADS = ("own", "all")
 
 
@@ -156,206 +144,14 @@ def _raw_drops(passives: tuple[str, ...], drop_prob: float, seed: int, epoch: in
     return len(drop_schedule(passives, drop_prob, seed, epoch, batch, len(passives)))
 
 
-class _Plan:
-    """The agreed round structure: batches per epoch and who drops in each."""
-
-    def __init__(self, n_rows: int, config: TrainConfig, options: EasterOptions,
-                 passives: tuple[str, ...], max_drops: int) -> None:
-        self.config, self.options, self.passives, self.max_drops = config, options, passives, max_drops
-        self.n_rows = n_rows
-
-    def rounds(self, epoch: int):
-        for b, idx in enumerate(batch_plan(self.n_rows, self.config.batch_size, self.config.seed, epoch)):
-            yield idx, drop_schedule(self.passives, self.options.drop_prob, self.config.seed, epoch, b,
-                                     self.max_drops)
-
-
-def passive_role(data: PartyData, arch: Architecture, config: TrainConfig, options: EasterOptions,
-                 scheme: AggregationScheme, plan: _Plan) -> Role:
-    """A passive party: embed, contribute to the secure sum, predict from E, learn from its loss."""
-
-    def role(ctx: PartyContext) -> None:
-        device = ctx.device
-        model = build_local_model(data, arch, options.embedding_size, data.n_classes, config.seed,
-                                  ctx.name).to(device)
-        opt = torch.optim.Adam(model.parameters(), lr=config.lr)
-        agg = scheme.passive()
-        rounds_per_batch = 2 if options.embed_grad == "all" else 1
-        ctx.stage = "secagg setup"
-        agg.setup(ctx)
-        X = as_tensor(data.X_train, device)
-        for epoch in range(config.epochs):
-            ctx.stage = f"train epoch {epoch + 1}"
-            model.train()
-            for idx, dropped in plan.rounds(epoch):
-                if ctx.name in dropped:
-                    for _ in range(rounds_per_batch):
-                        agg.drop(ctx)
-                    continue
-                with ctx.meter.compute():
-                    e = model.embed(X[idx])
-                    e_np = e.detach().cpu().numpy().astype(np.float64)
-                agg.contribute(ctx, e_np)
-                message = ctx.recv(ctx.active, GLOBAL)
-                with ctx.meter.compute():
-                    E = message["E"].to(device).requires_grad_(True)
-                    logits = model.decide(E)
-                ctx.send(ctx.active, LOGITS, logits.detach())
-                grad = ctx.recv(ctx.active, GRADIENT)
-                with ctx.meter.compute():
-                    opt.zero_grad()
-                    logits.backward(grad.to(device))
-                    grad_E = E.grad
-                if options.embed_grad == "all":  # extension: sum of every party's dL_j/dE
-                    agg.contribute(ctx, grad_E.cpu().numpy().astype(np.float64))
-                    grad_E = ctx.recv(ctx.active, EMBED_GRAD).to(device)
-                with ctx.meter.compute():
-                    e.backward(grad_E / int(message["k"]))
-                    opt.step()
-        ctx.stage = "evaluate"
-        model.eval()
-        with ctx.meter.compute(), torch.no_grad():
-            e_test = model.embed(as_tensor(data.X_test, device)).cpu().numpy().astype(np.float64)
-        agg.contribute(ctx, e_test)
-        message = ctx.recv(ctx.active, GLOBAL)
-        with ctx.meter.compute(), torch.no_grad():
-            scores = predict_scores(model.decide(message["E"].to(device)))
-        ctx.send(ctx.active, TEST_SCORES, scores)
-
-    return role
-
-
-def active_role(data: PartyData, arch: Architecture | None, config: TrainConfig, options: EasterOptions,
-                scheme: AggregationScheme, plan: _Plan, archs: dict[str, str]) -> Role:
-    """The active party: its own local model, the aggregation, every party's loss."""
-
-    def role(ctx: PartyContext) -> ActiveOutcome:
-        device = ctx.device
-        model = None
-        if arch is not None:
-            model = build_local_model(data, arch, options.embedding_size, data.n_classes, config.seed,
-                                      ctx.name).to(device)
-            opt = torch.optim.Adam(model.parameters(), lr=config.lr)
-        loss_fn = nn.CrossEntropyLoss()
-        agg = scheme.active()
-        every_loss = options.embed_grad == "all"
-        ctx.stage = "secagg setup"
-        agg.setup(ctx, ctx.passives)
-        X = as_tensor(data.X_train, device)
-        y = torch.as_tensor(data.y_train, dtype=torch.long, device=device)
-        history = []
-        for epoch in range(config.epochs):
-            ctx.stage = f"train epoch {epoch + 1}"
-            if model is not None:
-                model.train()
-            sums: dict[str, float] = {}
-            counts: dict[str, int] = {}
-            for idx, dropped in plan.rounds(epoch):
-                alive = tuple(p for p in ctx.passives if p not in dropped)
-                e_own = None
-                if model is not None:
-                    with ctx.meter.compute():
-                        e_own = model.embed(X[idx])
-                result = agg.aggregate(ctx, dropped)
-                peer_reveal.refuse_round("easter", options.secagg, model is not None, len(result.survivors),
-                                         options.allow_peer_reveal)
-                k = len(result.survivors) + (1 if model is not None else 0)
-                with ctx.meter.compute():
-                    S = torch.as_tensor(result.total, dtype=torch.float32, device=device)
-                    E = (S + e_own) / k if e_own is not None else S / k
-                ctx.broadcast(alive, GLOBAL, {"E": E.detach(), "k": k})
-                losses = {}
-                if model is not None:
-                    with ctx.meter.compute():
-                        E_in = E.detach().requires_grad_(True) if every_loss else E
-                        own_loss = loss_fn(model.decide(E_in), y[idx])
-                        opt.zero_grad()
-                        own_loss.backward()
-                        if not every_loss:
-                            opt.step()
-                    losses[ctx.name] = float(own_loss.detach())
-                for p in alive:
-                    logits = ctx.recv(p, LOGITS)
-                    with ctx.meter.compute():
-                        leaf = logits.to(device).requires_grad_(True)
-                        loss = loss_fn(leaf, y[idx])
-                        loss.backward()
-                    losses[p] = float(loss.detach())
-                    ctx.send(p, GRADIENT, leaf.grad)
-                if every_loss:  # extension: every party's loss reaches every embedding net
-                    grads = agg.aggregate(ctx, dropped)
-                    with ctx.meter.compute():
-                        G = torch.as_tensor(grads.total, dtype=torch.float32, device=device)
-                        if model is not None:
-                            G = G + E_in.grad
-                    ctx.broadcast(alive, EMBED_GRAD, G)
-                    if model is not None:
-                        with ctx.meter.compute():
-                            e_own.backward(G / k)
-                            opt.step()
-                for p, v in losses.items():
-                    sums[p] = sums.get(p, 0.0) + v * len(idx)
-                    counts[p] = counts.get(p, 0) + len(idx)
-            per_party_loss = {p: sums[p] / counts[p] for p in sums}
-            mean_loss = float(np.mean(list(per_party_loss.values())))
-            history.append({"epoch": epoch + 1, "train_loss": mean_loss,
-                            **{f"train_loss[{p}]": v for p, v in per_party_loss.items()}})
-            ctx.progress(epoch=epoch + 1, epochs=config.epochs, loss=mean_loss)
-        ctx.stage = "evaluate"
-        e_test = None
-        if model is not None:
-            model.eval()
-            with ctx.meter.compute(), torch.no_grad():
-                e_test = model.embed(as_tensor(data.X_test, device))
-        result = agg.aggregate(ctx, ())
-        peer_reveal.refuse_round("easter", options.secagg, model is not None, len(result.survivors),
-                                 options.allow_peer_reveal)
-        k = len(result.survivors) + (1 if model is not None else 0)
-        with ctx.meter.compute(), torch.no_grad():
-            S = torch.as_tensor(result.total, dtype=torch.float32, device=device)
-            E = (S + e_test) / k if e_test is not None else S / k
-        ctx.broadcast(ctx.passives, GLOBAL, {"E": E, "k": k})
-        per_party = {}
-        if model is not None:
-            with ctx.meter.compute(), torch.no_grad():
-                per_party[ctx.name] = (data.y_test, predict_scores(model.decide(E)))
-        for p in ctx.passives:
-            per_party[p] = (data.y_test, np.asarray(ctx.recv(p, TEST_SCORES)))
-        party_metrics = {p: classification_metrics(yt, s) for p, (yt, s) in per_party.items()}
-        mean_metrics = {key: float(np.mean([m[key] for m in party_metrics.values()]))
-                        for key in next(iter(party_metrics.values()))}
-        ensemble = np.mean([s for _, s in per_party.values()], axis=0)
-        raw_drops = sum(_raw_drops(plan.passives, options.drop_prob, config.seed, ep, b)
-                        for ep in range(config.epochs)
-                        for b in range(-(-plan.n_rows // config.batch_size)))
-        extra = {
-            "headline_metrics": "per_party_mean",  # api.run: metrics = mean of per_party (paper's Avg)
-            "mean_party_metrics": mean_metrics,
-            "ensemble_metrics": classification_metrics(data.y_test, ensemble),
-            "architectures": archs,
-            "secagg": options.secagg,
-            "secagg_stats": {**agg.stats.as_dict(),
-                             "drops_capped": raw_drops - agg.stats.dropouts},
-            "embedding_size": options.embedding_size,
-        }
-        if options.allow_peer_reveal and model is None and options.secagg != "none":
-            extra["warnings"] = [peer_reveal.warning("easter", options.secagg)]
-        # api.run replaces the metrics of ``scores`` by the per-party mean (headline_metrics);
-        # ``scores`` carries the active party's own model (the ensemble when it has no features).
-        scores = per_party[ctx.name][1] if ctx.name in per_party else ensemble
-        return ActiveOutcome(y_true=data.y_test, scores=scores, per_party=per_party,
-                             history=history, extra=extra)
-
-    return role
-
-
 @register_method
-class Easter(Method):
+class Easter(AggregateMethod):
     """EASTER: heterogeneous local models trained on a securely aggregated global embedding."""
 
     name = "easter"
     summary = "EASTER: per-party heterogeneous models on a DH-securely aggregated global embedding"
     Options = EasterOptions
+    per_party_loss = True
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         passives = self.require_passives(scenario)
@@ -364,19 +160,56 @@ class Easter(Method):
         if self.options.drop_prob > 0 and scheme.max_dropouts(len(passives)) == 0:
             raise ConfigError(f"secagg={self.options.secagg} cannot recover from dropouts with "
                               f"{len(passives)} passive parties; use secagg=dh (and >= 3 passives)")
-        active_data = scenario.party_data(scenario.active)
-        datas = {p: scenario.party_data(p) for p in passives}
-        ordered = [(scenario.active, active_data), *datas.items()]
-        archs = architectures(ordered, self.options.models)
-        max_drops = self._max_drops(scenario.active in archs, len(passives), scheme)
-        plan = _Plan(len(active_data.X_train), self.config, self.options, passives, max_drops)
-        names = {p: a.name for p, a in archs.items()}
-        roles: dict[str, Role] = {
-            p: passive_role(datas[p], archs[p], self.config, self.options, scheme, plan) for p in passives
+        datas = [(p, scenario.party_data(p)) for p in (scenario.active, *passives)]
+        self.archs: dict[str, Architecture] = architectures(datas, self.options.models)
+        self.passives = passives
+        self.max_drops = self._max_drops(scenario.active in self.archs, len(passives), scheme)
+        return self.sides(scenario, scheme)
+
+    def local_model(self, side: PartySide) -> nn.Module | None:
+        arch = self.archs.get(side.name)
+        if arch is None:
+            return None
+        return build_local_model(side.data, arch, self.options.embedding_size, side.data.n_classes,
+                                 self.config.seed, side.name)
+
+    def contribution(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return model.embed(x)
+
+    def head(self, model: nn.Module, global_value: torch.Tensor) -> torch.Tensor:
+        return model.decide(global_value)
+
+    def embed_grad_all(self) -> bool:
+        return self.options.embed_grad == "all"
+
+    def dropped(self, epoch: int, batch: int) -> frozenset[str]:
+        return drop_schedule(self.passives, self.options.drop_prob, self.config.seed, epoch, batch, self.max_drops)
+
+    def check_round(self, survivors: int, active_contributes: bool) -> None:
+        o = self.options
+        peer_reveal.refuse_round("easter", o.secagg, active_contributes, survivors, o.allow_peer_reveal)
+
+    def report(self, side: AggregateActive, evaluation: Evaluation) -> dict[str, Any]:
+        o, config, y = self.options, self.config, side.data.y_test
+        party_metrics = {p: classification_metrics(y, s) for p, s in evaluation.per_party.items()}
+        mean_metrics = {key: float(np.mean([m[key] for m in party_metrics.values()]))
+                        for key in next(iter(party_metrics.values()))}
+        ensemble = np.mean(list(evaluation.per_party.values()), axis=0)
+        raw_drops = sum(_raw_drops(self.passives, o.drop_prob, config.seed, ep, b)
+                        for ep in range(config.epochs) for b in range(n_batches(len(side.rows), config.batch_size)))
+        stats = side.agg.stats
+        extra: dict[str, Any] = {
+            "headline_metrics": "per_party_mean",  # api.run: metrics = mean of per_party (paper's Avg)
+            "mean_party_metrics": mean_metrics,
+            "ensemble_metrics": classification_metrics(y, ensemble),
+            "architectures": {p: a.name for p, a in self.archs.items()},
+            "secagg": o.secagg,
+            "secagg_stats": {**stats.as_dict(), "drops_capped": raw_drops - stats.dropouts},
+            "embedding_size": o.embedding_size,
         }
-        roles[scenario.active] = active_role(active_data, archs.get(scenario.active), self.config,
-                                             self.options, scheme, plan, names)
-        return roles
+        if o.allow_peer_reveal and side.name not in self.archs and o.secagg != "none":
+            extra["warnings"] = [peer_reveal.warning("easter", o.secagg)]
+        return extra
 
     def _max_drops(self, active_contributes: bool, n_passives: int, scheme: AggregationScheme) -> int:
         """Dropouts per round the simulation may draw: the scheme's limit, less any that would reveal a peer."""

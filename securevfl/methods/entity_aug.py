@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,25 +49,27 @@ from securevfl.data.partition import PartitionSpec, register_preset
 from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, DataError, ProtocolError
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods.base import (
-    ActiveOutcome,
-    Method,
-    Role,
-    TrainConfig,
-    as_tensor,
-    party_generator,
-    predict_scores,
-    register_method,
+from securevfl.methods.base import ActiveOutcome, Role, TrainConfig, as_tensor, party_generator, register_method
+from securevfl.methods.engine import (
+    TRAIN,
+    EngineRecord,
+    Evaluation,
+    PartySide,
+    SplitActive,
+    SplitMethod,
+    SplitPassive,
+    checked_tensor,
+    side_role,
 )
+from securevfl.methods.engine.loop import Losses
 from securevfl.models import MLP, StripCNN, init_parameters
 
-ACTIVATION = "ea_activation"
-GRADIENT = "ea_gradient"
-TEST_ACTIVATION = "ea_test_activation"
-PSI_MESSAGE = "ea_psi"
-ID_LIST = "ea_ids"
-LABELLED = "ea_labelled"
-PLAN = "ea_plan"
+ACTIVATION = "activation"
+GRADIENT = "gradient"
+PSI_MESSAGE = "entity-aug.setup.psi"
+ID_LIST = "ids"
+LABELLED = "labelled"
+PLAN = "plan"
 
 ARCHS = ("splitnn", "credit-card", "parkinsons")
 BOTTOMS = ("auto", "mlp", "cnn")
@@ -201,9 +203,10 @@ def _fill(pool: np.ndarray, length: int, rng: np.random.Generator) -> np.ndarray
 class ActivationQueue:
     """Per-guest queue at the host (Algorithm 1, ``Q_i`` and ``Q_label,i``).
 
-    ``put`` stores an activation and its entity keys; ``read`` returns the newest one and whether
-    it arrived since the last read. When a guest misses a step the host reads its last activation
-    again (fault tolerance). ``maxlen`` bounds the memory held.
+    ``put`` stores an activation and the labels of its rows (resolved from the entity keys when it
+    arrives, so a checkpointed queue does not depend on a run's PSI order); ``read`` returns the
+    newest one and whether it arrived since the last read. When a guest misses a step the host
+    reads its last activation again (fault tolerance). ``maxlen`` bounds the memory held.
     """
 
     maxlen: int = 1
@@ -211,22 +214,31 @@ class ActivationQueue:
     _fresh: bool = False
     reused: int = 0
 
-    def put(self, activation: torch.Tensor, keys: np.ndarray) -> None:
-        """Store the newest activation of this guest with its entity keys."""
-        self._items.append((activation, np.asarray(keys)))
+    def put(self, activation: torch.Tensor, labels: np.ndarray) -> None:
+        """Store the newest activation of this guest with the labels of its rows."""
+        self._items.append((activation, np.asarray(labels)))
         while len(self._items) > self.maxlen:
             self._items.popleft()
         self._fresh = True
 
     def read(self) -> tuple[torch.Tensor, np.ndarray, bool]:
-        """Return the newest activation, its keys, and whether it is new since the last read."""
+        """Return the newest activation, its labels, and whether it is new since the last read."""
         if not self._items:
             raise ProtocolError("no activation received yet from this guest; nothing to reuse")
         fresh, self._fresh = self._fresh, False
         if not fresh:
             self.reused += 1
-        activation, keys = self._items[-1]
-        return activation, keys, fresh
+        activation, labels = self._items[-1]
+        return activation, labels, fresh
+
+    def state_dict(self) -> dict[str, Any]:
+        """The queued activations and counters, as tensors and numbers (for a checkpoint)."""
+        return {"items": [[a, torch.as_tensor(k)] for a, k in self._items], "fresh": self._fresh,
+                "reused": self.reused}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._items = deque((a, np.asarray(k)) for a, k in state["items"])
+        self._fresh, self.reused = bool(state["fresh"]), int(state["reused"])
 
 
 # -- models ---------------------------------------------------------------------------------------
@@ -306,14 +318,6 @@ def _psi_guest(ctx: PartyContext, ids: Sequence[str]) -> np.ndarray:
     return prepared.rows[responder.outcome.positions]
 
 
-def _ids_host(ctx: PartyContext, guest: str, label_of: dict[str, int]) -> np.ndarray:
-    """Plaintext stand-in: receive a guest's IDs, answer which are labelled; return labels."""
-    ids = ctx.recv(guest, ID_LIST)
-    positions = [i for i, v in enumerate(ids) if str(v) in label_of]
-    ctx.send(guest, LABELLED, np.asarray(positions, dtype=np.int64))
-    return np.asarray([label_of[str(ids[i])] for i in positions], dtype=np.int64)
-
-
 def checked_activation(message: Any, guest: str, n_keys: int) -> tuple[torch.Tensor, np.ndarray]:
     """Validate a guest's ``(activation, keys)`` message; a malformed one raises ProtocolError."""
     if not (isinstance(message, tuple | list) and len(message) == 2):
@@ -333,189 +337,235 @@ def _id_strings(ids: np.ndarray) -> list[str]:
     return [str(v) for v in ids]
 
 
-# -- roles ----------------------------------------------------------------------------------------
+# -- the two sides on the engine ------------------------------------------------------------------
 
-def guest_role(data: PartyData, config: TrainConfig, options: EntityAugOptions,
-               drop_rng: np.random.Generator | None = None) -> Role:
-    """Build a guest role: resolve labelled entities, then send activations + keys per step."""
+class _StepCounts:
+    """A guest's sent and missed steps (checkpointed: the first step is never missed)."""
 
-    def role(ctx: PartyContext) -> dict[str, Any]:
-        device = ctx.device
-        n_aligned = len(data.X_train)
+    def __init__(self) -> None:
+        self.sent = self.dropped = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sent": self.sent, "dropped": self.dropped}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.sent, self.dropped = int(state["sent"]), int(state["dropped"])
+
+
+class EntityAugGuest(SplitPassive):
+    """A guest: resolve its labelled entities, then send activations with their entity keys."""
+
+    method: EntityAugmentation
+
+    def build(self, ctx: PartyContext) -> None:
+        data, options = self.data, self.method.options
         own_ids = np.concatenate([data.ids_train, data.ids_unaligned])
         ctx.stage = "entity resolution"
         if options.resolution == "psi":
             pair_rows = _psi_guest(ctx, _id_strings(own_ids))
         else:
-            ctx.send(ctx.active, ID_LIST, _id_strings(own_ids))
-            pair_rows = np.asarray(ctx.recv(ctx.active, LABELLED), dtype=np.int64)
+            ctx.send(ctx.active, self.tag("setup", ID_LIST), _id_strings(own_ids))
+            pair_rows = np.asarray(ctx.recv(ctx.active, self.tag("setup", LABELLED)), dtype=np.int64)
+        n_aligned = len(data.X_train)
         key_of_row = np.full(len(own_ids), -1, dtype=np.int64)
         key_of_row[pair_rows] = np.arange(len(pair_rows))
         if np.any(key_of_row[:n_aligned] < 0):
             raise DataError(f"{ctx.name}: some aligned rows are not labelled at the host")
         extra_rows = n_aligned + np.flatnonzero(key_of_row[n_aligned:] >= 0)
-        if not options.use_unaligned:
-            extra_rows = extra_rows[:0]
-        rows = np.concatenate([np.arange(n_aligned), extra_rows])  # entity index -> own row
-        keys = key_of_row[rows]
-        X = as_tensor(np.concatenate([data.X_train, data.X_unaligned])[rows], device)
-        length = int(ctx.recv(ctx.active, PLAN))
+        self.n_extra = len(extra_rows) if options.use_unaligned else 0
+        self.entity_rows = np.concatenate([self.rows, extra_rows[: self.n_extra]])  # entity index -> own row
+        self.keys = key_of_row[self.entity_rows]
+        self.X = as_tensor(np.concatenate([data.X_train, data.X_unaligned])[self.entity_rows], ctx.device)
+        self.length = int(ctx.recv(ctx.active, self.tag("setup", PLAN)))
+        model = self.method.bottom(self).to(ctx.device)
+        self.state.modules["bottom"] = model
+        self.state.optimizers["bottom"] = torch.optim.Adam(model.parameters(), lr=self.config.lr)
+        self.state.generators["drops"] = np.random.default_rng([self.config.seed, 0xD0, party_digest(ctx.name)])
+        self.counts = self.state.others["steps"] = _StepCounts()
 
-        model = build_guest_model(data, config, options, ctx.name).to(device)
-        opt = torch.optim.Adam(model.parameters(), lr=config.lr)
-        rng = drop_rng or np.random.default_rng([config.seed, 0xD0, party_digest(ctx.name)])
-        sent = dropped = 0
-        for epoch in range(config.epochs):
-            ctx.stage = f"train epoch {epoch + 1}"
-            order = entity_schedule(n_aligned, len(extra_rows), length, seed=config.seed,
-                                    epoch=epoch, party=ctx.name, misalign=options.misalign)
-            for start in range(0, length, config.batch_size):
-                idx = order[start : start + config.batch_size]
-                if sent and options.drop_prob and rng.random() < options.drop_prob:
-                    ctx.send(ctx.active, ACTIVATION, None)  # stands for a missed step (timeout)
-                    dropped += 1
-                    continue
-                with ctx.meter.compute():
-                    h = model(X[idx])
-                ctx.send(ctx.active, ACTIVATION, (h.detach(), keys[idx]))
-                sent += 1
-                grad = ctx.recv(ctx.active, GRADIENT)
-                with ctx.meter.compute():
-                    opt.zero_grad()
-                    h.backward(grad.to(device))
-                    opt.step()
-        ctx.stage = "evaluate"
-        with ctx.meter.compute(), torch.no_grad():
-            model.eval()
-            h_test = model(as_tensor(data.X_test, device))
-        ctx.send(ctx.active, TEST_ACTIVATION, h_test)
-        return {"entities": int(len(rows)), "sent_steps": sent, "dropped_steps": dropped}
+    def batches(self, epoch: int) -> Iterator[np.ndarray]:
+        order = entity_schedule(len(self.rows), self.n_extra, self.length, seed=self.config.seed, epoch=epoch,
+                                party=self.name, misalign=self.method.options.misalign)
+        for start in range(0, self.length, self.config.batch_size):
+            yield order[start : start + self.config.batch_size]
 
-    return role
+    def train_batch(self, ctx: PartyContext, batch: np.ndarray) -> None:
+        drop_prob, drops = self.method.options.drop_prob, self.state.generators["drops"]
+        if self.counts.sent and drop_prob and drops.random() < drop_prob:
+            ctx.send(ctx.active, self.tag(TRAIN, ACTIVATION), None)  # stands for a missed step (timeout)
+            self.counts.dropped += 1
+            return
+        model, opt = self.state.modules["bottom"], self.state.optimizers["bottom"]
+        with ctx.meter.compute():
+            h = model(self.X[batch])
+        ctx.send(ctx.active, self.tag(TRAIN, ACTIVATION), (h.detach(), self.keys[batch]))
+        self.counts.sent += 1
+        grad = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, GRADIENT)), ctx.active, len(batch), "gradient")
+        with ctx.meter.compute():
+            opt.zero_grad()
+            h.backward(grad.to(self.device))
+            opt.step()
+
+    def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> dict[str, Any]:
+        return {"entities": len(self.entity_rows), "sent_steps": self.counts.sent,
+                "dropped_steps": self.counts.dropped}
 
 
-def host_role(data: PartyData, config: TrainConfig, options: EntityAugOptions,
-              guests: tuple[str, ...]) -> Role:
-    """Build the host role: resolve entities, queue activations, mix labels, train the top."""
+class _HostLayout:
+    """The activation width of every part, learnt from the guests' first activations (checkpointed)."""
 
-    def role(ctx: PartyContext) -> ActiveOutcome:
-        device = ctx.device
-        n_aligned = len(data.X_train)
+    def __init__(self, widths: dict[str, int]) -> None:
+        self.widths = widths
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"widths": dict(self.widths)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.widths = {str(k): int(v) for k, v in state["widths"].items()}
+
+
+class EntityAugHost(SplitActive):
+    """The host: resolve entities, queue each guest's newest activation, mix labels, train the top."""
+
+    method: EntityAugmentation
+
+    def build(self, ctx: PartyContext) -> None:
+        data, options, guests = self.data, self.method.options, self.passives
         labelled_ids = np.concatenate([data.ids_train, data.ids_unaligned])
         labelled_y = np.concatenate([data.y_train, data.y_unaligned]).astype(np.int64)
         ctx.stage = "entity resolution"
-        label_by_key: dict[str, np.ndarray] = {}
+        self.label_by_key: dict[str, np.ndarray] = {}
         for g in guests:
             if options.resolution == "psi":
-                label_by_key[g] = labelled_y[_psi_host(ctx, g, _id_strings(labelled_ids))]
+                self.label_by_key[g] = labelled_y[_psi_host(ctx, g, _id_strings(labelled_ids))]
             else:
                 label_of = dict(zip(_id_strings(labelled_ids), labelled_y.tolist(), strict=True))
-                label_by_key[g] = _ids_host(ctx, g, label_of)
-        sizes = {g: n_aligned + ((len(label_by_key[g]) - n_aligned) if options.use_unaligned else 0)
-                 for g in guests}
-        own_extra = len(data.X_unaligned) if (data.n_features and options.use_unaligned) else 0
+                self.label_by_key[g] = self._ids_host(ctx, g, label_of)
+        n_aligned, n_train = len(data.X_train), len(self.rows)  # validation rows, if any, are not trained on
+        self.sizes = {g: n_train + ((len(self.label_by_key[g]) - n_aligned) if options.use_unaligned else 0)
+                      for g in guests}
+        self.own_extra = len(data.X_unaligned) if (data.n_features and options.use_unaligned) else 0
         if data.n_features:
-            sizes[ctx.name] = n_aligned + own_extra
-        length = (max if options.epoch_size == "max" else min)(sizes.values())
-        ctx.broadcast(guests, PLAN, int(length))
-
-        own = (build_guest_model(data, config, options, ctx.name).to(device)
-               if data.n_features else None)
-        own_rows = np.concatenate([data.X_train, data.X_unaligned])[: n_aligned + own_extra]
-        X_own = as_tensor(own_rows, device)
+            self.sizes[ctx.name] = n_train + self.own_extra
+        self.length = (max if options.epoch_size == "max" else min)(self.sizes.values())
+        ctx.broadcast(guests, self.tag("setup", PLAN), int(self.length))
         widths = {g: 0 for g in guests}
-        if own is not None:
+        if data.n_features:
+            own = self.method.bottom(self).to(ctx.device)
+            self.state.modules["bottom"] = own
             widths[ctx.name] = output_width(own, data)
-        queues = {g: ActivationQueue() for g in guests}
-        top: nn.Module | None = None
-        opt: torch.optim.Optimizer | None = None
-        history = []
-        for epoch in range(config.epochs):
-            ctx.stage = f"train epoch {epoch + 1}"
-            own_order = None
-            if own is not None:
-                own_order = entity_schedule(n_aligned, own_extra, length, seed=config.seed,
-                                            epoch=epoch, party=ctx.name,
-                                            misalign=options.misalign)
-            total, count = 0.0, 0
-            for start in range(0, length, config.batch_size):
-                fresh: dict[str, bool] = {}
-                parts: list[tuple[torch.Tensor, np.ndarray]] = []
-                for g in guests:
-                    message = ctx.recv(g, ACTIVATION)
-                    if message is not None:
-                        activation, keys = checked_activation(message, g, len(label_by_key[g]))
-                        if widths[g] and activation.shape[1] != widths[g]:
-                            raise ProtocolError(f"{g} changed its activation width")
-                        queues[g].put(activation, keys)
-                        widths[g] = int(activation.shape[1])
-                    activation, keys, fresh[g] = queues[g].read()
-                    parts.append((activation, label_by_key[g][keys]))
-                if top is None:  # built once the guests' activation widths are known
-                    width = sum(widths.values())
-                    top = build_host_model(width, data.n_classes, config, options).to(device)
-                    params = list(top.parameters())
-                    params += list(own.parameters()) if own is not None else []
-                    opt = torch.optim.Adam(params, lr=config.lr)
-                m = min(len(a) for a, _ in parts)
-                with ctx.meter.compute():
-                    leaves = [a.to(device)[:m].detach().requires_grad_(True) for a, _ in parts]
-                    labels = [lab[:m] for _, lab in parts]
-                    weights = [widths[g] for g in guests]
-                    inputs = list(leaves)
-                    if own is not None:
-                        own_idx = own_order[start : start + m]
-                        inputs = [own(X_own[own_idx])] + inputs
-                        labels = [labelled_y[own_idx]] + labels
-                        weights = [widths[ctx.name]] + weights
-                    mixed = interpolate_labels(labels, weights, data.n_classes)
-                    target = torch.as_tensor(mixed, device=device)
-                    loss = soft_cross_entropy(top(torch.cat(inputs, dim=1)), target)
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-                    total += float(loss.detach()) * m
-                    count += m
-                for g, (activation, _), leaf in zip(guests, parts, leaves, strict=True):
-                    if fresh[g]:
-                        grad = leaf.grad
-                        if len(activation) > m:  # rows the host could not pair get no gradient
-                            pad = grad.new_zeros((len(activation) - m, grad.shape[1]))
-                            grad = torch.cat([grad, pad])
-                        ctx.send(g, GRADIENT, grad)
-            history.append({"epoch": epoch + 1, "train_loss": total / max(count, 1)})
-            ctx.progress(epoch=epoch + 1, epochs=config.epochs, loss=history[-1]["train_loss"])
-        ctx.stage = "evaluate"
-        received = [ctx.recv(g, TEST_ACTIVATION) for g in guests]
-        with ctx.meter.compute(), torch.no_grad():
-            top.eval()
-            parts_test = [own.eval()(as_tensor(data.X_test, device))] if own is not None else []
-            parts_test += [r.to(device) for r in received]
-            scores = predict_scores(top(torch.cat(parts_test, dim=1)))
-        extra = {
-            "entity_aug": {
-                "resolution": options.resolution,
-                "steps_per_epoch": -(-length // config.batch_size),
-                "epoch_length": int(length),
-                "aligned_rows": int(n_aligned),
-                "labelled_entities": {g: int(sizes[g]) for g in sizes},
-                "reused_activations": {g: queues[g].reused for g in guests},
-                "weights": {g: int(w) for g, w in widths.items()},
-            }
-        }
-        return ActiveOutcome(y_true=data.y_test, scores=scores, history=history, extra=extra)
+            self.X_own = as_tensor(np.concatenate([data.X_train[self.rows], data.X_unaligned[: self.own_extra]]),
+                                   ctx.device)
+            self.y_own = np.concatenate([data.y_train[self.rows], data.y_unaligned[: self.own_extra]]).astype(np.int64)
+        self.layout = self.state.others["layout"] = _HostLayout(widths)
+        self.queues = {g: ActivationQueue() for g in guests}
+        self.state.others.update({f"queue:{g}": q for g, q in self.queues.items()})
 
-    return role
+    def _ids_host(self, ctx: PartyContext, guest: str, label_of: dict[str, int]) -> np.ndarray:
+        """Plaintext stand-in: receive a guest's IDs, answer which are labelled; return labels."""
+        ids = ctx.recv(guest, self.tag("setup", ID_LIST))
+        if not isinstance(ids, list):
+            raise ProtocolError(f"{guest} sent a malformed ID list")
+        positions = [i for i, v in enumerate(ids) if str(v) in label_of]
+        ctx.send(guest, self.tag("setup", LABELLED), np.asarray(positions, dtype=np.int64))
+        return np.asarray([label_of[str(ids[i])] for i in positions], dtype=np.int64)
+
+    def _build_top(self) -> None:
+        """The top model, once the guests' activation widths are known."""
+        top = build_host_model(sum(self.layout.widths.values()), self.data.n_classes, self.config,
+                               self.method.options).to(self.device)
+        self.state.modules["top"] = top
+        params = list(top.parameters())
+        if "bottom" in self.state.modules:
+            params += list(self.state.modules["bottom"].parameters())
+        self.state.optimizers["model"] = torch.optim.Adam(params, lr=self.config.lr)
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self.layout.load_state_dict(state["others"]["layout"])
+        self._build_top()
+        super().restore(state)
+
+    def batches(self, epoch: int) -> Iterator[tuple[int, np.ndarray | None]]:
+        own_order = None
+        if "bottom" in self.state.modules:
+            own_order = entity_schedule(len(self.rows), self.own_extra, self.length, seed=self.config.seed,
+                                        epoch=epoch, party=self.name, misalign=self.method.options.misalign)
+        for start in range(0, self.length, self.config.batch_size):
+            yield start, own_order
+
+    def train_batch(self, ctx: PartyContext, batch: tuple[int, np.ndarray | None]) -> tuple[Losses, int]:
+        start, own_order = batch
+        guests, widths = self.passives, self.layout.widths
+        fresh: dict[str, bool] = {}
+        parts: list[tuple[torch.Tensor, np.ndarray]] = []
+        for g in guests:
+            message = ctx.recv(g, self.tag(TRAIN, ACTIVATION))
+            if message is not None:
+                activation, keys = checked_activation(message, g, len(self.label_by_key[g]))
+                if widths[g] and activation.shape[1] != widths[g]:
+                    raise ProtocolError(f"{g} changed its activation width")
+                self.queues[g].put(activation, self.label_by_key[g][keys])
+                widths[g] = int(activation.shape[1])
+            activation, labels, fresh[g] = self.queues[g].read()
+            parts.append((activation, labels))
+        if "top" not in self.state.modules:
+            self._build_top()
+        own = self.state.modules.get("bottom")
+        m = min(len(a) for a, _ in parts)
+        if own_order is not None:  # the host's own rows of this step bound it too
+            m = min(m, len(own_order[start : start + self.config.batch_size]))
+        opt = self.state.optimizers["model"]
+        with ctx.meter.compute():
+            leaves = [a.to(self.device)[:m].detach().requires_grad_(True) for a, _ in parts]
+            labels = [lab[:m] for _, lab in parts]
+            weights = [widths[g] for g in guests]
+            inputs: list[torch.Tensor] = list(leaves)
+            if own is not None and own_order is not None:
+                own_idx = own_order[start : start + m]
+                inputs = [own(self.X_own[own_idx]), *inputs]
+                labels = [self.y_own[own_idx], *labels]
+                weights = [widths[ctx.name], *weights]
+            target = torch.as_tensor(interpolate_labels(labels, weights, self.data.n_classes), device=self.device)
+            loss = soft_cross_entropy(self.state.modules["top"](torch.cat(inputs, dim=1)), target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            value = float(loss.detach())
+        for g, (activation, _), leaf in zip(guests, parts, leaves, strict=True):
+            if fresh[g]:
+                grad = leaf.grad
+                if len(activation) > m:  # rows the host could not pair get no gradient
+                    grad = torch.cat([grad, grad.new_zeros((len(activation) - m, grad.shape[1]))])
+                ctx.send(g, self.tag(TRAIN, GRADIENT), grad)
+        return {"loss": value}, m
+
+    def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> ActiveOutcome:
+        options = self.method.options
+        extra = {"entity_aug": {
+            "resolution": options.resolution,
+            "steps_per_epoch": -(-self.length // self.config.batch_size),
+            "epoch_length": int(self.length),
+            "aligned_rows": len(self.rows),
+            "labelled_entities": {g: int(n) for g, n in self.sizes.items()},
+            "reused_activations": {g: q.reused for g, q in self.queues.items()},
+            "weights": {g: int(w) for g, w in self.layout.widths.items()},
+        }}
+        outcome = super().outcome(ctx, evaluation, record)
+        outcome.extra.update(extra)
+        return outcome
 
 
 @register_method
-class EntityAugmentation(Method):
+class EntityAugmentation(SplitMethod):
     """Guests send activations of any labelled entities; the host trains on interpolated labels."""
 
     name = "entity-aug"
     summary = ("Entity Augmentation (Amalanshu et al. 2024): no alignment needed, "
                "labels mixed by activation width")
     Options = EntityAugOptions
+
+    def bottom(self, side: PartySide) -> nn.Module:
+        return build_guest_model(side.data, self.config, self.options, side.name)
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         """Return a guest role per passive party and the host role for the active party."""
@@ -524,8 +574,6 @@ class EntityAugmentation(Method):
         active = scenario.party_data(scenario.active)
         if active.y_train is None:
             raise DataError(f"the active party {scenario.active!r} must hold the labels")
-        roles: dict[str, Role] = {
-            p: guest_role(scenario.party_data(p), self.config, self.options)
-            for p in scenario.passives}
-        roles[scenario.active] = host_role(active, self.config, self.options, scenario.passives)
+        roles = {p: side_role(EntityAugGuest(self, scenario.party_data(p))) for p in scenario.passives}
+        roles[scenario.active] = side_role(EntityAugHost(self, active, tuple(scenario.passives)))
         return roles

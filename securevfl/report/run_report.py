@@ -25,6 +25,11 @@ def cost_from_snapshots(snapshots: Mapping[str, MeterSnapshot], network: Network
         "rounds": total.rounds,
         "simulated_network_s": network.transfer_seconds(total.depth_link_bytes),
         "network_model": asdict(network),
+        "phases": {
+            phase: {"bytes": total.phase_bytes.get(phase, 0),
+                    "wall_s": max(s.phase_seconds.get(phase, 0.0) for s in snapshots.values())}
+            for phase in dict.fromkeys(p for s in snapshots.values() for p in s.phase_seconds)
+        },
         "per_party": {
             name: {"compute_s": s.compute_s, "crypto_s": s.crypto_s, "serialize_s": s.serialize_s,
                    "bytes_sent": sum(v for k, v in s.bytes.items() if k.startswith(name + "->"))}

@@ -1,0 +1,292 @@
+"""Split learning by aggregation: every party's contribution is summed by an aggregation scheme.
+
+Per round, each passive party computes its contribution c_k on its rows of the agreed batch and
+hands it to the round's aggregation (plaintext, DH secure aggregation, Paillier: any scheme of
+:mod:`securevfl.privacy.aggregation`), so the active party learns only the sum S of the passive
+contributions; with its own contribution it forms the global value G = (S + c_active) / K over
+the K parties that took part. Then one of two loss shapes:
+
+* **one shared loss** (``per_party_loss = False``, Agg-VFL): G is the prediction; the active party
+  computes the loss on G and broadcasts dL/dS, which equals dL/dc_k for every party;
+* **a loss per party** (``per_party_loss = True``, EASTER): the active party broadcasts G; every
+  party predicts from G with its own ``head`` and sends its logits; the active party returns each
+  party the gradient of that party's loss; each party backpropagates through its head into G and
+  from there, divided by K, into its own contribution (``embed_grad_all``: the gradients with
+  respect to G are themselves summed by the scheme first — one more round).
+
+A round may drop passive parties (:meth:`AggregateMethod.dropped`, simulated, the same at every
+party); they skip the batch and K counts the survivors. Evaluation runs the same round without
+gradients; with per-party losses every party's test predictions are scored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from securevfl.data.scenario import Scenario
+from securevfl.errors import ProtocolError
+from securevfl.federation.runtime import PartyContext
+from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, batch_plan, predict_scores
+from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide
+from securevfl.methods.engine.split import checked_tensor, side_role
+from securevfl.privacy.aggregation import AggregationScheme
+
+GLOBAL = "global"
+LOGITS = "logits"
+GRADIENT = "gradient"
+EMBED_GRAD = "embed_grad"
+SCORES = "scores"
+
+
+class AggregateMethod(Method):
+    """Aggregation split learning; subclasses set the loss shape and override the hooks below."""
+
+    uses_engine = True
+
+    per_party_loss: ClassVar[bool] = False
+
+    def aggregation(self) -> AggregationScheme:
+        """The scheme that sums the passive contributions."""
+        raise NotImplementedError
+
+    def local_model(self, side: PartySide) -> nn.Module | None:
+        """A party's model (None for an active party without features)."""
+        raise NotImplementedError
+
+    def contribution(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """What a party contributes for rows ``x`` (Agg-VFL: its logits; EASTER: its embedding)."""
+        return model(x)
+
+    def head(self, model: nn.Module, global_value: torch.Tensor) -> torch.Tensor:
+        """A party's prediction from the global value (per-party losses only)."""
+        raise NotImplementedError
+
+    def embed_grad_all(self) -> bool:
+        """Whether the gradients with respect to the global value are summed across parties."""
+        return False
+
+    def dropped(self, epoch: int, batch: int) -> frozenset[str]:
+        """Passive parties that miss round ``batch`` of ``epoch`` (simulated; none by default)."""
+        return frozenset()
+
+    def check_round(self, survivors: int, active_contributes: bool) -> None:
+        """Refuse a round whose structure would reveal a party's contribution (no-op by default)."""
+
+    def report(self, side: AggregateActive, evaluation: Evaluation) -> dict[str, Any]:
+        """Method-specific report entries (``side.agg.stats`` has the aggregation's counters)."""
+        return {}
+
+    def sides(self, scenario: Scenario, scheme: AggregationScheme) -> dict[str, Role]:
+        """One engine role per party."""
+        passives = tuple(scenario.passives)
+        roles = {p: side_role(AggregatePassive(self, scenario.party_data(p), scheme)) for p in passives}
+        roles[scenario.active] = side_role(AggregateActive(self, scenario.party_data(scenario.active), scheme,
+                                                           passives))
+        return roles
+
+
+def _global_message(message: Any, sender: str, rows: int) -> tuple[torch.Tensor, int]:
+    if not isinstance(message, dict) or set(message) != {"E", "k"} or not isinstance(message["k"], int) \
+            or message["k"] < 1:
+        raise ProtocolError(f"{sender} sent a malformed global value")
+    return checked_tensor(message["E"], sender, rows, "global value"), message["k"]
+
+
+class _AggregateSide(PartySide):
+    method: AggregateMethod
+
+    def __init__(self, method: AggregateMethod, data: Any, scheme: AggregationScheme,
+                 passives: tuple[str, ...] = ()) -> None:
+        super().__init__(method, data, passives)
+        self.scheme = scheme
+        self.model: nn.Module | None = None
+
+    def _build_model(self, ctx: PartyContext) -> None:
+        model = self.method.local_model(self)
+        if model is not None:
+            self.model = model.to(ctx.device)
+            self.state.modules["model"] = self.model
+            self.state.optimizers["model"] = torch.optim.Adam(self.model.parameters(), lr=self.config.lr)
+        self.X = as_tensor(self.data.X_train, ctx.device)
+
+    def batches(self, epoch: int) -> Iterator[tuple[np.ndarray, frozenset[str]]]:
+        for b, idx in enumerate(batch_plan(len(self.rows), self.config.batch_size, self.config.seed, epoch)):
+            yield self.rows[idx], self.method.dropped(epoch, b)
+
+
+class AggregatePassive(_AggregateSide):
+    """A passive party: contribute to the sum; learn from the broadcast gradient or from its own loss."""
+
+    def build(self, ctx: PartyContext) -> None:
+        self._build_model(ctx)
+        self.agg = self.scheme.passive()
+        ctx.stage = "secagg setup"
+        self.agg.setup(ctx)
+
+    def train_batch(self, ctx: PartyContext, batch: tuple[np.ndarray, frozenset[str]]) -> None:
+        idx, dropped = batch
+        method, model, opt = self.method, self.model, self.state.optimizers["model"]
+        assert model is not None
+        if ctx.name in dropped:
+            for _ in range(2 if method.embed_grad_all() else 1):
+                self.agg.drop(ctx)
+            return
+        with ctx.meter.compute():
+            e = method.contribution(model, self.X[idx])
+            e_np = e.detach().cpu().numpy().astype(np.float64)
+        self.agg.contribute(ctx, e_np)
+        if not method.per_party_loss:
+            grad = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, GRADIENT)), ctx.active, len(idx), "gradient")
+            with ctx.meter.compute():
+                opt.zero_grad()
+                e.backward(grad.to(self.device))
+                opt.step()
+            return
+        E, k = _global_message(ctx.recv(ctx.active, self.tag(TRAIN, GLOBAL)), ctx.active, len(idx))
+        with ctx.meter.compute():
+            E = E.to(self.device).requires_grad_(True)
+            logits = method.head(model, E)
+        ctx.send(ctx.active, self.tag(TRAIN, LOGITS), logits.detach())
+        grad = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, GRADIENT)), ctx.active, len(idx), "gradient")
+        with ctx.meter.compute():
+            opt.zero_grad()
+            logits.backward(grad.to(self.device))
+            grad_E = E.grad
+        if method.embed_grad_all():
+            self.agg.contribute(ctx, grad_E.cpu().numpy().astype(np.float64))
+            grad_E = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, EMBED_GRAD)), ctx.active, len(idx),
+                                    "summed gradient").to(self.device)
+        with ctx.meter.compute():
+            e.backward(grad_E / k)
+            opt.step()
+
+    def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> None:
+        model = self.model
+        assert model is not None
+        with ctx.meter.compute(), torch.no_grad():
+            e = self.method.contribution(model, as_tensor(X, ctx.device)).cpu().numpy().astype(np.float64)
+        self.agg.contribute(ctx, e)
+        if self.method.per_party_loss:
+            E, _ = _global_message(ctx.recv(ctx.active, self.tag(phase, GLOBAL)), ctx.active, len(X))
+            with ctx.meter.compute(), torch.no_grad():
+                scores = predict_scores(self.method.head(model, E.to(ctx.device)))
+            ctx.send(ctx.active, self.tag(phase, SCORES), scores)
+
+
+class AggregateActive(_AggregateSide):
+    """The active party: its own contribution, the aggregation, the loss (shared or one per party)."""
+
+    def build(self, ctx: PartyContext) -> None:
+        self._build_model(ctx)
+        self.y = torch.as_tensor(self.data.y_train, dtype=torch.long, device=ctx.device)
+        self.agg = self.scheme.active()
+        ctx.stage = "secagg setup"
+        self.agg.setup(ctx, self.passives)
+
+    def _global(self, ctx: PartyContext, own: torch.Tensor | None, dropped: frozenset[str]
+                ) -> tuple[torch.Tensor, int, tuple[str, ...]]:
+        """S (float32, on the device) and K for one round; refuses a round that would reveal a party."""
+        result = self.agg.aggregate(ctx, dropped)
+        self.method.check_round(len(result.survivors), own is not None)
+        k = len(result.survivors) + (1 if own is not None else 0)
+        with ctx.meter.compute():
+            S = torch.as_tensor(result.total, dtype=torch.float32, device=self.device)
+        return S, k, tuple(p for p in self.passives if p not in dropped)
+
+    def train_batch(self, ctx: PartyContext, batch: tuple[np.ndarray, frozenset[str]]) -> tuple[Losses, int]:
+        idx, dropped = batch
+        model, opt = self.model, self.state.optimizers.get("model")
+        own = None
+        if model is not None:
+            with ctx.meter.compute():
+                own = self.method.contribution(model, self.X[idx])
+        S, k, alive = self._global(ctx, own, dropped)
+        if not self.method.per_party_loss:
+            with ctx.meter.compute():
+                S.requires_grad_(True)
+                loss = nn.functional.cross_entropy((S + own) / k if own is not None else S / k, self.y[idx])
+                if opt is not None:
+                    opt.zero_grad()
+                loss.backward()
+                if opt is not None:
+                    opt.step()
+            ctx.broadcast(alive, self.tag(TRAIN, GRADIENT), S.grad)  # = dL/dc_k, equal for every party
+            return {"loss": float(loss.detach())}, len(idx)
+        return self._per_party_losses(ctx, idx, own, S, k, alive, dropped), len(idx)
+
+    def _per_party_losses(self, ctx: PartyContext, idx: np.ndarray, own: torch.Tensor | None, S: torch.Tensor,
+                          k: int, alive: tuple[str, ...], dropped: frozenset[str]) -> dict[str, float]:
+        method, model, opt = self.method, self.model, self.state.optimizers.get("model")
+        every_loss = method.embed_grad_all()
+        y = self.y[idx]
+        with ctx.meter.compute():
+            E = (S + own) / k if own is not None else S / k
+        ctx.broadcast(alive, self.tag(TRAIN, GLOBAL), {"E": E.detach(), "k": k})
+        losses: dict[str, float] = {}
+        if model is not None and opt is not None:
+            with ctx.meter.compute():
+                E_in = E.detach().requires_grad_(True) if every_loss else E
+                own_loss = nn.functional.cross_entropy(method.head(model, E_in), y)
+                opt.zero_grad()
+                own_loss.backward()
+                if not every_loss:
+                    opt.step()
+            losses[ctx.name] = float(own_loss.detach())
+        for p in alive:
+            logits = checked_tensor(ctx.recv(p, self.tag(TRAIN, LOGITS)), p, len(idx), "logits")
+            with ctx.meter.compute():
+                leaf = logits.to(self.device).requires_grad_(True)
+                loss = nn.functional.cross_entropy(leaf, y)
+                loss.backward()
+            losses[p] = float(loss.detach())
+            ctx.send(p, self.tag(TRAIN, GRADIENT), leaf.grad)
+        if every_loss:  # extension: every party's loss reaches every contribution
+            grads = self.agg.aggregate(ctx, dropped)
+            with ctx.meter.compute():
+                G = torch.as_tensor(grads.total, dtype=torch.float32, device=self.device)
+                if model is not None:
+                    G = G + E_in.grad
+            ctx.broadcast(alive, self.tag(TRAIN, EMBED_GRAD), G)
+            if own is not None and opt is not None:
+                with ctx.meter.compute():
+                    own.backward(G / k)
+                    opt.step()
+        return losses
+
+    def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation:
+        method, model = self.method, self.model
+        own = None
+        if model is not None:
+            with ctx.meter.compute(), torch.no_grad():
+                own = method.contribution(model, as_tensor(X, ctx.device))
+        S, k, _ = self._global(ctx, own, frozenset())
+        with ctx.meter.compute(), torch.no_grad():
+            G = (S + own) / k if own is not None else S / k
+        if not method.per_party_loss:
+            return Evaluation(predict_scores(G))
+        ctx.broadcast(self.passives, self.tag(phase, GLOBAL), {"E": G, "k": k})
+        per_party: dict[str, np.ndarray] = {}
+        if model is not None:
+            with ctx.meter.compute(), torch.no_grad():
+                per_party[ctx.name] = predict_scores(method.head(model, G))
+        for p in self.passives:
+            scores = np.asarray(ctx.recv(p, self.tag(phase, SCORES)))
+            if scores.shape != (len(X), self.data.n_classes) or not np.issubdtype(scores.dtype, np.floating):
+                raise ProtocolError(f"{p} sent malformed test scores of shape {scores.shape}")
+            per_party[p] = scores
+        ensemble = np.mean(list(per_party.values()), axis=0)
+        # the active party's own model when it has one, else the ensemble (EASTER's headline is the mean)
+        return Evaluation(per_party.get(ctx.name, ensemble), per_party)
+
+    def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> ActiveOutcome:
+        assert evaluation is not None
+        y = self.data.y_test
+        return ActiveOutcome(y_true=y, scores=evaluation.scores,
+                             per_party={p: (y, s) for p, s in evaluation.per_party.items()},
+                             history=record.history,
+                             extra={**self.method.report(self, evaluation), **record.extra()})

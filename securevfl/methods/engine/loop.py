@@ -1,0 +1,401 @@
+"""The party loop every split-learning method runs: written once, for every party of every method.
+
+A method supplies one :class:`PartySide` per party (what to build, how to train one batch, how
+to evaluate a set of rows); :func:`run_side` owns the rest:
+
+* **epochs and agreed batches**: :meth:`PartySide.batches` (by default the agreed permutation of
+  the party's training rows, :func:`securevfl.methods.base.batch_plan`);
+* **stages, history and progress**: ``ctx.stage`` names the epoch, the active party's per-batch
+  losses become the epoch's ``train_loss`` (one per party where the method has several losses);
+* **early stopping** (``TrainConfig.patience`` > 0): a seeded validation split of the aligned
+  training rows that all parties derive alike; after each epoch every party takes part in an
+  evaluation of those rows, the active party computes the validation log loss and tells the
+  others whether it improved and whether to stop; each party keeps its own best weights and
+  restores them before the test evaluation;
+* **checkpoints and resume** (``TrainConfig.checkpoint_dir``, ``resume``): each party saves its own
+  :class:`TrainingState` at every epoch end (:mod:`.checkpoint`); on resume the parties exchange
+  the epochs they have and continue from the last one every party completed;
+* **evaluation**: the test rows go through the same :meth:`PartySide.evaluate` protocol.
+
+Engine messages use tags ``engine.<phase>.<what>``; a method's own use ``<method>.<phase>.<what>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from securevfl.errors import ConfigError, ProtocolError
+from securevfl.federation.runtime import PartyContext
+from securevfl.methods.base import batch_plan
+from securevfl.methods.engine.checkpoint import CheckpointStore
+
+if TYPE_CHECKING:
+    from securevfl.data.scenario import PartyData
+    from securevfl.methods.base import Method
+
+TRAIN, VALIDATE, TEST, EVALUATE = "train", "validate", "test", "evaluate"
+RESUME_HAVE = "engine.resume.have"
+RESUME_FROM = "engine.resume.from"
+VALIDATION = "engine.validate.decision"
+
+Generator = torch.Generator | np.random.Generator
+
+
+class Stateful(Protocol):
+    """Anything else a party checkpoints (a queue, a counter): a state dict of tensors and plain values."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+@dataclass
+class TrainingState:
+    """What a party owns and checkpoints: modules, optimisers, random generators and other state, by name."""
+
+    modules: dict[str, nn.Module] = field(default_factory=dict)
+    optimizers: dict[str, torch.optim.Optimizer] = field(default_factory=dict)
+    generators: dict[str, Generator] = field(default_factory=dict)
+    others: dict[str, Stateful] = field(default_factory=dict)
+
+    def train(self, mode: bool = True) -> None:
+        for module in self.modules.values():
+            module.train(mode)
+
+    def weights(self) -> dict[str, dict[str, torch.Tensor]]:
+        """A detached copy of every module's parameters and buffers."""
+        return {n: {k: v.detach().clone() for k, v in m.state_dict().items()} for n, m in self.modules.items()}
+
+    def load_weights(self, weights: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
+        for name, module in self.modules.items():
+            module.load_state_dict(weights[name])
+
+    def state_dict(self) -> dict[str, Any]:
+        generators: dict[str, Any] = {}
+        for name, g in self.generators.items():
+            generators[name] = g.get_state() if isinstance(g, torch.Generator) else g.bit_generator.state
+        return {"modules": self.weights(),
+                "optimizers": {n: o.state_dict() for n, o in self.optimizers.items()},
+                "generators": generators,
+                "others": {n: o.state_dict() for n, o in self.others.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a :meth:`state_dict`; the names must match what this party built."""
+        for kind, own in (("modules", self.modules), ("optimizers", self.optimizers),
+                          ("generators", self.generators), ("others", self.others)):
+            if set(state[kind]) != set(own):
+                raise ConfigError(f"checkpoint {kind} {sorted(state[kind])} do not match this run's {sorted(own)}")
+        self.load_weights(state["modules"])
+        for name, opt in self.optimizers.items():
+            opt.load_state_dict(state["optimizers"][name])
+        for name, g in self.generators.items():
+            if isinstance(g, torch.Generator):
+                g.set_state(state["generators"][name])
+            else:
+                g.bit_generator.state = state["generators"][name]
+        for name, other in self.others.items():
+            other.load_state_dict(state["others"][name])
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A stretch of epochs with one training protocol (TabVFL: ``pretrain`` then ``finetune``).
+
+    Epochs are numbered across phases; the Meter attributes time and bytes to the phase; only a
+    ``supervised`` phase is validated for early stopping; its history entries use ``loss_key``.
+    """
+
+    name: str
+    epochs: int
+    supervised: bool = True
+    loss_key: str = "train_loss"
+
+
+@dataclass
+class Evaluation:
+    """The active party's view of an evaluation: scores per row, and per party where each predicts."""
+
+    scores: np.ndarray
+    per_party: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class EngineRecord:
+    """What the engine did, for the method's outcome: history, and resume / early stopping facts."""
+
+    history: list[dict[str, float]]
+    resumed_from_epoch: int = 0
+    best_epoch: int | None = None
+    stopped_after_epoch: int | None = None
+    validation_rows: int = 0
+
+    def extra(self) -> dict[str, Any]:
+        """Report entries for what was used (nothing when neither resume nor early stopping ran)."""
+        out: dict[str, Any] = {}
+        if self.resumed_from_epoch:
+            out["resumed_from_epoch"] = self.resumed_from_epoch
+        if self.validation_rows:
+            out["early_stopping"] = {"best_epoch": self.best_epoch, "stopped_after_epoch": self.stopped_after_epoch,
+                                     "validation_rows": self.validation_rows}
+        return out
+
+
+Losses = Mapping[str, float]
+
+
+class PartySide(ABC):
+    """One party's part in a split-learning method; :func:`run_side` calls its hooks."""
+
+    def __init__(self, method: Method, data: PartyData, passives: tuple[str, ...] = ()) -> None:
+        self.method = method
+        self.config = method.config
+        self.data = data
+        self.passives = passives  # the active side's partners; empty on a passive side
+        self.name: str = ""  # the party's name and device, set by the engine before build
+        self.device: Any = "cpu"
+        self.state = TrainingState()
+        self.stats: dict[str, Any] = {}  # the method's own counters, for its report
+        self.phase = Phase(TRAIN, self.config.epochs)  # the phase being trained (set by the engine)
+        self.rows = np.arange(len(data.X_train))  # the aligned training rows it trains on (set before build)
+
+    #: False for a party that only contributes at set-up (TabNet-CT's guests send raw features).
+    takes_part: bool = True
+
+    def phases(self) -> tuple[Phase, ...]:
+        """The training phases in order; by default one ``train`` phase of ``config.epochs``."""
+        return (Phase(TRAIN, self.config.epochs),)
+
+    def end_phase(self, ctx: PartyContext, phase: Phase) -> None:  # noqa: B027 - optional hook
+        """Called after the last epoch of ``phase`` that this run trained (a hook for a closing exchange)."""
+
+    def tag(self, phase: str, what: str) -> str:
+        """The message tag ``<method>.<phase>.<what>``."""
+        return f"{self.method.name}.{phase}.{what}"
+
+    @abstractmethod
+    def build(self, ctx: PartyContext) -> None:
+        """Create the models and optimisers (registered in :attr:`state`); may exchange set-up messages."""
+
+    def batches(self, epoch: int) -> Iterable[Any]:
+        """The epoch's batches: by default the agreed order of :attr:`rows`, one index array per batch."""
+        for idx in batch_plan(len(self.rows), self.config.batch_size, self.config.seed, epoch):
+            yield self.rows[idx]
+
+    @abstractmethod
+    def train_batch(self, ctx: PartyContext, batch: Any) -> tuple[Losses, int] | None:
+        """One training step; the active side returns its losses and the rows they average over."""
+
+    @abstractmethod
+    def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation | None:
+        """Score ``X`` (rows of this party's table) jointly; the active side returns the scores."""
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Load a checkpointed :meth:`TrainingState.state_dict` (a side that builds lazily builds first)."""
+        self.state.load_state_dict(state)
+
+    def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> Any:
+        """The role's return value (the active side builds its ActiveOutcome here)."""
+        return None
+
+
+class _LossTotals:
+    """Per-epoch averages of the active party's batch losses (weighted by rows)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, losses: Losses, count: int) -> None:
+        for key, value in losses.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value * count
+            self.counts[key] = self.counts.get(key, 0) + count
+
+    def entry(self, epoch: int, key: str = "train_loss") -> dict[str, float]:
+        means = {k: self.sums[k] / max(self.counts[k], 1) for k in self.sums}
+        if set(means) <= {"loss"}:
+            return {"epoch": epoch, key: means.get("loss", 0.0)}
+        return {"epoch": epoch, key: float(np.mean(list(means.values()))),
+                **{f"{key}[{k}]": v for k, v in means.items()}}
+
+
+def validation_split(n_rows: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Training and validation rows of the aligned training set, the same at every party.
+
+    The split is part of the agreed run configuration (not secret): a permutation seeded by the
+    run seed, its last ``ceil(fraction * n)`` rows (at least one, at most ``n - 1``) validate.
+    """
+    n_val = min(max(int(np.ceil(fraction * n_rows)), 1), n_rows - 1)
+    if n_val < 1:
+        raise ConfigError(f"early stopping needs at least 2 aligned training rows, got {n_rows}")
+    order = np.random.default_rng([seed, 0xE5]).permutation(n_rows)
+    return np.sort(order[: n_rows - n_val]), np.sort(order[n_rows - n_val :])
+
+
+def log_loss(y: np.ndarray, scores: np.ndarray) -> float:
+    """Mean negative log-likelihood of the true classes under ``scores`` (class probabilities)."""
+    p = np.clip(scores[np.arange(len(y)), np.asarray(y, dtype=np.int64)], 1e-12, 1.0)
+    return float(-np.mean(np.log(p)))
+
+
+def _job_digest(side: PartySide, party: str) -> str:
+    """What a checkpoint must match to be resumed: method, options and training settings."""
+    c = side.config
+    job = {"method": side.method.name, "party": party, "options": side.method.describe(), "seed": c.seed,
+           "batch_size": c.batch_size, "lr": c.lr, "embedding_dim": c.embedding_dim, "hidden": list(c.hidden),
+           "patience": c.patience, "val_fraction": c.val_fraction}
+    return hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class _EarlyStopping:
+    def __init__(self, patience: int) -> None:
+        self.patience = patience
+        self.best_loss = float("inf")
+        self.best_epoch: int | None = None
+        self.bad_epochs = 0
+        self.best_weights: dict[str, dict[str, torch.Tensor]] | None = None
+
+    def update(self, loss: float, epoch: int) -> tuple[bool, bool]:
+        """(improved, stop) after an epoch whose validation loss is ``loss``."""
+        if loss < self.best_loss:
+            self.best_loss, self.best_epoch, self.bad_epochs = loss, epoch, 0
+            return True, False
+        self.bad_epochs += 1
+        return False, self.bad_epochs >= self.patience
+
+    def state(self) -> dict[str, Any]:
+        return {"best_loss": self.best_loss, "best_epoch": self.best_epoch or 0, "bad_epochs": self.bad_epochs,
+                "best_weights": self.best_weights or {}}
+
+    def load(self, state: Mapping[str, Any]) -> None:
+        self.best_loss = float(state["best_loss"])
+        self.best_epoch = int(state["best_epoch"]) or None
+        self.bad_epochs = int(state["bad_epochs"])
+        self.best_weights = dict(state["best_weights"]) or None
+
+
+def _agree_resume(ctx: PartyContext, side: PartySide, store: CheckpointStore) -> int:
+    """The last epoch every party has a checkpoint of (0: none), agreed through the active party."""
+    have = store.completed_epochs()
+    if not ctx.is_active:
+        ctx.send(ctx.active, RESUME_HAVE, have)
+        start = ctx.recv(ctx.active, RESUME_FROM)
+        if not isinstance(start, int) or (start and start not in have):
+            raise ProtocolError(f"{ctx.active} asked {ctx.name} to resume from epoch {start!r}; it has {have}")
+        return start
+    common = set(have)
+    for p in side.passives:
+        theirs = ctx.recv(p, RESUME_HAVE)
+        if not isinstance(theirs, list) or not all(isinstance(e, int) for e in theirs):
+            raise ProtocolError(f"{p} sent a malformed list of checkpointed epochs")
+        common &= set(theirs)
+    start = max(common, default=0)
+    ctx.broadcast(side.passives, RESUME_FROM, start)
+    return start
+
+
+def _load_checkpoint(ctx: PartyContext, side: PartySide, store: CheckpointStore, digest: str,
+                     stopper: _EarlyStopping | None) -> tuple[int, list[dict[str, float]]]:
+    """Agree on the epoch to resume from and restore this party's state; (0, []) when starting afresh."""
+    ctx.stage = "resume"
+    start = _agree_resume(ctx, side, store)
+    if not start:
+        return 0, []
+    saved = store.load(start)
+    if saved.get("job") != digest:
+        raise ConfigError(f"the checkpoint {store.path(start)} belongs to another job (method, options "
+                          "or training settings differ); use a new --checkpoint-dir")
+    side.restore(saved["state"])
+    if stopper is not None:
+        stopper.load(saved["early_stopping"])
+    return start, list(saved["history"])
+
+
+def _validate(ctx: PartyContext, side: PartySide, val_rows: np.ndarray, stopper: _EarlyStopping,
+              entry: dict[str, float], epoch: int) -> bool:
+    """Score the validation rows; the active party decides improvement and stopping for everyone."""
+    ctx.stage = f"validate epoch {epoch}"
+    side.state.train(False)
+    evaluation = side.evaluate(ctx, side.data.X_train[val_rows], VALIDATE)
+    if ctx.is_active:
+        assert evaluation is not None
+        entry["val_loss"] = log_loss(side.data.y_train[val_rows], evaluation.scores)
+        improved, stop = stopper.update(entry["val_loss"], epoch)
+        ctx.broadcast(side.passives, VALIDATION, {"improved": improved, "stop": stop})
+    else:
+        decision = ctx.recv(ctx.active, VALIDATION)
+        if not isinstance(decision, dict) or set(decision) != {"improved", "stop"}:
+            raise ProtocolError(f"{ctx.active} sent a malformed validation decision")
+        improved, stop = bool(decision["improved"]), bool(decision["stop"])
+    if improved:
+        stopper.best_weights = side.state.weights()
+    return stop
+
+
+def run_side(ctx: PartyContext, side: PartySide) -> Any:
+    """Run one party's side of a split-learning method from set-up to its outcome."""
+    config = side.config
+    stopper = _EarlyStopping(config.patience) if config.patience else None
+    val_rows = np.arange(0)
+    if stopper is not None:
+        side.rows, val_rows = validation_split(len(side.data.X_train), config.val_fraction, config.seed)
+    ctx.stage = "setup"
+    side.name, side.device = ctx.name, ctx.device
+    side.build(ctx)
+    if not side.takes_part:
+        return side.outcome(ctx, None, EngineRecord([]))
+    store = CheckpointStore(config.checkpoint_dir, ctx.name) if config.checkpoint_dir else None
+    digest = _job_digest(side, ctx.name)
+    start, history = 0, []
+    if config.resume and store is not None:
+        start, history = _load_checkpoint(ctx, side, store, digest, stopper)
+    record = EngineRecord(history, resumed_from_epoch=start, validation_rows=len(val_rows))
+    phases = side.phases()
+    total_epochs = sum(p.epochs for p in phases)
+    first, stop = 0, False
+    for phase in phases:
+        epochs = range(max(start, first), first + phase.epochs)
+        first += phase.epochs
+        if not epochs or stop:
+            continue
+        ctx.meter.enter_phase(phase.name)
+        side.phase = phase
+        for epoch in epochs:
+            ctx.stage = f"{phase.name} epoch {epoch + 1}"
+            side.state.train(True)
+            totals = _LossTotals()
+            for batch in side.batches(epoch):
+                losses = side.train_batch(ctx, batch)
+                if losses is not None:
+                    totals.add(*losses)
+            entry = totals.entry(epoch + 1, phase.loss_key)
+            if stopper is not None and phase.supervised:
+                stop = _validate(ctx, side, val_rows, stopper, entry, epoch + 1)
+            if ctx.is_active:
+                history.append(entry)
+            if store is not None:
+                store.save(epoch + 1, {"job": digest, "state": side.state.state_dict(), "history": history,
+                                       "early_stopping": stopper.state() if stopper else {}})
+            if ctx.is_active:
+                ctx.progress(epoch=epoch + 1, epochs=total_epochs, loss=entry[phase.loss_key])
+            if stop:
+                record.stopped_after_epoch = epoch + 1
+                break
+        side.end_phase(ctx, phase)
+    if stopper is not None:
+        record.best_epoch = stopper.best_epoch
+        if stopper.best_weights is not None:
+            side.state.load_weights(stopper.best_weights)
+    ctx.meter.enter_phase(EVALUATE)
+    ctx.stage = "evaluate"
+    side.state.train(False)
+    evaluation = side.evaluate(ctx, side.data.X_test, TEST)
+    return side.outcome(ctx, evaluation, record)

@@ -1,0 +1,190 @@
+"""Split learning by combination: bottom models at every party, a top model at the active party.
+
+Per batch, every passive party embeds its rows of the agreed batch and sends ``encode(h)``; the
+active party ``decode``s each message, ``combine``s the embeddings (with its own, if it holds
+features), runs the ``top`` model and the ``loss``, and returns to each passive party the
+gradient with respect to its decoded embedding, which the passive party applies to its exact
+embedding (straight-through where the encoding is lossy). Evaluation sends ``encode(h)`` of the
+evaluated rows and scores the combination.
+
+A method of this family subclasses :class:`SplitMethod` and overrides the hooks it changes:
+
+=============  ==========================================  =====================================
+hook           default (SplitNN)                            overridden by
+=============  ==========================================  =====================================
+``bottom``     MLP (or a CNN on image strips)               C-VFL (heterogeneous zoo)
+``top``        MLP over the combined width                  C-VFL (one hidden layer)
+``encode``     the embedding itself                         C-VFL (quantise / top-k), noise
+``decode``     the received tensor, shape-checked           C-VFL (reconstruct)
+``combine``    concatenation                                a mean, a sum
+``loss``       cross-entropy                                soft targets
+=============  ==========================================  =====================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from securevfl.data.scenario import Scenario
+from securevfl.errors import ProtocolError
+from securevfl.federation.runtime import PartyContext
+from securevfl.methods.base import (
+    ActiveOutcome,
+    Method,
+    Role,
+    as_tensor,
+    party_generator,
+    predict_scores,
+)
+from securevfl.methods.engine.loop import TEST, TRAIN, EngineRecord, Evaluation, Losses, PartySide, run_side
+from securevfl.models import MLP, init_parameters
+
+EMBEDDING = "embedding"
+GRADIENT = "gradient"
+
+
+def side_role(side: PartySide) -> Role:
+    """The runtime role that runs ``side`` through the engine."""
+    return lambda ctx: run_side(ctx, side)
+
+
+def checked_tensor(message: Any, sender: str, rows: int, what: str = "embedding") -> torch.Tensor:
+    """``message`` as a 2-D float tensor of ``rows`` rows, else a ProtocolError naming ``sender``."""
+    if not isinstance(message, torch.Tensor) or message.ndim != 2 or len(message) != rows:
+        shape = tuple(message.shape) if isinstance(message, torch.Tensor) else type(message).__name__
+        raise ProtocolError(f"{sender} sent a malformed {what} ({shape}); expected {rows} rows")
+    if not message.is_floating_point():
+        raise ProtocolError(f"{sender} sent a non-float {what}")
+    return message
+
+
+class SplitMethod(Method):
+    """Combination split learning; subclasses override hooks (see the module docstring)."""
+
+    uses_engine = True
+
+    def bottom(self, side: PartySide) -> nn.Module:
+        """A party's bottom model: its features -> ``embedding_width()``."""
+        data, config = side.data, self.config
+        model = MLP(data.n_features, config.hidden, config.embedding_dim, final_activation=True)
+        return init_parameters(model, party_generator(config.seed, side.name))
+
+    def embedding_width(self) -> int:
+        return self.config.embedding_dim
+
+    def top(self, side: PartySide, width: int) -> nn.Module:
+        """The active party's top model: combined width -> class logits."""
+        model = MLP(width, self.config.hidden, side.data.n_classes)
+        return init_parameters(model, party_generator(self.config.seed, "top"))
+
+    def encode(self, side: PartySide, h: torch.Tensor, phase: str) -> Any:
+        """What a passive party sends for its embedding ``h``."""
+        return h.detach()
+
+    def decode(self, side: PartySide, message: Any, sender: str, rows: int, phase: str) -> torch.Tensor:
+        """The embedding the active party uses, from ``sender``'s message."""
+        return checked_tensor(message, sender, rows)
+
+    def combine(self, side: PartySide, parts: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(parts, dim=1)
+
+    def loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(logits, y)
+
+    def report(self, side: PartySide) -> dict[str, Any]:
+        """Method-specific report entries (``extra``), from the active side at the end."""
+        return {}
+
+    def roles(self, scenario: Scenario) -> dict[str, Role]:
+        passives = self.require_passives(scenario)
+        roles = {p: side_role(SplitPassive(self, scenario.party_data(p))) for p in passives}
+        roles[scenario.active] = side_role(SplitActive(self, scenario.party_data(scenario.active), passives))
+        return roles
+
+
+class SplitPassive(PartySide):
+    """A passive party: embed the agreed batch, send it encoded, apply the returned gradient."""
+
+    method: SplitMethod
+
+    def build(self, ctx: PartyContext) -> None:
+        model = self.method.bottom(self).to(ctx.device)
+        self.state.modules["bottom"] = model
+        self.state.optimizers["bottom"] = torch.optim.Adam(model.parameters(), lr=self.config.lr)
+        self.X = as_tensor(self.data.X_train, ctx.device)
+
+    def train_batch(self, ctx: PartyContext, batch: np.ndarray) -> None:
+        model, opt = self.state.modules["bottom"], self.state.optimizers["bottom"]
+        with ctx.meter.compute():
+            h = model(self.X[batch])
+            message = self.method.encode(self, h, TRAIN)
+        ctx.send(ctx.active, self.tag(TRAIN, EMBEDDING), message)
+        grad = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, GRADIENT)), ctx.active, len(batch), "gradient")
+        with ctx.meter.compute():
+            opt.zero_grad()
+            h.backward(grad.to(self.device))
+            opt.step()
+
+    def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> None:
+        with ctx.meter.compute(), torch.no_grad():
+            message = self.method.encode(self, self.state.modules["bottom"](as_tensor(X, ctx.device)), phase)
+        ctx.send(ctx.active, self.tag(phase, EMBEDDING), message)
+
+
+class SplitActive(PartySide):
+    """The active party: own bottom (if it holds features), decode, combine, top model, loss."""
+
+    method: SplitMethod
+
+    def build(self, ctx: PartyContext) -> None:
+        method = self.method
+        own = method.bottom(self).to(ctx.device) if self.data.n_features else None
+        width = method.embedding_width() * (len(self.passives) + (own is not None))
+        top = method.top(self, width).to(ctx.device)
+        self.state.modules["top"] = top
+        params = list(top.parameters())
+        if own is not None:
+            self.state.modules["bottom"] = own
+            params += list(own.parameters())
+        self.state.optimizers["model"] = torch.optim.Adam(params, lr=self.config.lr)
+        self.X = as_tensor(self.data.X_train, ctx.device)
+        self.y = torch.as_tensor(self.data.y_train, dtype=torch.long, device=ctx.device)
+
+    def _forward(self, parts: list[torch.Tensor], X: torch.Tensor) -> torch.Tensor:
+        own = self.state.modules.get("bottom")
+        inputs = ([own(X)] if own is not None else []) + parts
+        return self.state.modules["top"](self.method.combine(self, inputs))
+
+    def train_batch(self, ctx: PartyContext, batch: np.ndarray) -> tuple[Losses, int]:
+        method, opt = self.method, self.state.optimizers["model"]
+        received = [ctx.recv(p, self.tag(TRAIN, EMBEDDING)) for p in self.passives]
+        with ctx.meter.compute():
+            leaves = [method.decode(self, m, p, len(batch), TRAIN).to(self.device).requires_grad_(True)
+                      for p, m in zip(self.passives, received, strict=True)]
+            loss = method.loss(self._forward(leaves, self.X[batch]), self.y[batch])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            value = float(loss.detach())
+        for p, leaf in zip(self.passives, leaves, strict=True):
+            ctx.send(p, self.tag(TRAIN, GRADIENT), leaf.grad)
+        return {"loss": value}, len(batch)
+
+    def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation:
+        received = [ctx.recv(p, self.tag(phase, EMBEDDING)) for p in self.passives]
+        with ctx.meter.compute(), torch.no_grad():
+            parts = [self.method.decode(self, m, p, len(X), phase).to(self.device)
+                     for p, m in zip(self.passives, received, strict=True)]
+            return Evaluation(predict_scores(self._forward(parts, as_tensor(X, ctx.device))))
+
+    def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> ActiveOutcome:
+        assert evaluation is not None
+        return ActiveOutcome(y_true=self.data.y_test, scores=evaluation.scores, history=record.history,
+                             extra={**self.method.report(self), **record.extra()})
+
+
+__all__ = ["SplitActive", "SplitMethod", "SplitPassive", "TEST", "TRAIN", "checked_tensor", "side_role"]

@@ -1,0 +1,164 @@
+"""TabVFL: one joint latent representation from a TabNet split between guests and a host.
+
+Paper: "TabVFL: Improving Latent Representation in Vertical Federated Learning", IEEE SRDS 2024
+(preprint). The active party is the host (labels, most of the network); passive parties are
+guests. Four designs (:mod:`.designs`) share one two-phase protocol on the split-learning engine
+(:mod:`.sides`): masked-reconstruction pretraining, then finetuning; :mod:`.tabnet` holds the cut
+TabNet modules (built on ``pytorch_tabnet``), :mod:`.quality` the latent-quality pipeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from securevfl.data.scenario import Scenario
+from securevfl.errors import ConfigError
+from securevfl.methods.base import Method, Role, register_method
+from securevfl.methods.engine import side_role
+from securevfl.methods.engine.loop import Phase
+from securevfl.methods.tabvfl.designs import TABNET_CT, TABNET_LT, TABVFL, TABVFL_LE, Design
+from securevfl.methods.tabvfl.sides import (
+    EVAL_OUT,
+    FINETUNE,
+    FT_OUT,
+    PRE_DONE,
+    PRE_GRAD,
+    PRE_OUT,
+    PRETRAIN,
+    RAW,
+    STATS,
+    RowCache,
+    TabGuest,
+    TabHost,
+    epoch_batches,
+    failure_schedule,
+)
+from securevfl.methods.tabvfl.tabnet import TabNetShape
+
+
+@dataclass(frozen=True)
+class TabVFLOptions:
+    """Options of the four designs; the latent dimension is ``embedding_dim`` (TabNet's n_d = n_a).
+
+    ``pretrain_epochs``: 0 means as many as ``epochs`` (the finetuning epochs); ``decoder_split``:
+    ``full`` (each guest's reconstruction FC reads all n_d decoder values: TabNet's layer split by
+    output columns) or ``chunk`` (n_d cut into one chunk per guest, the paper's text).
+    ``part_latent_dim`` (tabnet-lt only): latent width of each party's local TabNet (0: the
+    latent dimension, so the concatenated latent is parties x latent dimension wide).
+    """
+
+    pretrain_epochs: int = 0
+    n_steps: int = 3
+    gamma: float = 1.3
+    n_independent: int = 2
+    n_shared: int = 2
+    virtual_batch_size: int = 128
+    momentum: float = 0.02
+    mask_type: str = "sparsemax"
+    pretraining_ratio: float = 0.2
+    lambda_sparse: float = 1e-3
+    decoder_split: str = "full"
+    fail_prob: float = 0.0
+    on_fail: str = "cache"
+    latent_quality: bool = True
+    quality_test_size: float = 0.3
+    part_latent_dim: int = 0
+
+    def __post_init__(self) -> None:
+        if self.pretrain_epochs < 0:
+            raise ConfigError(f"pretrain_epochs must be >= 0, got {self.pretrain_epochs}")
+        if not 0 < self.pretraining_ratio < 1:
+            raise ConfigError(f"pretraining_ratio must be in (0, 1), got {self.pretraining_ratio}")
+        if self.lambda_sparse < 0:
+            raise ConfigError(f"lambda_sparse must be >= 0, got {self.lambda_sparse}")
+        if self.decoder_split not in ("full", "chunk"):
+            raise ConfigError(f"decoder_split must be 'full' or 'chunk', got {self.decoder_split!r}")
+        if not 0 <= self.fail_prob < 1:
+            raise ConfigError(f"fail_prob must be in [0, 1), got {self.fail_prob}")
+        if self.on_fail not in ("cache", "zeros"):
+            raise ConfigError(f"on_fail must be 'cache' or 'zeros', got {self.on_fail!r}")
+        if not 0 < self.quality_test_size < 1:
+            raise ConfigError(f"quality_test_size must be in (0, 1), got {self.quality_test_size}")
+        if self.part_latent_dim < 0:
+            raise ConfigError(f"part_latent_dim must be >= 0, got {self.part_latent_dim}")
+
+    def shape(self, latent_dim: int) -> TabNetShape:
+        return TabNetShape(n_d=latent_dim, n_a=latent_dim, n_steps=self.n_steps, gamma=self.gamma,
+                           n_independent=self.n_independent, n_shared=self.n_shared,
+                           virtual_batch_size=self.virtual_batch_size, momentum=self.momentum,
+                           mask_type=self.mask_type)
+
+
+class TabNetMethod(Method):
+    """The four TabNet designs: options, the two phases, one guest side per passive party, the host."""
+
+    Options = TabVFLOptions
+    uses_engine = True
+    design: ClassVar[Design] = TABVFL
+
+    def pretrain_epochs(self) -> int:
+        return self.options.pretrain_epochs or self.config.epochs
+
+    def phases(self) -> tuple[Phase, ...]:
+        return (Phase(PRETRAIN, self.pretrain_epochs(), supervised=False, loss_key="pretrain_loss"),
+                Phase(FINETUNE, self.config.epochs))
+
+    def roles(self, scenario: Scenario) -> dict[str, Role]:
+        if not scenario.passives:
+            raise ConfigError(f"{self.name} needs at least one guest (passive party)")
+        options, design = self.options, self.design
+        shape = options.shape(design.latent_width(self.config.embedding_dim, options.part_latent_dim))
+        host = scenario.party_data(scenario.active)
+        guest_data = {g: scenario.party_data(g) for g in scenario.passives}
+        has_own = host.n_features > 0
+        recon = design.recon_in(shape, len(guest_data) + int(has_own), options.decoder_split)
+        guest_recon = recon[1:] if (has_own and not design.raw_to_host) else recon
+        guests = tuple(guest_data)
+        roles: dict[str, Role] = {
+            g: side_role(TabGuest(self, d, guests, 0 if design.raw_to_host else guest_recon[i]))
+            for i, (g, d) in enumerate(guest_data.items())}
+        roles[scenario.active] = side_role(TabHost(self, host, {g: d.n_features for g, d in guest_data.items()},
+                                                   recon))
+        return roles
+
+
+@register_method
+class TabVFL(TabNetMethod):
+    """TabNet split between guests (BN + FC, reconstruction FC) and the host (PartialEnc, PartialDec)."""
+
+    name = "tabvfl"
+    summary = "TabVFL: split TabNet (guests BN+FC, host PartialEnc/PartialDec), masked pretraining + finetuning"
+    design = TABVFL
+
+
+@register_method
+class TabVFLLocalEncoders(TabNetMethod):
+    """TabVFL-LE baseline: a whole TabNet encoder per guest, decision steps summed at the host."""
+
+    name = "tabvfl-le"
+    summary = "TabVFL-LE baseline: full TabNet encoder per guest, step outputs / latents summed at the host"
+    design = TABVFL_LE
+
+
+@register_method
+class TabNetLocal(TabNetMethod):
+    """LT baseline: local TabNet autoencoders per guest, latents concatenated under one FC at the host."""
+
+    name = "tabnet-lt"
+    summary = "LT baseline: local TabNet autoencoder per guest, concatenated latents, FC at the host"
+    design = TABNET_LT
+
+
+@register_method
+class TabNetCentral(TabNetMethod):
+    """CT baseline: the guests send raw features to the host, which trains plain TabNet. Not private."""
+
+    name = "tabnet-ct"
+    summary = "CT reference: centralised TabNet on all features (guests send RAW features; not private)"
+    design = TABNET_CT
+
+
+__all__ = ["EVAL_OUT", "FT_OUT", "PRE_DONE", "PRE_GRAD", "PRE_OUT", "RAW", "STATS", "RowCache", "TabNetCentral",
+           "TabNetLocal", "TabNetMethod", "TabVFL", "TabVFLLocalEncoders", "TabVFLOptions", "epoch_batches",
+           "failure_schedule"]

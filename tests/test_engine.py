@@ -1,0 +1,163 @@
+"""The split-learning engine: a new method in a few lines, resume, early stopping, refusals."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+import securevfl
+from securevfl.errors import ConfigError, DataError, PartyFailure
+from securevfl.eval import classification_metrics
+from securevfl.federation.runtime import run_parties
+from securevfl.methods import TrainConfig
+from securevfl.methods.base import party_generator
+from securevfl.methods.engine import PartySide
+from securevfl.methods.engine.checkpoint import CheckpointStore
+from securevfl.methods.splitnn import SplitNN, SplitNNOptions
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Float sums depend on the thread count; an exact comparison needs one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# -- a new method: SplitNN whose passive parties add Gaussian noise to their embeddings ----------
+
+@dataclass(frozen=True)
+class NoiseOptions(SplitNNOptions):
+    sigma: float = 0.5
+
+
+class NoisySplitNN(SplitNN):
+    """SplitNN with N(0, sigma^2) noise on every embedding a passive party sends."""
+
+    name = "noisy-splitnn"
+    Options = NoiseOptions
+
+    def bottom(self, side: PartySide) -> torch.nn.Module:
+        side.state.generators["noise"] = party_generator(self.config.seed, f"{side.name}/noise")
+        return super().bottom(side)
+
+    def encode(self, side: PartySide, h: torch.Tensor, phase: str) -> torch.Tensor:
+        noise = torch.randn(h.shape, generator=side.state.generators["noise"]) * self.options.sigma
+        return (h + noise.to(h.device)).detach()
+
+# -- (the method ends here: 19 lines) ------------------------------------------------------------
+
+
+def _scenario():
+    from securevfl.api import RunConfig, build_scenario
+    from securevfl.data import PartitionSpec
+
+    return build_scenario(RunConfig(partition=PartitionSpec(parties=2, seed=0), alignment="plaintext"))
+
+
+def _run_method(method, scenario):
+    result = run_parties(method.roles(scenario), active=scenario.active)
+    outcome = result.results[scenario.active]
+    return outcome, classification_metrics(outcome.y_true, outcome.scores)
+
+
+def test_a_splitnn_variant_is_a_few_hooks_and_runs_end_to_end():
+    scenario = _scenario()
+    config = TrainConfig(epochs=3, seed=0)
+    plain, plain_metrics = _run_method(SplitNN(config), scenario)
+    silent, silent_metrics = _run_method(NoisySplitNN(TrainConfig(epochs=3, seed=0, options={"sigma": 0.0})),
+                                         scenario)
+    noisy, noisy_metrics = _run_method(NoisySplitNN(TrainConfig(epochs=3, seed=0, options={"sigma": 2.0})),
+                                       scenario)
+    assert silent.history == plain.history and silent_metrics == plain_metrics  # sigma=0 is SplitNN
+    assert noisy.history != plain.history  # the noise reached the active party's top model
+    assert noisy_metrics["accuracy"] > 0.6  # and the noisy run still learns
+
+
+# -- checkpoint and resume ---------------------------------------------------------------------
+
+def _interrupt_at(epoch: int):
+    def progress(**info):
+        if info["epoch"] == epoch:
+            raise RuntimeError(f"interrupted after epoch {epoch}")
+    return progress
+
+
+@pytest.mark.parametrize("method,parties,options", [
+    ("splitnn", 2, {}),
+    ("easter", 4, {"secagg": "dh"}),
+    ("entity-aug", 3, {"drop_prob": 0.3}),  # checkpoints the host's queues and the guests' drop generators
+    ("tabvfl", 3, {"fail_prob": 0.4, "latent_quality": False, "pretrain_epochs": 1}),  # resumes inside finetuning
+])
+def test_resume_after_an_interrupted_run_gives_the_uninterrupted_metrics(tmp_path, method, parties, options):
+    kw = dict(parties=parties, epochs=4, seed=3, options=options, alignment="plaintext")
+    uninterrupted = securevfl.train(method, **kw)
+    with pytest.raises(PartyFailure, match="interrupted after epoch 2"):
+        securevfl.train(method, checkpoint_dir=tmp_path, progress=_interrupt_at(2), **kw)
+    party_dirs = sorted(p.name for p in tmp_path.iterdir())
+    assert len(party_dirs) == parties  # each party wrote its own checkpoints
+    assert all(CheckpointStore(tmp_path, p).completed_epochs()[-1] == 2 for p in party_dirs)
+    resumed = securevfl.train(method, checkpoint_dir=tmp_path, resume=True, **kw)
+    assert resumed.extra["resumed_from_epoch"] == 2
+    assert resumed.metrics == uninterrupted.metrics
+    assert resumed.history == uninterrupted.history
+
+
+def test_resume_takes_the_last_epoch_every_party_completed(tmp_path):
+    kw = dict(parties=3, epochs=3, seed=1, alignment="plaintext")
+    uninterrupted = securevfl.train("splitnn", **kw)
+    securevfl.train("splitnn", checkpoint_dir=tmp_path, **kw)
+    CheckpointStore(tmp_path, "passive2").path(3).unlink()  # passive2 died before saving epoch 3
+    resumed = securevfl.train("splitnn", checkpoint_dir=tmp_path, resume=True, **kw)
+    assert resumed.extra["resumed_from_epoch"] == 2
+    assert resumed.metrics == uninterrupted.metrics
+
+
+def test_resume_refuses_another_jobs_checkpoint(tmp_path):
+    kw = dict(parties=2, epochs=2, alignment="plaintext")
+    securevfl.train("splitnn", checkpoint_dir=tmp_path, seed=1, **kw)
+    with pytest.raises(PartyFailure, match="belongs to another job"):
+        securevfl.train("splitnn", checkpoint_dir=tmp_path, resume=True, seed=1, lr=0.01, **kw)
+
+
+def test_a_damaged_checkpoint_is_a_clear_error(tmp_path):
+    store = CheckpointStore(tmp_path, "active")
+    store.directory.mkdir(parents=True)
+    store.path(1).write_bytes(b"not a checkpoint")
+    with pytest.raises(DataError, match="cannot be read"):
+        store.load(1)
+
+
+# -- early stopping ----------------------------------------------------------------------------
+
+def test_early_stopping_restores_the_best_weights():
+    kw = dict(parties=2, seed=0, lr=0.05, embedding_dim=32, hidden=(128,), alignment="plaintext")
+    stopped = securevfl.train("splitnn", epochs=40, patience=2, **kw)
+    info = stopped.extra["early_stopping"]
+    val = [h["val_loss"] for h in stopped.history]
+    assert info["best_epoch"] == 1 + int(np.argmin(val))
+    assert info["stopped_after_epoch"] == len(stopped.history) < 40  # it stopped
+    assert info["stopped_after_epoch"] == info["best_epoch"] + 2  # after `patience` epochs without improvement
+    # the weights evaluated are those of the best epoch: the same as a run that ends there
+    ends_at_best = securevfl.train("splitnn", epochs=info["best_epoch"], patience=2, **kw)
+    assert stopped.metrics == ends_at_best.metrics
+
+
+def test_methods_off_the_engine_refuse_early_stopping_and_checkpoints(tmp_path):
+    with pytest.raises(ConfigError, match="does not support early stopping"):
+        securevfl.train("hetero-lr", epochs=1, patience=2)
+    with pytest.raises(ConfigError, match="resume needs a checkpoint directory"):
+        securevfl.train("splitnn", epochs=1, resume=True)
+
+
+def test_the_meter_splits_time_and_bytes_by_phase():
+    report = securevfl.train("splitnn", parties=2, epochs=2, alignment="plaintext")
+    phases = report.cost["phases"]
+    assert list(phases) == ["setup", "train", "evaluate"]
+    assert sum(p["bytes"] for p in phases.values()) == report.cost["total_bytes"]
+    assert phases["train"]["bytes"] > phases["evaluate"]["bytes"] > 0 and phases["setup"]["bytes"] == 0
+    tab = securevfl.train("tabvfl", parties=2, epochs=1, alignment="plaintext", options={"latent_quality": False})
+    assert list(tab.cost["phases"]) == ["setup", "pretrain", "finetune", "evaluate"]
+    assert tab.extra["efficiency"]["pretrain_bytes"] == tab.cost["phases"]["pretrain"]["bytes"]
