@@ -161,3 +161,17 @@ def test_the_meter_splits_time_and_bytes_by_phase():
     tab = securevfl.train("tabvfl", parties=2, epochs=1, alignment="plaintext", options={"latent_quality": False})
     assert list(tab.cost["phases"]) == ["setup", "pretrain", "finetune", "evaluate"]
     assert tab.extra["efficiency"]["pretrain_bytes"] == tab.cost["phases"]["pretrain"]["bytes"]
+
+
+def test_scheme_options_reach_the_aggregation_through_dotted_method_options():
+    from securevfl.methods import create_method
+
+    method = create_method("easter", TrainConfig(options={"secagg": "paillier", "secagg.key_bits": "3072",
+                                                          "secagg.key_holder": "passive2"}))
+    assert method.options.secagg_options == {"key_bits": "3072", "key_holder": "passive2"}
+    scheme = method.options.aggregation()
+    assert scheme.options.key_bits == 3072 and scheme.options.key_holder == "passive2"
+    with pytest.raises(ConfigError, match="key_bitz"):
+        create_method("easter", TrainConfig(options={"secagg": "paillier", "secagg.key_bitz": 3072}))
+    with pytest.raises(ConfigError, match="unknown option group"):
+        create_method("splitnn", TrainConfig(options={"secagg.key_bits": 3072}))

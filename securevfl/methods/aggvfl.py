@@ -25,48 +25,16 @@ from typing import Any
 from torch import nn
 
 from securevfl.data.scenario import Scenario
-from securevfl.errors import ConfigError
 from securevfl.methods import _peer_reveal as peer_reveal
-from securevfl.methods._easter_zoo import MODEL_CHOICES, Architecture, architectures, build_local_model
+from securevfl.methods._easter_zoo import Architecture, architectures, build_local_model
 from securevfl.methods.base import Role, register_method
 from securevfl.methods.engine import Evaluation, PartySide
-from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod
-from securevfl.privacy.aggregation import (
-    AggregationConfig,
-    AggregationScheme,
-    aggregation_names,
-    create_aggregation,
-    resolve_key_agreement,
-)
+from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregationOptions
 
 
 @dataclass(frozen=True)
-class AggVFLOptions:
-    """``models``: hetero | homo; ``secagg``: how the passive logits are summed.
-
-    ``allow_peer_reveal``: accept two passive parties with a featureless active party, where each
-    passive party can compute the other's logits from the broadcast gradient (refused by default).
-    """
-
-    models: str = "hetero"
-    embedding_size: int = 128
-    secagg: str = "none"
-    key_agreement: str = "x25519"
-    frac_bits: int = 16
-    allow_peer_reveal: bool = False
-
-    def __post_init__(self) -> None:
-        if self.models not in MODEL_CHOICES:
-            raise ConfigError(f"models must be one of {', '.join(MODEL_CHOICES)}, got {self.models!r}")
-        if self.secagg not in aggregation_names():
-            raise ConfigError(f"secagg must be one of {', '.join(aggregation_names())}, got {self.secagg!r}")
-        resolve_key_agreement(self.key_agreement)
-        if self.embedding_size < 1:
-            raise ConfigError(f"embedding_size must be >= 1, got {self.embedding_size}")
-
-    def aggregation(self) -> AggregationScheme:
-        return create_aggregation(self.secagg, AggregationConfig(frac_bits=self.frac_bits,
-                                                                 key_agreement=self.key_agreement))
+class AggVFLOptions(AggregationOptions):
+    """Agg-VFL's options are the shared aggregation options (``secagg`` sums the passive logits)."""
 
 
 @register_method

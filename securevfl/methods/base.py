@@ -83,8 +83,20 @@ class ActiveOutcome:
 
 
 def parse_options(options_type: type, values: Mapping[str, Any]) -> Any:
-    """Build a method's options dataclass, rejecting unknown keys with the list of valid ones."""
+    """Build a method's options dataclass, rejecting unknown keys with the list of valid ones.
+
+    A dotted key ``group.name`` goes into the mapping field ``group_options`` (``secagg.key_bits=3072``
+    sets ``secagg_options["key_bits"]``); the method validates such a group itself.
+    """
     valid = {f.name: f for f in dataclasses.fields(options_type)}
+    values = dict(values)
+    for key in [k for k in values if "." in k]:
+        group, _, name = key.partition(".")
+        if f"{group}_options" not in valid:
+            raise ConfigError(f"unknown option group {group!r} in {key!r} for this method")
+        grouped = dict(values.get(f"{group}_options") or {})
+        grouped[name] = values.pop(key)
+        values[f"{group}_options"] = grouped
     unknown = sorted(set(values) - set(valid))
     if unknown:
         listed = ", ".join(valid) or "none"

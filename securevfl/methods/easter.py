@@ -60,68 +60,47 @@ from securevfl.errors import ConfigError
 from securevfl.eval import classification_metrics
 from securevfl.methods import _peer_reveal as peer_reveal
 from securevfl.methods._easter_zoo import (
-    MODEL_CHOICES,
     Architecture,
     architectures,
     build_local_model,
 )
 from securevfl.methods.base import Role, n_batches, register_method
 from securevfl.methods.engine import Evaluation, PartySide
-from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod
+from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregationOptions
 from securevfl.privacy.aggregation import (
-    AggregationConfig,
     AggregationScheme,
-    aggregation_names,
-    create_aggregation,
-    resolve_key_agreement,
 )
 
 EMBED_GRADS = ("own", "all")
 
 
 @dataclass(frozen=True)
-class EasterOptions:
-    """EASTER's options (flags ``--secagg``, ``--key-agreement``, ``--frac-bits``, ``--drop-prob``).
+class EasterOptions(AggregationOptions):
+    """EASTER's options: the shared aggregation options (default ``secagg=dh``) and its own.
 
-    ``models``: ``hetero`` (each party its own zoo architecture) or ``homo``;
-    ``embedding_size``: the shared embedding width (paper: 128); ``threshold``: Shamir threshold
-    of ``secagg=dh``, above half the passive parties (0: the majority). ``embed_grad``: ``own``
-    (the paper: party k's embedding net learns from L_k only) or ``all`` (extension, not in the
-    paper: from the sum of every party's dL_j/dE, itself summed with the same secure aggregation —
-    one more round per batch).
-    ``allow_peer_reveal``: accept a round structure in which a passive party can compute another's
-    embedding from the global embedding (see the module docstring); refused by default.
+    ``embedding_size`` is the shared embedding width (paper: 128); ``drop_prob``: simulated dropouts
+    per round; ``threshold``: Shamir threshold of ``secagg=dh``, above half the passive parties (0:
+    the majority). ``embed_grad``: ``own`` (the paper: party k's embedding net learns from L_k only)
+    or ``all`` (extension, not in the paper: from the sum of every party's dL_j/dE, itself summed
+    with the same secure aggregation — one more round per batch).
     """
 
     secagg: str = "dh"
-    key_agreement: str = "x25519"
-    frac_bits: int = 16
     drop_prob: float = 0.0
-    models: str = "hetero"
-    embedding_size: int = 128
     threshold: int = 0
     embed_grad: str = "own"
-    allow_peer_reveal: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.embed_grad not in EMBED_GRADS:
             raise ConfigError(f"embed_grad must be one of {', '.join(EMBED_GRADS)}, got {self.embed_grad!r}")
-        if self.secagg not in aggregation_names():
-            raise ConfigError(f"secagg must be one of {', '.join(aggregation_names())}, got {self.secagg!r}")
-        resolve_key_agreement(self.key_agreement)
-        if self.models not in MODEL_CHOICES:
-            raise ConfigError(f"models must be one of {', '.join(MODEL_CHOICES)}, got {self.models!r}")
         if not 0.0 <= self.drop_prob < 1.0:
             raise ConfigError(f"drop_prob must be in [0, 1), got {self.drop_prob}")
-        if self.embedding_size < 1:
-            raise ConfigError(f"embedding_size must be >= 1, got {self.embedding_size}")
         if self.threshold < 0:
             raise ConfigError(f"threshold must be >= 0, got {self.threshold}")
 
-    def aggregation(self) -> AggregationScheme:
-        return create_aggregation(self.secagg, AggregationConfig(
-            frac_bits=self.frac_bits, key_agreement=self.key_agreement,
-            threshold=self.threshold or None))
+    def aggregation(self, threshold: int | None = None) -> AggregationScheme:
+        return super().aggregation(threshold or self.threshold or None)
 
 
 def drop_schedule(passives: tuple[str, ...], drop_prob: float, seed: int, epoch: int, batch: int,

@@ -47,7 +47,7 @@ from torch import nn
 from securevfl.data.datasets import Dataset
 from securevfl.data.partition import PartitionSpec, register_preset
 from securevfl.data.scenario import PartyData, Scenario
-from securevfl.errors import ConfigError, DataError, ProtocolError
+from securevfl.errors import ConfigError, DataError, ProtocolError, psi_errors
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import ActiveOutcome, Role, TrainConfig, as_tensor, party_generator, register_method
 from securevfl.methods.engine import (
@@ -285,6 +285,7 @@ def output_width(model: nn.Module, data: PartyData) -> int:
 
 # -- entity resolution ----------------------------------------------------------------------------
 
+@psi_errors()
 def _psi_host(ctx: PartyContext, guest: str, labelled_ids: Sequence[str]) -> np.ndarray:
     """Host side of the pairwise PSI with ``guest``: its labelled rows in the pair's order."""
     from psi import CurveEngine, PSIConfig, PSIInitiator, prepare_ids
@@ -303,6 +304,7 @@ def _psi_host(ctx: PartyContext, guest: str, labelled_ids: Sequence[str]) -> np.
     return prepared.rows[initiator.outcome.positions]
 
 
+@psi_errors()
 def _psi_guest(ctx: PartyContext, ids: Sequence[str]) -> np.ndarray:
     """Guest side of the pairwise PSI: its rows the host labels, in the pair's order."""
     from psi import CurveEngine, PSIConfig, PSIResponder, prepare_ids

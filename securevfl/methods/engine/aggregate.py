@@ -21,7 +21,8 @@ gradients; with per-party losses every party's test predictions are scored.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -29,18 +30,62 @@ import torch
 from torch import nn
 
 from securevfl.data.scenario import Scenario
-from securevfl.errors import ProtocolError
+from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import PartyContext
+from securevfl.methods._easter_zoo import MODEL_CHOICES
 from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, batch_plan, predict_scores
 from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide
 from securevfl.methods.engine.split import checked_tensor, side_role
-from securevfl.privacy.aggregation import AggregationScheme
+from securevfl.privacy.aggregation import (
+    AggregationConfig,
+    AggregationScheme,
+    aggregation_names,
+    create_aggregation,
+    resolve_key_agreement,
+    scheme_options,
+)
 
 GLOBAL = "global"
 LOGITS = "logits"
 GRADIENT = "gradient"
 EMBED_GRAD = "embed_grad"
 SCORES = "scores"
+
+
+@dataclass(frozen=True)
+class AggregationOptions:
+    """Options every aggregation method shares (a method's options dataclass extends this).
+
+    ``secagg``: the scheme that sums the passive contributions, with ``key_agreement`` and
+    ``frac_bits`` (its fixed-point precision) and ``secagg_options``, the scheme's own options
+    (``--option secagg.key_bits=3072``), validated by the aggregation registry; ``models``:
+    ``hetero`` (each party its own zoo architecture) or ``homo``; ``embedding_size``: the width of
+    the local models' embeddings; ``allow_peer_reveal``: accept a configuration in which a passive
+    party can compute another's contribution (refused by default, see ``_peer_reveal``).
+    """
+
+    secagg: str = "none"
+    key_agreement: str = "x25519"
+    frac_bits: int = 16
+    secagg_options: Mapping[str, Any] = field(default_factory=dict)
+    models: str = "hetero"
+    embedding_size: int = 128
+    allow_peer_reveal: bool = False
+
+    def __post_init__(self) -> None:
+        if self.secagg not in aggregation_names():
+            raise ConfigError(f"secagg must be one of {', '.join(aggregation_names())}, got {self.secagg!r}")
+        scheme_options(self.secagg, self.secagg_options)  # refuse a bad scheme option before any party starts
+        resolve_key_agreement(self.key_agreement)
+        if self.models not in MODEL_CHOICES:
+            raise ConfigError(f"models must be one of {', '.join(MODEL_CHOICES)}, got {self.models!r}")
+        if self.embedding_size < 1:
+            raise ConfigError(f"embedding_size must be >= 1, got {self.embedding_size}")
+
+    def aggregation(self, threshold: int | None = None) -> AggregationScheme:
+        """The configured scheme (``threshold``: the Shamir threshold of ``dh``, None for its default)."""
+        config = AggregationConfig(frac_bits=self.frac_bits, key_agreement=self.key_agreement, threshold=threshold)
+        return create_aggregation(self.secagg, config, self.secagg_options)
 
 
 class AggregateMethod(Method):
