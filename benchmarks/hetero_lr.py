@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from securevfl.api import RunConfig, build_scenario, run  # noqa: E402
 from securevfl.data import PartitionSpec  # noqa: E402
 from securevfl.methods import TrainConfig  # noqa: E402
-from securevfl.methods._hetero_lr_reference import taylor_lr_reference  # noqa: E402
+from securevfl.methods.hetero_lr.reference import taylor_lr_reference  # noqa: E402
 
 PRIMITIVES = ("encrypt", "decrypt", "add", "matmul", "mask", "rerandomize", "keygen")
 

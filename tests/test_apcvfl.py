@@ -16,20 +16,20 @@ from securevfl.errors import ConfigError
 from securevfl.federation.codec import encode
 from securevfl.federation.runtime import run_parties
 from securevfl.methods import TrainConfig, create_method
-from securevfl.methods._apc_fedsvd import (
-    fedsvd_footprint_bytes,
-    generate_masks,
-    mask_block,
-    server_svd,
-    unmask_left,
-)
-from securevfl.methods._apc_models import apc_loss, build_autoencoder
 from securevfl.methods.apcvfl import (
     BREAST_CANCER_ACTIVE,
     APCOptions,
     apc_footprint_bytes,
     probe_on_student,
 )
+from securevfl.methods.apcvfl.fedsvd import (
+    fedsvd_footprint_bytes,
+    generate_masks,
+    mask_block,
+    server_svd,
+    unmask_left,
+)
+from securevfl.methods.apcvfl.models import apc_loss, build_autoencoder
 
 FAST = dict(epochs=3, batch_size=64, device="cpu", alignment="plaintext")
 

@@ -12,8 +12,8 @@ from hypothesis.extra.numpy import arrays
 import securevfl
 from securevfl.errors import ConfigError
 from securevfl.methods import TrainConfig, create_method
-from securevfl.methods._easter_zoo import IMAGE_ZOO, TABULAR_ZOO, build_local_model, pick_architecture
 from securevfl.methods.cvfl import compress, decompress, dequantize, payload_bytes, quantize
+from securevfl.models.zoo import IMAGE_ZOO, TABULAR_ZOO, build_local_model, pick_architecture
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=32)
 

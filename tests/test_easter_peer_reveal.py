@@ -21,8 +21,8 @@ from securevfl.errors import ConfigError, PartyFailure, ProtocolError
 from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
 from securevfl.methods import TrainConfig, create_method
-from securevfl.methods import _peer_reveal as peer_reveal
 from securevfl.methods import easter as easter_module
+from securevfl.methods.engine import peer_reveal
 
 
 def featureless_active(parties: int):

@@ -11,10 +11,10 @@ from securevfl.errors import ConfigError, DataError, PartyFailure
 from securevfl.eval import classification_metrics
 from securevfl.federation.runtime import run_parties
 from securevfl.methods import TrainConfig
-from securevfl.methods.base import party_generator
 from securevfl.methods.engine import PartySide
 from securevfl.methods.engine.checkpoint import CheckpointStore
 from securevfl.methods.splitnn import SplitNN, SplitNNOptions
+from securevfl.models import party_generator
 
 
 @pytest.fixture(autouse=True)

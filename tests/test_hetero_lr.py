@@ -18,8 +18,6 @@ from securevfl.federation import codec
 from securevfl.federation.runtime import RunResult, run_parties
 from securevfl.federation.transport import Envelope, InProcessTransport
 from securevfl.methods import TrainConfig, create_method
-from securevfl.methods._hetero_lr_batches import batch_schedule, count_batches
-from securevfl.methods._hetero_lr_reference import taylor_lr_reference
 from securevfl.methods.hetero_lr import (
     ARBITER,
     ENC_SCORE,
@@ -27,6 +25,8 @@ from securevfl.methods.hetero_lr import (
     TEST_SCORE,
     UNMASKED,
 )
+from securevfl.methods.hetero_lr.batches import batch_schedule, count_batches
+from securevfl.methods.hetero_lr.reference import taylor_lr_reference
 from securevfl.privacy.paillier import EncryptedTensor, create_backend
 from securevfl.privacy.paillier.ring_masks import add_ring_masks, draw_ring_masks, remove_ring_masks
 

@@ -14,7 +14,7 @@ The broadcast gradient softmax(z) − onehot(y) reveals the batch labels and z (
 constant) to every passive party, so a passive party learns the sum of the *other* parties' logits:
 with two passive parties and a featureless active party that is the other party's logits, and
 ``secagg`` other than ``none`` then refuses the configuration unless ``allow_peer_reveal=true``
-(:mod:`securevfl.methods._peer_reveal`).
+(:mod:`securevfl.methods.engine.peer_reveal`).
 """
 
 from __future__ import annotations
@@ -25,11 +25,10 @@ from typing import Any
 from torch import nn
 
 from securevfl.data.scenario import Scenario
-from securevfl.methods import _peer_reveal as peer_reveal
-from securevfl.methods._easter_zoo import Architecture, architectures, build_local_model
 from securevfl.methods.base import Role, register_method
-from securevfl.methods.engine import Evaluation, PartySide
+from securevfl.methods.engine import Evaluation, PartySide, peer_reveal
 from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregationOptions
+from securevfl.models.zoo import Architecture, architectures, build_local_model
 
 
 @dataclass(frozen=True)

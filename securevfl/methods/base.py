@@ -10,7 +10,6 @@ so that methods stay small and an encrypted variant never copies a training loop
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -189,14 +188,6 @@ def batch_plan(n_rows: int, batch_size: int, seed: int, epoch: int) -> Iterator[
 def n_batches(n_rows: int, batch_size: int) -> int:
     """Number of batches :func:`batch_plan` yields per epoch."""
     return (n_rows + batch_size - 1) // batch_size
-
-
-def party_generator(seed: int, party: str) -> torch.Generator:
-    """A torch generator private to one party (model init), derived from the run seed and its name."""
-    digest = hashlib.sha256(f"{seed}:{party}".encode()).digest()
-    g = torch.Generator()
-    g.manual_seed(int.from_bytes(digest[:8], "big") >> 1)
-    return g
 
 
 def as_tensor(array: np.ndarray, device: Any) -> torch.Tensor:

@@ -25,15 +25,15 @@ from torch import nn
 
 from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError, ProtocolError
-from securevfl.methods._easter_zoo import (
+from securevfl.methods.base import Role, register_method
+from securevfl.methods.engine import TRAIN, PartySide, SplitMethod, checked_tensor
+from securevfl.models import MLP, init_parameters, party_generator
+from securevfl.models.zoo import (
     MODEL_CHOICES,
     Architecture,
     architectures,
     build_embedding_net,
 )
-from securevfl.methods.base import Role, party_generator, register_method
-from securevfl.methods.engine import TRAIN, PartySide, SplitMethod, checked_tensor
-from securevfl.models import MLP, init_parameters
 
 COMPRESSIONS = ("quant", "topk", "both", "none")
 

@@ -2,7 +2,7 @@
 
 Every party k (the active party too, with its own features) owns a *local model*: an embedding
 net f_k (features -> shared embedding size, default 128) and a decision net g_k (embedding ->
-logits); architectures differ between parties (``models=hetero``, see ``_easter_zoo``). Per
+logits); architectures differ between parties (``models=hetero``, see ``securevfl.models.zoo``). Per
 batch (Algorithm 1):
 
 1. every party embeds its slice of the agreed batch: e_k = f_k(x_k);
@@ -58,15 +58,14 @@ from torch import nn
 from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
 from securevfl.eval import classification_metrics
-from securevfl.methods import _peer_reveal as peer_reveal
-from securevfl.methods._easter_zoo import (
+from securevfl.methods.base import Role, n_batches, register_method
+from securevfl.methods.engine import Evaluation, PartySide, peer_reveal
+from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregationOptions
+from securevfl.models.zoo import (
     Architecture,
     architectures,
     build_local_model,
 )
-from securevfl.methods.base import Role, n_batches, register_method
-from securevfl.methods.engine import Evaluation, PartySide
-from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregationOptions
 from securevfl.privacy.aggregation import (
     AggregationScheme,
 )

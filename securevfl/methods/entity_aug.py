@@ -49,7 +49,7 @@ from securevfl.data.partition import PartitionSpec, register_preset
 from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, DataError, ProtocolError, psi_errors
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods.base import ActiveOutcome, Role, TrainConfig, as_tensor, party_generator, register_method
+from securevfl.methods.base import ActiveOutcome, Role, TrainConfig, as_tensor, register_method
 from securevfl.methods.engine import (
     TRAIN,
     EngineRecord,
@@ -62,7 +62,7 @@ from securevfl.methods.engine import (
     side_role,
 )
 from securevfl.methods.engine.loop import Losses
-from securevfl.models import MLP, StripCNN, init_parameters
+from securevfl.models import MLP, StripCNN, init_parameters, party_generator
 
 ACTIVATION = "activation"
 GRADIENT = "gradient"

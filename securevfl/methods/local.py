@@ -15,11 +15,10 @@ from securevfl.methods.base import (
     TrainConfig,
     as_tensor,
     batch_plan,
-    party_generator,
     predict_scores,
     register_method,
 )
-from securevfl.models import MLP, init_parameters
+from securevfl.models import MLP, init_parameters, party_generator
 
 
 def local_mlp_role(data: PartyData, config: TrainConfig) -> Role:

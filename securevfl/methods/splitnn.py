@@ -17,9 +17,9 @@ from torch import nn
 
 from securevfl.data.scenario import PartyData
 from securevfl.errors import ConfigError
-from securevfl.methods.base import TrainConfig, party_generator, register_method
+from securevfl.methods.base import TrainConfig, register_method
 from securevfl.methods.engine import PartySide, SplitMethod
-from securevfl.models import MLP, StripCNN, init_parameters
+from securevfl.models import MLP, StripCNN, init_parameters, party_generator
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation import codec
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods._apc_fedsvd import (
+from securevfl.methods.apcvfl import _stage, exchanged_rows, local_rows, probe_on_student
+from securevfl.methods.apcvfl.fedsvd import (
     Urandom,
     fedsvd_footprint_bytes,
     generate_masks,
@@ -36,14 +37,13 @@ from securevfl.methods._apc_fedsvd import (
     server_svd,
     unmask_left,
 )
-from securevfl.methods._apc_models import (
+from securevfl.methods.apcvfl.models import (
     DISTILL_LOSSES,
     FitSettings,
     build_autoencoder,
     fit_autoencoder,
     parse_widths,
 )
-from securevfl.methods.apcvfl import _stage, exchanged_rows, local_rows, probe_on_student
 from securevfl.methods.base import ActiveOutcome, Method, Role, TrainConfig, as_tensor, register_method
 
 KEYGEN = "keygen"

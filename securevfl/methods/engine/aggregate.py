@@ -32,10 +32,10 @@ from torch import nn
 from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods._easter_zoo import MODEL_CHOICES
 from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, batch_plan, predict_scores
 from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide
 from securevfl.methods.engine.split import checked_tensor, side_role
+from securevfl.models.zoo import MODEL_CHOICES
 from securevfl.privacy.aggregation import (
     AggregationConfig,
     AggregationScheme,
@@ -61,7 +61,7 @@ class AggregationOptions:
     (``--option secagg.key_bits=3072``), validated by the aggregation registry; ``models``:
     ``hetero`` (each party its own zoo architecture) or ``homo``; ``embedding_size``: the width of
     the local models' embeddings; ``allow_peer_reveal``: accept a configuration in which a passive
-    party can compute another's contribution (refused by default, see ``_peer_reveal``).
+    party can compute another's contribution (refused by default, see ``engine.peer_reveal``).
     """
 
     secagg: str = "none"

@@ -37,11 +37,10 @@ from securevfl.methods.base import (
     Method,
     Role,
     as_tensor,
-    party_generator,
     predict_scores,
 )
 from securevfl.methods.engine.loop import TEST, TRAIN, EngineRecord, Evaluation, Losses, PartySide, run_side
-from securevfl.models import MLP, init_parameters
+from securevfl.models import MLP, init_parameters, party_generator
 
 EMBEDDING = "embedding"
 GRADIENT = "gradient"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from securevfl.methods._hetero_lr_batches import batch_schedule
+from securevfl.methods.hetero_lr.batches import batch_schedule
 
 
 @dataclass

@@ -33,7 +33,7 @@ from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError
 from securevfl.federation import codec
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods._apc_models import (
+from securevfl.methods.apcvfl.models import (
     DISTILL_LOSSES,
     FitResult,
     FitSettings,
@@ -41,7 +41,7 @@ from securevfl.methods._apc_models import (
     fit_autoencoder,
     parse_widths,
 )
-from securevfl.methods._apc_probe import cross_validate_probe, probe_scores
+from securevfl.methods.apcvfl.probe import cross_validate_probe, probe_scores
 from securevfl.methods.base import ActiveOutcome, Method, Role, TrainConfig, as_tensor, register_method
 
 LATENTS = "aligned_latents"

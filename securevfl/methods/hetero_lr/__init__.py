@@ -49,7 +49,6 @@ import numpy as np
 from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, DataError, ProtocolError
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods._hetero_lr_batches import batch_schedule, check_batch_size, count_batches
 from securevfl.methods.base import (
     ActiveOutcome,
     Method,
@@ -57,6 +56,7 @@ from securevfl.methods.base import (
     TrainConfig,
     register_method,
 )
+from securevfl.methods.hetero_lr.batches import batch_schedule, check_batch_size, count_batches
 from securevfl.privacy.paillier import (
     EncryptedTensor,
     PaillierBackend,

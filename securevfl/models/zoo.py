@@ -18,8 +18,7 @@ from torch import nn
 
 from securevfl.data.scenario import PartyData
 from securevfl.errors import ConfigError
-from securevfl.methods.base import party_generator
-from securevfl.models import MLP, StripCNN, init_parameters
+from securevfl.models import MLP, StripCNN, init_parameters, party_generator
 
 MODEL_CHOICES = ("hetero", "homo")
 
@@ -49,6 +48,7 @@ IMAGE_ZOO = (
 
 
 def zoo_for(data: PartyData) -> tuple[Architecture, ...]:
+    """The zoo a party picks from: small CNNs and MLPs for image strips, MLPs for tabular columns."""
     return IMAGE_ZOO if data.strip_shape is not None else TABULAR_ZOO
 
 

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from securevfl.errors import ConfigError
-from securevfl.methods.base import batch_plan, party_generator
-from securevfl.models import init_parameters
+from securevfl.methods.base import batch_plan
+from securevfl.models import init_parameters, party_generator
 
 DISTILL_LOSSES = ("mse", "mae")
 
