@@ -60,6 +60,9 @@ def party_command(
     report: Path | None = typer.Option(None, help="Where to write this party's report (JSON + .md)."),  # noqa: B008
     device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda[:N]."),
     insecure: bool = typer.Option(False, help="Confirm plaintext links (loopback only; the file must say so too)."),
+    checkpoint_dir: Path | None = typer.Option(  # noqa: B008
+        None, help="Save this party's own state here at each epoch end (split-learning methods)."),
+    resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
 ) -> None:
     """Run one party: load only its own table, PSI with its peers, then its role of the method."""
     from securevfl.api import check_report_path
@@ -73,7 +76,8 @@ def party_command(
     check_insecure(fed.insecure, insecure)
     print(f"[{as_}] connecting to {', '.join(p for p in fed.parties if p != as_)} "
           f"({'plaintext, loopback' if fed.insecure else 'mutual TLS'})", file=sys.stderr, flush=True)
-    result = run_deployed_party(fed, as_, data, device=device, progress=_epoch_printer(as_))
+    result = run_deployed_party(fed, as_, data, device=device, progress=_epoch_printer(as_),
+                                checkpoint_dir=checkpoint_dir, resume=resume)
     print(f"[{as_}] {result.alignment.size} shared rows; done in {result.wall_s:.1f} s", file=sys.stderr, flush=True)
     if result.report is not None:
         from securevfl.cli import print_summary
@@ -108,6 +112,9 @@ def launch_command(
     device: str = typer.Option("auto", help="Device for every party."),
     timeout: float = typer.Option(0, help="Stop everything after this many seconds (0: no limit)."),
     insecure: bool = typer.Option(False, help="Confirm plaintext links (loopback only; the file must say so too)."),
+    checkpoint_dir: Path | None = typer.Option(  # noqa: B008
+        None, help="Every party saves its own state under DIR/<party>/ at each epoch end."),
+    resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
 ) -> None:
     """Start every party as its own local process (loopback), stream their output, stop on the first failure."""
     from securevfl.api import check_report_path
@@ -129,7 +136,8 @@ def launch_command(
     if report is not None:
         check_report_path(report)
     code = launch(federation, {**files, **dict.fromkeys(n for n in fed.parties if n not in files)},
-                  active=fed.active, report=report, device=device, timeout=timeout or None, insecure=insecure)
+                  active=fed.active, report=report, device=device, timeout=timeout or None, insecure=insecure,
+                  checkpoint_dir=checkpoint_dir, resume=resume)
     if code:
         raise typer.Exit(code)
 
@@ -145,7 +153,7 @@ def check_insecure(in_file: bool, on_command_line: bool) -> None:
 
 def launch(federation: Path, files: dict[str, Path | None], *, active: str, report: Path | None = None,
            device: str = "auto", timeout: float | None = None, python: str = sys.executable,
-           insecure: bool = False) -> int:
+           insecure: bool = False, checkpoint_dir: Path | None = None, resume: bool = False) -> int:
     """Run every party as a child process; return 0, or the exit code of the first party that failed.
 
     ``files``: party -> its table, or ``None`` for a party without data (``data = false``).
@@ -165,6 +173,8 @@ def launch(federation: Path, files: dict[str, Path | None], *, active: str, repo
                    ["--insecure"] if insecure else [])
         if report is not None and name == active:
             cmd += ["--report", str(report)]
+        if checkpoint_dir is not None:
+            cmd += ["--checkpoint-dir", str(checkpoint_dir)] + (["--resume"] if resume else [])
         children[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                           env=env, start_new_session=True)
     pumps = [threading.Thread(target=_pump, args=(name, child), daemon=True) for name, child in children.items()]

@@ -66,7 +66,8 @@ def certs(tmp_path_factory) -> Path:
 
 
 def federation_file(directory: Path, certs: Path, method: str, options: str = "", epochs: int = EPOCHS,
-                    peer_timeout: float = 8.0, helpers: tuple[str, ...] = ()) -> Path:
+                    peer_timeout: float = 8.0, helpers: tuple[str, ...] = (), job: str = "",
+                    name: str = "") -> Path:
     ports = {p: free_port() for p in (*PARTIES, *helpers)}
     parties = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{ports[p]}"' for p in PARTIES)
     parties += "".join(f'\n[parties.{h}]\naddress = "127.0.0.1:{ports[h]}"\ndata = false' for h in helpers)
@@ -91,11 +92,12 @@ batch_size = 64
 seed = 0
 id_column = "customer_id"
 label_column = "churn"
+{job}
 
 [job.options]
 {options}
 """
-    path = directory / f"fed-{method}.toml"
+    path = directory / f"fed-{name or method}.toml"
     path.write_text(text)
     return path
 
@@ -282,13 +284,13 @@ def test_a_cut_connection_mid_epoch_leaves_the_metrics_unchanged(tmp_path, files
     assert network.cost["comm"] == local.cost["comm"]
 
 
-def run_in_threads(fed, files):
+def run_in_threads(fed, files, **kwargs):
     """Every party in this process, each over its own gRPC transport (loopback, TLS): results by party."""
     results, errors = {}, {}
 
     def run(p):
         try:
-            results[p] = run_deployed_party(fed, p, files.get(p), device="cpu")
+            results[p] = run_deployed_party(fed, p, files.get(p), device="cpu", **kwargs)
         except BaseException as exc:  # noqa: BLE001
             errors[p] = exc
 
@@ -299,6 +301,26 @@ def run_in_threads(fed, files):
         for t in threads:
             t.join(300)
     return results, errors
+
+
+def test_a_deployed_run_resumes_from_every_partys_own_checkpoints(tmp_path, files, certs):
+    from securevfl.methods.engine.checkpoint import CheckpointStore
+
+    ckpt = tmp_path / "checkpoints"
+    job = "early_stopping = 10\nval_fraction = 0.25"
+    fed = load_federation(federation_file(tmp_path, certs, "splitnn", epochs=3, job=job, name="first"))
+    full, errors = run_in_threads(fed, files, checkpoint_dir=ckpt)
+    assert not errors, errors
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted(PARTIES)  # each party wrote only its own
+    for p in PARTIES:  # as if every process had stopped after epoch 2
+        CheckpointStore(ckpt, p).path(3).unlink()
+    fed = load_federation(federation_file(tmp_path, certs, "splitnn", epochs=3, job=job, name="again"))
+    resumed, errors = run_in_threads(fed, files, checkpoint_dir=ckpt, resume=True)
+    assert not errors, errors
+    report, again = full["bank"].report, resumed["bank"].report
+    assert again.extra["resumed_from_epoch"] == 2
+    assert report.extra["early_stopping"]["validation_rows"] > 0
+    assert again.metrics == report.metrics and again.history == report.history
 
 
 @pytest.mark.slow

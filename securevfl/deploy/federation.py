@@ -119,7 +119,9 @@ class JobSpec:
 
     Generic on purpose: ``method`` is a registry name and ``options`` its method options
     (secure aggregation, privacy, ...), checked by the method, not here. ``normalize`` and
-    ``psi_mode`` configure the PSI that aligns the parties' rows (see docs/psi.md).
+    ``psi_mode`` configure the PSI that aligns the parties' rows (see docs/psi.md);
+    ``early_stopping`` (patience in epochs, 0: off) and ``val_fraction`` the early stopping of the
+    split-learning methods. Checkpoint directories are local (``securevfl party --checkpoint-dir``).
     """
 
     method: str
@@ -135,6 +137,8 @@ class JobSpec:
     test_size: float = 0.2
     normalize: tuple[str, ...] = ()
     psi_mode: str = "both"
+    early_stopping: int = 0
+    val_fraction: float = 0.2
 
     def __post_init__(self) -> None:
         for name in ("method", "id_column", "label_column"):
@@ -156,6 +160,13 @@ class JobSpec:
         if not _is_number(self.test_size) or not 0 < self.test_size < 1:
             raise ConfigError(f"[job] test_size must be a number strictly between 0 and 1, got {self.test_size!r}")
         object.__setattr__(self, "test_size", float(self.test_size))
+        if not _is_int(self.early_stopping) or self.early_stopping < 0:
+            raise ConfigError(f"[job] early_stopping must be a non-negative integer (patience in epochs), "
+                              f"got {self.early_stopping!r}")
+        if not _is_number(self.val_fraction) or not 0 < self.val_fraction < 1:
+            raise ConfigError(f"[job] val_fraction must be a number strictly between 0 and 1, "
+                              f"got {self.val_fraction!r}")
+        object.__setattr__(self, "val_fraction", float(self.val_fraction))
         if isinstance(self.normalize, str) or not isinstance(self.normalize, (list, tuple)):
             raise ConfigError(f"[job] normalize must be a list such as ['strip', 'casefold'], got {self.normalize!r}")
         try:

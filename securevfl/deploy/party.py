@@ -336,14 +336,17 @@ def local_scenario(name: str, federation: Federation, table: PartyTable | None, 
 # ------------------------------------------------------------------ the whole party
 
 
-def _method_and_config(federation: Federation, device: str):
+def _method_and_config(federation: Federation, device: str, checkpoint_dir: str | Path | None = None,
+                       resume: bool = False):
     from securevfl.api import RunConfig
     from securevfl.data import DatasetOptions, PartitionSpec
     from securevfl.methods import TrainConfig, create_method
 
     job = federation.job
     train = TrainConfig(epochs=job.epochs, batch_size=job.batch_size, lr=job.lr, seed=job.seed,
-                        embedding_dim=job.embedding_dim, hidden=tuple(job.hidden), options=dict(job.options))
+                        embedding_dim=job.embedding_dim, hidden=tuple(job.hidden), options=dict(job.options),
+                        patience=job.early_stopping, val_fraction=job.val_fraction,
+                        checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume)
     config = RunConfig(method=job.method, dataset="federation",
                        dataset_options=DatasetOptions(id_column=job.id_column, label_column=job.label_column,
                                                       seed=job.seed),
@@ -354,11 +357,14 @@ def _method_and_config(federation: Federation, device: str):
 
 
 def run_deployed_party(federation: Federation, name: str, data: str | Path | None, *, device: str = "auto",
-                       progress: Callable[..., None] | None = None, transport: Any = None) -> DeployedResult:
+                       progress: Callable[..., None] | None = None, transport: Any = None,
+                       checkpoint_dir: str | Path | None = None, resume: bool = False) -> DeployedResult:
     """Run party ``name`` of ``federation`` on its own ``data`` file, in this process, to the end.
 
     A party with ``data = false`` in the federation file (an arbiter, a key generator, a server) takes
-    no ``data`` and no part in PSI; it receives the plan and runs its role.
+    no ``data`` and no part in PSI; it receives the plan and runs its role. ``checkpoint_dir``: this
+    party saves its own state there at each epoch end (``DIR/<name>/``); ``resume`` continues from the
+    last epoch every party completed (every party must be started with ``resume``).
     """
     from securevfl.api import assemble_report, resolve_device
     from securevfl.data.files import party_table_from_file
@@ -367,7 +373,8 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     job = federation.job
     helper = not federation.party(name).data
     is_active = name == federation.active
-    method, config = _method_and_config(federation, device)  # refuse a bad method or option before connecting
+    # refuse a bad method or option before connecting
+    method, config = _method_and_config(federation, device, checkpoint_dir, resume)
     table: PartyTable | None = None
     classes: tuple[str, ...] = ()
     if helper:
