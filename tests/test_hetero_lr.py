@@ -175,7 +175,7 @@ def test_arbiter_sees_masked_gradients_only(run):
     parties = (sc.active, *sc.passives)
     for index, party in enumerate(parties):
         sent = [e for e in run.log if e.src == party and e.dst == ARBITER]
-        assert {e.tag for e in sent} <= {MASKED_GRADIENT, "masked_loss"}
+        assert {e.tag for e in sent} <= {MASKED_GRADIENT, "hetero-lr.train.masked_loss"}
         back = [codec.decode(e.payload) for e in run.log if e.src == ARBITER and e.dst == party and e.tag == UNMASKED]
         assert len(back) == len(sent)  # one reply per request, in order
         pairs = [(residues, e.tag) for residues, e in zip(back, sent, strict=True)]

@@ -40,11 +40,11 @@ from securevfl.federation.meter import MeterSnapshot
 from securevfl.federation.network import TlsCredentials
 from securevfl.federation.runtime import PartyContext, run_party
 
-TAG_PSI = "deploy.psi"
-TAG_SHAPE = "deploy.shape"
-TAG_DIGEST = "deploy.alignment_digest"
-TAG_PLAN = "deploy.plan"
-TAG_COST = "deploy.cost"
+TAG_PSI = "deploy.setup.psi"
+TAG_SHAPE = "deploy.setup.shape"
+TAG_DIGEST = "deploy.setup.alignment_digest"
+TAG_PLAN = "deploy.setup.plan"
+TAG_COST = "deploy.end.cost"
 
 
 @dataclass(frozen=True)
