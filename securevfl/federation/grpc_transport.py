@@ -193,8 +193,12 @@ class _OutLink:
         with self.cond:
             self.closing = True
             self.cond.notify_all()
+        # The request stream ends by itself once nothing urgent is queued: gRPC then delivers what it
+        # was handed (an ABORT) before the half-close. Cancelling at once could drop that frame, and the
+        # peer would only learn of the failure a peer timeout later; cancel a stream that lingers.
+        self._thread.join(timeout=1.0)
         call = self._call
-        if call is not None:
+        if self._thread.is_alive() and call is not None:
             call.cancel()
         self._thread.join(timeout=5)
         self._channel.close()
