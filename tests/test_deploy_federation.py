@@ -169,8 +169,8 @@ SECTION_KEYS = {
     "[parties.shop]": ("address = \"127.0.0.1:7102\"\n", "adress = \"x\"\n", "address, cert, data, key"),
     "[tls]": ("dir = \"certs\"\n", "cafile = \"x\"\n", "ca, dir"),
     "[job]": ("method = \"splitnn\"\n", "epoch = 3\n",
-              "batch_size, embedding_dim, epochs, hidden, id_column, label_column, lr, method, normalize, "
-              "options, psi_mode, seed, test_size"),
+              "batch_size, early_stopping, embedding_dim, epochs, hidden, id_column, label_column, lr, method, "
+              "normalize, options, psi_mode, seed, test_size, val_fraction"),
 }
 
 
@@ -276,6 +276,8 @@ def test_party_set_rules() -> None:
     ('normalize = ["lower"]', "normalize: invalid"),
     ('normalize = "strip"', "normalize must be a list"),
     ('psi_mode = "everything"', "psi_mode must be one of both, active_only, cardinality"),
+    ("early_stopping = -1", "early_stopping must be a non-negative integer"),
+    ("val_fraction = 1.5", "val_fraction must be a number strictly between 0 and 1"),
     ('method = ""', "method must be a non-empty string"),
     ("options = 3", r"\[job.options\] must be a table"),
     ("options = { start = 2024-01-01 }", "not supported; use a string"),

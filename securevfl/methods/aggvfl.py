@@ -37,7 +37,7 @@ class AggVFLOptions(AggregationOptions):
 
 
 @register_method
-class AggVFL(AggregateMethod):
+class AggVFL(AggregateMethod[AggVFLOptions]):
     """Agg-VFL: local models per party, predictions averaged by a non-trainable top."""
 
     name = "aggvfl"

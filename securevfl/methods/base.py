@@ -13,7 +13,7 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
 import numpy as np
 import torch
@@ -21,6 +21,9 @@ import torch
 from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
 from securevfl.federation.runtime import PartyContext
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 Role = Callable[[PartyContext], Any]
 
@@ -112,14 +115,44 @@ def parse_options(options_type: type, values: Mapping[str, Any]) -> Any:
     return options_type(**converted)
 
 
-class Method(ABC):
-    """A VFL method: roles for the active and passive parties, built from one scenario."""
+#: A method's options dataclass: ``class SplitNN(SplitMethod[SplitNNOptions])`` types ``self.options``.
+OptionsT = TypeVar("OptionsT", bound="DataclassInstance")
+
+
+def _declared_options(cls: type) -> type | None:
+    """The options class ``cls`` names as its base's type argument (``Method[X]`` -> X), if any."""
+    for base in cls.__dict__.get("__orig_bases__", ()):
+        origin, args = get_origin(base), get_args(base)
+        if isinstance(origin, type) and issubclass(origin, Method) and len(args) == 1 and isinstance(args[0], type):
+            return args[0]
+    return None
+
+
+class Method(ABC, Generic[OptionsT]):
+    """A VFL method: roles for the active and passive parties, built from one scenario.
+
+    A method names its options dataclass as its type argument, ``class M(Method[MOptions])``: this
+    types ``self.options`` and sets :attr:`Options`, the class :func:`parse_options` builds (a
+    subclass may set ``Options`` to a subclass of it, adding options).
+    """
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
     Options: ClassVar[type] = NoOptions
     #: Whether the method runs on the split-learning engine (early stopping, checkpoints, resume).
     uses_engine: ClassVar[bool] = False
+    options: OptionsT
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        declared = _declared_options(cls)
+        if declared is None:
+            return
+        if "Options" not in cls.__dict__:
+            cls.Options = declared
+        elif not issubclass(cls.Options, declared):
+            raise TypeError(f"{cls.__name__}.Options ({cls.Options.__name__}) is not a subclass of its declared "
+                            f"options type {declared.__name__}")
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
@@ -144,10 +177,12 @@ class Method(ABC):
         return dataclasses.asdict(self.options)
 
 
-_METHODS: dict[str, type[Method]] = {}
+_METHODS: dict[str, type[Method[Any]]] = {}
+
+MethodT = TypeVar("MethodT", bound="type[Method[Any]]")
 
 
-def register_method(cls: type[Method]) -> type[Method]:
+def register_method(cls: MethodT) -> MethodT:
     """Class decorator: register a method under ``cls.name``."""
     if cls.name in _METHODS:
         raise ConfigError(f"method {cls.name!r} is registered twice")
@@ -160,7 +195,7 @@ def method_names() -> list[str]:
     return sorted(_METHODS)
 
 
-def method_class(name: str) -> type[Method]:
+def method_class(name: str) -> type[Method[Any]]:
     """The registered class for ``name``; unknown names raise ConfigError listing the valid ones."""
     try:
         return _METHODS[name]
@@ -168,7 +203,7 @@ def method_class(name: str) -> type[Method]:
         raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(method_names())}") from None
 
 
-def create_method(name: str, config: TrainConfig) -> Method:
+def create_method(name: str, config: TrainConfig) -> Method[Any]:
     """Instantiate the method registered as ``name`` with ``config`` (options validated)."""
     return method_class(name)(config)
 

@@ -154,7 +154,7 @@ def payload_bytes(message: dict[str, Any]) -> int:
 
 
 @register_method
-class CVFL(SplitMethod):
+class CVFL(SplitMethod[CVFLOptions]):
     """C-VFL: split VFL whose passive embeddings are quantised and/or top-k sparsified."""
 
     name = "cvfl"

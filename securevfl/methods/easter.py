@@ -63,6 +63,7 @@ from securevfl.methods.engine import Evaluation, PartySide, peer_reveal
 from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregationOptions
 from securevfl.models.zoo import (
     Architecture,
+    LocalModel,
     architectures,
     build_local_model,
 )
@@ -98,7 +99,7 @@ class EasterOptions(AggregationOptions):
         if self.threshold < 0:
             raise ConfigError(f"threshold must be >= 0, got {self.threshold}")
 
-    def aggregation(self, threshold: int | None = None) -> AggregationScheme:
+    def aggregation(self, threshold: int | None = None) -> AggregationScheme[Any]:
         return super().aggregation(threshold or self.threshold or None)
 
 
@@ -123,7 +124,7 @@ def _raw_drops(passives: tuple[str, ...], drop_prob: float, seed: int, epoch: in
 
 
 @register_method
-class Easter(AggregateMethod):
+class Easter(AggregateMethod[EasterOptions]):
     """EASTER: heterogeneous local models trained on a securely aggregated global embedding."""
 
     name = "easter"
@@ -152,9 +153,11 @@ class Easter(AggregateMethod):
                                  self.config.seed, side.name)
 
     def contribution(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        assert isinstance(model, LocalModel)  # what local_model builds
         return model.embed(x)
 
     def head(self, model: nn.Module, global_value: torch.Tensor) -> torch.Tensor:
+        assert isinstance(model, LocalModel)
         return model.decide(global_value)
 
     def embed_grad_all(self) -> bool:
@@ -169,6 +172,7 @@ class Easter(AggregateMethod):
 
     def report(self, side: AggregateActive, evaluation: Evaluation) -> dict[str, Any]:
         o, config, y = self.options, self.config, side.data.y_test
+        assert y is not None
         party_metrics = {p: classification_metrics(y, s) for p, s in evaluation.per_party.items()}
         mean_metrics = {key: float(np.mean([m[key] for m in party_metrics.values()]))
                         for key in next(iter(party_metrics.values()))}
@@ -189,7 +193,7 @@ class Easter(AggregateMethod):
             extra["warnings"] = [peer_reveal.warning("easter", o.secagg)]
         return extra
 
-    def _max_drops(self, active_contributes: bool, n_passives: int, scheme: AggregationScheme) -> int:
+    def _max_drops(self, active_contributes: bool, n_passives: int, scheme: AggregationScheme[Any]) -> int:
         """Dropouts per round the simulation may draw: the scheme's limit, less any that would reveal a peer."""
         options = self.options
         max_drops = scheme.max_dropouts(n_passives)

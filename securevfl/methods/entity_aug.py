@@ -301,7 +301,9 @@ def _psi_host(ctx: PartyContext, guest: str, labelled_ids: Sequence[str]) -> np.
             nxt = initiator.handle(reply)
         if nxt is not None:
             ctx.send(guest, PSI_MESSAGE, nxt)
-    return prepared.rows[initiator.outcome.positions]
+    outcome = initiator.outcome
+    assert outcome is not None and outcome.positions is not None  # set when a mode="both" session ends
+    return prepared.rows[outcome.positions]
 
 
 @psi_errors()
@@ -317,7 +319,9 @@ def _psi_guest(ctx: PartyContext, ids: Sequence[str]) -> np.ndarray:
             reply = responder.handle(message)
         if reply is not None:
             ctx.send(ctx.active, PSI_MESSAGE, reply)
-    return prepared.rows[responder.outcome.positions]
+    outcome = responder.outcome
+    assert outcome is not None and outcome.positions is not None  # set when a mode="both" session ends
+    return prepared.rows[outcome.positions]
 
 
 def checked_activation(message: Any, guest: str, n_keys: int) -> tuple[torch.Tensor, np.ndarray]:
@@ -382,7 +386,8 @@ class EntityAugGuest(SplitPassive):
         model = self.method.bottom(self).to(ctx.device)
         self.state.modules["bottom"] = model
         self.state.optimizers["bottom"] = torch.optim.Adam(model.parameters(), lr=self.config.lr)
-        self.state.generators["drops"] = np.random.default_rng([self.config.seed, 0xD0, party_digest(ctx.name)])
+        drops = np.random.default_rng([self.config.seed, 0xD0, party_digest(ctx.name)])
+        self.drops = self.state.generators["drops"] = drops
         self.counts = self.state.others["steps"] = _StepCounts()
 
     def batches(self, epoch: int) -> Iterator[np.ndarray]:
@@ -392,7 +397,7 @@ class EntityAugGuest(SplitPassive):
             yield order[start : start + self.config.batch_size]
 
     def train_batch(self, ctx: PartyContext, batch: np.ndarray) -> None:
-        drop_prob, drops = self.method.options.drop_prob, self.state.generators["drops"]
+        drop_prob, drops = self.method.options.drop_prob, self.drops
         if self.counts.sent and drop_prob and drops.random() < drop_prob:
             ctx.send(ctx.active, self.tag(TRAIN, ACTIVATION), None)  # stands for a missed step (timeout)
             self.counts.dropped += 1
@@ -433,6 +438,7 @@ class EntityAugHost(SplitActive):
 
     def build(self, ctx: PartyContext) -> None:
         data, options, guests = self.data, self.method.options, self.passives
+        assert data.y_train is not None and data.y_unaligned is not None  # the host holds the labels
         labelled_ids = np.concatenate([data.ids_train, data.ids_unaligned])
         labelled_y = np.concatenate([data.y_train, data.y_unaligned]).astype(np.int64)
         ctx.stage = "entity resolution"
@@ -495,7 +501,10 @@ class EntityAugHost(SplitActive):
         for start in range(0, self.length, self.config.batch_size):
             yield start, own_order
 
-    def train_batch(self, ctx: PartyContext, batch: tuple[int, np.ndarray | None]) -> tuple[Losses, int]:
+    # The host's batches are (start, own order), not SplitActive's row indices: the engine hands
+    # train_batch what this side's batches() yields.
+    def train_batch(self, ctx: PartyContext,  # type: ignore[override]
+                    batch: tuple[int, np.ndarray | None]) -> tuple[Losses, int]:
         start, own_order = batch
         guests, widths = self.passives, self.layout.widths
         fresh: dict[str, bool] = {}
@@ -508,8 +517,8 @@ class EntityAugHost(SplitActive):
                     raise ProtocolError(f"{g} changed its activation width")
                 self.queues[g].put(activation, self.label_by_key[g][keys])
                 widths[g] = int(activation.shape[1])
-            activation, labels, fresh[g] = self.queues[g].read()
-            parts.append((activation, labels))
+            activation, queued_labels, fresh[g] = self.queues[g].read()
+            parts.append((activation, queued_labels))
         if "top" not in self.state.modules:
             self._build_top()
         own = self.state.modules.get("bottom")
@@ -536,6 +545,7 @@ class EntityAugHost(SplitActive):
         for g, (activation, _), leaf in zip(guests, parts, leaves, strict=True):
             if fresh[g]:
                 grad = leaf.grad
+                assert grad is not None  # the loss depends on every leaf
                 if len(activation) > m:  # rows the host could not pair get no gradient
                     grad = torch.cat([grad, grad.new_zeros((len(activation) - m, grad.shape[1]))])
                 ctx.send(g, self.tag(TRAIN, GRADIENT), grad)
@@ -558,7 +568,7 @@ class EntityAugHost(SplitActive):
 
 
 @register_method
-class EntityAugmentation(SplitMethod):
+class EntityAugmentation(SplitMethod[EntityAugOptions]):
     """Guests send activations of any labelled entities; the host trains on interpolated labels."""
 
     name = "entity-aug"

@@ -11,6 +11,7 @@ from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import (
     ActiveOutcome,
     Method,
+    NoOptions,
     Role,
     TrainConfig,
     as_tensor,
@@ -27,6 +28,7 @@ def local_mlp_role(data: PartyData, config: TrainConfig) -> Role:
     def role(ctx: PartyContext) -> ActiveOutcome:
         if data.n_features == 0:
             raise ConfigError("local needs the active party to hold features")
+        assert data.y_train is not None and data.y_test is not None  # the active party holds the labels
         device = ctx.device
         hidden = (*config.hidden, config.embedding_dim, *config.hidden)
         model = init_parameters(MLP(data.n_features, hidden, data.n_classes),
@@ -62,7 +64,7 @@ def idle_role(ctx: PartyContext) -> None:
 
 
 @register_method
-class Local(Method):
+class Local(Method[NoOptions]):
     """The active party's model on its own features only; passive parties stay idle."""
 
     name = "local"

@@ -43,7 +43,7 @@ def build_bottom(data: PartyData, config: TrainConfig, kind: str, seed_name: str
 
 
 @register_method
-class SplitNN(SplitMethod):
+class SplitNN(SplitMethod[SplitNNOptions]):
     """Bottom model per party, concatenated embeddings, top model at the active party."""
 
     name = "splitnn"

@@ -48,9 +48,9 @@ from securevfl.methods.base import ActiveOutcome, Method, Role, TrainConfig, as_
 
 KEYGEN = "keygen"
 SERVER = "server"
-MASKS = "fedsvd_masks"
-MASKED_BLOCK = "fedsvd_masked_block"
-MASKED_US = "fedsvd_masked_us"
+MASKS = "vfedtrans.fedsvd.masks"
+MASKED_BLOCK = "vfedtrans.fedsvd.masked_block"
+MASKED_US = "vfedtrans.fedsvd.masked_us"
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def active_role(data: PartyData, options: VFedTransOptions, config: TrainConfig,
 
 
 @register_method
-class VFedTrans(Method):
+class VFedTrans(Method[VFedTransOptions]):
     """FedSVD representation of the aligned rows, distilled into the active party's encoder."""
 
     name = "vfedtrans"

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import TypeVar
 
 import torch
 from torch import nn
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 ACTIVATIONS = {"relu": nn.ReLU, "selu": nn.SELU, "tanh": nn.Tanh, "gelu": nn.GELU, "leaky_relu": nn.LeakyReLU}
 
@@ -19,7 +22,7 @@ def party_generator(seed: int, party: str) -> torch.Generator:
     return g
 
 
-def init_parameters(module: nn.Module, generator: torch.Generator) -> nn.Module:
+def init_parameters(module: ModuleT, generator: torch.Generator) -> ModuleT:
     """Re-initialise Linear / Conv weights (Kaiming-uniform, PyTorch's default) from ``generator``.
 
     PyTorch's built-in init draws from the global RNG, which threads share; parties initialise

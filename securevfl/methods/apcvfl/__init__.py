@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -37,6 +38,7 @@ from securevfl.methods.apcvfl.models import (
     DISTILL_LOSSES,
     FitResult,
     FitSettings,
+    SymmetricAutoencoder,
     build_autoencoder,
     fit_autoencoder,
     parse_widths,
@@ -44,7 +46,7 @@ from securevfl.methods.apcvfl.models import (
 from securevfl.methods.apcvfl.probe import cross_validate_probe, probe_scores
 from securevfl.methods.base import ActiveOutcome, Method, Role, TrainConfig, as_tensor, register_method
 
-LATENTS = "aligned_latents"
+LATENTS = "apcvfl.exchange.aligned_latents"
 BYTES_PER_FLOAT = 4
 
 
@@ -269,7 +271,7 @@ def active_role(data: PartyData, options: APCOptions, config: TrainConfig, passi
     return role
 
 
-def probe_on_student(data: PartyData, g3: torch.nn.Module, options: APCOptions, config: TrainConfig,
+def probe_on_student(data: PartyData, g3: SymmetricAutoencoder, options: APCOptions, config: TrainConfig,
                      device: Any) -> ActiveOutcome:
     """Step 4 at the active party alone: the probe on its student's latents.
 
@@ -277,6 +279,7 @@ def probe_on_student(data: PartyData, g3: torch.nn.Module, options: APCOptions, 
     scores its test rows — from the active party's own data and model only.
     """
     X_fit, y_fit = labelled_rows(data)
+    assert data.y_test is not None  # the active party holds the labels
     encode = lambda X: g3.encode(as_tensor(X, device)).cpu().numpy()  # noqa: E731
     Z_fit, Z_test = encode(X_fit), encode(data.X_test)
     Z_all = np.concatenate([Z_fit, Z_test])
@@ -313,6 +316,7 @@ def joint_active_role(data: PartyData, options: APCOptions, config: TrainConfig,
                                    f"{ctx.name}.g2").to(device)
             stages["g2_joint"] = _stage(fit_autoencoder(g2, joint_in[:n_train], settings, f"{ctx.name}.g2"))
             Z = g2.encode(joint_in).cpu().numpy()
+            assert data.y_train is not None and data.y_test is not None  # the active party holds the labels
             scores = probe_scores(Z[:n_train], data.y_train, Z[n_train:], data.n_classes, options.probe_c)
         extra = {"method": "apcvfl-splitnn", "stages": stages,
                  "communication": _communication(n_train + len(data.X_test), received, measured, passives)}
@@ -330,7 +334,7 @@ def idle(ctx: PartyContext) -> None:
 # -- methods -----------------------------------------------------------------------------------
 
 @register_method
-class APCVFL(Method):
+class APCVFL(Method[APCOptions]):
     """Local autoencoders, one exchange of aligned latents, joint AE, distilled student, probe."""
 
     name = "apcvfl"
@@ -359,7 +363,7 @@ class APCVFLAblation(APCVFL):
 
 
 @register_method
-class APCVFLJoint(Method):
+class APCVFLJoint(Method[APCOptions]):
     """Adjusted APC-VFL for fully aligned data, to compare with SplitNN (Sec. 6, Fig. 4)."""
 
     name = "apcvfl-splitnn"
@@ -381,6 +385,7 @@ def local_probe_role(data: PartyData, options: LocalProbeOptions, config: TrainC
     def role(ctx: PartyContext) -> ActiveOutcome:
         if data.n_features == 0:
             raise ConfigError("local-logreg needs the active party to hold features")
+        assert data.y_test is not None  # the active party holds the labels
         with ctx.meter.compute():
             X_fit, y_fit = labelled_rows(data)
             scores, extra = _probe_outcome(data, X_fit, y_fit, data.X_test, options.cv_folds, options.probe_c,
@@ -394,7 +399,7 @@ def local_probe_role(data: PartyData, options: LocalProbeOptions, config: TrainC
 
 
 @register_method
-class LocalLogReg(Method):
+class LocalLogReg(Method[LocalProbeOptions]):
     """The paper's *Local* baseline: logistic regression on the active party's own features."""
 
     name = "local-logreg"
@@ -491,8 +496,7 @@ def _register_paper_presets() -> None:
                 "features, --aligned = all aligned rows incl. test rows")
     register_preset("apcvfl-paper", describe.format(a=5))(lambda d, s: apcvfl_paper_spec(d, s, 5))
     for a in (2, 3, 4, 5):
-        register_preset(f"apcvfl-paper-a{a}", describe.format(a=a))(
-            lambda d, s, a=a: apcvfl_paper_spec(d, s, a))
+        register_preset(f"apcvfl-paper-a{a}", describe.format(a=a))(partial(apcvfl_paper_spec, a=a))
 
 
 _register_paper_presets()

@@ -29,10 +29,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from securevfl.data.scenario import Scenario
+from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, batch_plan, predict_scores
+from securevfl.methods.base import ActiveOutcome, Method, OptionsT, Role, as_tensor, batch_plan, predict_scores
 from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide
 from securevfl.methods.engine.split import checked_tensor, side_role
 from securevfl.models.zoo import MODEL_CHOICES
@@ -82,20 +82,20 @@ class AggregationOptions:
         if self.embedding_size < 1:
             raise ConfigError(f"embedding_size must be >= 1, got {self.embedding_size}")
 
-    def aggregation(self, threshold: int | None = None) -> AggregationScheme:
+    def aggregation(self, threshold: int | None = None) -> AggregationScheme[Any]:
         """The configured scheme (``threshold``: the Shamir threshold of ``dh``, None for its default)."""
         config = AggregationConfig(frac_bits=self.frac_bits, key_agreement=self.key_agreement, threshold=threshold)
         return create_aggregation(self.secagg, config, self.secagg_options)
 
 
-class AggregateMethod(Method):
+class AggregateMethod(Method[OptionsT]):
     """Aggregation split learning; subclasses set the loss shape and override the hooks below."""
 
     uses_engine = True
 
     per_party_loss: ClassVar[bool] = False
 
-    def aggregation(self) -> AggregationScheme:
+    def aggregation(self) -> AggregationScheme[Any]:
         """The scheme that sums the passive contributions."""
         raise NotImplementedError
 
@@ -126,7 +126,7 @@ class AggregateMethod(Method):
         """Method-specific report entries (``side.agg.stats`` has the aggregation's counters)."""
         return {}
 
-    def sides(self, scenario: Scenario, scheme: AggregationScheme) -> dict[str, Role]:
+    def sides(self, scenario: Scenario, scheme: AggregationScheme[Any]) -> dict[str, Role]:
         """One engine role per party."""
         passives = tuple(scenario.passives)
         roles = {p: side_role(AggregatePassive(self, scenario.party_data(p), scheme)) for p in passives}
@@ -143,9 +143,9 @@ def _global_message(message: Any, sender: str, rows: int) -> tuple[torch.Tensor,
 
 
 class _AggregateSide(PartySide):
-    method: AggregateMethod
+    method: AggregateMethod[Any]
 
-    def __init__(self, method: AggregateMethod, data: Any, scheme: AggregationScheme,
+    def __init__(self, method: AggregateMethod[Any], data: PartyData, scheme: AggregationScheme[Any],
                  passives: tuple[str, ...] = ()) -> None:
         super().__init__(method, data, passives)
         self.scheme = scheme
@@ -202,6 +202,7 @@ class AggregatePassive(_AggregateSide):
             opt.zero_grad()
             logits.backward(grad.to(self.device))
             grad_E = E.grad
+        assert grad_E is not None  # the head's logits depend on E
         if method.embed_grad_all():
             self.agg.contribute(ctx, grad_E.cpu().numpy().astype(np.float64))
             grad_E = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, EMBED_GRAD)), ctx.active, len(idx),
@@ -295,6 +296,7 @@ class AggregateActive(_AggregateSide):
             with ctx.meter.compute():
                 G = torch.as_tensor(grads.total, dtype=torch.float32, device=self.device)
                 if model is not None:
+                    assert E_in.grad is not None  # own_loss.backward() reached the detached E_in
                     G = G + E_in.grad
             ctx.broadcast(alive, self.tag(TRAIN, EMBED_GRAD), G)
             if own is not None and opt is not None:
@@ -324,13 +326,13 @@ class AggregateActive(_AggregateSide):
             if scores.shape != (len(X), self.data.n_classes) or not np.issubdtype(scores.dtype, np.floating):
                 raise ProtocolError(f"{p} sent malformed test scores of shape {scores.shape}")
             per_party[p] = scores
-        ensemble = np.mean(list(per_party.values()), axis=0)
+        ensemble: np.ndarray = np.mean(list(per_party.values()), axis=0)
         # the active party's own model when it has one, else the ensemble (EASTER's headline is the mean)
         return Evaluation(per_party.get(ctx.name, ensemble), per_party)
 
     def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> ActiveOutcome:
-        assert evaluation is not None
         y = self.data.y_test
+        assert evaluation is not None and y is not None
         return ActiveOutcome(y_true=y, scores=evaluation.scores,
                              per_party={p: (y, s) for p, s in evaluation.per_party.items()},
                              history=record.history,

@@ -155,7 +155,7 @@ Losses = Mapping[str, float]
 class PartySide(ABC):
     """One party's part in a split-learning method; :func:`run_side` calls its hooks."""
 
-    def __init__(self, method: Method, data: PartyData, passives: tuple[str, ...] = ()) -> None:
+    def __init__(self, method: Method[Any], data: PartyData, passives: tuple[str, ...] = ()) -> None:
         self.method = method
         self.config = method.config
         self.data = data
@@ -326,7 +326,7 @@ def _validate(ctx: PartyContext, side: PartySide, val_rows: np.ndarray, stopper:
     side.state.train(False)
     evaluation = side.evaluate(ctx, side.data.X_train[val_rows], VALIDATE)
     if ctx.is_active:
-        assert evaluation is not None
+        assert evaluation is not None and side.data.y_train is not None
         entry["val_loss"] = log_loss(side.data.y_train[val_rows], evaluation.scores)
         improved, stop = stopper.update(entry["val_loss"], epoch)
         ctx.broadcast(side.passives, VALIDATION, {"improved": improved, "stop": stop})
@@ -354,7 +354,8 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
         return side.outcome(ctx, None, EngineRecord([]))
     store = CheckpointStore(config.checkpoint_dir, ctx.name) if config.checkpoint_dir else None
     digest = _job_digest(side, ctx.name)
-    start, history = 0, []
+    history: list[dict[str, float]] = []
+    start = 0
     if config.resume and store is not None:
         start, history = _load_checkpoint(ctx, side, store, digest, stopper)
     record = EngineRecord(history, resumed_from_epoch=start, validation_rows=len(val_rows))

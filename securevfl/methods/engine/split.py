@@ -35,6 +35,7 @@ from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import (
     ActiveOutcome,
     Method,
+    OptionsT,
     Role,
     as_tensor,
     predict_scores,
@@ -61,7 +62,7 @@ def checked_tensor(message: Any, sender: str, rows: int, what: str = "embedding"
     return message
 
 
-class SplitMethod(Method):
+class SplitMethod(Method[OptionsT]):
     """Combination split learning; subclasses override hooks (see the module docstring)."""
 
     uses_engine = True
@@ -108,7 +109,7 @@ class SplitMethod(Method):
 class SplitPassive(PartySide):
     """A passive party: embed the agreed batch, send it encoded, apply the returned gradient."""
 
-    method: SplitMethod
+    method: SplitMethod[Any]
 
     def build(self, ctx: PartyContext) -> None:
         model = self.method.bottom(self).to(ctx.device)
@@ -137,7 +138,7 @@ class SplitPassive(PartySide):
 class SplitActive(PartySide):
     """The active party: own bottom (if it holds features), decode, combine, top model, loss."""
 
-    method: SplitMethod
+    method: SplitMethod[Any]
 
     def build(self, ctx: PartyContext) -> None:
         method = self.method
@@ -181,7 +182,7 @@ class SplitActive(PartySide):
             return Evaluation(predict_scores(self._forward(parts, as_tensor(X, ctx.device))))
 
     def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> ActiveOutcome:
-        assert evaluation is not None
+        assert evaluation is not None and self.data.y_test is not None
         return ActiveOutcome(y_true=self.data.y_test, scores=evaluation.scores, history=record.history,
                              extra={**self.method.report(self), **record.extra()})
 

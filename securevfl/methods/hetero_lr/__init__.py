@@ -71,13 +71,13 @@ from securevfl.privacy.paillier.ring_masks import RandBelow, add_ring_masks, dra
 
 ARBITER = "arbiter"
 
-PUBLIC_KEY = "public_key"
-ENC_SCORE = "enc_score"
-RESIDUAL = "enc_residual"
-MASKED_GRADIENT = "masked_gradient"
-UNMASKED = "decrypted_masked"
-MASKED_LOSS = "masked_loss"
-TEST_SCORE = "test_score"
+PUBLIC_KEY = "hetero-lr.setup.public_key"
+ENC_SCORE = "hetero-lr.train.enc_score"
+RESIDUAL = "hetero-lr.train.enc_residual"
+MASKED_GRADIENT = "hetero-lr.train.masked_gradient"
+UNMASKED = "hetero-lr.train.decrypted_masked"
+MASKED_LOSS = "hetero-lr.train.masked_loss"
+TEST_SCORE = "hetero-lr.test.score"
 
 LOG2 = math.log(2.0)
 
@@ -341,7 +341,7 @@ def arbiter_role(options: HeteroLROptions, parties: tuple[str, ...], active: str
 
 
 @register_method
-class HeteroLR(Method):
+class HeteroLR(Method[HeteroLROptions]):
     """Vertical logistic regression: Taylor loss, Paillier-encrypted residuals, arbiter-decrypted masked gradients."""
 
     name = "hetero-lr"

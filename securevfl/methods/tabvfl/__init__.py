@@ -90,7 +90,7 @@ class TabVFLOptions:
                            mask_type=self.mask_type)
 
 
-class TabNetMethod(Method):
+class TabNetMethod(Method[TabVFLOptions]):
     """The four TabNet designs: options, the two phases, one guest side per passive party, the host."""
 
     Options = TabVFLOptions

@@ -170,10 +170,10 @@ class TabGuest(_TabSide):
             return
         model = reinit_tabnet(self.design.bottom(data.n_features, self.shape, self.recon_in),
                               derived_generator(config.seed, ctx.name, "init")).to_device(ctx.device)
-        self.state.modules["bottom"] = model
+        self.model = self.state.modules["bottom"] = model
         self.state.optimizers[PRETRAIN] = torch.optim.Adam(model.parameters(), lr=config.lr)
         self.state.optimizers[FINETUNE] = torch.optim.Adam(model.bottom_parameters(), lr=config.lr)
-        self.state.generators["obfuscation"] = derived_generator(config.seed, ctx.name, "obfuscation")
+        self.masks = self.state.generators["obfuscation"] = derived_generator(config.seed, ctx.name, "obfuscation")
         self.offline = {ph: s[ctx.name] for ph, s in self._offline(self.guests).items()}
         self.X = as_tensor(data.X_train, ctx.device)
 
@@ -190,8 +190,8 @@ class TabGuest(_TabSide):
             self._finetune(ctx, batch)
 
     def _pretrain(self, ctx: PartyContext, idx: np.ndarray) -> None:
-        model, opt = self.state.modules["bottom"], self.state.optimizers[PRETRAIN]
-        ratio, masks = self.method.options.pretraining_ratio, self.state.generators["obfuscation"]
+        model, opt = self.model, self.state.optimizers[PRETRAIN]
+        ratio, masks = self.method.options.pretraining_ratio, self.masks
         x = self.X[idx]
         if not self.design.joint_pretraining:
             with ctx.meter.compute():
@@ -218,7 +218,7 @@ class TabGuest(_TabSide):
             opt.step()
 
     def _finetune(self, ctx: PartyContext, idx: np.ndarray) -> None:
-        model, opt = self.state.modules["bottom"], self.state.optimizers[FINETUNE]
+        model, opt = self.model, self.state.optimizers[FINETUNE]
         lambda_sparse = self.method.options.lambda_sparse
         with ctx.meter.compute():
             out, m_loss = model.finetune_forward(self.X[idx])
@@ -237,7 +237,7 @@ class TabGuest(_TabSide):
             ctx.send(ctx.active, PRE_DONE, self.pre_epochs)  # the host federates the phases: it waits for this
 
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> None:
-        model = self.state.modules["bottom"]
+        model = self.model
         with ctx.meter.compute(), torch.no_grad():
             out = model.finetune_forward(as_tensor(X, ctx.device))[0]
             train_out = model.finetune_forward(self.X)[0] if phase == TEST else None
@@ -283,7 +283,7 @@ class TabHost(_TabSide):
         slices = decoder_slices(self.shape.n_d, len(widths), options.decoder_split) if design.joint_pretraining else []
         self.own_slice = slices[0] if (local is not None and slices) else None
         self.guest_slices = dict(zip(remote, slices[1:] if local is not None else slices))
-        self.state.generators["obfuscation"] = derived_generator(config.seed, ctx.name, "obfuscation")
+        self.masks = self.state.generators["obfuscation"] = derived_generator(config.seed, ctx.name, "obfuscation")
         params = top.pretrain_parameters() + (list(local.parameters()) if local is not None else [])
         if params:
             self.state.optimizers[PRETRAIN] = torch.optim.Adam(params, lr=config.lr)
@@ -307,7 +307,7 @@ class TabHost(_TabSide):
 
     def _pretrain(self, ctx: PartyContext, idx: np.ndarray) -> tuple[Losses, int]:
         local, opt, cache = self.local, self.state.optimizers.get(PRETRAIN), self.caches[PRETRAIN]
-        ratio, masks = self.method.options.pretraining_ratio, self.state.generators["obfuscation"]
+        ratio, masks = self.method.options.pretraining_ratio, self.masks
         if not self.design.joint_pretraining:  # no communication; the host pretrains its own columns only
             if local is None or opt is None:
                 return {}, len(idx)
@@ -355,6 +355,7 @@ class TabHost(_TabSide):
         with ctx.meter.compute():
             opt.zero_grad()
             if local is not None:
+                assert own_obf is not None
                 own_loss = reconstruction_loss(local.recon(dec[:, self.own_slice]), self.X[idx], own_obf)
                 roots.append(own_loss)
                 root_grads.append(None)
@@ -433,8 +434,8 @@ class TabHost(_TabSide):
             return Evaluation(predict_scores(logits))
 
     def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> ActiveOutcome:
-        assert evaluation is not None
         options, data = self.method.options, self.data
+        assert evaluation is not None and data.y_train is not None and data.y_test is not None
         latent_train, latent_test = self.latents
         stats = {g: _checked_stats(ctx.recv(g, STATS), g) for g in self.guests}
         extra: dict[str, Any] = {"design": self.design.key, "latent_dim": int(latent_train.shape[1]),

@@ -21,6 +21,7 @@ from pytorch_tabnet.tab_network import GLU_Layer, TabNetDecoder, TabNetEncoder
 from torch import nn
 
 from securevfl.errors import ConfigError
+from securevfl.models.mlp import ModuleT
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def derived_generator(seed: int, *labels: str) -> torch.Generator:
     return g
 
 
-def reinit_tabnet(module: nn.Module, generator: torch.Generator) -> nn.Module:
+def reinit_tabnet(module: ModuleT, generator: torch.Generator) -> ModuleT:
     """Redraw every Linear weight with pytorch-tabnet's gains, from ``generator``.
 
     pytorch-tabnet initialises from torch's global RNG, which the party threads share; parties
