@@ -243,7 +243,7 @@ class ActivationQueue:
 
 # -- models ---------------------------------------------------------------------------------------
 
-def build_guest_model(data: PartyData, config: TrainConfig, options: EntityAugOptions,
+def build_passive_model(data: PartyData, config: TrainConfig, options: EntityAugOptions,
                       seed_name: str) -> nn.Module:
     """Build a guest's bottom model; its output width is the party's interpolation weight."""
     if options.arch == "credit-card":  # Sec. 5.2: linear(5) -> linear(2) -> ReLU
@@ -260,7 +260,7 @@ def build_guest_model(data: PartyData, config: TrainConfig, options: EntityAugOp
     return init_parameters(model, party_generator(config.seed, seed_name))
 
 
-def build_host_model(width: int, n_classes: int, config: TrainConfig,
+def build_top_model(width: int, n_classes: int, config: TrainConfig,
                      options: EntityAugOptions) -> nn.Module:
     """Build the host's top model over the concatenated activations (one logit per class)."""
     if options.arch == "credit-card":  # linear(22) -> linear(10) -> linear(8) -> linear(4) -> out
@@ -286,7 +286,7 @@ def output_width(model: nn.Module, data: PartyData) -> int:
 # -- entity resolution ----------------------------------------------------------------------------
 
 @psi_errors()
-def _psi_host(ctx: PartyContext, guest: str, labelled_ids: Sequence[str]) -> np.ndarray:
+def _psi_active(ctx: PartyContext, passive: str, labelled_ids: Sequence[str]) -> np.ndarray:
     """Host side of the pairwise PSI with ``guest``: its labelled rows in the pair's order."""
     from psi import CurveEngine, PSIConfig, PSIInitiator, prepare_ids
 
@@ -294,20 +294,20 @@ def _psi_host(ctx: PartyContext, guest: str, labelled_ids: Sequence[str]) -> np.
     with ctx.meter.crypto("psi.pairwise"):
         initiator = PSIInitiator(prepared.items, PSIConfig(mode="both"), CurveEngine(1))
         first = initiator.start()
-    ctx.send(guest, PSI_MESSAGE, first)
+    ctx.send(passive, PSI_MESSAGE, first)
     while not initiator.done:
-        reply = ctx.recv(guest, PSI_MESSAGE)
+        reply = ctx.recv(passive, PSI_MESSAGE)
         with ctx.meter.crypto("psi.pairwise"):
             nxt = initiator.handle(reply)
         if nxt is not None:
-            ctx.send(guest, PSI_MESSAGE, nxt)
+            ctx.send(passive, PSI_MESSAGE, nxt)
     outcome = initiator.outcome
     assert outcome is not None and outcome.positions is not None  # set when a mode="both" session ends
     return prepared.rows[outcome.positions]
 
 
 @psi_errors()
-def _psi_guest(ctx: PartyContext, ids: Sequence[str]) -> np.ndarray:
+def _psi_passive(ctx: PartyContext, ids: Sequence[str]) -> np.ndarray:
     """Guest side of the pairwise PSI: its rows the host labels, in the pair's order."""
     from psi import CurveEngine, PSIConfig, PSIResponder, prepare_ids
 
@@ -324,18 +324,18 @@ def _psi_guest(ctx: PartyContext, ids: Sequence[str]) -> np.ndarray:
     return prepared.rows[outcome.positions]
 
 
-def checked_activation(message: Any, guest: str, n_keys: int) -> tuple[torch.Tensor, np.ndarray]:
+def checked_activation(message: Any, passive: str, n_keys: int) -> tuple[torch.Tensor, np.ndarray]:
     """Validate a guest's ``(activation, keys)`` message; a malformed one raises ProtocolError."""
     if not (isinstance(message, tuple | list) and len(message) == 2):
-        raise ProtocolError(f"{guest} sent a malformed activation message")
+        raise ProtocolError(f"{passive} sent a malformed activation message")
     activation, keys = message
     if not isinstance(activation, torch.Tensor) or activation.ndim != 2:
-        raise ProtocolError(f"{guest} sent an activation that is not a 2-D tensor")
+        raise ProtocolError(f"{passive} sent an activation that is not a 2-D tensor")
     keys = np.asarray(keys)
     if keys.ndim != 1 or keys.dtype.kind not in "iu" or len(keys) != len(activation):
-        raise ProtocolError(f"{guest} sent {len(activation)} activation rows with malformed entity keys")
+        raise ProtocolError(f"{passive} sent {len(activation)} activation rows with malformed entity keys")
     if len(keys) and (keys.min() < 0 or keys.max() >= n_keys):
-        raise ProtocolError(f"{guest} sent an entity key outside the {n_keys} entities the host labels")
+        raise ProtocolError(f"{passive} sent an entity key outside the {n_keys} entities the host labels")
     return activation, keys.astype(np.int64)
 
 
@@ -358,7 +358,7 @@ class _StepCounts:
         self.sent, self.dropped = int(state["sent"]), int(state["dropped"])
 
 
-class EntityAugGuest(SplitPassive):
+class EntityAugPassive(SplitPassive):
     """A guest: resolve its labelled entities, then send activations with their entity keys."""
 
     method: EntityAugmentation
@@ -368,7 +368,7 @@ class EntityAugGuest(SplitPassive):
         own_ids = np.concatenate([data.ids_train, data.ids_unaligned])
         ctx.stage = "entity resolution"
         if options.resolution == "psi":
-            pair_rows = _psi_guest(ctx, _id_strings(own_ids))
+            pair_rows = _psi_passive(ctx, _id_strings(own_ids))
         else:
             ctx.send(ctx.active, self.tag("setup", ID_LIST), _id_strings(own_ids))
             pair_rows = np.asarray(ctx.recv(ctx.active, self.tag("setup", LABELLED)), dtype=np.int64)
@@ -431,33 +431,33 @@ class _HostLayout:
         self.widths = {str(k): int(v) for k, v in state["widths"].items()}
 
 
-class EntityAugHost(SplitActive):
+class EntityAugActive(SplitActive):
     """The host: resolve entities, queue each guest's newest activation, mix labels, train the top."""
 
     method: EntityAugmentation
 
     def build(self, ctx: PartyContext) -> None:
-        data, options, guests = self.data, self.method.options, self.passives
+        data, options, passives = self.data, self.method.options, self.passives
         assert data.y_train is not None and data.y_unaligned is not None  # the host holds the labels
         labelled_ids = np.concatenate([data.ids_train, data.ids_unaligned])
         labelled_y = np.concatenate([data.y_train, data.y_unaligned]).astype(np.int64)
         ctx.stage = "entity resolution"
         self.label_by_key: dict[str, np.ndarray] = {}
-        for g in guests:
+        for g in passives:
             if options.resolution == "psi":
-                self.label_by_key[g] = labelled_y[_psi_host(ctx, g, _id_strings(labelled_ids))]
+                self.label_by_key[g] = labelled_y[_psi_active(ctx, g, _id_strings(labelled_ids))]
             else:
                 label_of = dict(zip(_id_strings(labelled_ids), labelled_y.tolist(), strict=True))
-                self.label_by_key[g] = self._ids_host(ctx, g, label_of)
+                self.label_by_key[g] = self._ids_active(ctx, g, label_of)
         n_aligned, n_train = len(data.X_train), len(self.rows)  # validation rows, if any, are not trained on
         self.sizes = {g: n_train + ((len(self.label_by_key[g]) - n_aligned) if options.use_unaligned else 0)
-                      for g in guests}
+                      for g in passives}
         self.own_extra = len(data.X_unaligned) if (data.n_features and options.use_unaligned) else 0
         if data.n_features:
             self.sizes[ctx.name] = n_train + self.own_extra
         self.length = (max if options.epoch_size == "max" else min)(self.sizes.values())
-        ctx.broadcast(guests, self.tag("setup", PLAN), int(self.length))
-        widths = {g: 0 for g in guests}
+        ctx.broadcast(passives, self.tag("setup", PLAN), int(self.length))
+        widths = {g: 0 for g in passives}
         if data.n_features:
             own = self.method.bottom(self).to(ctx.device)
             self.state.modules["bottom"] = own
@@ -466,21 +466,21 @@ class EntityAugHost(SplitActive):
                                    ctx.device)
             self.y_own = np.concatenate([data.y_train[self.rows], data.y_unaligned[: self.own_extra]]).astype(np.int64)
         self.layout = self.state.others["layout"] = _HostLayout(widths)
-        self.queues = {g: ActivationQueue() for g in guests}
+        self.queues = {g: ActivationQueue() for g in passives}
         self.state.others.update({f"queue:{g}": q for g, q in self.queues.items()})
 
-    def _ids_host(self, ctx: PartyContext, guest: str, label_of: dict[str, int]) -> np.ndarray:
+    def _ids_active(self, ctx: PartyContext, passive: str, label_of: dict[str, int]) -> np.ndarray:
         """Plaintext stand-in: receive a guest's IDs, answer which are labelled; return labels."""
-        ids = ctx.recv(guest, self.tag("setup", ID_LIST))
+        ids = ctx.recv(passive, self.tag("setup", ID_LIST))
         if not isinstance(ids, list):
-            raise ProtocolError(f"{guest} sent a malformed ID list")
+            raise ProtocolError(f"{passive} sent a malformed ID list")
         positions = [i for i, v in enumerate(ids) if str(v) in label_of]
-        ctx.send(guest, self.tag("setup", LABELLED), np.asarray(positions, dtype=np.int64))
+        ctx.send(passive, self.tag("setup", LABELLED), np.asarray(positions, dtype=np.int64))
         return np.asarray([label_of[str(ids[i])] for i in positions], dtype=np.int64)
 
     def _build_top(self) -> None:
         """The top model, once the guests' activation widths are known."""
-        top = build_host_model(sum(self.layout.widths.values()), self.data.n_classes, self.config,
+        top = build_top_model(sum(self.layout.widths.values()), self.data.n_classes, self.config,
                                self.method.options).to(self.device)
         self.state.modules["top"] = top
         params = list(top.parameters())
@@ -506,10 +506,10 @@ class EntityAugHost(SplitActive):
     def train_batch(self, ctx: PartyContext,  # type: ignore[override]
                     batch: tuple[int, np.ndarray | None]) -> tuple[Losses, int]:
         start, own_order = batch
-        guests, widths = self.passives, self.layout.widths
+        passives, widths = self.passives, self.layout.widths
         fresh: dict[str, bool] = {}
         parts: list[tuple[torch.Tensor, np.ndarray]] = []
-        for g in guests:
+        for g in passives:
             message = ctx.recv(g, self.tag(TRAIN, ACTIVATION))
             if message is not None:
                 activation, keys = checked_activation(message, g, len(self.label_by_key[g]))
@@ -529,7 +529,7 @@ class EntityAugHost(SplitActive):
         with ctx.meter.compute():
             leaves = [a.to(self.device)[:m].detach().requires_grad_(True) for a, _ in parts]
             labels = [lab[:m] for _, lab in parts]
-            weights = [widths[g] for g in guests]
+            weights = [widths[g] for g in passives]
             inputs: list[torch.Tensor] = list(leaves)
             if own is not None and own_order is not None:
                 own_idx = own_order[start : start + m]
@@ -542,7 +542,7 @@ class EntityAugHost(SplitActive):
             loss.backward()
             opt.step()
             value = float(loss.detach())
-        for g, (activation, _), leaf in zip(guests, parts, leaves, strict=True):
+        for g, (activation, _), leaf in zip(passives, parts, leaves, strict=True):
             if fresh[g]:
                 grad = leaf.grad
                 assert grad is not None  # the loss depends on every leaf
@@ -577,7 +577,7 @@ class EntityAugmentation(SplitMethod[EntityAugOptions]):
     Options = EntityAugOptions
 
     def bottom(self, side: PartySide) -> nn.Module:
-        return build_guest_model(side.data, self.config, self.options, side.name)
+        return build_passive_model(side.data, self.config, self.options, side.name)
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         """Return a guest role per passive party and the host role for the active party."""
@@ -586,6 +586,6 @@ class EntityAugmentation(SplitMethod[EntityAugOptions]):
         active = scenario.party_data(scenario.active)
         if active.y_train is None:
             raise DataError(f"the active party {scenario.active!r} must hold the labels")
-        roles = {p: side_role(EntityAugGuest(self, scenario.party_data(p))) for p in scenario.passives}
-        roles[scenario.active] = side_role(EntityAugHost(self, active, tuple(scenario.passives)))
+        roles = {p: side_role(EntityAugPassive(self, scenario.party_data(p))) for p in scenario.passives}
+        roles[scenario.active] = side_role(EntityAugActive(self, active, tuple(scenario.passives)))
         return roles

@@ -29,8 +29,8 @@ from securevfl.methods.tabvfl.sides import (
     RAW,
     STATS,
     RowCache,
-    TabGuest,
-    TabHost,
+    TabActive,
+    TabPassive,
     epoch_batches,
     failure_schedule,
 )
@@ -109,17 +109,17 @@ class TabNetMethod(Method[TabVFLOptions]):
             raise ConfigError(f"{self.name} needs at least one guest (passive party)")
         options, design = self.options, self.design
         shape = options.shape(design.latent_width(self.config.embedding_dim, options.part_latent_dim))
-        host = scenario.party_data(scenario.active)
-        guest_data = {g: scenario.party_data(g) for g in scenario.passives}
-        has_own = host.n_features > 0
-        recon = design.recon_in(shape, len(guest_data) + int(has_own), options.decoder_split)
-        guest_recon = recon[1:] if (has_own and not design.raw_to_host) else recon
-        guests = tuple(guest_data)
+        active_data = scenario.party_data(scenario.active)
+        passive_data = {g: scenario.party_data(g) for g in scenario.passives}
+        has_own = active_data.n_features > 0
+        recon = design.recon_in(shape, len(passive_data) + int(has_own), options.decoder_split)
+        passive_recon = recon[1:] if (has_own and not design.raw_to_active) else recon
+        all_passives = tuple(passive_data)
         roles: dict[str, Role] = {
-            g: side_role(TabGuest(self, d, guests, 0 if design.raw_to_host else guest_recon[i]))
-            for i, (g, d) in enumerate(guest_data.items())}
-        roles[scenario.active] = side_role(TabHost(self, host, {g: d.n_features for g, d in guest_data.items()},
-                                                   recon))
+            g: side_role(TabPassive(self, d, all_passives, 0 if design.raw_to_active else passive_recon[i]))
+            for i, (g, d) in enumerate(passive_data.items())}
+        features = {g: d.n_features for g, d in passive_data.items()}
+        roles[scenario.active] = side_role(TabActive(self, active_data, features, recon))
         return roles
 
 

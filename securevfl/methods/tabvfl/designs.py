@@ -46,17 +46,17 @@ class Design:
     key: str
     joint_pretraining: bool = True   # pretraining exchanges messages (else every party pretrains alone)
     sends_mask: bool = False         # a guest sends its obfuscation mask (PartialEnc's attention prior)
-    raw_to_host: bool = False        # guests send their raw features; only the host trains
+    raw_to_active: bool = False        # guests send their raw features; only the host trains
 
     def latent_width(self, embedding_dim: int, part_latent_dim: int) -> int:
         """TabNet's n_d: ``part_latent_dim`` for each local TabNet of tabnet-lt if set."""
         return (part_latent_dim or embedding_dim) if self.key == LOCAL_TABNETS else embedding_dim
 
-    def host_widths(self, n_own: int, guest_features: Sequence[int], shape: TabNetShape) -> list[int]:
+    def active_widths(self, n_own: int, passive_features: Sequence[int], shape: TabNetShape) -> list[int]:
         """Widths of the parts the host combines: raw columns (split, central) or latents."""
         if self.key in (SPLIT, CENTRAL):
-            return ([n_own] if n_own else []) + list(guest_features)
-        return ([shape.n_d] if n_own else []) + [shape.n_d for _ in guest_features]
+            return ([n_own] if n_own else []) + list(passive_features)
+        return ([shape.n_d] if n_own else []) + [shape.n_d for _ in passive_features]
 
     def recon_in(self, shape: TabNetShape, parts: int, split_mode: str) -> list[int]:
         """Input width of each part's reconstruction FC."""
@@ -76,7 +76,7 @@ class Design:
 TABVFL = Design(SPLIT, sends_mask=True)
 TABVFL_LE = Design(LOCAL_ENCODERS)
 TABNET_LT = Design(LOCAL_TABNETS, joint_pretraining=False)
-TABNET_CT = Design(CENTRAL, raw_to_host=True)
+TABNET_CT = Design(CENTRAL, raw_to_active=True)
 
 
 class PartyBottom(nn.Module):

@@ -61,7 +61,7 @@ STATS = "tabvfl.test.stats"             # guest -> host: bytes it sent per phase
 RAW = "tabnet-ct.setup.raw_features"    # tabnet-ct only: raw features (centralised reference)
 
 
-def failure_schedule(seed: int, phase: str, epochs: int, guests: Sequence[str],
+def failure_schedule(seed: int, phase: str, epochs: int, all_passives: Sequence[str],
                      fail_prob: float) -> dict[str, np.ndarray]:
     """Per guest, which epochs of ``phase`` it is offline: each epoch independently with ``fail_prob``.
 
@@ -69,9 +69,9 @@ def failure_schedule(seed: int, phase: str, epochs: int, guests: Sequence[str],
     a simulation drawn from a seeded numpy Generator, not a secret.
     """
     rng = np.random.default_rng([seed, PHASES.index(phase), 0x7AB])
-    offline = rng.random((epochs, len(guests))) < fail_prob
+    offline = rng.random((epochs, len(all_passives))) < fail_prob
     offline[:1] = False
-    return {g: offline[:, i].copy() for i, g in enumerate(guests)}
+    return {g: offline[:, i].copy() for i, g in enumerate(all_passives)}
 
 
 def epoch_batches(n_rows: int, batch_size: int, seed: int, epoch: int) -> Iterator[np.ndarray]:
@@ -92,17 +92,17 @@ class RowCache:
         self._store: dict[str, list[torch.Tensor]] = {}
         self.hits = 0
 
-    def put(self, guest: str, idx: np.ndarray, tensors: Sequence[torch.Tensor]) -> None:
-        if guest not in self._store:
-            self._store[guest] = [torch.zeros((self.n_rows, *t.shape[1:]), dtype=t.dtype, device=t.device)
+    def put(self, party: str, idx: np.ndarray, tensors: Sequence[torch.Tensor]) -> None:
+        if party not in self._store:
+            self._store[party] = [torch.zeros((self.n_rows, *t.shape[1:]), dtype=t.dtype, device=t.device)
                                   for t in tensors]
-        for slot, t in zip(self._store[guest], tensors):
+        for slot, t in zip(self._store[party], tensors):
             slot[torch.as_tensor(idx, device=t.device)] = t.detach()
 
-    def get(self, guest: str, idx: np.ndarray) -> list[torch.Tensor]:
+    def get(self, party: str, idx: np.ndarray) -> list[torch.Tensor]:
         """Cached rows (``cache``) or zeros of the same shapes (``zeros``)."""
         self.hits += 1
-        slots = self._store[guest]
+        slots = self._store[party]
         rows = [s[torch.as_tensor(idx, device=s.device)] for s in slots]
         return rows if self.on_fail == "cache" else [torch.zeros_like(r) for r in rows]
 
@@ -130,11 +130,11 @@ def _checked_stats(message: Any, sender: str) -> dict[str, Any]:
 class _TabSide(PartySide):
     method: TabNetMethod
 
-    def __init__(self, method: TabNetMethod, data: PartyData, guests: tuple[str, ...],
+    def __init__(self, method: TabNetMethod, data: PartyData, all_passives: tuple[str, ...],
                  passives: tuple[str, ...] = ()) -> None:
         super().__init__(method, data, passives)
         self.design: Design = method.design
-        self.guests = guests
+        self.all_passives = all_passives
         self.pre_epochs = method.pretrain_epochs()
         options = method.options
         self.shape = options.shape(self.design.latent_width(self.config.embedding_dim, options.part_latent_dim))
@@ -142,9 +142,9 @@ class _TabSide(PartySide):
     def phases(self) -> tuple[Phase, ...]:
         return self.method.phases()
 
-    def _offline(self, guests: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
+    def _offline(self, all_passives: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
         o, c = self.method.options, self.config
-        return {ph: failure_schedule(c.seed, ph, n, guests, o.fail_prob)
+        return {ph: failure_schedule(c.seed, ph, n, all_passives, o.fail_prob)
                 for ph, n in ((PRETRAIN, self.pre_epochs), (FINETUNE, c.epochs))}
 
     def _phase_epoch(self, epoch: int) -> int:
@@ -155,17 +155,17 @@ class _TabSide(PartySide):
                                                         self.config.seed, epoch))
 
 
-class TabGuest(_TabSide):
+class TabPassive(_TabSide):
     """A guest (passive party): its bottom model and reconstruction FC; only its own columns."""
 
-    def __init__(self, method: TabNetMethod, data: PartyData, guests: tuple[str, ...], recon_in: int) -> None:
-        super().__init__(method, data, guests)
+    def __init__(self, method: TabNetMethod, data: PartyData, all_passives: tuple[str, ...], recon_in: int) -> None:
+        super().__init__(method, data, all_passives)
         self.recon_in = recon_in
-        self.takes_part = not self.design.raw_to_host
+        self.takes_part = not self.design.raw_to_active
 
     def build(self, ctx: PartyContext) -> None:
         data, config = self.data, self.config
-        if self.design.raw_to_host:  # the centralised reference: raw features go to the host
+        if self.design.raw_to_active:  # the centralised reference: raw features go to the host
             ctx.send(ctx.active, RAW, (data.X_train, data.X_test))
             return
         model = reinit_tabnet(self.design.bottom(data.n_features, self.shape, self.recon_in),
@@ -174,7 +174,7 @@ class TabGuest(_TabSide):
         self.state.optimizers[PRETRAIN] = torch.optim.Adam(model.parameters(), lr=config.lr)
         self.state.optimizers[FINETUNE] = torch.optim.Adam(model.bottom_parameters(), lr=config.lr)
         self.masks = self.state.generators["obfuscation"] = derived_generator(config.seed, ctx.name, "obfuscation")
-        self.offline = {ph: s[ctx.name] for ph, s in self._offline(self.guests).items()}
+        self.offline = {ph: s[ctx.name] for ph, s in self._offline(self.all_passives).items()}
         self.X = as_tensor(data.X_train, ctx.device)
 
     def batches(self, epoch: int) -> Iterator[np.ndarray]:
@@ -248,27 +248,27 @@ class TabGuest(_TabSide):
         ctx.send(ctx.active, STATS, {"bytes": ctx.meter.snapshot().phase_bytes, "params": params})
 
 
-class TabHost(_TabSide):
+class TabActive(_TabSide):
     """The host (active party): labels, PartialEnc/PartialDec or the aggregation, final FC."""
 
-    def __init__(self, method: TabNetMethod, data: PartyData, guest_features: dict[str, int],
+    def __init__(self, method: TabNetMethod, data: PartyData, passive_features: dict[str, int],
                  recon_in: list[int]) -> None:
-        guests = tuple(guest_features)
-        super().__init__(method, data, guests, passives=() if method.design.raw_to_host else guests)
-        self.guest_features = guest_features
+        all_passives = tuple(passive_features)
+        super().__init__(method, data, all_passives, passives=() if method.design.raw_to_active else all_passives)
+        self.passive_features = passive_features
         self.recon_in = recon_in
 
     def build(self, ctx: PartyContext) -> None:
         config, options, design = self.config, self.method.options, self.design
-        if design.raw_to_host:
+        if design.raw_to_active:
             ctx.stage = "receive raw features"
-            raws = [ctx.recv(g, RAW) for g in self.guests]
+            raws = [ctx.recv(g, RAW) for g in self.all_passives]
             self.data = dataclasses.replace(
                 self.data, X_train=np.concatenate([self.data.X_train] + [np.asarray(r[0]) for r in raws], axis=1),
                 X_test=np.concatenate([self.data.X_test] + [np.asarray(r[1]) for r in raws], axis=1))
         remote = self.passives
         n_own = self.data.n_features
-        widths = design.host_widths(n_own, [self.guest_features[g] for g in remote], self.shape)
+        widths = design.active_widths(n_own, [self.passive_features[g] for g in remote], self.shape)
         if not widths:
             raise ConfigError("no party holds features")
         local = None
@@ -282,7 +282,7 @@ class TabHost(_TabSide):
         self.local, self.top = local, top
         slices = decoder_slices(self.shape.n_d, len(widths), options.decoder_split) if design.joint_pretraining else []
         self.own_slice = slices[0] if (local is not None and slices) else None
-        self.guest_slices = dict(zip(remote, slices[1:] if local is not None else slices))
+        self.passive_slices = dict(zip(remote, slices[1:] if local is not None else slices))
         self.masks = self.state.generators["obfuscation"] = derived_generator(config.seed, ctx.name, "obfuscation")
         params = top.pretrain_parameters() + (list(local.parameters()) if local is not None else [])
         if params:
@@ -341,7 +341,7 @@ class TabHost(_TabSide):
         with ctx.meter.compute():
             dec = self.top.pretrain_forward(outputs, obfs)
         for g in leaves:
-            ctx.send(g, PRE_DEC, dec[:, self.guest_slices[g]].detach())
+            ctx.send(g, PRE_DEC, dec[:, self.passive_slices[g]].detach())
         roots: list[torch.Tensor] = []
         root_grads: list[torch.Tensor | None] = []
         batch_loss = 0.0
@@ -349,7 +349,7 @@ class TabHost(_TabSide):
             message = ctx.recv(g, PRE_GRAD)
             if not isinstance(message, tuple | list) or len(message) != 2 or not isinstance(message[1], float):
                 raise ProtocolError(f"{g} sent a malformed reconstruction gradient")
-            roots.append(dec[:, self.guest_slices[g]])
+            roots.append(dec[:, self.passive_slices[g]])
             root_grads.append(_tensor(message[0], g, "reconstruction gradient").to(self.device))
             batch_loss += message[1]
         with ctx.meter.compute():
@@ -437,9 +437,9 @@ class TabHost(_TabSide):
         options, data = self.method.options, self.data
         assert evaluation is not None and data.y_train is not None and data.y_test is not None
         latent_train, latent_test = self.latents
-        stats = {g: _checked_stats(ctx.recv(g, STATS), g) for g in self.guests}
+        stats = {g: _checked_stats(ctx.recv(g, STATS), g) for g in self.all_passives}
         extra: dict[str, Any] = {"design": self.design.key, "latent_dim": int(latent_train.shape[1]),
-                                 "centralised": self.design.raw_to_host}
+                                 "centralised": self.design.raw_to_active}
         if options.latent_quality:
             latents = torch.cat([latent_train, latent_test]).cpu().numpy()
             labels = np.concatenate([data.y_train, data.y_test])

@@ -171,21 +171,21 @@ def reconstruction_loss(recon: torch.Tensor, target: torch.Tensor, obf: torch.Te
     return torch.mean(per_row / (obf.sum(dim=1) + eps))
 
 
-def decoder_slices(n_d: int, guests: int, mode: str) -> list[slice]:
+def decoder_slices(n_d: int, parts: int, mode: str) -> list[slice]:
     """Which part of the host's n_d decoder output each guest's reconstruction FC reads.
 
     ``full``: every guest reads all n_d values, i.e. TabNet's reconstruction layer split by its
-    output columns (exactly TabNet). ``chunk``: the n_d values are cut into ``guests`` uniform
-    chunks, one per guest, as the paper's text describes (needs n_d >= guests).
+    output columns (exactly TabNet). ``chunk``: the n_d values are cut into ``parts`` uniform
+    chunks, one per part, as the paper's text describes (needs n_d >= guests).
     """
     if mode == "full":
-        return [slice(0, n_d)] * guests
+        return [slice(0, n_d)] * parts
     if mode != "chunk":
         raise ConfigError(f"decoder_split must be 'full' or 'chunk', got {mode!r}")
-    if n_d < guests:
+    if n_d < parts:
         raise ConfigError(f"decoder_split='chunk' needs a latent dimension >= the number of guests "
-                          f"({n_d} < {guests})")
-    bounds = np.linspace(0, n_d, guests + 1).round().astype(int)
+                          f"({n_d} < {parts})")
+    bounds = np.linspace(0, n_d, parts + 1).round().astype(int)
     return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
