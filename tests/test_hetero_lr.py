@@ -18,6 +18,7 @@ from securevfl.federation import codec
 from securevfl.federation.runtime import RunResult, run_parties
 from securevfl.federation.transport import Envelope, InProcessTransport
 from securevfl.methods import TrainConfig, create_method
+from securevfl.methods.base import batch_plan, n_batches
 from securevfl.methods.hetero_lr import (
     ARBITER,
     ENC_SCORE,
@@ -25,7 +26,6 @@ from securevfl.methods.hetero_lr import (
     TEST_SCORE,
     UNMASKED,
 )
-from securevfl.methods.hetero_lr.batches import batch_schedule, count_batches
 from securevfl.methods.hetero_lr.reference import taylor_lr_reference
 from securevfl.privacy.paillier import EncryptedTensor, create_backend
 from securevfl.privacy.paillier.ring_masks import add_ring_masks, draw_ring_masks, remove_ring_masks
@@ -238,12 +238,13 @@ def test_batches_a_party_could_solve_for_are_refused_or_merged():
     with pytest.raises(ConfigError, match="solve"):
         create_method("hetero-lr", TrainConfig(batch_size=widest, options=TEST_KEY)).roles(scenario)
     n = len(scenario.party_data(scenario.active).X_train)
-    batches = list(batch_schedule(n, 64, 0, 0, widest + 1))
+    batches = list(batch_plan(n, 64, 0, 0, min_rows=widest + 1, short="merge"))
     assert n % 64 < widest + 1 and len(batches) == n // 64  # the short tail was merged
     assert min(len(b) for b in batches) > widest
     assert sorted(np.concatenate(batches).tolist()) == list(range(n))
-    assert count_batches(n, 64, widest + 1) == len(batches)
-    assert count_batches(n, 64, 2) == len(list(batch_schedule(n, 64, 0, 0, 2))) == n // 64 + 1
+    assert n_batches(n, 64, min_rows=widest + 1, short="merge") == len(batches)
+    merged = list(batch_plan(n, 64, 0, 0, min_rows=2, short="merge"))
+    assert n_batches(n, 64, min_rows=2, short="merge") == len(merged) == n // 64 + 1
 
 
 def test_a_key_of_another_size_than_agreed_is_refused(keypair):
@@ -310,7 +311,7 @@ def test_threat_model_a_deviating_passive_party_reads_the_labels(keypair, monkey
     y = run.scenario.party_data(run.scenario.active).y_train
     X = run.scenario.party_data(run.scenario.active).X_train
     widths = [X.shape[1] + 1, run.scenario.party_data(run.scenario.passives[0]).X_train.shape[1]]
-    batches = list(batch_schedule(len(X), BATCH, SEED, 0, max(widths) + 1))
+    batches = list(batch_plan(len(X), BATCH, SEED, 0, min_rows=max(widths) + 1, short="merge"))
     assert len(stolen) == len(batches)
     np.testing.assert_allclose(stolen[0], -2.0 * (2.0 * y[batches[0]] - 1.0), atol=1e-6)  # exact labels
     guessed = np.concatenate([(e < 0).astype(int) for e in stolen])

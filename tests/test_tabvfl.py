@@ -17,6 +17,7 @@ from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
 from securevfl.federation.transport import InProcessTransport
 from securevfl.methods import TrainConfig, create_method
+from securevfl.methods.base import batch_plan
 from securevfl.methods.tabvfl import (
     EVAL_OUT,
     FT_OUT,
@@ -25,7 +26,6 @@ from securevfl.methods.tabvfl import (
     RAW,
     STATS,
     RowCache,
-    epoch_batches,
     failure_schedule,
 )
 from securevfl.methods.tabvfl.quality import latent_quality
@@ -169,7 +169,8 @@ def test_guests_never_send_raw_features_or_reconstruction_targets():
         sent_tags = {e.tag for e in transport.envelopes if e.src == guest}
         assert sent_tags <= allowed, sent_tags - allowed
         n = len(data.X_train)
-        batches = [idx for epoch in range(config.epochs) for idx in epoch_batches(n, config.batch_size, 0, epoch)]
+        batches = [idx for epoch in range(config.epochs)
+                   for idx in batch_plan(n, config.batch_size, 0, epoch, min_rows=2)]
         pre = _guest_messages(transport, guest, PRE_OUT)
         assert len(pre) == len(batches)
         for (outs, mask), idx in zip(pre, batches):
@@ -187,7 +188,7 @@ def test_guests_never_send_raw_features_or_reconstruction_targets():
             assert _max_abs_corr(grad.numpy().astype(np.float64), data.X_train[idx]) < 0.98
         fin = _guest_messages(transport, guest, FT_OUT)
         ft_batches = [idx for epoch in range(config.epochs)
-                      for idx in epoch_batches(n, config.batch_size, 0, config.epochs + epoch)]
+                      for idx in batch_plan(n, config.batch_size, 0, config.epochs + epoch, min_rows=2)]
         for z, idx in zip(fin, ft_batches):
             assert _max_abs_corr(z.numpy().astype(np.float64), data.X_train[idx]) < 0.98
         (train_out, test_out), = _guest_messages(transport, guest, EVAL_OUT)
@@ -239,7 +240,7 @@ def test_offline_guests_send_nothing_and_host_substitutes(on_fail):
     schedule = failure_schedule(0, "finetune", config_epochs, scenario.passives, 0.5)
     assert sum(int(s.sum()) for s in schedule.values()) > 0  # this seed does fail someone
     n = len(scenario.party_data(scenario.active).X_train)
-    per_epoch = len(list(epoch_batches(n, config.batch_size, 0, 0)))
+    per_epoch = len(list(batch_plan(n, config.batch_size, 0, 0, min_rows=2)))
     for g in scenario.passives:
         online_epochs = config_epochs - int(schedule[g].sum())
         assert len(_guest_messages(transport, g, FT_OUT)) == online_epochs * per_epoch

@@ -210,19 +210,33 @@ def create_method(name: str, config: TrainConfig) -> Method[Any]:
 
 # -- shared per-batch machinery ---------------------------------------------------------------
 
-def batch_plan(n_rows: int, batch_size: int, seed: int, epoch: int) -> Iterator[np.ndarray]:
+def batch_plan(n_rows: int, batch_size: int, seed: int, epoch: int, *, min_rows: int = 1,
+               short: str = "drop") -> Iterator[np.ndarray]:
     """Agreed batch order for one epoch: every party derives the same permutation from the run seed.
 
-    The seed is part of the run configuration all parties agree on; batch order is not secret.
+    The seed is part of the run configuration all parties agree on; batch order is not secret. A
+    trailing batch of fewer than ``min_rows`` rows is dropped (``short="drop"``: TabNet's batch norm
+    needs two rows) or merged into the batch before it (``short="merge"``: hetero-lr, where a batch
+    smaller than a party's weight count could be solved for). The one batch order of the project.
     """
+    if short not in ("drop", "merge"):
+        raise ConfigError(f"short must be 'drop' or 'merge', got {short!r}")
     order = np.random.default_rng([seed, epoch]).permutation(n_rows)
-    for start in range(0, n_rows, batch_size):
-        yield order[start : start + batch_size]
+    batches = [order[start : start + batch_size] for start in range(0, n_rows, batch_size)]
+    if batches and len(batches[-1]) < min_rows:
+        if short == "drop":
+            batches.pop()
+        elif len(batches) > 1:
+            batches[-2:] = [np.concatenate(batches[-2:])]
+    yield from batches
 
 
-def n_batches(n_rows: int, batch_size: int) -> int:
-    """Number of batches :func:`batch_plan` yields per epoch."""
-    return (n_rows + batch_size - 1) // batch_size
+def n_batches(n_rows: int, batch_size: int, *, min_rows: int = 1, short: str = "drop") -> int:
+    """Number of batches :func:`batch_plan` yields per epoch (the same every epoch)."""
+    full, rest = divmod(n_rows, batch_size)
+    if rest == 0 or rest >= min_rows:
+        return full + (rest > 0)
+    return full if short == "drop" or full >= 1 else 1
 
 
 def as_tensor(array: np.ndarray, device: Any) -> torch.Tensor:

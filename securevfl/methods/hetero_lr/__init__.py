@@ -54,9 +54,11 @@ from securevfl.methods.base import (
     Method,
     Role,
     TrainConfig,
+    batch_plan,
+    n_batches,
     register_method,
 )
-from securevfl.methods.hetero_lr.batches import batch_schedule, check_batch_size, count_batches
+from securevfl.methods.hetero_lr.batches import check_batch_size
 from securevfl.privacy.paillier import (
     EncryptedTensor,
     PaillierBackend,
@@ -191,7 +193,7 @@ def passive_role(data: PartyData, config: TrainConfig, options: HeteroLROptions,
             theta = np.zeros(X.shape[1])
             for epoch in range(config.epochs):
                 ctx.stage = f"train epoch {epoch + 1}"
-                for idx in batch_schedule(len(X), config.batch_size, config.seed, epoch, min_rows):
+                for idx in batch_plan(len(X), config.batch_size, config.seed, epoch, min_rows=min_rows, short="merge"):
                     with ctx.meter.compute():
                         u = X[idx] @ theta
                     with ctx.meter.crypto("paillier.encrypt"):
@@ -244,7 +246,7 @@ def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, 
                 ctx.stage = f"train epoch {epoch + 1}"
                 loss_sum: EncryptedTensor | None = None
                 loss_plain = 0.0
-                for idx in batch_schedule(len(X), config.batch_size, config.seed, epoch, min_rows):
+                for idx in batch_plan(len(X), config.batch_size, config.seed, epoch, min_rows=min_rows, short="merge"):
                     with ctx.meter.compute():
                         u = X[idx] @ theta
                     messages = [ctx.recv(p, ENC_SCORE) for p in passives]
@@ -377,8 +379,8 @@ class HeteroLR(Method[HeteroLROptions]):
                                              self.randbelow)
         parties = (scenario.active, *passives)
         roles[ARBITER] = arbiter_role(self.options, parties, scenario.active,
-                                      count_batches(n_rows, self.config.batch_size, min_rows), self.config.epochs,
-                                      monitor, self.keypair)
+                                      n_batches(n_rows, self.config.batch_size, min_rows=min_rows, short="merge"),
+                                      self.config.epochs, monitor, self.keypair)
         return roles
 
 

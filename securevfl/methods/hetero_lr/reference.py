@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from securevfl.methods.hetero_lr.batches import batch_schedule
+from securevfl.methods.base import batch_plan
 
 
 @dataclass
@@ -57,7 +57,7 @@ def taylor_lr_reference(blocks: Sequence[np.ndarray], y: np.ndarray, *, epochs: 
     losses = []
     for epoch in range(epochs):
         total = 0.0
-        for idx in batch_schedule(len(y_pm), batch_size, seed, epoch, min_batch_rows):
+        for idx in batch_plan(len(y_pm), batch_size, seed, epoch, min_rows=min_batch_rows, short="merge"):
             parts = [X[idx] @ t for X, t in zip(mats, thetas, strict=True)]
             z = sum(parts)
             total += float(np.sum(math.log(2.0) - 0.5 * y_pm[idx] * z + 0.125 * z * z))

@@ -31,7 +31,6 @@ from securevfl.methods.tabvfl.sides import (
     RowCache,
     TabActive,
     TabPassive,
-    epoch_batches,
     failure_schedule,
 )
 from securevfl.methods.tabvfl.tabnet import TabNetShape
@@ -160,5 +159,4 @@ class TabNetCentral(TabNetMethod):
 
 
 __all__ = ["EVAL_OUT", "FT_OUT", "PRE_DONE", "PRE_GRAD", "PRE_OUT", "RAW", "STATS", "RowCache", "TabNetCentral",
-           "TabNetLocal", "TabNetMethod", "TabVFL", "TabVFLLocalEncoders", "TabVFLOptions", "epoch_batches",
-           "failure_schedule"]
+           "TabNetLocal", "TabNetMethod", "TabVFL", "TabVFLLocalEncoders", "TabVFLOptions", "failure_schedule"]

@@ -74,11 +74,6 @@ def failure_schedule(seed: int, phase: str, epochs: int, all_passives: Sequence[
     return {g: offline[:, i].copy() for i, g in enumerate(all_passives)}
 
 
-def epoch_batches(n_rows: int, batch_size: int, seed: int, epoch: int) -> Iterator[np.ndarray]:
-    """The agreed batches of one epoch, skipping a trailing batch of one row (batch norm needs two)."""
-    return (idx for idx in batch_plan(n_rows, batch_size, seed, epoch) if len(idx) >= 2)
-
-
 class RowCache:
     """The host's copy of each guest's last transmitted rows (paper Sec. IV-E), by training row.
 
@@ -151,8 +146,8 @@ class _TabSide(PartySide):
         return epoch - (self.pre_epochs if self.phase.name == FINETUNE else 0)
 
     def _batches(self, epoch: int) -> Iterator[np.ndarray]:
-        return (self.rows[idx] for idx in epoch_batches(len(self.rows), self.config.batch_size,
-                                                        self.config.seed, epoch))
+        return (self.rows[idx] for idx in batch_plan(len(self.rows), self.config.batch_size,
+                                                        self.config.seed, epoch, min_rows=2))
 
 
 class TabPassive(_TabSide):
