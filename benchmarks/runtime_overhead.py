@@ -27,7 +27,8 @@ from securevfl.federation.runtime import run_parties
 from securevfl.methods import TrainConfig, create_method
 from securevfl.methods.base import as_tensor, batch_plan
 from securevfl.methods.splitnn import build_bottom
-from securevfl.models import MLP, init_parameters, party_generator
+from securevfl.models import MLP, init_parameters
+from securevfl.seeding import party_generator
 
 
 def fused_seconds(scenario, config: TrainConfig) -> float:

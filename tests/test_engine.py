@@ -14,7 +14,7 @@ from securevfl.methods import TrainConfig
 from securevfl.methods.engine import PartySide
 from securevfl.methods.engine.checkpoint import CheckpointStore
 from securevfl.methods.splitnn import SplitNN, SplitNNOptions
-from securevfl.models import party_generator
+from securevfl.seeding import party_generator
 
 
 @pytest.fixture(autouse=True)

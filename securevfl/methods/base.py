@@ -21,6 +21,7 @@ import torch
 from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
 from securevfl.federation.runtime import PartyContext
+from securevfl.seeding import simulation_rng
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -221,7 +222,7 @@ def batch_plan(n_rows: int, batch_size: int, seed: int, epoch: int, *, min_rows:
     """
     if short not in ("drop", "merge"):
         raise ConfigError(f"short must be 'drop' or 'merge', got {short!r}")
-    order = np.random.default_rng([seed, epoch]).permutation(n_rows)
+    order = simulation_rng(seed, epoch).permutation(n_rows)
     batches = [order[start : start + batch_size] for start in range(0, n_rows, batch_size)]
     if batches and len(batches[-1]) < min_rows:
         if short == "drop":

@@ -27,13 +27,14 @@ from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.methods.base import Role, register_method
 from securevfl.methods.engine import TRAIN, PartySide, SplitMethod, checked_tensor
-from securevfl.models import MLP, init_parameters, party_generator
+from securevfl.models import MLP, init_parameters
 from securevfl.models.zoo import (
     MODEL_CHOICES,
     Architecture,
     architectures,
     build_embedding_net,
 )
+from securevfl.seeding import party_generator
 
 COMPRESSIONS = ("quant", "topk", "both", "none")
 

@@ -70,6 +70,7 @@ from securevfl.models.zoo import (
 from securevfl.privacy.aggregation import (
     AggregationScheme,
 )
+from securevfl.seeding import simulation_rng
 
 EMBED_GRADS = ("own", "all")
 
@@ -112,7 +113,7 @@ def drop_schedule(passives: tuple[str, ...], drop_prob: float, seed: int, epoch:
     """
     if drop_prob <= 0 or max_drops <= 0:
         return frozenset()
-    rng = np.random.default_rng([seed, 0xD209, epoch, batch])
+    rng = simulation_rng(seed, 0xD209, epoch, batch)
     hits = [p for p, u in zip(passives, rng.random(len(passives))) if u < drop_prob]
     if len(hits) > max_drops:
         hits = sorted(hits, key=lambda p: rng.random())[:max_drops]

@@ -33,7 +33,6 @@ and no drops, the method performs exactly SplitNN's computation.
 
 from __future__ import annotations
 
-import zlib
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -62,7 +61,8 @@ from securevfl.methods.engine import (
     side_role,
 )
 from securevfl.methods.engine.loop import Losses
-from securevfl.models import MLP, StripCNN, init_parameters, party_generator
+from securevfl.models import MLP, StripCNN, init_parameters
+from securevfl.seeding import party_generator, simulation_rng
 
 ACTIVATION = "activation"
 GRADIENT = "gradient"
@@ -150,11 +150,6 @@ def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Ten
     return F.cross_entropy(logits, targets)
 
 
-def party_digest(name: str) -> int:
-    """Return a stable 32-bit number for a party name (seeds its own orderings)."""
-    return zlib.crc32(name.encode())
-
-
 def entity_schedule(n_aligned: int, n_extra: int, length: int, *, seed: int, epoch: int, party: str,
                     misalign: bool = False) -> np.ndarray:
     """One epoch of entity indices (``length`` of them) for one party.
@@ -169,12 +164,12 @@ def entity_schedule(n_aligned: int, n_extra: int, length: int, *, seed: int, epo
     total = n_aligned + n_extra
     if length < 1 or total < 1:
         raise ConfigError(f"empty schedule: length={length}, rows={total}")
-    own = np.random.default_rng([seed, epoch, party_digest(party)])
+    own = simulation_rng(seed, epoch, party)
     if misalign:
         return _fill(np.arange(total), length, own)
     if n_aligned > length:
         raise ConfigError(f"{n_aligned} aligned rows do not fit an epoch of {length} slots")
-    shared = np.random.default_rng([seed, epoch])
+    shared = simulation_rng(seed, epoch)
     aligned_order = shared.permutation(n_aligned)
     out = np.empty(length, dtype=np.int64)
     if n_aligned == length:
@@ -386,7 +381,7 @@ class EntityAugPassive(SplitPassive):
         model = self.method.bottom(self).to(ctx.device)
         self.state.modules["bottom"] = model
         self.state.optimizers["bottom"] = torch.optim.Adam(model.parameters(), lr=self.config.lr)
-        drops = np.random.default_rng([self.config.seed, 0xD0, party_digest(ctx.name)])
+        drops = simulation_rng(self.config.seed, 0xD0, ctx.name)
         self.drops = self.state.generators["drops"] = drops
         self.counts = self.state.others["steps"] = _StepCounts()
 

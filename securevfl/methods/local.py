@@ -19,7 +19,8 @@ from securevfl.methods.base import (
     predict_scores,
     register_method,
 )
-from securevfl.models import MLP, init_parameters, party_generator
+from securevfl.models import MLP, init_parameters
+from securevfl.seeding import party_generator
 
 
 def local_mlp_role(data: PartyData, config: TrainConfig) -> Role:

@@ -19,7 +19,8 @@ from securevfl.data.scenario import PartyData
 from securevfl.errors import ConfigError
 from securevfl.methods.base import TrainConfig, register_method
 from securevfl.methods.engine import PartySide, SplitMethod
-from securevfl.models import MLP, StripCNN, init_parameters, party_generator
+from securevfl.models import MLP, StripCNN, init_parameters
+from securevfl.seeding import party_generator
 
 
 @dataclass(frozen=True)

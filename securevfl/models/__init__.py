@@ -1,6 +1,6 @@
 """Torch building blocks shared by the methods (the heterogeneous zoo is :mod:`securevfl.models.zoo`)."""
 
 from securevfl.models.cnn import StripCNN
-from securevfl.models.mlp import MLP, init_parameters, party_generator
+from securevfl.models.mlp import MLP, init_parameters
 
-__all__ = ["MLP", "StripCNN", "init_parameters", "party_generator"]
+__all__ = ["MLP", "StripCNN", "init_parameters"]

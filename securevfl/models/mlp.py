@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -12,14 +11,6 @@ from torch import nn
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 ACTIVATIONS = {"relu": nn.ReLU, "selu": nn.SELU, "tanh": nn.Tanh, "gelu": nn.GELU, "leaky_relu": nn.LeakyReLU}
-
-
-def party_generator(seed: int, party: str) -> torch.Generator:
-    """A torch generator private to one party (model init), derived from the run seed and its name."""
-    digest = hashlib.sha256(f"{seed}:{party}".encode()).digest()
-    g = torch.Generator()
-    g.manual_seed(int.from_bytes(digest[:8], "big") >> 1)
-    return g
 
 
 def init_parameters(module: ModuleT, generator: torch.Generator) -> ModuleT:

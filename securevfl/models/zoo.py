@@ -18,7 +18,8 @@ from torch import nn
 
 from securevfl.data.scenario import PartyData
 from securevfl.errors import ConfigError
-from securevfl.models import MLP, StripCNN, init_parameters, party_generator
+from securevfl.models import MLP, StripCNN, init_parameters
+from securevfl.seeding import party_generator
 
 MODEL_CHOICES = ("hetero", "homo")
 

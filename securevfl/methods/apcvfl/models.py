@@ -18,7 +18,8 @@ from torch import nn
 
 from securevfl.errors import ConfigError
 from securevfl.methods.base import batch_plan
-from securevfl.models import init_parameters, party_generator
+from securevfl.models import init_parameters
+from securevfl.seeding import party_generator
 
 DISTILL_LOSSES = ("mse", "mae")
 

@@ -37,6 +37,7 @@ from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import batch_plan
 from securevfl.methods.engine.checkpoint import CheckpointStore
+from securevfl.seeding import simulation_rng
 
 if TYPE_CHECKING:
     from securevfl.data.scenario import PartyData
@@ -236,7 +237,7 @@ def validation_split(n_rows: int, fraction: float, seed: int) -> tuple[np.ndarra
     n_val = min(max(int(np.ceil(fraction * n_rows)), 1), n_rows - 1)
     if n_val < 1:
         raise ConfigError(f"early stopping needs at least 2 aligned training rows, got {n_rows}")
-    order = np.random.default_rng([seed, 0xE5]).permutation(n_rows)
+    order = simulation_rng(seed, 0xE5).permutation(n_rows)
     return np.sort(order[: n_rows - n_val]), np.sort(order[n_rows - n_val :])
 
 

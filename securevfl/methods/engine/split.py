@@ -41,7 +41,8 @@ from securevfl.methods.base import (
     predict_scores,
 )
 from securevfl.methods.engine.loop import TEST, TRAIN, EngineRecord, Evaluation, Losses, PartySide, run_side
-from securevfl.models import MLP, init_parameters, party_generator
+from securevfl.models import MLP, init_parameters
+from securevfl.seeding import party_generator
 
 EMBEDDING = "embedding"
 GRADIENT = "gradient"

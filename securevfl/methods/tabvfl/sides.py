@@ -38,10 +38,10 @@ from securevfl.methods.tabvfl.quality import latent_quality
 from securevfl.methods.tabvfl.tabnet import (
     count_parameters,
     decoder_slices,
-    derived_generator,
     reconstruction_loss,
     reinit_tabnet,
 )
+from securevfl.seeding import simulation_rng, torch_generator
 
 if TYPE_CHECKING:
     from securevfl.methods.tabvfl import TabNetMethod
@@ -68,7 +68,7 @@ def failure_schedule(seed: int, phase: str, epochs: int, all_passives: Sequence[
     Epoch 0 is always online (the host needs one transmission to cache, as in the paper). This is
     a simulation drawn from a seeded numpy Generator, not a secret.
     """
-    rng = np.random.default_rng([seed, PHASES.index(phase), 0x7AB])
+    rng = simulation_rng(seed, PHASES.index(phase), 0x7AB)
     offline = rng.random((epochs, len(all_passives))) < fail_prob
     offline[:1] = False
     return {g: offline[:, i].copy() for i, g in enumerate(all_passives)}
@@ -164,11 +164,11 @@ class TabPassive(_TabSide):
             ctx.send(ctx.active, RAW, (data.X_train, data.X_test))
             return
         model = reinit_tabnet(self.design.bottom(data.n_features, self.shape, self.recon_in),
-                              derived_generator(config.seed, ctx.name, "init")).to_device(ctx.device)
+                              torch_generator(config.seed, ctx.name, "init")).to_device(ctx.device)
         self.model = self.state.modules["bottom"] = model
         self.state.optimizers[PRETRAIN] = torch.optim.Adam(model.parameters(), lr=config.lr)
         self.state.optimizers[FINETUNE] = torch.optim.Adam(model.bottom_parameters(), lr=config.lr)
-        self.masks = self.state.generators["obfuscation"] = derived_generator(config.seed, ctx.name, "obfuscation")
+        self.masks = self.state.generators["obfuscation"] = torch_generator(config.seed, ctx.name, "obfuscation")
         self.offline = {ph: s[ctx.name] for ph, s in self._offline(self.all_passives).items()}
         self.X = as_tensor(data.X_train, ctx.device)
 
@@ -269,16 +269,16 @@ class TabActive(_TabSide):
         local = None
         if n_own:
             local = reinit_tabnet(design.bottom(n_own, self.shape, self.recon_in[0]),
-                                  derived_generator(config.seed, ctx.name, "init")).to_device(ctx.device)
+                                  torch_generator(config.seed, ctx.name, "init")).to_device(ctx.device)
             self.state.modules["bottom"] = local
         top = reinit_tabnet(design.top(widths, self.shape, self.data.n_classes),
-                            derived_generator(config.seed, ctx.name, "top")).to_device(ctx.device)
+                            torch_generator(config.seed, ctx.name, "top")).to_device(ctx.device)
         self.state.modules["top"] = top
         self.local, self.top = local, top
         slices = decoder_slices(self.shape.n_d, len(widths), options.decoder_split) if design.joint_pretraining else []
         self.own_slice = slices[0] if (local is not None and slices) else None
         self.passive_slices = dict(zip(remote, slices[1:] if local is not None else slices))
-        self.masks = self.state.generators["obfuscation"] = derived_generator(config.seed, ctx.name, "obfuscation")
+        self.masks = self.state.generators["obfuscation"] = torch_generator(config.seed, ctx.name, "obfuscation")
         params = top.pretrain_parameters() + (list(local.parameters()) if local is not None else [])
         if params:
             self.state.optimizers[PRETRAIN] = torch.optim.Adam(params, lr=config.lr)

@@ -12,7 +12,6 @@ exactly what ``TabNetPretraining`` computes (``tests/test_tabvfl.py`` checks thi
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,17 +53,6 @@ class TabNetShape:
             raise ConfigError(f"virtual_batch_size must be >= 2, got {self.virtual_batch_size}")
         if self.mask_type not in ("sparsemax", "entmax"):
             raise ConfigError(f"mask_type must be 'sparsemax' or 'entmax', got {self.mask_type!r}")
-
-
-def derived_generator(seed: int, *labels: str) -> torch.Generator:
-    """A torch generator for one party and purpose (init, masks), from the run seed and labels.
-
-    Used for simulation randomness only (initialisation, obfuscation masks): not for secrets.
-    """
-    digest = hashlib.sha256("/".join((str(seed), *labels)).encode()).digest()
-    g = torch.Generator()
-    g.manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
-    return g
 
 
 def reinit_tabnet(module: ModuleT, generator: torch.Generator) -> ModuleT:
