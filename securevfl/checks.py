@@ -20,10 +20,10 @@ from psi.checks import (
     PARTY_NAME_CHARACTERS,
     folder_problem,
     is_party_name,
-    output_dir_problem,
     party_name_refusal,
 )
-from securevfl.errors import ConfigError
+from psi.checks import check_output_dir as psi_check_output_dir
+from securevfl.errors import ConfigError, psi_errors
 
 
 def validate_party_name(name: object) -> str:
@@ -44,11 +44,8 @@ def check_output_dir(path: str | os.PathLike[str], what: str = "output folder") 
     The folder may exist (as a folder) or not; then its nearest existing ancestor must be a
     writable folder. Nothing is created here.
     """
-    path = Path(path)
-    problem = output_dir_problem(path, what)
-    if problem is not None:
-        raise ConfigError(problem)
-    return path
+    with psi_errors():
+        return psi_check_output_dir(path, what)
 
 
 def check_output_file(path: str | os.PathLike[str], what: str = "output file") -> Path:

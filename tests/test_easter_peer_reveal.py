@@ -22,6 +22,7 @@ from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
 from securevfl.methods import TrainConfig, create_method
 from securevfl.methods import easter as easter_module
+from securevfl.methods.engine import aggregate as aggregate_module
 from securevfl.methods.engine import peer_reveal
 
 
@@ -97,7 +98,7 @@ def test_with_allow_peer_reveal_the_leak_is_real_and_reported(monkeypatch):
     """What the flag accepts, measured: passive1 recovers passive2's embedding as k·E − e_own."""
     embeddings: dict[str, list[np.ndarray]] = {}
     lock = threading.Lock()
-    original = easter_module.build_local_model
+    original = aggregate_module.build_local_model
 
     def recording_model(data, arch, size, n_classes, seed, name):
         model = original(data, arch, size, n_classes, seed, name)
@@ -109,7 +110,7 @@ def test_with_allow_peer_reveal_the_leak_is_real_and_reported(monkeypatch):
         model.embed.register_forward_hook(record)
         return model
 
-    monkeypatch.setattr(easter_module, "build_local_model", recording_model)
+    monkeypatch.setattr(aggregate_module, "build_local_model", recording_model)
     scenario = featureless_active(3)
     transport = RecordingTransport(list(scenario.tables))
     result = run_parties(easter("dh", allow_peer_reveal=True).roles(scenario), active=scenario.active,

@@ -22,13 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from torch import nn
-
 from securevfl.data.scenario import Scenario
 from securevfl.methods.base import Role, register_method
-from securevfl.methods.engine import Evaluation, PartySide, peer_reveal
+from securevfl.methods.engine import Evaluation, peer_reveal
 from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregationOptions
-from securevfl.models.zoo import Architecture, architectures, build_local_model
 
 
 @dataclass(frozen=True)
@@ -48,18 +45,10 @@ class AggVFL(AggregateMethod[AggVFLOptions]):
         passives = self.require_passives(scenario)
         scheme = self.options.aggregation()
         scheme.validate(len(passives))
-        datas = [(p, scenario.party_data(p)) for p in (scenario.active, *passives)]
-        self.archs: dict[str, Architecture] = architectures(datas, self.options.models)
+        self.plan_models(scenario)
         peer_reveal.refuse_configuration("aggvfl", self.options.secagg, scenario.active in self.archs, len(passives),
                                          self.options.allow_peer_reveal)
         return self.sides(scenario, scheme)
-
-    def local_model(self, side: PartySide) -> nn.Module | None:
-        arch = self.archs.get(side.name)
-        if arch is None:
-            return None
-        return build_local_model(side.data, arch, self.options.embedding_size, side.data.n_classes,
-                                 self.config.seed, side.name)
 
     def report(self, side: AggregateActive, evaluation: Evaluation) -> dict[str, Any]:
         o = self.options

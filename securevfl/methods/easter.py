@@ -59,13 +59,10 @@ from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
 from securevfl.eval import classification_metrics
 from securevfl.methods.base import Role, n_batches, register_method
-from securevfl.methods.engine import Evaluation, PartySide, peer_reveal
+from securevfl.methods.engine import Evaluation, peer_reveal
 from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregationOptions
 from securevfl.models.zoo import (
-    Architecture,
     LocalModel,
-    architectures,
-    build_local_model,
 )
 from securevfl.privacy.aggregation import (
     AggregationScheme,
@@ -140,18 +137,10 @@ class Easter(AggregateMethod[EasterOptions]):
         if self.options.drop_prob > 0 and scheme.max_dropouts(len(passives)) == 0:
             raise ConfigError(f"secagg={self.options.secagg} cannot recover from dropouts with "
                               f"{len(passives)} passive parties; use secagg=dh (and >= 3 passives)")
-        datas = [(p, scenario.party_data(p)) for p in (scenario.active, *passives)]
-        self.archs: dict[str, Architecture] = architectures(datas, self.options.models)
+        self.plan_models(scenario)
         self.passives = passives
         self.max_drops = self._max_drops(scenario.active in self.archs, len(passives), scheme)
         return self.sides(scenario, scheme)
-
-    def local_model(self, side: PartySide) -> nn.Module | None:
-        arch = self.archs.get(side.name)
-        if arch is None:
-            return None
-        return build_local_model(side.data, arch, self.options.embedding_size, side.data.n_classes,
-                                 self.config.seed, side.name)
 
     def contribution(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         assert isinstance(model, LocalModel)  # what local_model builds

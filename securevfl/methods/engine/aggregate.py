@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -32,10 +32,10 @@ from torch import nn
 from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods.base import ActiveOutcome, Method, OptionsT, Role, as_tensor, batch_plan, predict_scores
+from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, batch_plan, predict_scores
 from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide
 from securevfl.methods.engine.split import checked_tensor, side_role
-from securevfl.models.zoo import MODEL_CHOICES
+from securevfl.models.zoo import MODEL_CHOICES, Architecture, architectures, build_local_model
 from securevfl.privacy.aggregation import (
     AggregationConfig,
     AggregationScheme,
@@ -88,7 +88,10 @@ class AggregationOptions:
         return create_aggregation(self.secagg, config, self.secagg_options)
 
 
-class AggregateMethod(Method[OptionsT]):
+AggregationOptionsT = TypeVar("AggregationOptionsT", bound="AggregationOptions")
+
+
+class AggregateMethod(Method[AggregationOptionsT]):
     """Aggregation split learning; subclasses set the loss shape and override the hooks below."""
 
     uses_engine = True
@@ -99,9 +102,18 @@ class AggregateMethod(Method[OptionsT]):
         """The scheme that sums the passive contributions."""
         raise NotImplementedError
 
+    def plan_models(self, scenario: Scenario) -> None:
+        """Pick every party's architecture from the heterogeneous zoo (``models=hetero|homo``)."""
+        datas = [(p, scenario.party_data(p)) for p in (scenario.active, *scenario.passives)]
+        self.archs: dict[str, Architecture] = architectures(datas, self.options.models)
+
     def local_model(self, side: PartySide) -> nn.Module | None:
-        """A party's model (None for an active party without features)."""
-        raise NotImplementedError
+        """A party's model from :meth:`plan_models` (None for an active party without features)."""
+        arch = self.archs.get(side.name)
+        if arch is None:
+            return None
+        return build_local_model(side.data, arch, self.options.embedding_size, side.data.n_classes,
+                                 self.config.seed, side.name)
 
     def contribution(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """What a party contributes for rows ``x`` (Agg-VFL: its logits; EASTER: its embedding)."""
