@@ -29,12 +29,14 @@ class RecordingTransport(InProcessTransport):
         return [e for e in self.envelopes if e.dst == party]
 
 
-def run_rounds(scheme, inputs, drops=None, passives=PASSIVES, transport=None):
-    """Run ``len(inputs)`` rounds of ``scheme`` with active party "A"; return (results, stats), meters."""
-    drops = drops or {}
+def round_roles(scheme_of, inputs, drops):
+    """The active and passive roles of ``len(inputs)`` rounds; ``scheme_of(party)`` gives each its scheme.
+
+    The active role returns (the round results, its stats); dropped passives skip their round.
+    """
 
     def passive(ctx):
-        half = scheme.passive()
+        half = scheme_of(ctx.name).passive()
         half.setup(ctx)
         for r, values in enumerate(inputs):
             if ctx.name in drops.get(r, ()):
@@ -43,10 +45,16 @@ def run_rounds(scheme, inputs, drops=None, passives=PASSIVES, transport=None):
                 half.contribute(ctx, values[ctx.name])
 
     def active(ctx):
-        half = scheme.active()
+        half = scheme_of(ctx.name).active()
         half.setup(ctx, ctx.passives)
         return [half.aggregate(ctx, drops.get(r, ())) for r in range(len(inputs))], half.stats
 
+    return active, passive
+
+
+def run_rounds(scheme, inputs, drops=None, passives=PASSIVES, transport=None):
+    """Run ``len(inputs)`` rounds of ``scheme`` with active party "A"; return (results, stats), meters."""
+    active, passive = round_roles(lambda party: scheme, inputs, drops or {})
     roles = {"A": active, **{p: passive for p in passives}}
     result = run_parties(roles, active="A", transport=transport)
     return result.results["A"], result.meters

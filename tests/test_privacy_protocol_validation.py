@@ -17,7 +17,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from aggregation_harness import PASSIVES, RecordingTransport, random_inputs
+from aggregation_harness import PASSIVES, RecordingTransport, random_inputs, round_roles
 from deterministic_random import CountingUrandom
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -48,21 +48,8 @@ def _scheme(name: str, party: str):
 
 
 def _roles(name: str, inputs, drops):
-    def passive(ctx):
-        half = _scheme(name, ctx.name).passive()
-        half.setup(ctx)
-        for r, values in enumerate(inputs):
-            if ctx.name in drops.get(r, ()):
-                half.drop(ctx)
-            else:
-                half.contribute(ctx, values[ctx.name])
-
-    def active(ctx):
-        half = _scheme(name, ctx.name).active()
-        half.setup(ctx, ctx.passives)
-        return [half.aggregate(ctx, drops.get(r, ())).total for r in range(len(inputs))]
-
-    return active, passive
+    active, passive = round_roles(lambda party: _scheme(name, party), inputs, drops)
+    return (lambda ctx: [r.total for r in active(ctx)[0]]), passive
 
 
 def _patched(name: str):
