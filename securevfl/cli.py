@@ -230,7 +230,8 @@ def methods() -> None:
         table.add_column(col)
     for name in method_names():
         cls = method_class(name)
-        opts = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls.Options))
+        opts = ", ".join(f"{f.name}={f.default if f.default_factory is dataclasses.MISSING else f.default_factory()}"
+                         for f in dataclasses.fields(cls.Options))
         table.add_row(name, cls.summary, opts or "-")
     console.print(table)
 
