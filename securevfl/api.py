@@ -60,6 +60,7 @@ class RunConfig:
     alignment: str = "psi"
     data_files: Mapping[str, str] | None = None
     recv_timeout_s: float | None = DEFAULT_RECV_TIMEOUT_S
+    attacks: tuple[str, ...] = ()
 
 
 ProgressCallback = Callable[..., None]
@@ -103,12 +104,23 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
         import torch
 
         synchronize = lambda: torch.cuda.synchronize(device)  # noqa: E731
-    result = run_parties(method.roles(scenario), active=scenario.active, passives=scenario.passives, device=device,
+    roles = method.roles(scenario)
+    planned: list[Any] = []
+    if config.attacks:
+        from securevfl.attacks import attach
+
+        roles, planned = attach(roles, scenario, config.attacks)
+    result = run_parties(roles, active=scenario.active, passives=scenario.passives, device=device,
                          seed=config.train.seed, progress=progress, synchronize=synchronize,
                          recv_timeout=config.recv_timeout_s)
     snapshots = {n: m.snapshot() for n, m in result.meters.items()}
-    return assemble_report(config, scenario, result.results[scenario.active], snapshots,
-                           method.describe(), wall_s=time.perf_counter() - started)
+    report = assemble_report(config, scenario, result.results[scenario.active], snapshots,
+                             method.describe(), wall_s=time.perf_counter() - started)
+    if planned:
+        from securevfl.attacks import evaluate
+
+        report.privacy = [r.as_dict() for r in evaluate(planned, scenario, config.method, config.train)]
+    return report
 
 
 def assemble_report(config: RunConfig, scenario: Scenario, outcome: Any, snapshots: Mapping[str, Any],
@@ -183,6 +195,7 @@ def train(
     val_fraction: float = 0.2,
     checkpoint_dir: str | Path | None = None,
     resume: bool = False,
+    attacks: Sequence[str] = (),
     report: str | Path | None = None,
     progress: ProgressCallback | None = None,
 ) -> RunReport:
@@ -193,7 +206,9 @@ def train(
     ECDH PSI; ``"plaintext"`` skips it for simulations and the report says so. ``patience`` > 0
     stops early on a ``val_fraction`` validation split of the aligned training rows (best weights
     restored); ``checkpoint_dir`` saves every party's own state at each epoch end and ``resume``
-    continues from the last epoch all parties completed (split-learning methods).
+    continues from the last epoch all parties completed (split-learning methods). ``attacks``
+    (``securevfl.attacks.attack_names()``) tap the attacking party's channel and add a ``privacy``
+    section to the report: each attack's metric next to its random-guess baseline.
 
     Example::
 
@@ -221,6 +236,7 @@ def train(
         alignment=alignment,
         data_files=dict(data_files) if data_files else None,
         recv_timeout_s=recv_timeout_s,
+        attacks=tuple(attacks),
     )
     result = run(config, progress=progress)
     if report is not None:

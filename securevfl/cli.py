@@ -94,6 +94,9 @@ def train(
     checkpoint_dir: Path | None = typer.Option(
         None, help="Every party saves its own state here at each epoch end (DIR/<party>/)."),
     resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
+    attack: list[str] = typer.Option(
+        [], "--attack", help="Measure leakage with an attack on what one party receives (repeatable): "
+                             "label-norm, label-cosine, feature-inversion."),
     report: Path = typer.Option(Path("out/run.json"), help="Where to write the JSON report (+ .md)."),
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
@@ -122,7 +125,7 @@ def train(
             bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms, recv_timeout_s=recv_timeout,
             patience=early_stopping, val_fraction=val_fraction,
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
-            progress=on_progress)
+            attacks=attack, progress=on_progress)
     json_path, md_path = result.save(report)
     print_summary(result)
     console.print(f"report: {json_path} and {md_path}")
@@ -202,6 +205,14 @@ def print_summary(result: Any) -> None:
         for link, b in c["comm"]["bytes"].items():
             links.add_row(link, f"{b:,}", f"{c['comm']['messages'][link]:,}")
         console.print(links)
+    if result.privacy:
+        leaks = Table(title="measured privacy (attacks on what a party received)")
+        for col in ("attack", "attacker -> target", "metric", "value", "random guess"):
+            leaks.add_column(col)
+        for r in result.privacy:
+            value = "n/a" if r["value"] is None else f"{r['value']:.3f}"
+            leaks.add_row(r["attack"], f"{r['attacker']} -> {r['target']}", r["metric"], value, f"{r['baseline']:.3f}")
+        console.print(leaks)
 
 
 @app.command()

@@ -52,6 +52,7 @@ class RunReport:
     history: list[dict[str, float]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    privacy: list[dict[str, Any]] = field(default_factory=list)  # attack results (securevfl.attacks)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,6 +90,14 @@ class RunReport:
                       "|---|---|---|---|---|"]
             for name, p in self.parties.items():
                 lines.append(f"| {name} | {p['rows']} | {p['features']} | {p['aligned']} | {p['unaligned']} |")
+        if self.privacy:
+            lines += ["", "## Privacy (attacks on what each party received)", "",
+                      "| attack | attacker | target | metric | value | random guess | note |",
+                      "|---|---|---|---|---|---|---|"]
+            for r in self.privacy:
+                value = "n/a" if r["value"] is None else f"{r['value']:.3f}"
+                lines.append(f"| {r['attack']} | {r['attacker']} | {r['target']} | {r['metric']} | {value} | "
+                             f"{r['baseline']:.3f} | {r['note']} |")
         if self.notes:
             lines += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
         return "\n".join(lines) + "\n"

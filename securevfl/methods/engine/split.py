@@ -9,16 +9,17 @@ evaluated rows and scores the combination.
 
 A method of this family subclasses :class:`SplitMethod` and overrides the hooks it changes:
 
-=============  ==========================================  =====================================
-hook           default (SplitNN)                            overridden by
-=============  ==========================================  =====================================
-``bottom``     MLP (or a CNN on image strips)               C-VFL (heterogeneous zoo)
-``top``        MLP over the combined width                  C-VFL (one hidden layer)
-``encode``     the embedding itself                         C-VFL (quantise / top-k), noise
-``decode``     the received tensor, shape-checked           C-VFL (reconstruct)
-``combine``    concatenation                                a mean, a sum
-``loss``       cross-entropy                                soft targets
-=============  ==========================================  =====================================
+====================  ===================================  =====================================
+hook                  default (SplitNN)                    overridden by
+====================  ===================================  =====================================
+``bottom``            MLP (or a CNN on image strips)       C-VFL (heterogeneous zoo)
+``top``               MLP over the combined width          C-VFL (one hidden layer)
+``encode``            the embedding itself                 C-VFL (quantise / top-k), noise
+``decode``            the received tensor, shape-checked   C-VFL (reconstruct)
+``combine``           concatenation                        a mean, a sum
+``protect_gradient``  the gradient as is                   a defence (noise, sparsification)
+``loss``              cross-entropy                        soft targets
+====================  ===================================  =====================================
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ class SplitMethod(Method[OptionsT]):
     def decode(self, side: PartySide, message: Any, sender: str, rows: int, phase: str) -> torch.Tensor:
         """The embedding the active party uses, from ``sender``'s message."""
         return checked_tensor(message, sender, rows)
+
+    def protect_gradient(self, side: PartySide, grad: torch.Tensor, passive: str) -> torch.Tensor:
+        """The gradient the active party returns to ``passive`` (a defence may perturb it; default: as is)."""
+        return grad
 
     def combine(self, side: PartySide, parts: list[torch.Tensor]) -> torch.Tensor:
         return torch.cat(parts, dim=1)
@@ -172,7 +177,8 @@ class SplitActive(PartySide):
             opt.step()
             value = float(loss.detach())
         for p, leaf in zip(self.passives, leaves, strict=True):
-            ctx.send(p, self.tag(TRAIN, GRADIENT), leaf.grad)
+            assert leaf.grad is not None  # every leaf takes part in the loss
+            ctx.send(p, self.tag(TRAIN, GRADIENT), method.protect_gradient(self, leaf.grad, p))
         return {"loss": value}, len(batch)
 
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation:

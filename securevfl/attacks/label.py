@@ -1,0 +1,111 @@
+"""Label inference by a passive party from the gradients it receives (Li et al., ICLR 2022).
+
+"Label Leakage and Protection in Two-party Split Learning" (Li, Sun, Wang, Zhang, Zhou, Yan, Wang):
+in binary split learning the gradient a passive party receives for a row is (p − y)·(something
+shared by the batch), so
+
+* **norm scoring** (``label-norm``): rows of the rare class get larger gradients (|p − y| is
+  larger where the model is less sure, and it is less sure of the rare class); score = the row's
+  gradient norm (times the batch size, so batches of different sizes compare);
+* **direction scoring** (``label-cosine``): the gradients of the two classes point in opposite
+  directions; score = minus the cosine of the row's gradient with the common class's direction,
+  which the attacker follows from batch to batch (the mean direction of the rows that agreed with
+  it), the larger group being taken as the common class. Li et al. assume one row of known label;
+  this variant needs none.
+
+The attacker knows which rows each gradient belongs to because the batch order is agreed (part of
+the run configuration). Scores use the first epoch, in which every training row appears once.
+Metric: AUC of the score for "row is of the rarer class" (binary tasks), baseline 0.5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+from securevfl.attacks.base import Attack, AttackerView, Inference, as_array, register_attack
+from securevfl.data.scenario import Scenario
+from securevfl.methods.base import batch_plan
+from securevfl.methods.engine.loop import validation_split
+
+#: Methods whose passive party receives one gradient per batch, in the agreed order.
+GRADIENT_METHODS = ("splitnn", "pyvertical", "cvfl", "aggvfl", "easter")
+
+
+def epoch_rows(view: AttackerView, epoch: int) -> Iterator[np.ndarray]:
+    """The training rows of each batch of ``epoch``, as the attacker derives them from the agreed settings."""
+    c = view.config
+    rows = np.arange(len(view.data.X_train))
+    if c.patience:
+        rows, _ = validation_split(len(rows), c.val_fraction, c.seed)
+    for idx in batch_plan(len(rows), c.batch_size, c.seed, epoch):
+        yield rows[idx]
+
+
+class _GradientLabelAttack(Attack):
+    metric = "auc"
+    paper = "Li et al., Label Leakage and Protection in Two-party Split Learning, ICLR 2022"
+
+    def parties(self, scenario: Scenario) -> tuple[str, str]:
+        return scenario.passives[0], "labels"
+
+    def _first_epoch(self, view: AttackerView) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        if view.method not in GRADIENT_METHODS or view.config.options.get("drop_prob"):
+            return None
+        grads = view.tap.received(".train.gradient", src=None)
+        pairs = []
+        for rows, grad in zip(epoch_rows(view, 0), grads):
+            g = as_array(grad).reshape(len(rows), -1)
+            pairs.append((rows, g))
+        return pairs or None
+
+    def score(self, inference: Inference, scenario: Scenario, view: AttackerView) -> tuple[float, float]:
+        y = np.asarray(scenario.party_data(scenario.active).y_train)[inference.rows]
+        rare = int(np.argmin(np.bincount(y, minlength=2)))
+        return float(roc_auc_score(y == rare, inference.values)), 0.5
+
+
+@register_attack
+class LabelNorm(_GradientLabelAttack):
+    """Norm scoring: rows of the rarer class receive larger gradients."""
+
+    name = "label-norm"
+    summary = "passive party scores rows by the norm of the gradient it receives (Li et al. 2022)"
+
+    def infer(self, view: AttackerView) -> Inference | None:
+        pairs = self._first_epoch(view)
+        if pairs is None:
+            return None
+        rows = np.concatenate([r for r, _ in pairs])
+        values = np.concatenate([np.linalg.norm(g, axis=1) * len(r) for r, g in pairs])
+        return Inference(rows, values)
+
+
+@register_attack
+class LabelCosine(_GradientLabelAttack):
+    """Direction scoring: the two classes' gradients point in opposite directions."""
+
+    name = "label-cosine"
+    summary = "passive party scores rows by the direction of their gradient within the batch (Li et al. 2022)"
+
+    def infer(self, view: AttackerView) -> Inference | None:
+        pairs = self._first_epoch(view)
+        if pairs is None:
+            return None
+        scores, common = [], None  # the common class's gradient direction, followed from batch to batch
+        for _, g in pairs:
+            unit = g / np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-12)
+            if common is None:
+                first = unit @ unit[0]
+                common = unit[0] if (first >= 0).sum() * 2 >= len(first) else -unit[0]
+            score = -(unit @ common)  # high: points away from the common class
+            scores.append(score)
+            if (score < 0).any():
+                mean = unit[score < 0].mean(axis=0)
+                common = mean / max(float(np.linalg.norm(mean)), 1e-12)
+        values = np.concatenate(scores)
+        if (values > 0).sum() > (values < 0).sum():  # the larger group is the common class
+            values = -values
+        return Inference(np.concatenate([r for r, _ in pairs]), values)
