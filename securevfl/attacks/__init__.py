@@ -74,7 +74,7 @@ def evaluate(planned: Sequence[PlannedAttack], scenario: Scenario, method: str,
             continue
         value, baseline = p.attack.score(inference, scenario, view)
         results.append(AttackResult(p.attack.name, p.attacker, p.target, p.attack.metric, value, baseline,
-                                    observed, inference.note))
+                                    observed, inference.note, p.attack.own_data(inference, scenario, view)))
     return results
 
 

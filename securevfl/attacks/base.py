@@ -56,6 +56,7 @@ class AttackResult:
     baseline: float
     observed: str
     note: str = ""
+    own_data: float | None = None  # the same inference from the attacker's own data alone (no federation)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,6 +85,10 @@ class Attack(ABC):
     @abstractmethod
     def score(self, inference: Inference, scenario: Scenario, view: AttackerView) -> tuple[float, float]:
         """(metric value, random-guess baseline) against the ground truth (the evaluator's side)."""
+
+    def own_data(self, inference: Inference, scenario: Scenario, view: AttackerView) -> float | None:
+        """The metric of the same inference made from the attacker's own data only (None: not defined)."""
+        return None
 
 
 def as_array(value: Any) -> np.ndarray:

@@ -9,10 +9,12 @@ those rows in the last training epoch, fits a ridge regression embedding -> feat
 it to the embeddings of the test rows it received at evaluation. Metric: R² of the reconstructed
 test features (averaged over features) against predicting the auxiliary rows' mean (baseline).
 
-Works on what the method delivers (``<method>.train.embedding`` / ``<method>.test.embedding`` in the
-engine's batch order): SplitNN's embeddings, C-VFL's decompressed embeddings; with noise on the
-embeddings the same code measures what the noise hides. A method that sends no embeddings to the
-active party (EASTER's secure sum, APC-VFL's one-shot latents) is reported as not applicable.
+Works on what the method delivers, in the engine's batch order: SplitNN's embeddings, C-VFL's
+decompressed embeddings, EASTER's and Agg-VFL's plaintext contributions (``secagg=none``) or, under
+secure aggregation, the *sum* of the passive contributions that each round reveals to the active
+party — so the number falls for the right reason. With noise on the embeddings the same code
+measures what the noise hides. A method that sends nothing per batch to the active party (APC-VFL's
+one-shot latents) is reported as not applicable.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from sklearn.metrics import r2_score
 from securevfl.attacks.base import Attack, AttackerView, Inference, as_array, register_attack
 from securevfl.attacks.label import epoch_rows
 from securevfl.data.scenario import Scenario
+from securevfl.errors import ConfigError
 from securevfl.seeding import simulation_rng
 
 #: Share of the training rows whose passive features the attacker knows (its auxiliary set).
@@ -38,6 +41,27 @@ def _embedding(message: Any) -> np.ndarray:
 
         return decompress(message).astype(np.float64)
     return as_array(message)
+
+
+def _per_round_views(view: AttackerView) -> tuple[list[Any], Any]:
+    """What the active party holds about the target, per training round, and for the test rows.
+
+    The target's own embeddings when the method sends them (SplitNN, C-VFL; EASTER/Agg-VFL with
+    ``secagg=none``, whose plaintext contributions arrive one per round); otherwise the sum of the
+    passive contributions the aggregation reveals (``secagg=dh|pairwise|paillier``). The last round
+    is the evaluation of the test rows.
+    """
+    tap = view.tap
+    train = tap.received(".train.embedding", src=view.target)
+    if train:
+        test = tap.received(".test.embedding", src=view.target)
+        return train, test[-1] if test else None
+    options = view.config.options
+    if options.get("drop_prob") or options.get("embed_grad", "own") != "own" or view.config.patience:
+        return [], None  # rounds with dropouts, gradient sums or validation do not map to batches simply
+    rounds = tap.received("agg.plain", src=view.target) or [
+        o.value for o in tap.observations if o.tag == "aggregate.sum"]
+    return rounds[:-1], (rounds[-1] if rounds else None)
 
 
 @register_attack
@@ -58,22 +82,27 @@ class FeatureInversion(Attack):
         rows = np.sort(simulation_rng(0, "feature-inversion", target).choice(len(X), n_aux, replace=False))
         return {"rows": rows, "features": X[rows]}
 
+    def rounds(self, view: AttackerView) -> tuple[list[Any], Any]:
+        """Per training round and for the test rows: what the attacker holds about the target."""
+        return _per_round_views(view)
+
     def infer(self, view: AttackerView) -> Inference | None:
-        train = view.tap.received(".train.embedding", src=view.target)
-        test = view.tap.received(".test.embedding", src=view.target)
-        if not train or not test:
+        train, test = self.rounds(view)
+        if not train or test is None:
             return None
-        epochs = len(train) // max(sum(1 for _ in epoch_rows(view, 0)), 1)
-        last = train[-sum(1 for _ in epoch_rows(view, epochs - 1)):]
+        per_epoch = sum(1 for _ in epoch_rows(view, 0))
+        epochs = len(train) // max(per_epoch, 1)
+        if epochs < 1 or len(train) != epochs * per_epoch:
+            return None  # rounds do not line up with the agreed batches (dropouts, validation rounds)
         embedding_of = {}
-        for rows, message in zip(epoch_rows(view, epochs - 1), last):
+        for rows, message in zip(epoch_rows(view, epochs - 1), train[-per_epoch:]):
             for row, e in zip(rows, _embedding(message)):
                 embedding_of[int(row)] = e
         aux_rows, aux_features = view.auxiliary["rows"], view.auxiliary["features"]
         known = [i for i, r in enumerate(aux_rows) if int(r) in embedding_of]
         E = np.stack([embedding_of[int(aux_rows[i])] for i in known])
         model = RidgeCV(alphas=np.logspace(-3, 3, 13)).fit(E, aux_features[known])
-        E_test = _embedding(test[-1])
+        E_test = _embedding(test)
         return Inference(np.arange(len(E_test)), model.predict(E_test),
                          note=f"{len(known)} auxiliary rows, ridge alpha {model.alpha_:.3g}")
 
@@ -81,3 +110,44 @@ class FeatureInversion(Attack):
         truth = scenario.party_data(view.target).X_test[inference.rows]
         mean_guess = np.broadcast_to(view.auxiliary["features"].mean(axis=0), truth.shape)
         return float(r2_score(truth, inference.values)), float(r2_score(truth, mean_guess))
+
+    def own_data(self, inference: Inference, scenario: Scenario, view: AttackerView) -> float | None:
+        """R² of the same ridge regression from the attacker's own features: what it knew without the run."""
+        own = view.data
+        if not own.n_features:
+            return None
+        model = RidgeCV(alphas=np.logspace(-3, 3, 13)).fit(own.X_train[view.auxiliary["rows"]],
+                                                            view.auxiliary["features"])
+        truth = scenario.party_data(view.target).X_test[inference.rows]
+        return float(r2_score(truth, model.predict(own.X_test[inference.rows])))
+
+
+@register_attack
+class PeerInversion(FeatureInversion):
+    """A passive party reconstructs another passive party's features from EASTER's global embedding.
+
+    Party k receives E and K each round and knows its own contribution e_k, so it holds
+    K·E − e_k: the sum of every *other* contribution. With two passive contributors and a
+    featureless active party that is the other party's embedding exactly (the case EASTER refuses
+    unless ``allow_peer_reveal=true``); with more it is a sum, inverted the same way as
+    ``feature-inversion`` (auxiliary rows of the target's features, ridge regression).
+    """
+
+    name = "peer-inversion"
+    summary = "passive party inverts K*E - e_own (EASTER's global embedding) into another passive party's features"
+
+    def parties(self, scenario: Scenario) -> tuple[str, str]:
+        if len(scenario.passives) < 2:
+            raise ConfigError("peer-inversion needs two passive parties")
+        return scenario.passives[0], scenario.passives[1]
+
+    def rounds(self, view: AttackerView) -> tuple[list[Any], Any]:
+        options = view.config.options
+        if options.get("drop_prob") or view.config.patience:
+            return [], None
+        globals_ = view.tap.received(".train.global") + view.tap.received(".test.global")
+        own = [o.value for o in view.tap.observations if o.tag == "aggregate.contribution"]
+        if not globals_ or len(globals_) != len(own):
+            return [], None
+        others = [int(g["k"]) * as_array(g["E"]) - np.asarray(e, dtype=np.float64) for g, e in zip(globals_, own)]
+        return others[:-1], others[-1]

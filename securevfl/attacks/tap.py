@@ -1,9 +1,12 @@
 """What an attacking party sees: a tap on its own channel, and nothing else.
 
 :func:`tapped` wraps one party's role so that every message the party *receives* is recorded, as
-decoded by its own channel, in arrival order — the messages the party legitimately has. The tap
-sits on the party's channel, so it sees exactly what the method delivers to that party (with a
-privacy option in force, the masked or encrypted values), never another party's messages or data.
+decoded by its own channel, in arrival order — the messages the party legitimately has — and
+whatever the method reports through ``ctx.observe`` (what the party computes from them, such as the
+aggregate a secure-aggregation round reveals to it, or its own contribution; ``src`` is then the
+party itself). The tap sits on the party's channel, so it sees exactly what the method delivers to
+that party (with a privacy option in force, the masked or encrypted values), never another party's
+messages or data.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ def tapped(role: Role, tap: ChannelTap) -> Role:
         if ctx.name != tap.party:
             raise ValueError(f"the tap of {tap.party} was attached to {ctx.name}")
         ctx.channel = _TappedChannel(ctx.channel, tap)  # type: ignore[assignment]  # same interface
+        ctx.observe = lambda kind, value: tap.observations.append(Observation(ctx.name, kind, value))
         return role(ctx)
 
     return run

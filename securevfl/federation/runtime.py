@@ -126,6 +126,9 @@ class PartyContext:
     seed: int = 0
     progress: Callable[..., None] = field(default=lambda *a, **k: None)
     stage: str = "setup"
+    #: What the party learns by computing rather than by a message (an aggregate, its own contribution):
+    #: ``observe(kind, value)``. A no-op unless an attack taps this party (securevfl.attacks).
+    observe: Callable[[str, Any], None] = field(default=lambda kind, value: None)
 
     @property
     def is_active(self) -> bool:

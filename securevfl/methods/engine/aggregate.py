@@ -50,6 +50,9 @@ LOGITS = "logits"
 GRADIENT = "gradient"
 EMBED_GRAD = "embed_grad"
 SCORES = "scores"
+#: What an attack on a party can see besides its messages (``ctx.observe``): the sum the active party
+#: learns in each round, and a passive party's own contribution.
+OBSERVED_SUM, OBSERVED_CONTRIBUTION = "aggregate.sum", "aggregate.contribution"
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,7 @@ class AggregatePassive(_AggregateSide):
         with ctx.meter.compute():
             e = method.contribution(model, self.X[idx])
             e_np = e.detach().cpu().numpy().astype(np.float64)
+        ctx.observe(OBSERVED_CONTRIBUTION, e_np)
         self.agg.contribute(ctx, e_np)
         if not method.per_party_loss:
             grad = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, GRADIENT)), ctx.active, len(idx), "gradient")
@@ -228,6 +232,7 @@ class AggregatePassive(_AggregateSide):
         assert model is not None
         with ctx.meter.compute(), torch.no_grad():
             e = self.method.contribution(model, as_tensor(X, ctx.device)).cpu().numpy().astype(np.float64)
+        ctx.observe(OBSERVED_CONTRIBUTION, e)
         self.agg.contribute(ctx, e)
         if self.method.per_party_loss:
             E, _ = _global_message(ctx.recv(ctx.active, self.tag(phase, GLOBAL)), ctx.active, len(X))
@@ -250,6 +255,7 @@ class AggregateActive(_AggregateSide):
                 ) -> tuple[torch.Tensor, int, tuple[str, ...]]:
         """S (float32, on the device) and K for one round; refuses a round that would reveal a party."""
         result = self.agg.aggregate(ctx, dropped)
+        ctx.observe(OBSERVED_SUM, result.total)  # what the active party learns: the sum, nothing finer
         self.method.check_round(len(result.survivors), own is not None)
         k = len(result.survivors) + (1 if own is not None else 0)
         with ctx.meter.compute():
