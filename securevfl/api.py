@@ -196,6 +196,7 @@ def train(
     checkpoint_dir: str | Path | None = None,
     resume: bool = False,
     attacks: Sequence[str] = (),
+    defenses: Mapping[str, float] | None = None,
     report: str | Path | None = None,
     progress: ProgressCallback | None = None,
 ) -> RunReport:
@@ -208,7 +209,9 @@ def train(
     restored); ``checkpoint_dir`` saves every party's own state at each epoch end and ``resume``
     continues from the last epoch all parties completed (split-learning methods). ``attacks``
     (``securevfl.attacks.attack_names()``) tap the attacking party's channel and add a ``privacy``
-    section to the report: each attack's metric next to its random-guess baseline.
+    section to the report: each attack's metric next to its random-guess baseline. ``defenses``
+    (``{"grad-noise": 0.5, "grad-sparsify": 0.9, "label-dp": 1.0}``) perturb what the active party
+    returns or trains on (securevfl.methods.defenses); the same report shows what they cost.
 
     Example::
 
@@ -230,7 +233,8 @@ def train(
         train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
                           embedding_dim=embedding_dim, hidden=tuple(hidden), options=dict(options or {}),
                           patience=patience, val_fraction=val_fraction,
-                          checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume),
+                          checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
+                          defenses=dict(defenses or {})),
         device=device,
         network=NetworkModel(bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms),
         alignment=alignment,

@@ -117,3 +117,32 @@ def test_easter_sums_are_inverted_for_the_right_reason():
         r = results[name]
         assert r["value"] > r["own_data"] + 0.2 > r["baseline"], r  # beyond what the attacker's own pixels give
     assert results["peer-inversion"]["attacker"] == "passive1" and results["peer-inversion"]["target"] == "passive2"
+
+
+def test_gradient_noise_lowers_the_label_attacks_at_the_measured_accuracy_cost():
+    plain = securevfl.train("splitnn", epochs=3, alignment="plaintext", attacks=["label-norm", "label-cosine"])
+    noisy = securevfl.train("splitnn", epochs=3, alignment="plaintext", attacks=["label-norm", "label-cosine"],
+                            defenses={"grad-noise": 8.0})
+    for before, after in zip(plain.privacy, noisy.privacy):
+        assert after["value"] < before["value"] - 0.2, (before, after)  # measured 0.93 -> 0.57, 1.00 -> 0.62 (S=4)
+    assert noisy.config["train"]["defenses"] == {"grad-noise": 8.0}
+
+
+def test_randomized_response_keeps_labels_at_the_promised_rate():
+    import numpy as np
+
+    from securevfl.methods.defenses import randomized_response
+
+    y = np.repeat(np.arange(4), 5000)
+    noisy = randomized_response(y, 4, epsilon=1.0)
+    keep = np.exp(1.0) / (np.exp(1.0) + 3)
+    assert abs((noisy == y).mean() - keep) < 0.02 and set(np.unique(noisy)) == {0, 1, 2, 3}
+
+
+def test_defenses_are_checked():
+    with pytest.raises(ConfigError, match="unknown defense 'grad-nosie'"):
+        TrainConfig(defenses={"grad-nosie": 1.0})
+    with pytest.raises(ConfigError, match="grad-sparsify must be in"):
+        TrainConfig(defenses={"grad-sparsify": 1.5})
+    with pytest.raises(ConfigError, match="does not support --defense"):
+        securevfl.train("hetero-lr", epochs=1, defenses={"grad-noise": 1.0})

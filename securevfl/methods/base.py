@@ -21,6 +21,7 @@ import torch
 from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
 from securevfl.federation.runtime import PartyContext
+from securevfl.methods.defenses import check_defenses
 from securevfl.seeding import simulation_rng
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ class TrainConfig:
     val_fraction: float = 0.2
     checkpoint_dir: str | None = None
     resume: bool = False
+    defenses: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -67,6 +69,7 @@ class TrainConfig:
             raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         if self.resume and not self.checkpoint_dir:
             raise ConfigError("resume needs a checkpoint directory (--checkpoint-dir)")
+        object.__setattr__(self, "defenses", check_defenses(self.defenses))
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,8 @@ class Method(ABC, Generic[OptionsT]):
     Options: ClassVar[type] = NoOptions
     #: Whether the method runs on the split-learning engine (early stopping, checkpoints, resume).
     uses_engine: ClassVar[bool] = False
+    #: Whether the run-level defences (``--defense``: gradient noise / sparsification, label DP) apply.
+    supports_defenses: ClassVar[bool] = False
     options: OptionsT
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -162,6 +167,9 @@ class Method(ABC, Generic[OptionsT]):
             engine = ", ".join(n for n in method_names() if method_class(n).uses_engine)
             raise ConfigError(f"{self.name} does not support early stopping or checkpoints; the methods on the "
                               f"split-learning engine do: {engine}")
+        if config.defenses and not self.supports_defenses:
+            able = ", ".join(n for n in method_names() if method_class(n).supports_defenses)
+            raise ConfigError(f"{self.name} does not support --defense; these methods do: {able}")
 
     @abstractmethod
     def roles(self, scenario: Scenario) -> dict[str, Role]:

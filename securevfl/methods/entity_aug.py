@@ -570,6 +570,7 @@ class EntityAugmentation(SplitMethod[EntityAugOptions]):
     summary = ("Entity Augmentation (Amalanshu et al. 2024): no alignment needed, "
                "labels mixed by activation width")
     Options = EntityAugOptions
+    supports_defenses = False  # its host returns gradients of interpolated labels through its own side
 
     def bottom(self, side: PartySide) -> nn.Module:
         return build_passive_model(side.data, self.config, self.options, side.name)

@@ -98,6 +98,7 @@ class AggregateMethod(Method[AggregationOptionsT]):
     """Aggregation split learning; subclasses set the loss shape and override the hooks below."""
 
     uses_engine = True
+    supports_defenses = True
 
     per_party_loss: ClassVar[bool] = False
 
@@ -246,7 +247,7 @@ class AggregateActive(_AggregateSide):
 
     def build(self, ctx: PartyContext) -> None:
         self._build_model(ctx)
-        self.y = torch.as_tensor(self.data.y_train, dtype=torch.long, device=ctx.device)
+        self.y = torch.as_tensor(self.training_labels(), dtype=torch.long, device=ctx.device)
         self.agg = self.scheme.active()
         ctx.stage = "secagg setup"
         self.agg.setup(ctx, self.passives)
@@ -279,7 +280,8 @@ class AggregateActive(_AggregateSide):
                 loss.backward()
                 if opt is not None:
                     opt.step()
-            ctx.broadcast(alive, self.tag(TRAIN, GRADIENT), S.grad)  # = dL/dc_k, equal for every party
+            assert S.grad is not None
+            ctx.broadcast(alive, self.tag(TRAIN, GRADIENT), self.defend(S.grad))  # = dL/dc_k, equal for all
             return {"loss": float(loss.detach())}, len(idx)
         return self._per_party_losses(ctx, idx, own, S, k, alive, dropped), len(idx)
 
@@ -308,7 +310,8 @@ class AggregateActive(_AggregateSide):
                 loss = nn.functional.cross_entropy(leaf, y)
                 loss.backward()
             losses[p] = float(loss.detach())
-            ctx.send(p, self.tag(TRAIN, GRADIENT), leaf.grad)
+            assert leaf.grad is not None
+            ctx.send(p, self.tag(TRAIN, GRADIENT), self.defend(leaf.grad))
         if every_loss:  # extension: every party's loss reaches every contribution
             grads = self.agg.aggregate(ctx, dropped)
             with ctx.meter.compute():
@@ -316,7 +319,7 @@ class AggregateActive(_AggregateSide):
                 if model is not None:
                     assert E_in.grad is not None  # own_loss.backward() reached the detached E_in
                     G = G + E_in.grad
-            ctx.broadcast(alive, self.tag(TRAIN, EMBED_GRAD), G)
+            ctx.broadcast(alive, self.tag(TRAIN, EMBED_GRAD), self.defend(G))
             if own is not None and opt is not None:
                 with ctx.meter.compute():
                     own.backward(G / k)

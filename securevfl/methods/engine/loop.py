@@ -36,6 +36,7 @@ from torch import nn
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import batch_plan
+from securevfl.methods.defenses import protect, randomized_response, secret_generator
 from securevfl.methods.engine.checkpoint import CheckpointStore
 from securevfl.seeding import simulation_rng
 
@@ -167,6 +168,7 @@ class PartySide(ABC):
         self.stats: dict[str, Any] = {}  # the method's own counters, for its report
         self.phase = Phase(TRAIN, self.config.epochs)  # the phase being trained (set by the engine)
         self.rows = np.arange(len(data.X_train))  # the aligned training rows it trains on (set before build)
+        self._defense_generator: torch.Generator | None = None
 
     #: False for a party that only contributes at set-up (TabNet-CT's guests send raw features).
     takes_part: bool = True
@@ -206,6 +208,21 @@ class PartySide(ABC):
     def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> Any:
         """The role's return value (the active side builds its ActiveOutcome here)."""
         return None
+
+    def training_labels(self) -> np.ndarray:
+        """The active party's training labels, after label DP (``--defense label-dp=EPS``) if asked."""
+        y = self.data.y_train
+        assert y is not None  # the active party holds the labels
+        epsilon = self.config.defenses.get("label-dp")
+        return randomized_response(y, self.data.n_classes, epsilon) if epsilon else y
+
+    def defend(self, grad: torch.Tensor) -> torch.Tensor:
+        """A gradient the active party returns, after the gradient defences of the run (if any)."""
+        if not self.config.defenses:
+            return grad
+        if self._defense_generator is None:
+            self._defense_generator = secret_generator()
+        return protect(grad, self.config.defenses, self._defense_generator)
 
 
 class _LossTotals:

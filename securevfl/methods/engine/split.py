@@ -17,7 +17,7 @@ hook                  default (SplitNN)                    overridden by
 ``encode``            the embedding itself                 C-VFL (quantise / top-k), noise
 ``decode``            the received tensor, shape-checked   C-VFL (reconstruct)
 ``combine``           concatenation                        a mean, a sum
-``protect_gradient``  the gradient as is                   a defence (noise, sparsification)
+``protect_gradient``  the run's ``--defense`` (if any)      a method-specific defence
 ``loss``              cross-entropy                        soft targets
 ====================  ===================================  =====================================
 """
@@ -68,6 +68,7 @@ class SplitMethod(Method[OptionsT]):
     """Combination split learning; subclasses override hooks (see the module docstring)."""
 
     uses_engine = True
+    supports_defenses = True
 
     def bottom(self, side: PartySide) -> nn.Module:
         """A party's bottom model: its features -> ``embedding_width()``."""
@@ -92,8 +93,8 @@ class SplitMethod(Method[OptionsT]):
         return checked_tensor(message, sender, rows)
 
     def protect_gradient(self, side: PartySide, grad: torch.Tensor, passive: str) -> torch.Tensor:
-        """The gradient the active party returns to ``passive`` (a defence may perturb it; default: as is)."""
-        return grad
+        """The gradient the active party returns to ``passive``: the run's ``--defense`` applied, if any."""
+        return side.defend(grad)
 
     def combine(self, side: PartySide, parts: list[torch.Tensor]) -> torch.Tensor:
         return torch.cat(parts, dim=1)
@@ -158,7 +159,7 @@ class SplitActive(PartySide):
             params += list(own.parameters())
         self.state.optimizers["model"] = torch.optim.Adam(params, lr=self.config.lr)
         self.X = as_tensor(self.data.X_train, ctx.device)
-        self.y = torch.as_tensor(self.data.y_train, dtype=torch.long, device=ctx.device)
+        self.y = torch.as_tensor(self.training_labels(), dtype=torch.long, device=ctx.device)
 
     def _forward(self, parts: list[torch.Tensor], X: torch.Tensor) -> torch.Tensor:
         own = self.state.modules.get("bottom")
