@@ -67,13 +67,14 @@ def evaluate(planned: Sequence[PlannedAttack], scenario: Scenario, method: str,
                             p.attack.auxiliary(scenario, p.attacker, p.target))
         observed = f"{len(p.tap.observations)} messages received by {p.attacker}"
         inference = p.attack.infer(view)
-        if inference is None:
-            results.append(AttackResult(p.attack.name, p.attacker, p.target, p.attack.metric, None, float("nan"),
-                                        observed, f"not applicable to {method}: {p.attacker} received nothing "
-                                                  "this attack can use"))
+        if not isinstance(inference, Inference):
+            reason = inference or f"{p.attacker} received nothing this attack can use"
+            results.append(AttackResult(p.attack.name, p.attacker, p.target, p.attack.metric_for(view), None,
+                                        float("nan"),
+                                        observed, f"not applicable to {method}: {reason}"))
             continue
         value, baseline = p.attack.score(inference, scenario, view)
-        results.append(AttackResult(p.attack.name, p.attacker, p.target, p.attack.metric, value, baseline,
+        results.append(AttackResult(p.attack.name, p.attacker, p.target, p.attack.metric_for(view), value, baseline,
                                     observed, inference.note, p.attack.own_data(inference, scenario, view)))
     return results
 

@@ -79,12 +79,16 @@ class Attack(ABC):
         return {}
 
     @abstractmethod
-    def infer(self, view: AttackerView) -> Inference | None:
-        """The attack itself, from ``view`` only; ``None`` when the party received nothing to attack."""
+    def infer(self, view: AttackerView) -> Inference | str | None:
+        """The attack itself, from ``view`` only; ``None`` (or the reason) when it does not apply."""
 
     @abstractmethod
     def score(self, inference: Inference, scenario: Scenario, view: AttackerView) -> tuple[float, float]:
         """(metric value, random-guess baseline) against the ground truth (the evaluator's side)."""
+
+    def metric_for(self, view: AttackerView) -> str:
+        """The metric this attack reports for ``view``'s task (default: :attr:`metric`)."""
+        return self.metric
 
     def own_data(self, inference: Inference, scenario: Scenario, view: AttackerView) -> float | None:
         """The metric of the same inference made from the attacker's own data only (None: not defined)."""

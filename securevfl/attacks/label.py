@@ -15,7 +15,10 @@ shared by the batch), so
 
 The attacker knows which rows each gradient belongs to because the batch order is agreed (part of
 the run configuration). Scores use the first epoch, in which every training row appears once.
-Metric: AUC of the score for "row is of the rarer class" (binary tasks), baseline 0.5.
+Metric: AUC of the score for "row is of the rarer class" (binary tasks), baseline 0.5. With more
+classes, ``label-cosine`` clusters the first epoch's gradient directions into as many groups as
+classes (k-means) and is scored by the accuracy of the best cluster-to-class matching (what a few
+known labels would let the attacker name), against the majority-class share.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
+from sklearn.cluster import KMeans
 from sklearn.metrics import roc_auc_score
 
 from securevfl.attacks.base import Attack, AttackerView, Inference, as_array, register_attack
@@ -51,6 +56,9 @@ class _GradientLabelAttack(Attack):
     def parties(self, scenario: Scenario) -> tuple[str, str]:
         return scenario.passives[0], "labels"
 
+    def metric_for(self, view: AttackerView) -> str:
+        return "accuracy" if view.data.n_classes > 2 else "auc"
+
     def _first_epoch(self, view: AttackerView) -> list[tuple[np.ndarray, np.ndarray]] | None:
         if view.method not in GRADIENT_METHODS or view.config.options.get("drop_prob"):
             return None
@@ -63,6 +71,12 @@ class _GradientLabelAttack(Attack):
 
     def score(self, inference: Inference, scenario: Scenario, view: AttackerView) -> tuple[float, float]:
         y = np.asarray(scenario.party_data(scenario.active).y_train)[inference.rows]
+        if view.data.n_classes > 2:  # clusters of directions: accuracy under the best cluster -> class matching
+            counts = np.zeros((view.data.n_classes, view.data.n_classes), dtype=np.int64)
+            np.add.at(counts, (inference.values.astype(np.int64), y), 1)
+            clusters, classes = linear_sum_assignment(-counts)
+            majority = np.bincount(y).max() / len(y)
+            return float(counts[clusters, classes].sum() / len(y)), float(majority)
         rare = int(np.argmin(np.bincount(y, minlength=2)))
         return float(roc_auc_score(y == rare, inference.values)), 0.5
 
@@ -74,8 +88,10 @@ class LabelNorm(_GradientLabelAttack):
     name = "label-norm"
     summary = "passive party scores rows by the norm of the gradient it receives (Li et al. 2022)"
 
-    def infer(self, view: AttackerView) -> Inference | None:
+    def infer(self, view: AttackerView) -> Inference | str | None:
         pairs = self._first_epoch(view)
+        if view.data.n_classes > 2:
+            return "norm scoring separates a rare class from the rest: binary tasks only (see label-cosine)"
         if pairs is None:
             return None
         rows = np.concatenate([r for r, _ in pairs])
@@ -90,10 +106,12 @@ class LabelCosine(_GradientLabelAttack):
     name = "label-cosine"
     summary = "passive party scores rows by the direction of their gradient within the batch (Li et al. 2022)"
 
-    def infer(self, view: AttackerView) -> Inference | None:
+    def infer(self, view: AttackerView) -> Inference | str | None:
         pairs = self._first_epoch(view)
         if pairs is None:
             return None
+        if view.data.n_classes > 2:
+            return self._clusters(pairs, view.data.n_classes, view.config.seed)
         scores, common = [], None  # the common class's gradient direction, followed from batch to batch
         for _, g in pairs:
             unit = g / np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-12)
@@ -109,3 +127,11 @@ class LabelCosine(_GradientLabelAttack):
         if (values > 0).sum() > (values < 0).sum():  # the larger group is the common class
             values = -values
         return Inference(np.concatenate([r for r, _ in pairs]), values)
+
+    @staticmethod
+    def _clusters(pairs: list[tuple[np.ndarray, np.ndarray]], n_classes: int, seed: int) -> Inference:
+        rows = np.concatenate([r for r, _ in pairs])
+        g = np.concatenate([g for _, g in pairs])
+        unit = g / np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-12)
+        labels = KMeans(n_clusters=n_classes, n_init=10, random_state=seed).fit_predict(unit)
+        return Inference(rows, labels.astype(np.float64), note=f"{n_classes} direction clusters (k-means)")
