@@ -28,7 +28,7 @@ from rich.table import Table
 import securevfl
 
 console = Console(width=150)
-ATTACKS = ["label-norm", "label-cosine", "feature-inversion", "peer-inversion"]
+ATTACKS = ["label-norm", "label-cosine", "model-completion", "feature-inversion", "peer-inversion"]
 # (label, method, parties, options)
 CASES = [
     ("splitnn", "splitnn", 4, {}),

@@ -96,7 +96,7 @@ def train(
     resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
     attack: list[str] = typer.Option(
         [], "--attack", help="Measure leakage with an attack on what one party receives (repeatable): "
-                             "label-norm, label-cosine, feature-inversion."),
+                             "label-norm, label-cosine, model-completion, feature-inversion, peer-inversion."),
     defense: list[str] = typer.Option(
         [], "--defense", help="NAME=STRENGTH (repeatable): grad-noise=S, grad-sparsify=R, label-dp=EPS."),
     report: Path = typer.Option(Path("out/run.json"), help="Where to write the JSON report (+ .md)."),

@@ -94,12 +94,16 @@ def test_the_attacker_sees_exactly_its_own_received_messages():
     run_parties(roles, active=three.active, passives=three.passives, transport=transport)
     for p in planned:  # per sender: every message delivered to the attacker, in order, and nothing else
         for src in three.tables:
+            if src == p.attacker:  # what it computed itself (ctx.observe), e.g. its own model's outputs
+                assert all(o.tag.startswith(("engine.", "aggregate.")) for o in p.tap.observations if o.src == src)
+                continue
             delivered = [e.tag for e in transport.envelopes if e.dst == p.attacker and e.src == src]
             assert [o.tag for o in p.tap.observations if o.src == src] == delivered
-        assert len(p.tap.observations) == sum(e.dst == p.attacker for e in transport.envelopes)
+        received = [o for o in p.tap.observations if o.src != p.attacker]
+        assert len(received) == sum(e.dst == p.attacker for e in transport.envelopes)
     label = next(p for p in planned if p.attack.name == "label-norm")
     assert label.attacker == "passive1" and three.party_data("passive1").y_train is None  # no labels in its view
-    assert {o.src for o in label.tap.observations} == {"active"}  # nothing from passive2
+    assert {o.src for o in label.tap.observations} == {"active", "passive1"}  # nothing from passive2
 
 
 def test_unknown_attacks_are_refused_before_the_run():
@@ -150,7 +154,9 @@ def test_defenses_are_checked():
 
 def test_multi_class_gradients_cluster_by_label():
     report = securevfl.train("splitnn", "digits", parties=4, epochs=2, alignment="plaintext",
-                             attacks=["label-cosine", "label-norm"])
-    cosine, norm = report.privacy
+                             attacks=["label-cosine", "label-norm", "model-completion"])
+    cosine, norm, completion = report.privacy
     assert cosine["metric"] == "accuracy" and cosine["value"] > cosine["baseline"] + 0.5  # measured 0.998 vs 0.10
     assert norm["value"] is None and "binary tasks only" in norm["note"]
+    # 40 known labels and the passive party's own trained bottom: measured 0.74 at 10 epochs, raw pixels 0.65
+    assert completion["value"] > completion["baseline"] + 0.3 and completion["own_data"] is not None

@@ -5,9 +5,11 @@ taps the attacking party's channel (:mod:`.tap`), lets each attack infer from th
 view only (:class:`~securevfl.attacks.base.AttackerView`), and scores the inference against the
 ground truth afterwards, next to a random-guess baseline: the report's ``privacy`` section.
 
-Attacks: ``label-norm`` and ``label-cosine`` (a passive party infers labels from its gradients,
-:mod:`.label`), ``feature-inversion`` (the active party reconstructs a passive party's features
-from its embeddings, :mod:`.inversion`).
+Attacks: ``label-norm`` and ``label-cosine`` (a passive party infers labels from its gradients),
+``model-completion`` (from its own trained bottom and a few known labels; :mod:`.label`),
+``feature-inversion`` (the active party reconstructs a passive party's features from its
+embeddings or the aggregate it learns) and ``peer-inversion`` (a passive party from EASTER's global
+embedding; :mod:`.inversion`).
 """
 
 from __future__ import annotations

@@ -67,7 +67,10 @@ def tapped(role: Role, tap: ChannelTap) -> Role:
         if ctx.name != tap.party:
             raise ValueError(f"the tap of {tap.party} was attached to {ctx.name}")
         ctx.channel = _TappedChannel(ctx.channel, tap)  # type: ignore[assignment]  # same interface
-        ctx.observe = lambda kind, value: tap.observations.append(Observation(ctx.name, kind, value))
+        def observe(kind: str, value: Any) -> None:  # a callable value is computed only here, when tapped
+            tap.observations.append(Observation(ctx.name, kind, value() if callable(value) else value))
+
+        ctx.observe = observe
         return role(ctx)
 
     return run

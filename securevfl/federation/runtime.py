@@ -127,7 +127,8 @@ class PartyContext:
     progress: Callable[..., None] = field(default=lambda *a, **k: None)
     stage: str = "setup"
     #: What the party learns by computing rather than by a message (an aggregate, its own contribution):
-    #: ``observe(kind, value)``. A no-op unless an attack taps this party (securevfl.attacks).
+    #: ``observe(kind, value)``; ``value`` may be a callable, computed only when observed. A no-op unless an
+    #: attack taps this party (securevfl.attacks).
     observe: Callable[[str, Any], None] = field(default=lambda kind, value: None)
 
     @property

@@ -242,6 +242,12 @@ class AggregatePassive(_AggregateSide):
             ctx.send(ctx.active, self.tag(phase, SCORES), scores)
 
 
+    def own_outputs(self, X: np.ndarray) -> np.ndarray | None:
+        assert self.model is not None
+        with torch.no_grad():
+            return self.method.contribution(self.model, as_tensor(X, self.device)).cpu().numpy().astype(np.float64)
+
+
 class AggregateActive(_AggregateSide):
     """The active party: its own contribution, the aggregation, the loss (shared or one per party)."""
 

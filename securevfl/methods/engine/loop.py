@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from securevfl.methods.base import Method
 
 TRAIN, VALIDATE, TEST, EVALUATE = "train", "validate", "test", "evaluate"
+OWN_OUTPUTS = "engine.own_outputs.train"
 RESUME_HAVE = "engine.resume.have"
 RESUME_FROM = "engine.resume.from"
 VALIDATION = "engine.validate.decision"
@@ -207,6 +208,10 @@ class PartySide(ABC):
 
     def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> Any:
         """The role's return value (the active side builds its ActiveOutcome here)."""
+        return None
+
+    def own_outputs(self, X: np.ndarray) -> np.ndarray | None:
+        """The party's own model outputs for rows ``X`` (what it can compute alone after training)."""
         return None
 
     def training_labels(self) -> np.ndarray:
@@ -417,4 +422,6 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
     ctx.stage = "evaluate"
     side.state.train(False)
     evaluation = side.evaluate(ctx, side.data.X_test, TEST)
+    # what the party can compute alone with its final model (an attack may use it; computed only then)
+    ctx.observe(OWN_OUTPUTS, lambda: side.own_outputs(side.data.X_train))
     return side.outcome(ctx, evaluation, record)

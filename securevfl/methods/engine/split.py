@@ -141,6 +141,10 @@ class SplitPassive(PartySide):
             message = self.method.encode(self, self.state.modules["bottom"](as_tensor(X, ctx.device)), phase)
         ctx.send(ctx.active, self.tag(phase, EMBEDDING), message)
 
+    def own_outputs(self, X: np.ndarray) -> np.ndarray | None:
+        with torch.no_grad():
+            return self.state.modules["bottom"](as_tensor(X, self.device)).cpu().numpy().astype(np.float64)
+
 
 class SplitActive(PartySide):
     """The active party: own bottom (if it holds features), decode, combine, top model, loss."""
