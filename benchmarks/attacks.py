@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 import securevfl
+from securevfl.attacks.suite import plot_privacy_utility, privacy_utility
 
 console = Console(width=150)
 ATTACKS = ["label-norm", "label-cosine", "model-completion", "feature-inversion", "peer-inversion"]
@@ -91,15 +92,14 @@ def main() -> None:
                         "S x RMS of the gradient")
     for col in ("grad-noise S", "accuracy", "label-norm AUC", "label-cosine AUC"):
         sweep.add_column(col, justify="right")
-    points = []
-    for strength in (0.0, 1.0, 4.0, 16.0, 64.0):
-        run = run_case("splitnn", "breast-cancer", 4, {}, epochs, {"grad-noise": strength} if strength else None,
-                       active_features=0)  # the passive parties' features carry the task: noise costs accuracy
-        point = {"grad_noise": strength, "accuracy": run["accuracy"],
-                 "label_norm_auc": run["attacks"]["label-norm"]["value"],
-                 "label_cosine_auc": run["attacks"]["label-cosine"]["value"]}
-        points.append(point)
-        sweep.add_row(f"{strength:g}", f"{point['accuracy']:.3f}", fmt(point["label_norm_auc"]),
+    sweep_points = privacy_utility(securevfl.train, "grad-noise", (0.0, 1.0, 4.0, 16.0, 64.0),
+                                   ["label-norm", "label-cosine"], method="splitnn", dataset="breast-cancer",
+                                   parties=4, epochs=epochs, seed=0, alignment="plaintext", device="cpu",
+                                   active_features=0)  # the passive parties' features carry the task
+    points = [{"grad_noise": p["strength"], "accuracy": p["accuracy"], "label_norm_auc": p["attacks"]["label-norm"],
+               "label_cosine_auc": p["attacks"]["label-cosine"]} for p in sweep_points]
+    for point in points:
+        sweep.add_row(f"{point['grad_noise']:g}", f"{point['accuracy']:.3f}", fmt(point["label_norm_auc"]),
                       fmt(point["label_cosine_auc"]))
     console.print(sweep)
     figures["privacy_utility_splitnn"] = points
@@ -114,24 +114,8 @@ def main() -> None:
                   f"SplitNN {figures['feature_inversion_r2_splitnn']:.3f}, EASTER dh "
                   f"{figures['feature_inversion_r2_easter_dh']:.3f}")
     if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(5, 4))
-        for key, label in (("label_norm_auc", "label-norm"), ("label_cosine_auc", "label-cosine")):
-            ax.plot([p[key] for p in points], [p["accuracy"] for p in points], marker="o", label=label)
-            for p in points:
-                ax.annotate(f"S={p['grad_noise']:g}", (p[key], p["accuracy"]), fontsize=7)
-        ax.set_xlabel("attack AUC (0.5 = random guess)")
-        ax.set_ylabel("test accuracy")
-        ax.set_ylim(0.5, 1.0)
-        ax.set_xlim(0.45, 1.02)
-        ax.set_title("SplitNN, breast-cancer, label-only active party:\ngradient noise S")
-        ax.legend()
-        args.plot.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(args.plot, dpi=120, bbox_inches="tight")
+        plot_privacy_utility(sweep_points, args.plot, "SplitNN, breast-cancer, label-only active party:\n"
+                                                      "gradient noise S")
         console.print(f"plot: {args.plot}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

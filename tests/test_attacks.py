@@ -160,3 +160,19 @@ def test_multi_class_gradients_cluster_by_label():
     assert norm["value"] is None and "binary tasks only" in norm["note"]
     # 40 known labels and the passive party's own trained bottom: measured 0.74 at 10 epochs, raw pixels 0.65
     assert completion["value"] > completion["baseline"] + 0.3 and completion["own_data"] is not None
+
+
+def test_the_attack_command_writes_the_table_json_and_plot(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from securevfl.cli import app
+
+    result = CliRunner().invoke(app, ["attack", "--method", "splitnn", "--epochs", "1", "--parties", "2",
+                                      "--strengths", "0,8", "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "a" / "attack.json").read_text())
+    assert [p["strength"] for p in data["points"]] == [0.0, 8.0]
+    assert set(data["points"][0]["attacks"]) >= {"label-norm", "label-cosine", "model-completion", "feature-inversion"}
+    assert (tmp_path / "a" / "privacy_utility.png").stat().st_size > 1000
