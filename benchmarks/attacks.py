@@ -10,7 +10,7 @@ No peer library runs these attacks on the same messages (VFLAIR benchmarks attac
 simulation); the comparison in the same run is against the random guess ("x random" = value /
 baseline for AUC and accuracy) and, for inversion, against the attacker's own data.
 
-    .venv/bin/python benchmarks/attacks.py --quick --out out/attacks.json   # ~1.5 min
+    .venv/bin/python benchmarks/attacks.py --quick --out out/attacks.json   # ~15 s (full: ~1.5 min)
     .venv/bin/python benchmarks/attacks.py --out out/attacks.json --plot docs/attacks_privacy_utility.png
 """
 
@@ -59,7 +59,7 @@ def fmt(value: float | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="breast-cancer only, 3 epochs (~1.5 min)")
+    parser.add_argument("--quick", action="store_true", help="breast-cancer only, 3 epochs (~15 s)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     parser.add_argument("--plot", type=Path, default=None, help="write the privacy-utility PNG here")
     args = parser.parse_args()
