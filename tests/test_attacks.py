@@ -80,10 +80,12 @@ def test_attacks_are_at_their_baseline_when_the_messages_carry_nothing(scenario)
         assert abs(noise[name].value - 0.5) < 0.12, (name, noise[name].value)  # gradients replaced by noise
 
 
-def test_an_attack_with_nothing_to_observe_is_reported_not_applicable():
-    report = securevfl.train("apcvfl", epochs=2, alignment="plaintext", attacks=["label-norm"])
-    (result,) = report.privacy
-    assert result["value"] is None and "not applicable" in result["note"]  # APC-VFL's passive receives nothing
+def test_apcvfl_passive_receives_nothing_and_its_one_shot_latents_are_inverted():
+    report = securevfl.train("apcvfl", epochs=2, alignment="plaintext", attacks=["label-norm", "feature-inversion"])
+    label, inversion = report.privacy
+    assert label["value"] is None and "not applicable" in label["note"]  # APC-VFL's passive receives nothing
+    # the 256-wide latents of the aligned rows, sent once: measured R2 0.99 against 0.85 from the own columns
+    assert inversion["value"] > inversion["own_data"] > inversion["baseline"] and "one-shot" in inversion["note"]
 
 
 def test_the_attacker_sees_exactly_its_own_received_messages():

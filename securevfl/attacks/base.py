@@ -39,9 +39,10 @@ class AttackerView:
 class Inference:
     """What the attack inferred: per-row scores or predictions, for the evaluator to score."""
 
-    rows: np.ndarray  # which rows (of the attacker's training rows, or the target's test rows)
+    rows: np.ndarray  # which rows (of the aligned training rows, or of the test rows: ``split``)
     values: np.ndarray  # label scores (binary), predicted labels, or reconstructed features
     note: str = ""
+    split: str = "test"  # "train" or "test": which aligned rows ``rows`` index (feature reconstruction)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ Works on what the method delivers, in the engine's batch order: SplitNN's embedd
 decompressed embeddings, EASTER's and Agg-VFL's plaintext contributions (``secagg=none``) or, under
 secure aggregation, the *sum* of the passive contributions that each round reveals to the active
 party — so the number falls for the right reason. With noise on the embeddings the same code
-measures what the noise hides. A method that sends nothing per batch to the active party (APC-VFL's
-one-shot latents) is reported as not applicable.
+measures what the noise hides. APC-VFL's one-shot latents of the aligned training rows are inverted
+the same way and scored on the training rows outside the auxiliary set.
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ def _embedding(message: Any) -> np.ndarray:
 
         return decompress(message).astype(np.float64)
     return as_array(message)
+
+
+def _rows(data: Any, inference: Inference) -> np.ndarray:
+    """The rows of ``data`` an inference is about (aligned training or test rows)."""
+    return (data.X_train if inference.split == "train" else data.X_test)[inference.rows]
 
 
 def _per_round_views(view: AttackerView) -> tuple[list[Any], Any]:
@@ -89,7 +94,7 @@ class FeatureInversion(Attack):
     def infer(self, view: AttackerView) -> Inference | None:
         train, test = self.rounds(view)
         if not train or test is None:
-            return None
+            return self._one_shot(view)
         per_epoch = sum(1 for _ in epoch_rows(view, 0))
         epochs = len(train) // max(per_epoch, 1)
         if epochs < 1 or len(train) != epochs * per_epoch:
@@ -106,8 +111,20 @@ class FeatureInversion(Attack):
         return Inference(np.arange(len(E_test)), model.predict(E_test),
                          note=f"{len(known)} auxiliary rows, ridge alpha {model.alpha_:.3g}")
 
+    def _one_shot(self, view: AttackerView) -> Inference | None:
+        """APC-VFL: the latents of the aligned training rows, received once; scored on the non-auxiliary rows."""
+        latents = view.tap.received(".exchange.aligned_latents", src=view.target)
+        if not latents:
+            return None
+        Z = _embedding(latents[-1])[: len(view.data.X_train)]
+        aux_rows, aux_features = view.auxiliary["rows"], view.auxiliary["features"]
+        model = RidgeCV(alphas=np.logspace(-3, 3, 13)).fit(Z[aux_rows], aux_features)
+        rest = np.setdiff1d(np.arange(len(Z)), aux_rows)
+        return Inference(rest, model.predict(Z[rest]), split="train",
+                         note=f"one-shot latents; {len(aux_rows)} auxiliary rows, ridge alpha {model.alpha_:.3g}")
+
     def score(self, inference: Inference, scenario: Scenario, view: AttackerView) -> tuple[float, float]:
-        truth = scenario.party_data(view.target).X_test[inference.rows]
+        truth = _rows(scenario.party_data(view.target), inference)
         mean_guess = np.broadcast_to(view.auxiliary["features"].mean(axis=0), truth.shape)
         return float(r2_score(truth, inference.values)), float(r2_score(truth, mean_guess))
 
@@ -118,8 +135,8 @@ class FeatureInversion(Attack):
             return None
         model = RidgeCV(alphas=np.logspace(-3, 3, 13)).fit(own.X_train[view.auxiliary["rows"]],
                                                             view.auxiliary["features"])
-        truth = scenario.party_data(view.target).X_test[inference.rows]
-        return float(r2_score(truth, model.predict(own.X_test[inference.rows])))
+        truth = _rows(scenario.party_data(view.target), inference)
+        return float(r2_score(truth, model.predict(_rows(own, inference))))
 
 
 @register_attack
