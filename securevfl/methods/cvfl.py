@@ -90,6 +90,8 @@ def quantize(values: np.ndarray, bits: int) -> dict[str, Any]:
     hi = float(x.max()) if x.size else 0.0
     levels = (1 << bits) - 1
     scale = (hi - lo) / levels if hi > lo else 1.0
+    if np.float32(scale) == 0:  # a range too small for float32 levels: every value is lo, within the range
+        scale = 1.0
     codes = np.clip(np.rint((x - lo) / scale), 0, levels)
     return {"lo": lo, "scale": scale, "bits": bits, "count": int(x.size), "codes": _pack_codes(codes, bits)}
 
