@@ -178,3 +178,16 @@ def test_the_attack_command_writes_the_table_json_and_plot(tmp_path):
     assert [p["strength"] for p in data["points"]] == [0.0, 8.0]
     assert set(data["points"][0]["attacks"]) >= {"label-norm", "label-cosine", "model-completion", "feature-inversion"}
     assert (tmp_path / "a" / "privacy_utility.png").stat().st_size > 1000
+
+
+def test_model_completion_is_at_its_baseline_when_labels_are_independent_of_everything(scenario):
+    import dataclasses
+
+    import numpy as np
+
+    active = scenario.tables[scenario.active]
+    coin = np.random.default_rng(5).integers(0, 2, len(active.labels))  # labels no feature can predict
+    tables = {**scenario.tables, scenario.active: dataclasses.replace(active, labels=coin)}
+    random_labels = dataclasses.replace(scenario, tables=tables)
+    (result,) = _attacked(SplitNN(TrainConfig(epochs=3)), random_labels, ["model-completion"]).values()
+    assert abs(result.value - 0.5) < 0.1 and abs(result.own_data - 0.5) < 0.1, result  # a coin, both ways
