@@ -210,11 +210,13 @@ def print_summary(result: Any) -> None:
         console.print(links)
     if result.privacy:
         leaks = Table(title="measured privacy (attacks on what a party received)")
-        for col in ("attack", "attacker -> target", "metric", "value", "random guess"):
+        for col in ("attack", "attacker -> target", "metric", "value", "random guess", "own data only"):
             leaks.add_column(col)
         for r in result.privacy:
             value = "n/a" if r["value"] is None else f"{r['value']:.3f}"
-            leaks.add_row(r["attack"], f"{r['attacker']} -> {r['target']}", r["metric"], value, f"{r['baseline']:.3f}")
+            own = "" if r.get("own_data") is None else f"{r['own_data']:.3f}"
+            leaks.add_row(r["attack"], f"{r['attacker']} -> {r['target']}", r["metric"], value, f"{r['baseline']:.3f}",
+                          own)
         console.print(leaks)
 
 

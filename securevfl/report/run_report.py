@@ -92,12 +92,13 @@ class RunReport:
                 lines.append(f"| {name} | {p['rows']} | {p['features']} | {p['aligned']} | {p['unaligned']} |")
         if self.privacy:
             lines += ["", "## Privacy (attacks on what each party received)", "",
-                      "| attack | attacker | target | metric | value | random guess | note |",
-                      "|---|---|---|---|---|---|---|"]
+                      "| attack | attacker | target | metric | value | random guess | own data only | note |",
+                      "|---|---|---|---|---|---|---|---|"]
             for r in self.privacy:
                 value = "n/a" if r["value"] is None else f"{r['value']:.3f}"
+                own = "" if r.get("own_data") is None else f"{r['own_data']:.3f}"
                 lines.append(f"| {r['attack']} | {r['attacker']} | {r['target']} | {r['metric']} | {value} | "
-                             f"{r['baseline']:.3f} | {r['note']} |")
+                             f"{r['baseline']:.3f} | {own} | {r['note']} |")
         if self.notes:
             lines += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
         return "\n".join(lines) + "\n"
