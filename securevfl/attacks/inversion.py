@@ -43,6 +43,11 @@ def _embedding(message: Any) -> np.ndarray:
     return as_array(message)
 
 
+def _ridge() -> RidgeCV:
+    """The inversion model: ridge regression, its penalty chosen by leave-one-out on the auxiliary rows."""
+    return RidgeCV(alphas=np.logspace(-3, 3, 13))
+
+
 def _rows(data: Any, inference: Inference) -> np.ndarray:
     """The rows of ``data`` an inference is about (aligned training or test rows)."""
     return (data.X_train if inference.split == "train" else data.X_test)[inference.rows]
@@ -95,7 +100,7 @@ class FeatureInversion(Attack):
         train, test = self.rounds(view)
         if not train or test is None:
             return self._one_shot(view)
-        per_epoch = sum(1 for _ in epoch_rows(view, 0))
+        per_epoch = len(list(epoch_rows(view, 0)))
         epochs = len(train) // max(per_epoch, 1)
         if epochs < 1 or len(train) != epochs * per_epoch:
             return None  # rounds do not line up with the agreed batches (dropouts, validation rounds)
@@ -106,7 +111,7 @@ class FeatureInversion(Attack):
         aux_rows, aux_features = view.auxiliary["rows"], view.auxiliary["features"]
         known = [i for i, r in enumerate(aux_rows) if int(r) in embedding_of]
         E = np.stack([embedding_of[int(aux_rows[i])] for i in known])
-        model = RidgeCV(alphas=np.logspace(-3, 3, 13)).fit(E, aux_features[known])
+        model = _ridge().fit(E, aux_features[known])
         E_test = _embedding(test)
         return Inference(np.arange(len(E_test)), model.predict(E_test),
                          note=f"{len(known)} auxiliary rows, ridge alpha {model.alpha_:.3g}")
@@ -118,7 +123,7 @@ class FeatureInversion(Attack):
             return None
         Z = _embedding(latents[-1])[: len(view.data.X_train)]
         aux_rows, aux_features = view.auxiliary["rows"], view.auxiliary["features"]
-        model = RidgeCV(alphas=np.logspace(-3, 3, 13)).fit(Z[aux_rows], aux_features)
+        model = _ridge().fit(Z[aux_rows], aux_features)
         rest = np.setdiff1d(np.arange(len(Z)), aux_rows)
         return Inference(rest, model.predict(Z[rest]), split="train",
                          note=f"one-shot latents; {len(aux_rows)} auxiliary rows, ridge alpha {model.alpha_:.3g}")
@@ -133,8 +138,7 @@ class FeatureInversion(Attack):
         own = view.data
         if not own.n_features:
             return None
-        model = RidgeCV(alphas=np.logspace(-3, 3, 13)).fit(own.X_train[view.auxiliary["rows"]],
-                                                            view.auxiliary["features"])
+        model = _ridge().fit(own.X_train[view.auxiliary["rows"]], view.auxiliary["features"])
         truth = _rows(scenario.party_data(view.target), inference)
         return float(r2_score(truth, model.predict(_rows(own, inference))))
 

@@ -36,8 +36,7 @@ from sklearn.preprocessing import StandardScaler
 
 from securevfl.attacks.base import Attack, AttackerView, Inference, as_array, register_attack
 from securevfl.data.scenario import Scenario
-from securevfl.methods.base import batch_plan
-from securevfl.methods.engine.loop import OWN_OUTPUTS, validation_split
+from securevfl.methods.engine.loop import OWN_OUTPUTS, agreed_batches, split_rows
 from securevfl.seeding import simulation_rng
 
 #: Rows whose labels the model-completion attacker knows (Fu et al. use 40 for Breast Cancer-sized sets).
@@ -49,12 +48,8 @@ GRADIENT_METHODS = ("splitnn", "pyvertical", "cvfl", "aggvfl", "easter")
 
 def epoch_rows(view: AttackerView, epoch: int) -> Iterator[np.ndarray]:
     """The training rows of each batch of ``epoch``, as the attacker derives them from the agreed settings."""
-    c = view.config
-    rows = np.arange(len(view.data.X_train))
-    if c.patience:
-        rows, _ = validation_split(len(rows), c.val_fraction, c.seed)
-    for idx in batch_plan(len(rows), c.batch_size, c.seed, epoch):
-        yield rows[idx]
+    rows, _ = split_rows(len(view.data.X_train), view.config)
+    return agreed_batches(rows, view.config, epoch)
 
 
 class _GradientLabelAttack(Attack):

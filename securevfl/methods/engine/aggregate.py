@@ -32,8 +32,8 @@ from torch import nn
 from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, batch_plan, predict_scores
-from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide
+from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, predict_scores
+from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide, agreed_batches
 from securevfl.methods.engine.split import checked_tensor, side_role
 from securevfl.models.zoo import MODEL_CHOICES, Architecture, architectures, build_local_model
 from securevfl.privacy.aggregation import (
@@ -176,8 +176,8 @@ class _AggregateSide(PartySide):
         self.X = as_tensor(self.data.X_train, ctx.device)
 
     def batches(self, epoch: int) -> Iterator[tuple[np.ndarray, frozenset[str]]]:
-        for b, idx in enumerate(batch_plan(len(self.rows), self.config.batch_size, self.config.seed, epoch)):
-            yield self.rows[idx], self.method.dropped(epoch, b)
+        for b, rows in enumerate(agreed_batches(self.rows, self.config, epoch)):
+            yield rows, self.method.dropped(epoch, b)
 
 
 class AggregatePassive(_AggregateSide):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -42,7 +42,7 @@ from securevfl.seeding import simulation_rng
 
 if TYPE_CHECKING:
     from securevfl.data.scenario import PartyData
-    from securevfl.methods.base import Method
+    from securevfl.methods.base import Method, TrainConfig
 
 TRAIN, VALIDATE, TEST, EVALUATE = "train", "validate", "test", "evaluate"
 OWN_OUTPUTS = "engine.own_outputs.train"
@@ -191,8 +191,7 @@ class PartySide(ABC):
 
     def batches(self, epoch: int) -> Iterable[Any]:
         """The epoch's batches: by default the agreed order of :attr:`rows`, one index array per batch."""
-        for idx in batch_plan(len(self.rows), self.config.batch_size, self.config.seed, epoch):
-            yield self.rows[idx]
+        return agreed_batches(self.rows, self.config, epoch)
 
     @abstractmethod
     def train_batch(self, ctx: PartyContext, batch: Any) -> tuple[Losses, int] | None:
@@ -248,6 +247,19 @@ class _LossTotals:
             return {"epoch": epoch, key: means.get("loss", 0.0)}
         return {"epoch": epoch, key: float(np.mean(list(means.values()))),
                 **{f"{key}[{k}]": v for k, v in means.items()}}
+
+
+def agreed_batches(rows: np.ndarray, config: TrainConfig, epoch: int, min_rows: int = 1) -> Iterator[np.ndarray]:
+    """The rows of each batch of ``epoch``: :func:`batch_plan` over ``rows``, the same at every party."""
+    for idx in batch_plan(len(rows), config.batch_size, config.seed, epoch, min_rows=min_rows):
+        yield rows[idx]
+
+
+def split_rows(n_rows: int, config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The aligned training rows a party trains on, and those that validate (none without early stopping)."""
+    if not config.patience:
+        return np.arange(n_rows), np.arange(0)
+    return validation_split(n_rows, config.val_fraction, config.seed)
 
 
 def validation_split(n_rows: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -367,9 +379,7 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
     """Run one party's side of a split-learning method from set-up to its outcome."""
     config = side.config
     stopper = _EarlyStopping(config.patience) if config.patience else None
-    val_rows = np.arange(0)
-    if stopper is not None:
-        side.rows, val_rows = validation_split(len(side.data.X_train), config.val_fraction, config.seed)
+    side.rows, val_rows = split_rows(len(side.data.X_train), config)
     ctx.stage = "setup"
     side.name, side.device = ctx.name, ctx.device
     side.build(ctx)

@@ -31,8 +31,8 @@ from torch import nn
 from securevfl.data.scenario import PartyData
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods.base import ActiveOutcome, as_tensor, batch_plan, predict_scores
-from securevfl.methods.engine.loop import TEST, EngineRecord, Evaluation, Losses, PartySide, Phase
+from securevfl.methods.base import ActiveOutcome, as_tensor, predict_scores
+from securevfl.methods.engine.loop import TEST, EngineRecord, Evaluation, Losses, PartySide, Phase, agreed_batches
 from securevfl.methods.tabvfl.designs import Design
 from securevfl.methods.tabvfl.quality import latent_quality
 from securevfl.methods.tabvfl.tabnet import (
@@ -146,8 +146,7 @@ class _TabSide(PartySide):
         return epoch - (self.pre_epochs if self.phase.name == FINETUNE else 0)
 
     def _batches(self, epoch: int) -> Iterator[np.ndarray]:
-        return (self.rows[idx] for idx in batch_plan(len(self.rows), self.config.batch_size,
-                                                        self.config.seed, epoch, min_rows=2))
+        return agreed_batches(self.rows, self.config, epoch, min_rows=2)  # batch norm needs two rows
 
 
 class TabPassive(_TabSide):
