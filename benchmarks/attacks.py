@@ -38,6 +38,7 @@ CASES = [
     ("easter_dh", "easter", 4, {"secagg": "dh"}),
     ("apcvfl", "apcvfl", 2, {}),
     ("entity_aug", "entity-aug", 4, {}),
+    ("entity_aug_misalign", "entity-aug", 4, {"misalign": True}),
 ]
 
 

@@ -29,6 +29,7 @@ from securevfl.attacks.base import Attack, AttackerView, Inference, as_array, re
 from securevfl.attacks.label import epoch_rows
 from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
+from securevfl.methods.engine.loop import EMBEDDING_ROWS
 from securevfl.seeding import simulation_rng
 
 #: Share of the training rows whose passive features the attacker knows (its auxiliary set).
@@ -97,24 +98,44 @@ class FeatureInversion(Attack):
         return _per_round_views(view)
 
     def infer(self, view: AttackerView) -> Inference | None:
-        train, test = self.rounds(view)
-        if not train or test is None:
-            return self._one_shot(view)
-        per_epoch = len(list(epoch_rows(view, 0)))
-        epochs = len(train) // max(per_epoch, 1)
-        if epochs < 1 or len(train) != epochs * per_epoch:
-            return None  # rounds do not line up with the agreed batches (dropouts, validation rounds)
-        embedding_of = {}
-        for rows, message in zip(epoch_rows(view, epochs - 1), train[-per_epoch:]):
-            for row, e in zip(rows, _embedding(message)):
-                embedding_of[int(row)] = e
+        embedding_of, test = self._marked(view)
+        if not embedding_of:
+            train, test = self.rounds(view)
+            if not train or test is None:
+                return self._one_shot(view)
+            per_epoch = len(list(epoch_rows(view, 0)))
+            epochs = len(train) // max(per_epoch, 1)
+            if epochs < 1 or len(train) != epochs * per_epoch:
+                return None  # rounds do not line up with the agreed batches (dropouts, validation rounds)
+            for rows, message in zip(epoch_rows(view, epochs - 1), train[-per_epoch:]):
+                for row, e in zip(rows, _embedding(message)):
+                    embedding_of[int(row)] = e
+        if test is None:
+            return None
         aux_rows, aux_features = view.auxiliary["rows"], view.auxiliary["features"]
         known = [i for i, r in enumerate(aux_rows) if int(r) in embedding_of]
+        if len(known) < 2:
+            return None
         E = np.stack([embedding_of[int(aux_rows[i])] for i in known])
         model = _ridge().fit(E, aux_features[known])
         E_test = _embedding(test)
         return Inference(np.arange(len(E_test)), model.predict(E_test),
                          note=f"{len(known)} auxiliary rows, ridge alpha {model.alpha_:.3g}")
+
+    def _marked(self, view: AttackerView) -> tuple[dict[int, np.ndarray], Any]:
+        """Entity Augmentation: the target's newest activation of each aligned row, by the entity keys it sent."""
+        marks = [rows for src, rows in (o.value for o in view.tap.observations if o.tag == EMBEDDING_ROWS)
+                 if src == view.target]
+        if not marks:
+            return {}, None
+        sent = [m for m in view.tap.received(".train.activation", src=view.target) if m is not None]
+        embedding_of: dict[int, np.ndarray] = {}
+        for rows, (activation, _) in zip(marks, sent, strict=True):
+            for row, e in zip(rows, as_array(activation)):
+                if row >= 0:
+                    embedding_of[int(row)] = e
+        test = view.tap.received(".test.embedding", src=view.target)
+        return embedding_of, (test[-1] if test else None)
 
     def _one_shot(self, view: AttackerView) -> Inference | None:
         """APC-VFL: the latents of the aligned training rows, received once; scored on the non-auxiliary rows."""

@@ -14,7 +14,10 @@ shared by the batch), so
   this variant needs none.
 
 The attacker knows which rows each gradient belongs to because the batch order is agreed (part of
-the run configuration). Scores use the first epoch, in which every training row appears once.
+the run configuration) or, in Entity Augmentation, because it chose the rows it sent (its own
+schedule). Scores use each aligned training row's first gradient (the first epoch, where every
+training row appears once; in Entity Augmentation the guest's other labelled rows are not scored,
+for want of a ground truth the evaluator can align).
 Metric: AUC of the score for "row is of the rarer class" (binary tasks), baseline 0.5. With more
 classes, ``label-cosine`` clusters the first epoch's gradient directions into as many groups as
 classes (k-means) and is scored by the accuracy of the best cluster-to-class matching (what a few
@@ -36,13 +39,14 @@ from sklearn.preprocessing import StandardScaler
 
 from securevfl.attacks.base import Attack, AttackerView, Inference, as_array, register_attack
 from securevfl.data.scenario import Scenario
-from securevfl.methods.engine.loop import OWN_OUTPUTS, agreed_batches, split_rows
+from securevfl.methods.engine.loop import GRADIENT_ROWS, OWN_OUTPUTS, agreed_batches, split_rows
 from securevfl.seeding import simulation_rng
 
 #: Rows whose labels the model-completion attacker knows (Fu et al. use 40 for Breast Cancer-sized sets).
 KNOWN_LABELS = 40
 
-#: Methods whose passive party receives one gradient per batch, in the agreed order.
+#: Methods whose passive party receives one gradient per batch, in the agreed order (Entity
+#: Augmentation's guests mark their own rows instead: ``GRADIENT_ROWS``).
 GRADIENT_METHODS = ("splitnn", "pyvertical", "cvfl", "aggvfl", "easter")
 
 
@@ -63,13 +67,24 @@ class _GradientLabelAttack(Attack):
         return "accuracy" if view.data.n_classes > 2 else "auc"
 
     def _first_epoch(self, view: AttackerView) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        if view.method not in GRADIENT_METHODS or view.config.options.get("drop_prob"):
-            return None
+        """(rows, gradients) of each received gradient, keeping each aligned training row's first one."""
         grads = view.tap.received(".train.gradient", src=None)
-        pairs = []
-        for rows, grad in zip(epoch_rows(view, 0), grads):
+        marked = [o.value for o in view.tap.observations if o.tag == GRADIENT_ROWS]
+        if marked:  # the party's own schedule says which rows each gradient belongs to
+            batches: Iterator[np.ndarray] | list[np.ndarray] = marked
+        elif view.method in GRADIENT_METHODS and not view.config.options.get("drop_prob"):
+            batches = epoch_rows(view, 0)
+        else:
+            return None
+        pairs, seen = [], np.zeros(len(view.data.X_train), dtype=bool)
+        for rows, grad in zip(batches, grads):
             g = as_array(grad).reshape(len(rows), -1)
-            pairs.append((rows, g))
+            first = np.flatnonzero(rows >= 0)
+            first = first[~seen[rows[first]]]
+            first = np.sort(first[np.unique(rows[first], return_index=True)[1]])  # a row twice in a batch: once
+            seen[rows[first]] = True
+            if len(first):
+                pairs.append((rows[first], g[first]))
         return pairs or None
 
     def score(self, inference: Inference, scenario: Scenario, view: AttackerView) -> tuple[float, float]:

@@ -49,6 +49,7 @@ from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, DataError, ProtocolError, psi_errors
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import ActiveOutcome, Role, TrainConfig, as_tensor, register_method
+from securevfl.methods.defenses import randomized_response
 from securevfl.methods.engine import (
     TRAIN,
     EngineRecord,
@@ -60,7 +61,7 @@ from securevfl.methods.engine import (
     checked_tensor,
     side_role,
 )
-from securevfl.methods.engine.loop import Losses
+from securevfl.methods.engine.loop import EMBEDDING_ROWS, GRADIENT_ROWS, Losses
 from securevfl.models import MLP, StripCNN, init_parameters
 from securevfl.seeding import party_generator, simulation_rng
 
@@ -403,10 +404,16 @@ class EntityAugPassive(SplitPassive):
         ctx.send(ctx.active, self.tag(TRAIN, ACTIVATION), (h.detach(), self.keys[batch]))
         self.counts.sent += 1
         grad = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, GRADIENT)), ctx.active, len(batch), "gradient")
+        ctx.observe(GRADIENT_ROWS, lambda: self.aligned_rows(batch))
         with ctx.meter.compute():
             opt.zero_grad()
             h.backward(grad.to(self.device))
             opt.step()
+
+    def aligned_rows(self, entities: np.ndarray) -> np.ndarray:
+        """The aligned training rows behind entity indices (-1 for the guest's other labelled rows)."""
+        aligned = entities < len(self.rows)
+        return np.where(aligned, self.rows[np.where(aligned, entities, 0)], -1)
 
     def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> dict[str, Any]:
         return {"entities": len(self.entity_rows), "sent_steps": self.counts.sent,
@@ -436,14 +443,17 @@ class EntityAugActive(SplitActive):
         assert data.y_train is not None and data.y_unaligned is not None  # the host holds the labels
         labelled_ids = np.concatenate([data.ids_train, data.ids_unaligned])
         labelled_y = np.concatenate([data.y_train, data.y_unaligned]).astype(np.int64)
+        epsilon = self.config.defenses.get("label-dp")
+        if epsilon:  # label DP: every labelled entity's label randomised once, for all guests alike
+            labelled_y = randomized_response(labelled_y, data.n_classes, epsilon)
         ctx.stage = "entity resolution"
-        self.label_by_key: dict[str, np.ndarray] = {}
+        self.row_by_key: dict[str, np.ndarray] = {}  # a guest's entity key -> the host's labelled row
         for g in passives:
             if options.resolution == "psi":
-                self.label_by_key[g] = labelled_y[_psi_active(ctx, g, _id_strings(labelled_ids))]
+                self.row_by_key[g] = _psi_active(ctx, g, _id_strings(labelled_ids))
             else:
-                label_of = dict(zip(_id_strings(labelled_ids), labelled_y.tolist(), strict=True))
-                self.label_by_key[g] = self._ids_active(ctx, g, label_of)
+                self.row_by_key[g] = self._ids_active(ctx, g, _id_strings(labelled_ids))
+        self.label_by_key = {g: labelled_y[rows] for g, rows in self.row_by_key.items()}
         n_aligned, n_train = len(data.X_train), len(self.rows)  # validation rows, if any, are not trained on
         self.sizes = {g: n_train + ((len(self.label_by_key[g]) - n_aligned) if options.use_unaligned else 0)
                       for g in passives}
@@ -459,19 +469,20 @@ class EntityAugActive(SplitActive):
             widths[ctx.name] = output_width(own, data)
             self.X_own = as_tensor(np.concatenate([data.X_train[self.rows], data.X_unaligned[: self.own_extra]]),
                                    ctx.device)
-            self.y_own = np.concatenate([data.y_train[self.rows], data.y_unaligned[: self.own_extra]]).astype(np.int64)
+            self.y_own = np.concatenate([labelled_y[self.rows], labelled_y[n_aligned : n_aligned + self.own_extra]])
         self.layout = self.state.others["layout"] = _HostLayout(widths)
         self.queues = {g: ActivationQueue() for g in passives}
         self.state.others.update({f"queue:{g}": q for g, q in self.queues.items()})
 
-    def _ids_active(self, ctx: PartyContext, passive: str, label_of: dict[str, int]) -> np.ndarray:
-        """Plaintext stand-in: receive a guest's IDs, answer which are labelled; return labels."""
+    def _ids_active(self, ctx: PartyContext, passive: str, labelled_ids: list[str]) -> np.ndarray:
+        """Plaintext stand-in: receive a guest's IDs, answer which are labelled; return the labelled rows."""
         ids = ctx.recv(passive, self.tag("setup", ID_LIST))
         if not isinstance(ids, list):
             raise ProtocolError(f"{passive} sent a malformed ID list")
-        positions = [i for i, v in enumerate(ids) if str(v) in label_of]
+        row_of = {v: i for i, v in enumerate(labelled_ids)}
+        positions = [i for i, v in enumerate(ids) if str(v) in row_of]
         ctx.send(passive, self.tag("setup", LABELLED), np.asarray(positions, dtype=np.int64))
-        return np.asarray([label_of[str(ids[i])] for i in positions], dtype=np.int64)
+        return np.asarray([row_of[str(ids[i])] for i in positions], dtype=np.int64)
 
     def _build_top(self) -> None:
         """The top model, once the guests' activation widths are known."""
@@ -511,6 +522,8 @@ class EntityAugActive(SplitActive):
                 if widths[g] and activation.shape[1] != widths[g]:
                     raise ProtocolError(f"{g} changed its activation width")
                 self.queues[g].put(activation, self.label_by_key[g][keys])
+                rows = self.row_by_key[g][keys]  # the host's labelled rows; aligned ones come first
+                ctx.observe(EMBEDDING_ROWS, (g, np.where(rows < len(self.data.X_train), rows, -1)))
                 widths[g] = int(activation.shape[1])
             activation, queued_labels, fresh[g] = self.queues[g].read()
             parts.append((activation, queued_labels))
@@ -539,8 +552,8 @@ class EntityAugActive(SplitActive):
             value = float(loss.detach())
         for g, (activation, _), leaf in zip(passives, parts, leaves, strict=True):
             if fresh[g]:
-                grad = leaf.grad
-                assert grad is not None  # the loss depends on every leaf
+                assert leaf.grad is not None  # the loss depends on every leaf
+                grad = self.defend(leaf.grad)
                 if len(activation) > m:  # rows the host could not pair get no gradient
                     grad = torch.cat([grad, grad.new_zeros((len(activation) - m, grad.shape[1]))])
                 ctx.send(g, self.tag(TRAIN, GRADIENT), grad)
@@ -570,7 +583,6 @@ class EntityAugmentation(SplitMethod[EntityAugOptions]):
     summary = ("Entity Augmentation (Amalanshu et al. 2024): no alignment needed, "
                "labels mixed by activation width")
     Options = EntityAugOptions
-    supports_defenses = False  # its host returns gradients of interpolated labels through its own side
 
     def bottom(self, side: PartySide) -> nn.Module:
         return build_passive_model(side.data, self.config, self.options, side.name)

@@ -46,6 +46,12 @@ if TYPE_CHECKING:
 
 TRAIN, VALIDATE, TEST, EVALUATE = "train", "validate", "test", "evaluate"
 OWN_OUTPUTS = "engine.own_outputs.train"
+#: ``ctx.observe`` names for a side's own bookkeeping, where the agreed batch plan does not say it
+#: (Entity Augmentation's own schedules): the aligned training rows (-1: another row) behind the
+#: gradient a passive party just received, and ``(sender, rows)`` of the embedding the active party
+#: just received.
+GRADIENT_ROWS = "engine.gradient_rows"
+EMBEDDING_ROWS = "engine.embedding_rows"
 RESUME_HAVE = "engine.resume.have"
 RESUME_FROM = "engine.resume.from"
 VALIDATION = "engine.validate.decision"
