@@ -23,7 +23,7 @@ from securevfl.data import (
 from securevfl.data.alignment import alignment_crypto_seconds, create_aligner
 from securevfl.data.files import party_tables_from_files
 from securevfl.errors import ConfigError
-from securevfl.eval import classification_metrics
+from securevfl.eval import imbalanced, task_metrics
 from securevfl.federation.meter import NetworkModel
 from securevfl.federation.runtime import DEFAULT_RECV_TIMEOUT_S, run_parties
 from securevfl.methods import TrainConfig, create_method
@@ -104,7 +104,7 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
         import torch
 
         synchronize = lambda: torch.cuda.synchronize(device)  # noqa: E731
-    roles = method.roles(scenario)
+    roles = method.party_roles(scenario)
     planned: list[Any] = []
     if config.attacks:
         from securevfl.attacks import attach
@@ -130,9 +130,10 @@ def assemble_report(config: RunConfig, scenario: Scenario, outcome: Any, snapsho
     Shared by the threaded run and a deployed active party (whose ``scenario`` holds only its own
     table and the other parties' row and feature counts).
     """
-    metrics: dict[str, Any] = classification_metrics(outcome.y_true, outcome.scores)
+    task = scenario.task
+    metrics: dict[str, Any] = task_metrics(task, outcome.y_true, outcome.scores)
     if outcome.per_party:
-        metrics["per_party"] = {p: classification_metrics(y, s) for p, (y, s) in outcome.per_party.items()}
+        metrics["per_party"] = {p: task_metrics(task, y, s) for p, (y, s) in outcome.per_party.items()}
         if outcome.extra.get("headline_metrics") == "per_party_mean":  # one model per party (EASTER)
             party = list(metrics["per_party"].values())
             metrics.update({k: float(np.mean([m[k] for m in party])) for k in party[0] if all(k in m for m in party)})
@@ -150,8 +151,20 @@ def assemble_report(config: RunConfig, scenario: Scenario, outcome: Any, snapsho
         method=config.method, dataset=scenario.dataset or config.dataset,
         config=_config_dict(config, method_options), metrics=metrics, cost=cost,
         wall_s=wall_s, parties=parties, history=outcome.history,
-        notes=list(scenario.notes) + [f"warning: {w}" for w in outcome.extra.get("warnings", ())],
+        notes=list(scenario.notes) + _label_notes(task, outcome.y_true, config.train.class_weight)
+        + [f"warning: {w}" for w in outcome.extra.get("warnings", ())],
         extra=outcome.extra)
+
+
+def _label_notes(task: str, y_test: np.ndarray, class_weight: str) -> list[str]:
+    """A note on an imbalanced binary task: which metrics to read, and the class weighting."""
+    if task != "classification" or not imbalanced(y_test) or len(np.unique(y_test)) != 2:
+        return []
+    share = float(np.mean(np.asarray(y_test) == 1))
+    weighting = ("classes weighted (class_weight=balanced)" if class_weight == "balanced"
+                 else "--class-weight balanced weights the loss")
+    return [f"imbalanced: {100 * share:.1f} % positives in the test rows; read auc and f1 (always predicting "
+            f"the majority scores accuracy {1 - share:.3f}); {weighting}"]
 
 
 def _config_dict(config: RunConfig, method_options: Mapping[str, Any]) -> dict[str, Any]:
@@ -197,6 +210,7 @@ def train(
     resume: bool = False,
     attacks: Sequence[str] = (),
     defenses: Mapping[str, float] | None = None,
+    class_weight: str = "none",
     report: str | Path | None = None,
     progress: ProgressCallback | None = None,
 ) -> RunReport:
@@ -212,6 +226,8 @@ def train(
     section to the report: each attack's metric next to its random-guess baseline. ``defenses``
     (``{"grad-noise": 0.5, "grad-sparsify": 0.9, "label-dp": 1.0}``) perturb what the active party
     returns or trains on (securevfl.methods.defenses); the same report shows what they cost.
+    ``class_weight="balanced"`` weights the cross-entropy by inverse class frequency (imbalanced
+    labels; securevfl.methods.objective).
 
     Example::
 
@@ -234,7 +250,7 @@ def train(
                           embedding_dim=embedding_dim, hidden=tuple(hidden), options=dict(options or {}),
                           patience=patience, val_fraction=val_fraction,
                           checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
-                          defenses=dict(defenses or {})),
+                          defenses=dict(defenses or {}), class_weight=class_weight),
         device=device,
         network=NetworkModel(bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms),
         alignment=alignment,

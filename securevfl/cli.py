@@ -100,6 +100,8 @@ def train(
                              "label-norm, label-cosine, model-completion, feature-inversion, peer-inversion."),
     defense: list[str] = typer.Option(
         [], "--defense", help="NAME=STRENGTH (repeatable): grad-noise=S, grad-sparsify=R, label-dp=EPS."),
+    class_weight: str = typer.Option(
+        "none", help="none | balanced: weight the loss by inverse class frequency (imbalanced labels)."),
     report: Path = typer.Option(Path("out/run.json"), help="Where to write the JSON report (+ .md)."),
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
@@ -128,7 +130,8 @@ def train(
             bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms, recv_timeout_s=recv_timeout,
             patience=early_stopping, val_fraction=val_fraction,
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
-            attacks=attack, defenses=_parse_pairs(defense, "--defense"), progress=on_progress)
+            attacks=attack, defenses=_parse_pairs(defense, "--defense"), class_weight=class_weight,
+            progress=on_progress)
     json_path, md_path = result.save(report)
     print_summary(result)
     console.print(f"report: {json_path} and {md_path}")

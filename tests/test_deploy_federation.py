@@ -169,8 +169,8 @@ SECTION_KEYS = {
     "[parties.shop]": ("address = \"127.0.0.1:7102\"\n", "adress = \"x\"\n", "address, cert, data, key"),
     "[tls]": ("dir = \"certs\"\n", "cafile = \"x\"\n", "ca, dir"),
     "[job]": ("method = \"splitnn\"\n", "epoch = 3\n",
-              "batch_size, early_stopping, embedding_dim, epochs, hidden, id_column, label_column, lr, method, "
-              "normalize, options, psi_mode, seed, test_size, val_fraction"),
+              "batch_size, class_weight, early_stopping, embedding_dim, epochs, hidden, id_column, label_column, lr, "
+              "method, normalize, options, psi_mode, seed, test_size, val_fraction"),
 }
 
 

@@ -300,9 +300,9 @@ def test_threat_model_a_deviating_passive_party_reads_the_labels(keypair, monkey
 
     honest, stolen = hl._gradient, []
 
-    def deviating(ctx, X_batch, residual, options, randbelow):
+    def deviating(ctx, X_batch, residual, options, randbelow, scale):
         if ctx.is_active:
-            return honest(ctx, X_batch, residual, options, randbelow)
+            return honest(ctx, X_batch, residual, options, randbelow, scale)
         stolen.append(hl._send_masked(ctx, MASKED_GRADIENT, residual, randbelow))  # [[e]], not X^T[[e]]
         return np.zeros(X_batch.shape[1])
 

@@ -93,7 +93,8 @@ class PartyData:
     y_test: np.ndarray | None = None
     y_unaligned: np.ndarray | None = None
     strip_shape: tuple[int, int] | None = None
-    n_classes: int = 2
+    n_classes: int = 2  # the model's output width: the class count, or 1 for regression
+    task: str = "classification"  # or "regression" (agreed by all parties, like the class count)
 
     @property
     def n_features(self) -> int:
@@ -117,6 +118,7 @@ class Scenario:
     test: np.ndarray
     dataset: str = ""
     notes: tuple[str, ...] = ()
+    task: str = "classification"
 
     @property
     def parties(self) -> tuple[str, ...]:
@@ -128,7 +130,8 @@ class Scenario:
 
     @property
     def n_classes(self) -> int:
-        return len(self.classes)
+        """The model's output width: the number of classes, or 1 for regression."""
+        return 1 if self.task == "regression" else len(self.classes)
 
     def party_data(self, name: str, *, standardize: bool = True) -> PartyData:
         """The view of party ``name``: its aligned train/test rows in agreed order, its own rest."""
@@ -152,7 +155,7 @@ class Scenario:
             y_train=None if y is None else y[train_rows],
             y_test=None if y is None else y[test_rows],
             y_unaligned=None if y is None else y[rest],
-            strip_shape=t.strip_shape, n_classes=len(self.classes))
+            strip_shape=t.strip_shape, n_classes=self.n_classes, task=self.task)
 
 
 def scenario_from_partition(data: PartitionedData, aligner: Aligner = align_plaintext) -> Scenario:

@@ -121,7 +121,8 @@ class JobSpec:
     (secure aggregation, privacy, ...), checked by the method, not here. ``normalize`` and
     ``psi_mode`` configure the PSI that aligns the parties' rows (see docs/psi.md);
     ``early_stopping`` (patience in epochs, 0: off) and ``val_fraction`` the early stopping of the
-    split-learning methods. Checkpoint directories are local (``securevfl party --checkpoint-dir``).
+    split-learning methods; ``class_weight`` (``none`` | ``balanced``) the loss weighting of
+    imbalanced classes. Checkpoint directories are local (``securevfl party --checkpoint-dir``).
     """
 
     method: str
@@ -139,6 +140,7 @@ class JobSpec:
     psi_mode: str = "both"
     early_stopping: int = 0
     val_fraction: float = 0.2
+    class_weight: str = "none"
 
     def __post_init__(self) -> None:
         for name in ("method", "id_column", "label_column"):

@@ -345,7 +345,7 @@ def _method_and_config(federation: Federation, device: str, checkpoint_dir: str 
     job = federation.job
     train = TrainConfig(epochs=job.epochs, batch_size=job.batch_size, lr=job.lr, seed=job.seed,
                         embedding_dim=job.embedding_dim, hidden=tuple(job.hidden), options=dict(job.options),
-                        patience=job.early_stopping, val_fraction=job.val_fraction,
+                        patience=job.early_stopping, val_fraction=job.val_fraction, class_weight=job.class_weight,
                         checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume)
     config = RunConfig(method=job.method, dataset="federation",
                        dataset_options=DatasetOptions(id_column=job.id_column, label_column=job.label_column,
@@ -403,7 +403,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
         n_rows = table.n_rows if table is not None else 0
         alignment = LocalAlignment(rows, _unaligned(n_rows, rows), size, setup_meter.snapshot())
         scenario = local_scenario(name, federation, table, classes, rows, plan, cost={})
-        roles = method.roles(scenario)
+        roles = method.party_roles(scenario)
         check_roles(job.method, roles, tuple(federation.parties))
         role = roles[name]
         outcome, meter = run_party(_with_cost_exchange(role, alignment.snapshot, transport.link_stats), name=name,

@@ -22,6 +22,7 @@ from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.defenses import check_defenses
+from securevfl.methods.objective import CLASS_WEIGHTS, REGRESSION
 from securevfl.seeding import simulation_rng
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     resume: bool = False
     defenses: Mapping[str, float] = field(default_factory=dict)
+    class_weight: str = "none"  # "balanced": cross-entropy weighted n / (C * count_c) (imbalanced classes)
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -70,6 +72,8 @@ class TrainConfig:
         if self.resume and not self.checkpoint_dir:
             raise ConfigError("resume needs a checkpoint directory (--checkpoint-dir)")
         object.__setattr__(self, "defenses", check_defenses(self.defenses))
+        if self.class_weight not in CLASS_WEIGHTS:
+            raise ConfigError(f"class_weight must be one of {', '.join(CLASS_WEIGHTS)}, got {self.class_weight!r}")
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,9 @@ class Method(ABC, Generic[OptionsT]):
     uses_engine: ClassVar[bool] = False
     #: Whether the run-level defences (``--defense``: gradient noise / sparsification, label DP) apply.
     supports_defenses: ClassVar[bool] = False
+    #: Whether the method trains through :mod:`securevfl.methods.objective`: regression tasks and
+    #: ``class_weight``; the others refuse both.
+    supports_objectives: ClassVar[bool] = False
     options: OptionsT
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -170,6 +177,14 @@ class Method(ABC, Generic[OptionsT]):
         if config.defenses and not self.supports_defenses:
             able = ", ".join(n for n in method_names() if method_class(n).supports_defenses)
             raise ConfigError(f"{self.name} does not support --defense; these methods do: {able}")
+        if config.class_weight != "none" and not self.supports_objectives:
+            raise ConfigError(f"{self.name} does not support class weighting; these methods do: {_objective_methods()}")
+
+    def party_roles(self, scenario: Scenario) -> dict[str, Role]:
+        """:meth:`roles`, after checking that the method trains the scenario's task."""
+        if scenario.task == REGRESSION and not self.supports_objectives:
+            raise ConfigError(f"{self.name} does not support regression; these methods do: {_objective_methods()}")
+        return self.roles(scenario)
 
     @abstractmethod
     def roles(self, scenario: Scenario) -> dict[str, Role]:
@@ -187,6 +202,10 @@ class Method(ABC, Generic[OptionsT]):
 
 
 _METHODS: dict[str, type[Method[Any]]] = {}
+
+
+def _objective_methods() -> str:
+    return ", ".join(n for n in method_names() if method_class(n).supports_objectives)
 
 MethodT = TypeVar("MethodT", bound="type[Method[Any]]")
 

@@ -57,7 +57,7 @@ from torch import nn
 
 from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
-from securevfl.eval import classification_metrics
+from securevfl.eval import task_metrics
 from securevfl.methods.base import Role, n_batches, register_method
 from securevfl.methods.engine import Evaluation, peer_reveal
 from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregationOptions
@@ -163,7 +163,8 @@ class Easter(AggregateMethod[EasterOptions]):
     def report(self, side: AggregateActive, evaluation: Evaluation) -> dict[str, Any]:
         o, config, y = self.options, self.config, side.data.y_test
         assert y is not None
-        party_metrics = {p: classification_metrics(y, s) for p, s in evaluation.per_party.items()}
+        task = side.data.task
+        party_metrics = {p: task_metrics(task, y, s) for p, s in evaluation.per_party.items()}
         mean_metrics = {key: float(np.mean([m[key] for m in party_metrics.values()]))
                         for key in next(iter(party_metrics.values()))}
         ensemble = np.mean(list(evaluation.per_party.values()), axis=0)
@@ -173,7 +174,7 @@ class Easter(AggregateMethod[EasterOptions]):
         extra: dict[str, Any] = {
             "headline_metrics": "per_party_mean",  # api.run: metrics = mean of per_party (paper's Avg)
             "mean_party_metrics": mean_metrics,
-            "ensemble_metrics": classification_metrics(y, ensemble),
+            "ensemble_metrics": task_metrics(task, y, ensemble),
             "architectures": {p: a.name for p, a in self.archs.items()},
             "secagg": o.secagg,
             "secagg_stats": {**stats.as_dict(), "drops_capped": raw_drops - stats.dropouts},

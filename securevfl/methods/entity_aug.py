@@ -583,6 +583,7 @@ class EntityAugmentation(SplitMethod[EntityAugOptions]):
     summary = ("Entity Augmentation (Amalanshu et al. 2024): no alignment needed, "
                "labels mixed by activation width")
     Options = EntityAugOptions
+    supports_objectives = False  # soft labels interpolated across guests: classification only
 
     def bottom(self, side: PartySide) -> nn.Module:
         return build_passive_model(side.data, self.config, self.options, side.name)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError
@@ -16,9 +15,9 @@ from securevfl.methods.base import (
     TrainConfig,
     as_tensor,
     batch_plan,
-    predict_scores,
     register_method,
 )
+from securevfl.methods.objective import make_objective
 from securevfl.models import MLP, init_parameters
 from securevfl.seeding import party_generator
 
@@ -35,16 +34,16 @@ def local_mlp_role(data: PartyData, config: TrainConfig) -> Role:
         model = init_parameters(MLP(data.n_features, hidden, data.n_classes),
                                 party_generator(config.seed, ctx.name)).to(device)
         opt = torch.optim.Adam(model.parameters(), lr=config.lr)
-        loss_fn = nn.CrossEntropyLoss()
+        objective = make_objective(data.task, data.y_train, data.n_classes, config.class_weight)
         X = as_tensor(data.X_train, device)
-        y = torch.as_tensor(data.y_train, dtype=torch.long, device=device)
+        y = objective.targets(data.y_train, device)
         history = []
         for epoch in range(config.epochs):
             ctx.stage = f"train epoch {epoch + 1}"
             total = 0.0
             for idx in batch_plan(len(X), config.batch_size, config.seed, epoch):
                 with ctx.meter.compute():
-                    loss = loss_fn(model(X[idx]), y[idx])
+                    loss = objective.loss(model(X[idx]), y[idx])
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
@@ -53,7 +52,7 @@ def local_mlp_role(data: PartyData, config: TrainConfig) -> Role:
             ctx.progress(epoch=epoch + 1, epochs=config.epochs, loss=history[-1]["train_loss"])
         ctx.stage = "evaluate"
         with ctx.meter.compute(), torch.no_grad():
-            scores = predict_scores(model.eval()(as_tensor(data.X_test, device)))
+            scores = objective.predictions(model.eval()(as_tensor(data.X_test, device)))
         return ActiveOutcome(y_true=data.y_test, scores=scores, history=history)
 
     return role
@@ -70,6 +69,7 @@ class Local(Method[NoOptions]):
 
     name = "local"
     summary = "active party alone on its own features (baseline)"
+    supports_objectives = True
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         roles: dict[str, Role] = {p: idle_role for p in scenario.passives}

@@ -35,6 +35,7 @@ from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, predict_scores
 from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide, agreed_batches
 from securevfl.methods.engine.split import checked_tensor, side_role
+from securevfl.methods.objective import REGRESSION
 from securevfl.models.zoo import MODEL_CHOICES, Architecture, architectures, build_local_model
 from securevfl.privacy.aggregation import (
     AggregationConfig,
@@ -99,6 +100,7 @@ class AggregateMethod(Method[AggregationOptionsT]):
 
     uses_engine = True
     supports_defenses = True
+    supports_objectives = True
 
     per_party_loss: ClassVar[bool] = False
 
@@ -238,7 +240,11 @@ class AggregatePassive(_AggregateSide):
         if self.method.per_party_loss:
             E, _ = _global_message(ctx.recv(ctx.active, self.tag(phase, GLOBAL)), ctx.active, len(X))
             with ctx.meter.compute(), torch.no_grad():
-                scores = predict_scores(self.method.head(model, E.to(ctx.device)))
+                outputs = self.method.head(model, E.to(ctx.device))
+                # class probabilities; for regression the outputs on the standardised scale (the active party maps
+                # them back: only it knows the target's mean and spread)
+                regression = self.data.task == REGRESSION
+                scores = outputs.cpu().numpy().astype(np.float64) if regression else predict_scores(outputs)
             ctx.send(ctx.active, self.tag(phase, SCORES), scores)
 
 
@@ -253,7 +259,7 @@ class AggregateActive(_AggregateSide):
 
     def build(self, ctx: PartyContext) -> None:
         self._build_model(ctx)
-        self.y = torch.as_tensor(self.training_labels(), dtype=torch.long, device=ctx.device)
+        self.y = self.training_targets()
         self.agg = self.scheme.active()
         ctx.stage = "secagg setup"
         self.agg.setup(ctx, self.passives)
@@ -280,7 +286,7 @@ class AggregateActive(_AggregateSide):
         if not self.method.per_party_loss:
             with ctx.meter.compute():
                 S.requires_grad_(True)
-                loss = nn.functional.cross_entropy((S + own) / k if own is not None else S / k, self.y[idx])
+                loss = self.objective.loss((S + own) / k if own is not None else S / k, self.y[idx])
                 if opt is not None:
                     opt.zero_grad()
                 loss.backward()
@@ -303,7 +309,7 @@ class AggregateActive(_AggregateSide):
         if model is not None and opt is not None:
             with ctx.meter.compute():
                 E_in = E.detach().requires_grad_(True) if every_loss else E
-                own_loss = nn.functional.cross_entropy(method.head(model, E_in), y)
+                own_loss = self.objective.loss(method.head(model, E_in), y)
                 opt.zero_grad()
                 own_loss.backward()
                 if not every_loss:
@@ -313,7 +319,7 @@ class AggregateActive(_AggregateSide):
             logits = checked_tensor(ctx.recv(p, self.tag(TRAIN, LOGITS)), p, len(idx), "logits")
             with ctx.meter.compute():
                 leaf = logits.to(self.device).requires_grad_(True)
-                loss = nn.functional.cross_entropy(leaf, y)
+                loss = self.objective.loss(leaf, y)
                 loss.backward()
             losses[p] = float(loss.detach())
             assert leaf.grad is not None
@@ -342,17 +348,17 @@ class AggregateActive(_AggregateSide):
         with ctx.meter.compute(), torch.no_grad():
             G = (S + own) / k if own is not None else S / k
         if not method.per_party_loss:
-            return Evaluation(predict_scores(G))
+            return Evaluation(self.objective.predictions(G))
         ctx.broadcast(self.passives, self.tag(phase, GLOBAL), {"E": G, "k": k})
         per_party: dict[str, np.ndarray] = {}
         if model is not None:
             with ctx.meter.compute(), torch.no_grad():
-                per_party[ctx.name] = predict_scores(method.head(model, G))
+                per_party[ctx.name] = self.objective.predictions(method.head(model, G))
         for p in self.passives:
             scores = np.asarray(ctx.recv(p, self.tag(phase, SCORES)))
             if scores.shape != (len(X), self.data.n_classes) or not np.issubdtype(scores.dtype, np.floating):
                 raise ProtocolError(f"{p} sent malformed test scores of shape {scores.shape}")
-            per_party[p] = scores
+            per_party[p] = self.objective.predictions(torch.as_tensor(scores)) if self.objective.regression else scores
         ensemble: np.ndarray = np.mean(list(per_party.values()), axis=0)
         # the active party's own model when it has one, else the ensemble (EASTER's headline is the mean)
         return Evaluation(per_party.get(ctx.name, ensemble), per_party)

@@ -22,6 +22,7 @@ Engine messages use tags ``engine.<phase>.<what>``; a method's own use ``<method
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from abc import ABC, abstractmethod
@@ -38,6 +39,7 @@ from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import batch_plan
 from securevfl.methods.defenses import protect, randomized_response, secret_generator
 from securevfl.methods.engine.checkpoint import CheckpointStore
+from securevfl.methods.objective import REGRESSION, Objective, make_objective
 from securevfl.seeding import simulation_rng
 
 if TYPE_CHECKING:
@@ -219,12 +221,25 @@ class PartySide(ABC):
         """The party's own model outputs for rows ``X`` (what it can compute alone after training)."""
         return None
 
+    @functools.cached_property
+    def objective(self) -> Objective:
+        """The active party's loss, targets and predictions, fitted on its training labels."""
+        y = self.data.y_train
+        assert y is not None  # the active party holds the labels
+        return make_objective(self.data.task, y[self.rows], self.data.n_classes, self.config.class_weight)
+
     def training_labels(self) -> np.ndarray:
         """The active party's training labels, after label DP (``--defense label-dp=EPS``) if asked."""
         y = self.data.y_train
         assert y is not None  # the active party holds the labels
         epsilon = self.config.defenses.get("label-dp")
+        if epsilon and self.data.task == REGRESSION:
+            raise ConfigError("label-dp (randomised response) applies to class labels, not to a regression target")
         return randomized_response(y, self.data.n_classes, epsilon) if epsilon else y
+
+    def training_targets(self) -> torch.Tensor:
+        """:meth:`training_labels` as the objective's loss takes them, on the party's device."""
+        return self.objective.targets(self.training_labels(), self.device)
 
     def defend(self, grad: torch.Tensor) -> torch.Tensor:
         """A gradient the active party returns, after the gradient defences of the run (if any)."""

@@ -39,7 +39,6 @@ from securevfl.methods.base import (
     OptionsT,
     Role,
     as_tensor,
-    predict_scores,
 )
 from securevfl.methods.engine.loop import TEST, TRAIN, EngineRecord, Evaluation, Losses, PartySide, run_side
 from securevfl.models import MLP, init_parameters
@@ -69,6 +68,7 @@ class SplitMethod(Method[OptionsT]):
 
     uses_engine = True
     supports_defenses = True
+    supports_objectives = True
 
     def bottom(self, side: PartySide) -> nn.Module:
         """A party's bottom model: its features -> ``embedding_width()``."""
@@ -99,8 +99,9 @@ class SplitMethod(Method[OptionsT]):
     def combine(self, side: PartySide, parts: list[torch.Tensor]) -> torch.Tensor:
         return torch.cat(parts, dim=1)
 
-    def loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return nn.functional.cross_entropy(logits, y)
+    def loss(self, side: PartySide, outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The active party's loss: the run's objective (cross-entropy, weighted or not, or MSE)."""
+        return side.objective.loss(outputs, y)
 
     def report(self, side: PartySide) -> dict[str, Any]:
         """Method-specific report entries (``extra``), from the active side at the end."""
@@ -163,7 +164,7 @@ class SplitActive(PartySide):
             params += list(own.parameters())
         self.state.optimizers["model"] = torch.optim.Adam(params, lr=self.config.lr)
         self.X = as_tensor(self.data.X_train, ctx.device)
-        self.y = torch.as_tensor(self.training_labels(), dtype=torch.long, device=ctx.device)
+        self.y = self.training_targets()
 
     def _forward(self, parts: list[torch.Tensor], X: torch.Tensor) -> torch.Tensor:
         own = self.state.modules.get("bottom")
@@ -176,7 +177,7 @@ class SplitActive(PartySide):
         with ctx.meter.compute():
             leaves = [method.decode(self, m, p, len(batch), TRAIN).to(self.device).requires_grad_(True)
                       for p, m in zip(self.passives, received, strict=True)]
-            loss = method.loss(self._forward(leaves, self.X[batch]), self.y[batch])
+            loss = method.loss(self, self._forward(leaves, self.X[batch]), self.y[batch])
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -191,7 +192,7 @@ class SplitActive(PartySide):
         with ctx.meter.compute(), torch.no_grad():
             parts = [self.method.decode(self, m, p, len(X), phase).to(self.device)
                      for p, m in zip(self.passives, received, strict=True)]
-            return Evaluation(predict_scores(self._forward(parts, as_tensor(X, ctx.device))))
+            return Evaluation(self.objective.predictions(self._forward(parts, as_tensor(X, ctx.device))))
 
     def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> ActiveOutcome:
         assert evaluation is not None and self.data.y_test is not None

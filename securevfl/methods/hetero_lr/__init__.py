@@ -22,6 +22,12 @@ to [[u]], the active party accumulates [[Σ_i ℓ_i]] over the epoch and has the
 once, masked the same way (the active party learns one number per epoch, the arbiter nothing).
 With two or more passive parties the cross terms u_j u_k need another protocol; loss is not monitored.
 
+Regression (``--task regression``): vertical *linear* regression, the same protocol with the exact
+residual e = Σ_k u_k − z of the squared loss ½(θᵀx − z)² on the target z standardised by the
+active party (the gradient is X_kᵀ e / B, so the passive parties scale by 1 instead of ¼; the
+monitored loss uses [[u]] and [[u²]] the same way). The active party maps predictions back to the
+target's scale.
+
 Prediction follows FATE: each passive party sends its plaintext partial scores X_k θ_k for the test rows to
 the active party, which adds them up and applies the sigmoid. See docs/hetero_lr.md for what each
 party learns and the collusion caveats.
@@ -45,6 +51,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, DataError, ProtocolError
@@ -59,6 +66,7 @@ from securevfl.methods.base import (
     register_method,
 )
 from securevfl.methods.hetero_lr.batches import check_batch_size
+from securevfl.methods.objective import REGRESSION, make_objective
 from securevfl.privacy.paillier import (
     EncryptedTensor,
     PaillierBackend,
@@ -173,10 +181,15 @@ def _send_masked(ctx: PartyContext, tag: str, tensor: EncryptedTensor, randbelow
     return values.reshape(tensor.shape)
 
 
+def residual_scale(task: str) -> float:
+    """The residual's scale in e = scale · d: 4 for the logistic Taylor residual, 1 for the squared loss."""
+    return 1.0 if task == REGRESSION else 4.0
+
+
 def _gradient(ctx: PartyContext, X_batch: np.ndarray, residual: EncryptedTensor, options: HeteroLROptions,
-              randbelow: RandBelow | None) -> np.ndarray:
-    """The gradient X_bᵀ d / B from [[e]] = [[4 d]], decrypted through the arbiter behind a mask."""
-    weights = X_batch.T / (4.0 * len(X_batch))
+              randbelow: RandBelow | None, scale: float) -> np.ndarray:
+    """The gradient X_bᵀ d / B from [[e]] = [[scale · d]], decrypted through the arbiter behind a mask."""
+    weights = X_batch.T / (scale * len(X_batch))
     with ctx.meter.crypto("paillier.matmul"):
         encrypted = residual.rmatmul(weights, frac_bits=options.frac_bits)
     return _send_masked(ctx, MASKED_GRADIENT, encrypted, randbelow)
@@ -208,7 +221,7 @@ def passive_role(data: PartyData, config: TrainConfig, options: HeteroLROptions,
                         residual = EncryptedTensor.from_bytes(wire, backend)
                     if residual.shape != (len(idx),):
                         raise DataError(f"residual for {residual.shape} rows, batch has {len(idx)}")
-                    grad = _gradient(ctx, X[idx], residual, options, randbelow)
+                    grad = _gradient(ctx, X[idx], residual, options, randbelow, residual_scale(data.task))
                     with ctx.meter.compute():
                         theta = theta - options.lr * (grad + options.l2 * theta)
             ctx.stage = "evaluate"
@@ -228,6 +241,12 @@ def _plain_loss_terms(u: np.ndarray, y_pm: np.ndarray) -> tuple[float, np.ndarra
     return plain, -0.5 * y_pm + 0.25 * u
 
 
+def _plain_squared_terms(u: np.ndarray, z: np.ndarray) -> tuple[float, np.ndarray]:
+    """Σ_i ½ (u − z)² and the weights u − z of [[u_p]] in ½ (u_p + u − z)² (with ½ [[u_p²]])."""
+    r = u - z
+    return float(np.sum(0.5 * r * r)), r
+
+
 def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, passives: tuple[str, ...],
                 monitor_loss: bool, min_rows: int, randbelow: RandBelow | None = None) -> Role:
     """The active party: labels stay here; forms [[4d]], updates its own weights, predicts."""
@@ -238,7 +257,12 @@ def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, 
         backend = _receive_key(ctx, options)
         try:
             X = design_matrix(data.X_train, options.fit_intercept)
-            y_pm = 2.0 * np.asarray(data.y_train, dtype=np.float64) - 1.0
+            objective = make_objective(data.task, data.y_train, data.n_classes)
+            regression = objective.regression
+            # the target the residual subtracts: 2y' (y' = ±1) for the Taylor loss, z for the squared loss
+            shift = (objective.targets(data.y_train).numpy().astype(np.float64) if regression
+                     else 2.0 * (2.0 * np.asarray(data.y_train, dtype=np.float64) - 1.0))
+            scale = residual_scale(data.task)
             theta = np.zeros(X.shape[1])
             reg = l2_mask(X.shape[1], options.fit_intercept)
             history: list[dict[str, float]] = []
@@ -259,7 +283,7 @@ def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, 
                         residual = scores[0]
                         for s in scores[1:]:
                             residual = residual + s
-                        residual = residual + (u - 2.0 * y_pm[idx])
+                        residual = residual + (u - shift[idx])
                     with ctx.meter.crypto("paillier.rerandomize"):
                         residual = residual.rerandomize()
                     with ctx.meter.serialize():
@@ -269,15 +293,16 @@ def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, 
                         with ctx.meter.serialize():
                             square = EncryptedTensor.from_bytes(messages[0]["square"], backend)
                         with ctx.meter.compute():
-                            plain, weights = _plain_loss_terms(u, y_pm[idx])
+                            plain, weights = (_plain_squared_terms(u, shift[idx]) if regression
+                                              else _plain_loss_terms(u, shift[idx] / 2.0))
                         with ctx.meter.crypto("paillier.matmul"):
                             batch_loss = scores[0].matmul(weights, frac_bits=options.frac_bits)
-                            batch_loss = batch_loss + square.matmul(np.full(len(idx), 0.125),
+                            batch_loss = batch_loss + square.matmul(np.full(len(idx), 0.5 if regression else 0.125),
                                                                     frac_bits=options.frac_bits)
                         with ctx.meter.crypto("paillier.add"):
                             loss_sum = batch_loss if loss_sum is None else loss_sum + batch_loss
                         loss_plain += plain
-                    grad = _gradient(ctx, X[idx], residual, options, randbelow)
+                    grad = _gradient(ctx, X[idx], residual, options, randbelow, scale)
                     with ctx.meter.compute():
                         theta = theta - options.lr * (grad + options.l2 * reg * theta)
                 record = {"epoch": float(epoch + 1)}
@@ -294,8 +319,11 @@ def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, 
                 logits = design_matrix(data.X_test, options.fit_intercept) @ theta
                 for u_passive in partial:
                     logits = logits + u_passive
-                p = 1.0 / (1.0 + np.exp(-logits))
-                scores_out = np.column_stack([1.0 - p, p])
+                if regression:
+                    scores_out = objective.predictions(torch.as_tensor(logits))
+                else:
+                    p = 1.0 / (1.0 + np.exp(-logits))
+                    scores_out = np.column_stack([1.0 - p, p])
         finally:
             backend.close()
         extra = {"hetero_lr": {"backend": options.backend, "key_bits": options.key_bits, "passives": list(passives),
@@ -349,11 +377,15 @@ class HeteroLR(Method[HeteroLROptions]):
     name = "hetero-lr"
     summary = "hetero-LR (Hardy et al. 2017 / FATE): Paillier, Taylor loss, arbiter decrypts masked gradients"
     Options = HeteroLROptions
+    supports_objectives = True  # regression as vertical linear regression; no class weights (see __init__)
     randbelow: RandBelow | None = None  # tests may inject a deterministic mask source
     keypair: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None  # tests may inject a pre-generated key
 
     def __init__(self, config: TrainConfig) -> None:
         super().__init__(config)
+        if config.class_weight != "none":
+            raise ConfigError("hetero-lr does not weight classes (its residual is encrypted per row); "
+                              "the neural methods do: --class-weight with splitnn, easter, local, ...")
         if config.lr != TrainConfig.lr:
             raise ConfigError(f"hetero-lr takes its step size from the option lr (default 0.15), not from "
                               f"--lr={config.lr}; pass --option lr={config.lr} instead")
@@ -363,7 +395,7 @@ class HeteroLR(Method[HeteroLROptions]):
         if ARBITER in scenario.parties:
             raise ConfigError(f"party name {ARBITER!r} is reserved for hetero-lr's key holder")
         active = scenario.party_data(scenario.active)
-        if active.n_classes != 2:
+        if active.task != REGRESSION and active.n_classes != 2:
             raise ConfigError(f"hetero-lr is binary logistic regression; the task has {active.n_classes} classes")
         passives = tuple(scenario.passives)
         datas = {p: scenario.party_data(p) for p in passives}
