@@ -28,6 +28,7 @@ _LAZY = {
     "RunReport": "securevfl.report",
     "TrainConfig": "securevfl.methods",
     "PartitionSpec": "securevfl.data",
+    "ColumnSpec": "securevfl.data",
     "DatasetOptions": "securevfl.data",
     "load_dataset": "securevfl.data",
     "method_names": "securevfl.methods",

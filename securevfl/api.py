@@ -12,6 +12,7 @@ import numpy as np
 
 from securevfl.checks import check_output_file
 from securevfl.data import (
+    ColumnSpec,
     DatasetOptions,
     PartitionSpec,
     Scenario,
@@ -83,7 +84,8 @@ def build_scenario(config: RunConfig) -> Scenario:
             raise ConfigError("training from --data files needs --id-column and --label-column")
         names = list(config.data_files)
         tables, classes = party_tables_from_files(config.data_files, id_column=opts.id_column,
-                                                  label_column=opts.label_column, active=names[0])
+                                                  label_column=opts.label_column, active=names[0],
+                                                  columns=opts.columns)
         return scenario_from_tables(tables, names[0], classes, test_size=config.partition.test_size,
                                     seed=config.partition.seed, aligner=aligner,
                                     dataset="files: " + ", ".join(f"{n}={p}" for n, p in config.data_files.items()))
@@ -140,17 +142,10 @@ def assemble_report(config: RunConfig, scenario: Scenario, outcome: Any, snapsho
     cost = cost_from_snapshots(snapshots, config.network)
     cost["crypto_s"].update(alignment_crypto_seconds(scenario.alignment))
     cost["alignment"] = {"method": scenario.alignment.method, **scenario.alignment.cost}
-    parties = {
-        name: {"rows": int(t.n_rows), "features": len(t.feature_names),
-               "aligned": int(len(scenario.alignment.aligned[name])),
-               "unaligned": int(len(scenario.alignment.unaligned[name])),
-               "labels": t.labels is not None}
-        for name, t in scenario.tables.items()
-    }
     return RunReport(
         method=config.method, dataset=scenario.dataset or config.dataset,
         config=_config_dict(config, method_options), metrics=metrics, cost=cost,
-        wall_s=wall_s, parties=parties, history=outcome.history,
+        wall_s=wall_s, parties=describe_parties(scenario), history=outcome.history,
         notes=list(scenario.notes) + _label_notes(task, outcome.y_true, config.train.class_weight)
         + [f"warning: {w}" for w in outcome.extra.get("warnings", ())],
         extra=outcome.extra)
@@ -165,6 +160,31 @@ def _label_notes(task: str, y_test: np.ndarray, class_weight: str) -> list[str]:
                  else "--class-weight balanced weights the loss")
     return [f"imbalanced: {100 * share:.1f} % positives in the test rows; read auc and f1 (always predicting "
             f"the majority scores accuracy {1 - share:.3f}); {weighting}"]
+
+
+def describe_parties(scenario: Scenario) -> dict[str, dict[str, Any]]:
+    """The report's ``parties``: rows, model inputs, alignment, the label holder's class names.
+
+    For each table this process holds, also what its own preprocessing did (``preprocessing``: the
+    encoded columns and how each column was encoded). ``features`` counts the encoded columns (the
+    model's input width). A deployed party knows only its own preprocessing: its peers' entries have
+    their sizes, never their columns.
+    """
+    parties: dict[str, dict[str, Any]] = {}
+    for name, t in scenario.tables.items():
+        encoded = scenario.encoded(name)
+        entry: dict[str, Any] = {"rows": int(t.n_rows), "features": len(encoded.feature_names),
+                                 "aligned": int(len(scenario.alignment.aligned[name])),
+                                 "unaligned": int(len(scenario.alignment.unaligned[name])),
+                                 "labels": t.labels is not None}
+        if t.labels is not None:
+            entry["classes"] = list(scenario.classes)
+            if len(scenario.classes) == 2:  # the class binary F1 and AUC score as positive
+                entry["positive_class"] = scenario.classes[1]
+        if encoded.summary:
+            entry["preprocessing"] = encoded.summary
+        parties[name] = entry
+    return parties
 
 
 def _config_dict(config: RunConfig, method_options: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,6 +218,7 @@ def train(
     label_column: str | None = None,
     n_samples: int = 10_000,
     n_features: int = 40,
+    columns: ColumnSpec | Mapping[str, ColumnSpec] | None = None,
     options: Mapping[str, Any] | None = None,
     data_files: Mapping[str, str] | None = None,
     alignment: str = "psi",
@@ -217,7 +238,10 @@ def train(
     """Train ``method`` on ``dataset`` cut into ``parties`` parties; same options as the CLI.
 
     With ``data_files={"active": "a.csv", "bank": "b.csv"}`` the parties' own tables are used
-    instead (the first holds the labels). ``alignment="psi"`` (default) finds the shared rows with
+    instead (the first holds the labels). ``columns`` (a :class:`~securevfl.data.ColumnSpec`, or party ->
+    ColumnSpec for per-party files) says how each party reads and encodes its own columns: integer
+    categories, dropped columns, dates, missing markers, the one-hot limit; every party fits its
+    preprocessing on its own training rows. ``alignment="psi"`` (default) finds the shared rows with
     ECDH PSI; ``"plaintext"`` skips it for simulations and the report says so. ``patience`` > 0
     stops early on a ``val_fraction`` validation split of the aligned training rows (best weights
     restored); ``checkpoint_dir`` saves every party's own state at each epoch end and ``resume``
@@ -240,7 +264,8 @@ def train(
     config = RunConfig(
         method=method, dataset=dataset,
         dataset_options=DatasetOptions(id_column=id_column, label_column=label_column,
-                                       n_samples=n_samples, n_features=n_features, seed=seed),
+                                       n_samples=n_samples, n_features=n_features, seed=seed,
+                                       columns=columns if columns is not None else ColumnSpec()),
         partition=PartitionSpec(parties=parties, names=tuple(party_names) if party_names else None,
                                 features=features, preset=preset, split=split,
                                 active_features=active_features, aligned=aligned,
@@ -264,4 +289,4 @@ def train(
     return result
 
 
-__all__ = ["RunConfig", "build_scenario", "check_report_path", "resolve_device", "run", "train"]
+__all__ = ["RunConfig", "build_scenario", "check_report_path", "describe_parties", "resolve_device", "run", "train"]

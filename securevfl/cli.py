@@ -74,6 +74,13 @@ def train(
     label_column: str = typer.Option("", help="Label column of a csv:/parquet: dataset."),
     n_samples: int = typer.Option(10_000, help="Rows of the synthetic dataset."),
     n_features: int = typer.Option(40, help="Columns of the synthetic dataset."),
+    categorical: str = typer.Option(
+        "", help="Comma-separated integer columns to encode as categories (text columns are categorical anyway)."),
+    drop: str = typer.Option("", help="Comma-separated columns to leave out."),
+    dates: str = typer.Option("", help="Comma-separated date columns (used as year, month, day of week)."),
+    missing_markers: str | None = typer.Option(
+        None, help="Comma-separated cell values that mean missing (default: NA, ?, null, ... ; blank always)."),
+    max_onehot: int = typer.Option(20, help="One-hot a categorical column up to this many levels; hash wider ones."),
     option: list[str] = typer.Option([], "--option", help="Method option KEY=VALUE (repeatable)."),
     data: list[str] = typer.Option(
         [], "--data", help="PARTY=FILE per party (CSV/Parquet); the first holds the labels. Runs PSI, then trains."),
@@ -108,8 +115,11 @@ def train(
     """Train a VFL model and write a report (JSON + Markdown)."""
     from securevfl.api import check_report_path
     from securevfl.api import train as api_train
+    from securevfl.data.columns import spec_from_text
 
     check_report_path(report)  # before any work (the API checks it too when given report=)
+    columns = spec_from_text(categorical=categorical, drop=drop, dates=dates, missing_markers=missing_markers,
+                             max_onehot=max_onehot)
     opts: dict[str, Any] = _parse_pairs(option, "--option")
     flagged = {"secagg": secagg, "key_agreement": key_agreement, "frac_bits": frac_bits, "drop_prob": drop_prob,
                "distill_loss": distill_loss, "fail_prob": fail_prob, "on_fail": on_fail}
@@ -125,7 +135,7 @@ def train(
             active_features=active_features if active_features >= 0 else None,
             aligned=aligned or None, aligned_ratio=aligned_ratio or None, unaligned=unaligned,
             test_size=test_size, id_column=id_column or None, label_column=label_column or None,
-            n_samples=n_samples, n_features=n_features, options=opts,
+            n_samples=n_samples, n_features=n_features, columns=columns, options=opts,
             data_files=_parse_pairs(data, "--data") or None, alignment=alignment,
             bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms, recv_timeout_s=recv_timeout,
             patience=early_stopping, val_fraction=val_fraction,
@@ -135,6 +145,26 @@ def train(
     json_path, md_path = result.save(report)
     print_summary(result)
     console.print(f"report: {json_path} and {md_path}")
+
+
+def _print_parties(parties: dict[str, Any]) -> None:
+    """Class names and each party's local preprocessing, where this process knows it."""
+    from securevfl.report.run_report import preprocessing_line
+
+    for name, p in parties.items():
+        if p.get("classes"):
+            console.print(f"classes (label at {name}): {', '.join(map(str, p['classes']))}", highlight=False)
+    known = {n: p for n, p in parties.items() if p.get("preprocessing")}
+    if not known or all(not (p["preprocessing"]["one_hot"] or p["preprocessing"]["hashed"]
+                             or p["preprocessing"]["imputed"] or p["preprocessing"]["dates"]
+                             or p["preprocessing"]["dropped"]) for p in known.values()):
+        return  # numbers only, standardised: nothing worth a table
+    table = Table(title="each party's own preprocessing (fitted on its training rows)")
+    for col in ("party", "encoded columns", "how"):
+        table.add_column(col)
+    for name, p in known.items():
+        table.add_row(name, str(p["features"]), preprocessing_line(p["preprocessing"]))
+    console.print(table)
 
 
 class _progress:
@@ -173,6 +203,7 @@ def print_summary(result: Any) -> None:
         if isinstance(v, float):
             metrics.add_row(k, f"{v:.4f}")
     console.print(metrics)
+    _print_parties(result.parties)
     for note in result.notes:
         if note.startswith("warning: "):
             err_console.print(f"[bold yellow]{note}[/]", highlight=False)

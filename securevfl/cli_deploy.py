@@ -63,21 +63,36 @@ def party_command(
     checkpoint_dir: Path | None = typer.Option(  # noqa: B008
         None, help="Save this party's own state here at each epoch end (split-learning methods)."),
     resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
+    categorical: str = typer.Option("", help="This party's integer columns to encode as categories (comma-separated)."),
+    drop: str = typer.Option("", help="This party's columns to leave out (comma-separated)."),
+    dates: str = typer.Option("", help="This party's date columns (comma-separated)."),
+    missing_markers: str | None = typer.Option(
+        None, help="Cell values that mean missing in this party's file (comma-separated; blank always)."),
+    max_onehot: int | None = typer.Option(None, help="One-hot up to this many levels; hash wider columns."),
 ) -> None:
-    """Run one party: load only its own table, PSI with its peers, then its role of the method."""
+    """Run one party: load only its own table, PSI with its peers, then its role of the method.
+
+    The column options describe this party's own file (they override its [parties.NAME.columns]
+    section); no other party sees them.
+    """
     from securevfl.api import check_report_path
+    from securevfl.data.columns import spec_from_text
     from securevfl.deploy.federation import load_federation
     from securevfl.deploy.party import run_deployed_party
 
     if report is not None:
         check_report_path(report)
     fed = load_federation(federation)
-    fed.party(as_)
+    columns = spec_from_text(categorical=categorical, drop=drop, dates=dates, missing_markers=missing_markers,
+                             max_onehot=max_onehot, base=fed.party(as_).columns)
+    if not fed.party(as_).data and columns != fed.party(as_).columns:
+        raise ConfigError(f"{as_} has data = false in the federation file: it takes no column options")
     check_insecure(fed.insecure, insecure)
     print(f"[{as_}] connecting to {', '.join(p for p in fed.parties if p != as_)} "
           f"({'plaintext, loopback' if fed.insecure else 'mutual TLS'})", file=sys.stderr, flush=True)
     result = run_deployed_party(fed, as_, data, device=device, progress=_epoch_printer(as_),
-                                checkpoint_dir=checkpoint_dir, resume=resume)
+                                checkpoint_dir=checkpoint_dir, resume=resume,
+                                columns=columns if fed.party(as_).data else None)
     print(f"[{as_}] {result.alignment.size} shared rows; done in {result.wall_s:.1f} s", file=sys.stderr, flush=True)
     if result.report is not None:
         from securevfl.cli import print_summary
@@ -102,7 +117,7 @@ def _passive_report(result: Any) -> dict[str, Any]:
             "serialize_s": snap.serialize_s, "bytes_sent": dict(snap.bytes), "messages_sent": dict(snap.messages),
             "psi": {"bytes_sent": dict(result.alignment.snapshot.bytes),
                     "crypto_s": result.alignment.snapshot.crypto_s},
-            "wire": result.link_stats}
+            "preprocessing": result.preprocessing, "wire": result.link_stats}
 
 
 def launch_command(

@@ -126,7 +126,7 @@ def _psi_as_party(federation: Path, name: str, data: Path, out: Path) -> None:
     out = check_output_dir(out)
     job = fed.job
     table, _ = party_table_from_file(name, data, id_column=job.id_column, label_column=job.label_column,
-                                     is_active=name == fed.active)
+                                     is_active=name == fed.active, columns=fed.party(name).columns)
     transport = open_transport(fed, name)
     try:
         result = align_over_network(transport, fed, name, table)

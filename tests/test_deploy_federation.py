@@ -166,7 +166,7 @@ def test_relative_paths_resolve_against_the_files_directory(tmp_path: Path, monk
 
 SECTION_KEYS = {
     "[federation]": ("active = \"bank\"\n", "actve = 1\n", "active, insecure"),
-    "[parties.shop]": ("address = \"127.0.0.1:7102\"\n", "adress = \"x\"\n", "address, cert, data, key"),
+    "[parties.shop]": ("address = \"127.0.0.1:7102\"\n", "adress = \"x\"\n", "address, cert, columns, data, key"),
     "[tls]": ("dir = \"certs\"\n", "cafile = \"x\"\n", "ca, dir"),
     "[job]": ("method = \"splitnn\"\n", "epoch = 3\n",
               "batch_size, class_weight, early_stopping, embedding_dim, epochs, hidden, id_column, label_column, lr, "
@@ -431,3 +431,20 @@ def test_helper_parties_without_data() -> None:
                            '[parties.bank]\naddress = "127.0.0.1:7101"\ndata = false'))
     with pytest.raises(ConfigError, match="data must be true or false"):
         parse(text.replace("data = false", 'data = "no"'))
+
+
+def test_a_partys_column_spec_is_local_to_it() -> None:
+    from securevfl.data import ColumnSpec
+
+    section = '[parties.shop.columns]\ncategorical = ["store"]\ndrop = ["notes"]\nmax_onehot = 8\n\n[tls]'
+    fed = parse(MINIMAL.replace("[tls]", section))
+    assert fed.party("shop").columns == ColumnSpec(categorical=("store",), drop=("notes",), max_onehot=8)
+    assert fed.party("bank").columns == ColumnSpec()
+    assert job_fingerprint(fed) == job_fingerprint(parse(MINIMAL))  # each party's own: not agreed on
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) 'categorial' in \[parties\.shop\.columns\]"):
+        parse(MINIMAL.replace("[tls]", section.replace("categorical", "categorial")))
+    with pytest.raises(ConfigError, match=r"\[parties\.shop\.columns\]: max_onehot must be an integer"):
+        parse(MINIMAL.replace("[tls]", section.replace("8", '"8"')))
+    helper = '[parties.arbiter]\naddress = "127.0.0.1:7104"\ndata = false\n[parties.arbiter.columns]\ndrop = ["x"]\n'
+    with pytest.raises(ConfigError, match="data = false: it has no columns"):
+        parse(MINIMAL.replace("[tls]", helper + "\n[tls]"))

@@ -1,5 +1,6 @@
-"""Data layer: dataset registry, vertical partitioner and scenarios."""
+"""Data layer: dataset registry, vertical partitioner, each party's own preprocessing, and scenarios."""
 
+from securevfl.data.columns import ColumnSpec
 from securevfl.data.datasets import (
     Dataset,
     DatasetOptions,
@@ -19,7 +20,7 @@ from securevfl.data.scenario import (
 )
 
 __all__ = [
-    "Alignment", "Dataset", "DatasetOptions", "PartitionSpec", "PartyData", "PartyTable", "Scenario",
+    "Alignment", "ColumnSpec", "Dataset", "DatasetOptions", "PartitionSpec", "PartyData", "PartyTable", "Scenario",
     "align_plaintext", "dataset_names", "describe_datasets", "load_dataset", "partition",
     "register_dataset", "register_preset", "scenario_from_partition", "scenario_from_tables",
 ]

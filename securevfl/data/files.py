@@ -1,4 +1,9 @@
-"""Per-party input files: each organisation's own table (ID column + features; labels at the active party)."""
+"""Per-party input files: each organisation's own table (ID column + features; labels at the active party).
+
+Each party reads its own file with its own :class:`ColumnSpec` (missing markers, dropped columns,
+dates, integer categories); its feature columns may be numeric, categorical or dates, and it encodes
+them itself once the training rows are known (:mod:`securevfl.data.preprocess`).
+"""
 
 from __future__ import annotations
 
@@ -9,43 +14,69 @@ import numpy as np
 import pandas as pd
 
 from securevfl.checks import validate_party_name
-from securevfl.data.datasets import numeric_feature_columns, read_frame, validate_ids
+from securevfl.data.columns import ColumnSpec, check_named_columns, needs_encoding
+from securevfl.data.datasets import check_labels, feature_frame, read_frame, sorted_classes, validate_ids
 from securevfl.data.partition import PartyTable
 from securevfl.errors import ConfigError, DataError
 
 
-def read_table(path: Path, id_column: str | None = None) -> pd.DataFrame:
+def read_table(path: Path, id_column: str | None = None, columns: ColumnSpec | None = None) -> pd.DataFrame:
     """Read a CSV or Parquet table; missing or unreadable files are a DataError naming the path."""
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
     kind = "parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv"
-    return read_frame(path, kind, id_column=id_column)
+    return read_frame(path, kind, id_column=id_column, missing_markers=(columns or ColumnSpec()).missing_markers)
 
 
 def party_tables_from_files(files: Mapping[str, str | Path], *, id_column: str, label_column: str,
-                            active: str | None = None) -> tuple[dict[str, PartyTable], tuple[str, ...]]:
-    """One PartyTable per party file. Only the active party (first, unless named) may hold the label."""
+                            active: str | None = None,
+                            columns: ColumnSpec | Mapping[str, ColumnSpec] | None = None,
+                            ) -> tuple[dict[str, PartyTable], tuple[str, ...]]:
+    """One PartyTable per party file. Only the active party (first, unless named) may hold the label.
+
+    ``columns``: one ColumnSpec for every file (each party uses the names of its own columns; a name
+    in no file is a DataError), or party -> its own ColumnSpec.
+    """
     if not files:
         raise ConfigError("training from files needs at least one --data NAME=FILE entry")
     names = [validate_party_name(n) for n in files]
     active = active or names[0]
     if active not in files:
         raise ConfigError(f"active party {active!r} has no --data file")
+    shared = columns if isinstance(columns, ColumnSpec) or columns is None else None
+    if not isinstance(columns, ColumnSpec) and columns is not None:
+        unknown = sorted(set(columns) - set(files))
+        if unknown:
+            raise ConfigError(f"column specs given for parties without a --data file: {', '.join(unknown)}")
     tables: dict[str, PartyTable] = {}
     classes: tuple[str, ...] = ()
     for name, raw_path in files.items():
-        tables[name], own_classes = party_table_from_file(name, raw_path, id_column=id_column,
-                                                          label_column=label_column, is_active=name == active)
+        spec = shared or (columns or {}).get(name, ColumnSpec())  # type: ignore[union-attr]
+        tables[name], own_classes = party_table_from_file(
+            name, raw_path, id_column=id_column, label_column=label_column, is_active=name == active,
+            columns=spec, only_own_names=shared is not None)
         classes = own_classes or classes
+    if shared is not None:
+        held = {c for t in tables.values() for c in (*t.feature_names, *(t.columns.drop if t.columns else ()))}
+        missing = [c for c in shared.named if c not in held]
+        if missing:
+            raise DataError(f"column {missing[0]!r} named in the column spec is in none of the files "
+                            f"({', '.join(str(p) for p in files.values())})")
     return tables, classes
 
 
 def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, label_column: str,
-                          is_active: bool) -> tuple[PartyTable, tuple[str, ...]]:
-    """One organisation's own table: IDs, numeric features, and (active party only) labels and classes."""
+                          is_active: bool, columns: ColumnSpec | None = None,
+                          only_own_names: bool = False) -> tuple[PartyTable, tuple[str, ...]]:
+    """One organisation's own table: IDs, feature columns, and (active party only) labels and classes.
+
+    ``columns`` is this party's spec; with ``only_own_names`` it may name columns of other files
+    (a spec shared by every party), which are ignored here.
+    """
     validate_party_name(name)
     path = Path(raw_path)
-    frame = read_table(path, id_column)
+    spec = columns or ColumnSpec()
+    frame = read_table(path, id_column, spec)
     where = f"{path} (party {name})"
     if id_column not in frame.columns:
         raise DataError(f"{where}: ID column {id_column!r} not found; columns are {list(frame.columns)[:10]}")
@@ -61,20 +92,24 @@ def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, la
     if is_active:
         if label_column not in frame.columns:
             raise DataError(f"{where}: label column {label_column!r} not found at the active party")
-        if frame[label_column].isna().any():
-            raise DataError(f"{where}: label column {label_column!r} has missing values")
-        values = frame[label_column].astype(str)
-        classes = tuple(sorted(values.unique(), key=lambda v: (len(v), v)))
-        if len(classes) < 2:
-            raise DataError(f"{where}: label column {label_column!r} has fewer than 2 classes")
+        values = check_labels(frame[label_column], where, spec.missing_markers)
+        classes = sorted_classes(values)
         index = {c: i for i, c in enumerate(classes)}
         labels = values.map(index).to_numpy(dtype=np.int64)
         exclude.add(label_column)
-    features = numeric_feature_columns(frame, exclude, where)
-    if not features and not is_active:  # a label-only active party is allowed
+    own = [str(c) for c in frame.columns if c not in exclude]
+    if only_own_names:
+        spec = spec.restrict(own)
+    for column in (id_column, label_column):
+        if column in spec.named:
+            raise DataError(f"{where}: the ID or label column {column!r} cannot be named in a column spec")
+    check_named_columns(spec, own, where)
+    features = feature_frame(frame, exclude, spec, where)
+    if not len(features.columns) and not is_active:  # a label-only active party is allowed
         raise DataError(f"{where}: no feature columns besides the ID")
-    if frame[features].isna().any().any():
-        raise DataError(f"{where}: feature columns have missing values; impute them first")
-    table = PartyTable(name=name, ids=ids, features=frame[features].to_numpy(dtype=np.float32),
-                       feature_names=tuple(features), labels=labels)
+    X: np.ndarray | pd.DataFrame = features.reset_index(drop=True)
+    if not needs_encoding(features, spec):
+        X = features.to_numpy(dtype=np.float32)  # numbers only: a float matrix, as the bundled datasets
+    table = PartyTable(name=name, ids=ids, features=X, feature_names=tuple(features.columns), labels=labels,
+                       columns=spec, source=where)
     return table, classes

@@ -5,7 +5,9 @@ a seeded random or contiguous split, or vertical image strips), how many trainin
 aligned (held by every party), what happens to the rest (``unaligned`` policy) and how many rows
 are held out for testing. :func:`partition` returns one :class:`PartyTable` per party — IDs,
 features and, at the active party only, labels — with each party's rows in its own shuffled order,
-exactly what PSI would be run on. The test rows are aligned rows every party holds.
+exactly what PSI would be run on. The test rows are aligned rows every party holds. A party whose
+columns are all numeric gets a float32 matrix; one with categorical or date columns gets its raw
+columns (a DataFrame) and its share of the dataset's :class:`ColumnSpec`, to encode them itself.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import pandas as pd
 
 from securevfl.checks import validate_party_names
+from securevfl.data.columns import ColumnSpec, needs_encoding
 from securevfl.data.datasets import Dataset
 from securevfl.errors import ConfigError
 
@@ -25,14 +29,22 @@ UNALIGNED_POLICIES = ("drop", "active", "spread", "disjoint")
 
 @dataclass(frozen=True)
 class PartyTable:
-    """One party's local table: row IDs, raw features, and labels at the active party only."""
+    """One party's local table: row IDs, raw features, and labels at the active party only.
+
+    ``features`` is a float matrix (numeric columns) or a DataFrame of raw columns of any type.
+    ``columns`` says how the party encodes them (:mod:`securevfl.data.preprocess`, fitted on its own
+    training rows); ``None`` marks features that are model inputs already (a peer's placeholder in a
+    deployment), used as they are. ``source`` names the file in error messages.
+    """
 
     name: str
     ids: np.ndarray
-    features: np.ndarray
+    features: np.ndarray | pd.DataFrame
     feature_names: tuple[str, ...]
     labels: np.ndarray | None = None
     strip_shape: tuple[int, int] | None = None
+    columns: ColumnSpec | None = field(default_factory=ColumnSpec)
+    source: str = ""
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.features):
@@ -296,16 +308,24 @@ def partition(dataset: Dataset, spec: PartitionSpec) -> PartitionedData:
         rows = np.concatenate([train_rows[owners[name]], test_rows])
         rows = np.random.default_rng(spec.seed + 100 + i).permutation(rows)  # each party's own order
         cols = features[name]
-        X = dataset.frame[cols].to_numpy(dtype=np.float32) if cols else np.zeros((n, 0), np.float32)
+        own_spec = dataset.column_spec.restrict(cols)
+        X: np.ndarray | pd.DataFrame
+        if needs_encoding(dataset.frame[cols], own_spec):
+            X = dataset.frame[cols].iloc[rows].reset_index(drop=True)
+        else:
+            X = (dataset.frame[cols].to_numpy(dtype=np.float32) if cols else np.zeros((n, 0), np.float32))[rows]
         strip = None
         if dataset.image_shape is not None and cols and all(c.startswith("px_") for c in cols):
             width = len({c.rsplit("_", 1)[1] for c in cols})
             if width * dataset.image_shape[0] == len(cols):
                 strip = (dataset.image_shape[0], width)
         tables[name] = PartyTable(
-            name=name, ids=ids[rows], features=X[rows], feature_names=tuple(cols),
-            labels=labels[rows] if i == 0 else None, strip_shape=strip)
+            name=name, ids=ids[rows], features=X, feature_names=tuple(cols),
+            labels=labels[rows] if i == 0 else None, strip_shape=strip, columns=own_spec,
+            source=f"{dataset.name} (party {name})")
     notes = [f"{n_aligned} of {n_train} training rows aligned; unaligned policy {spec.unaligned!r}; "
              f"{len(test_rows)} test rows held by every party"]
+    if dataset.column_spec.drop:
+        notes.append(f"columns dropped before partitioning: {', '.join(dataset.column_spec.drop)}")
     return PartitionedData(tables=tables, active=names[0], classes=dataset.classes,
                            test_ids=frozenset(ids[test_rows]), dataset=dataset.name, notes=tuple(notes))

@@ -2,20 +2,26 @@
 
 Alignment comes from PSI in a real run (:func:`scenario_from_tables` with a PSI aligner) or, in
 a simulation, from a plaintext intersection that the scenario records as such. The active party
-then holds out test rows among the aligned positions (non-secret indices it announces); every
-party standardises its own features with statistics of its own training rows. A role receives
-only its own :class:`PartyData` — never another party's table.
+then holds out test rows among the aligned positions (non-secret indices it announces); only then
+does every party fit its own preprocessing (imputation, one-hot, standardisation:
+:mod:`securevfl.data.preprocess`) on its own training rows — its aligned training rows and its
+unaligned rows, never a test row — and apply it to all its rows. A role receives only its own
+:class:`PartyData` — never another party's table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from securevfl.data.partition import PartitionedData, PartyTable, split_train_test
 from securevfl.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from securevfl.data.preprocess import EncodedColumns
 
 
 @dataclass(frozen=True)
@@ -78,9 +84,32 @@ def _alignment_note(alignment: Alignment) -> str:
     return f"alignment: {alignment.method}"
 
 
+def training_rows(aligned: np.ndarray, train: np.ndarray, unaligned: np.ndarray) -> np.ndarray:
+    """A party's own rows outside the test set, in the order its preprocessing is fitted on.
+
+    ``aligned``: its rows in the agreed order; ``train``: the training positions of that order;
+    ``unaligned``: its rows outside the intersection (never test rows).
+    """
+    return np.concatenate([aligned[train], unaligned])
+
+
+def encode_table(table: PartyTable, fit_rows: np.ndarray, *, standardize: bool = True) -> EncodedColumns:
+    """``table``'s model inputs: its own preprocessing fitted on ``fit_rows`` only, applied to every row.
+
+    A table without a column spec (a peer's placeholder) is used as it is.
+    """
+    from securevfl.data.preprocess import EncodedColumns, encode_columns
+
+    if table.columns is None:
+        X = np.asarray(table.features, dtype=np.float32)
+        return EncodedColumns(X, table.feature_names, {})
+    return encode_columns(table.features, table.feature_names, table.columns, fit_rows, standardize=standardize,
+                          where=table.source or f"party {table.name!r}")
+
+
 @dataclass(frozen=True)
 class PartyData:
-    """One party's data as its role sees it (features standardised with its own training stats)."""
+    """One party's data as its role sees it (its columns encoded by its own preprocessing)."""
 
     name: str
     feature_names: tuple[str, ...]
@@ -119,6 +148,8 @@ class Scenario:
     dataset: str = ""
     notes: tuple[str, ...] = ()
     task: str = "classification"
+    _encoded: dict[tuple[str, bool], EncodedColumns] = field(default_factory=dict, init=False, repr=False,
+                                                             compare=False)
 
     @property
     def parties(self) -> tuple[str, ...]:
@@ -133,29 +164,38 @@ class Scenario:
         """The model's output width: the number of classes, or 1 for regression."""
         return 1 if self.task == "regression" else len(self.classes)
 
-    def party_data(self, name: str, *, standardize: bool = True) -> PartyData:
-        """The view of party ``name``: its aligned train/test rows in agreed order, its own rest."""
+    def encoded(self, name: str, *, standardize: bool = True) -> EncodedColumns:
+        """Party ``name``'s encoded table (fitted on its training rows once, then kept)."""
         if name not in self.tables:
             raise ConfigError(f"unknown party {name!r}; parties are {list(self.tables)}")
+        key = (name, standardize)
+        if key not in self._encoded:
+            rows = training_rows(self.alignment.aligned[name], self.train, self.alignment.unaligned[name])
+            self._encoded[key] = encode_table(self.tables[name], rows, standardize=standardize)
+        return self._encoded[key]
+
+    def party_data(self, name: str, *, standardize: bool = True) -> PartyData:
+        """The view of party ``name``: its aligned train/test rows in agreed order, its own rest.
+
+        Its columns are encoded by its own preprocessing, fitted on its training rows only
+        (``standardize=False``: imputed and encoded, not scaled).
+        """
+        encoded = self.encoded(name, standardize=standardize)
         t = self.tables[name]
         aligned = self.alignment.aligned[name]
         train_rows, test_rows = aligned[self.train], aligned[self.test]
         rest = self.alignment.unaligned[name]
-        X = t.features.astype(np.float32)
-        if standardize and X.shape[1]:
-            fit_rows = np.concatenate([train_rows, rest])
-            mean = X[fit_rows].mean(axis=0)
-            std = X[fit_rows].std(axis=0)
-            X = (X - mean) / np.where(std > 1e-8, std, 1.0)
+        X = encoded.X
         y = t.labels
         return PartyData(
-            name=name, feature_names=t.feature_names,
+            name=name, feature_names=encoded.feature_names,
             X_train=X[train_rows], X_test=X[test_rows], X_unaligned=X[rest],
             ids_train=t.ids[train_rows], ids_unaligned=t.ids[rest],
             y_train=None if y is None else y[train_rows],
             y_test=None if y is None else y[test_rows],
             y_unaligned=None if y is None else y[rest],
-            strip_shape=t.strip_shape, n_classes=self.n_classes, task=self.task)
+            strip_shape=t.strip_shape if encoded.feature_names == t.feature_names else None,
+            n_classes=self.n_classes, task=self.task)
 
 
 def scenario_from_partition(data: PartitionedData, aligner: Aligner = align_plaintext) -> Scenario:
@@ -166,6 +206,15 @@ def scenario_from_partition(data: PartitionedData, aligner: Aligner = align_plai
     return Scenario(tables=dict(data.tables), active=data.active, classes=data.classes,
                     alignment=alignment, train=np.flatnonzero(~is_test), test=np.flatnonzero(is_test),
                     dataset=data.dataset, notes=data.notes + (_alignment_note(alignment),))
+
+
+def check_shared_classes(labels: np.ndarray, classes: tuple[str, ...], n: int) -> None:
+    """The shared rows must hold at least two classes, or there is nothing to learn: a DataError."""
+    present = np.unique(labels)
+    if len(present) < 2:
+        only = classes[int(present[0])] if len(present) and int(present[0]) < len(classes) else "?"
+        raise DataError(f"the {n} rows shared by all parties have one class only ({only!r}); "
+                        "training needs at least two")
 
 
 def scenario_from_tables(tables: Mapping[str, PartyTable], active: str, classes: tuple[str, ...], *,
@@ -179,6 +228,7 @@ def scenario_from_tables(tables: Mapping[str, PartyTable], active: str, classes:
     if n < 10:
         raise DataError(f"only {n} rows are shared by all parties; at least 10 are needed to train and test")
     y = tables[active].labels[alignment.aligned[active]]
+    check_shared_classes(y, classes, n)
     train, test = split_train_test(n, y, test_size, seed)
     return Scenario(tables=dict(tables), active=active, classes=classes, alignment=alignment,
                     train=np.sort(train), test=np.sort(test), dataset=dataset,

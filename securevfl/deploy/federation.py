@@ -27,6 +27,7 @@ from psi.errors import PSIConfigError
 from psi.ids import parse_normalize
 from psi.protocol import Mode
 from securevfl.checks import read_local_file, validate_party_name
+from securevfl.data.columns import ColumnSpec, column_spec_from_dict
 from securevfl.errors import ConfigError
 from securevfl.federation.network import NetworkSettings, is_loopback, split_address
 
@@ -87,6 +88,9 @@ class PartySpec:
     """One party: its name (also its TLS identity), the address it listens on, its certificate and key.
 
     ``cert`` and ``key`` are ``None`` only in an insecure (plaintext, loopback-only) federation.
+    ``columns`` (``[parties.<name>.columns]``) says how this party reads and encodes its own table; it is
+    local to that party — not part of the job fingerprint — so an organisation may keep it in its own
+    copy of the file or pass it on its own command line instead (``securevfl party --categorical ...``).
     """
 
     name: str
@@ -94,11 +98,16 @@ class PartySpec:
     cert: Path | None = None
     key: Path | None = None
     data: bool = True
+    columns: ColumnSpec = field(default_factory=ColumnSpec)
 
     def __post_init__(self) -> None:
         check_party_name(self.name)
         if not isinstance(self.data, bool):
             raise ConfigError(f"[parties.{self.name}] data must be true or false, got {self.data!r}")
+        if not isinstance(self.columns, ColumnSpec):
+            raise ConfigError(f"[parties.{self.name}.columns] must be a table of column settings")
+        if not self.data and self.columns != ColumnSpec():
+            raise ConfigError(f"[parties.{self.name}] has data = false: it has no columns to describe")
         try:
             split_address(self.address)
         except ConfigError as exc:
@@ -264,7 +273,7 @@ class Federation:
 
 _SECTIONS = ("federation", "parties", "tls", "network", "job")
 _FEDERATION_KEYS = ("active", "insecure")
-_PARTY_KEYS = ("address", "cert", "key", "data")
+_PARTY_KEYS = ("address", "cert", "key", "data", "columns")
 _TLS_KEYS = ("dir", "ca")
 _NETWORK_KEYS = tuple(f.name for f in fields(NetworkSettings))
 _JOB_KEYS = tuple(f.name for f in fields(JobSpec))
@@ -328,8 +337,10 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federati
         if tls is not None:
             cert = _path(f"{where} cert", entry["cert"], base_dir) if "cert" in entry else tls.dir / f"{name}.pem"
             key = _path(f"{where} key", entry["key"], base_dir) if "key" in entry else tls.dir / f"{name}.key"
+        columns = column_spec_from_dict(_table(f"[parties.{name}.columns]", entry["columns"]),
+                                        f"[parties.{name}.columns]") if "columns" in entry else ColumnSpec()
         parties[name] = PartySpec(name=name, address=entry["address"], cert=cert, key=key,
-                                  data=entry.get("data", True))
+                                  data=entry.get("data", True), columns=columns)
 
     network = _table("[network]", doc.get("network", {}))
     _check_keys("[network]", network, _NETWORK_KEYS)

@@ -7,18 +7,21 @@ fingerprint before any data frame), and then runs three phases over the same lin
 1. **Setup** (tags ``deploy.*``). ECDH PSI between the active party and each passive party (the
    ``psi`` package's protocol cores, unchanged), then the N-party alignment message. Every party
    sorts its aligned rows by their (normalised) IDs, as the threaded run does, and sends the active
-   party a SHA-256 digest of that ordered list so a mismatch stops the run. The passive parties send
-   their table's shape (rows, feature count); the active party sends every party the plan: the test
-   positions in the agreed order (a stratified split by its labels, the same function and seed as
-   ``securevfl train``), the number of classes, and each party's shape.
+   party a SHA-256 digest of that ordered list so a mismatch stops the run. The active party then
+   sends each passive party the split: the test positions in the agreed order (a stratified split by
+   its labels, the same function and seed as ``securevfl train``). Every party fits its own
+   preprocessing (:mod:`securevfl.data.preprocess`) on its own training rows — never a test row — and
+   the passive parties send their table's shape (rows, encoded feature count); the active party sends
+   every party the plan: the split, the number of classes, and each party's shape.
 2. **Training**: the method's role for this party, built by the method from a scenario holding this
    party's own table and, for each peer, a placeholder table of the right shape (zeros: no peer data
    ever reaches this process). The method code is the one the threaded run uses.
 3. **Costs**: each passive party sends the active party its meter snapshot (times, bytes, messages,
    never data); the active party writes the report.
 
-What the setup reveals beyond PSI: row counts (PSI reveals set sizes anyway), feature counts and
-the number of classes, and the test positions (which agreed rows are held out).
+What the setup reveals beyond PSI: row counts (PSI reveals set sizes anyway), encoded feature counts
+(the width of each party's model input; not its columns, categories or statistics) and the number of
+classes, and the test positions (which agreed rows are held out).
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from securevfl.data.columns import ColumnSpec
 from securevfl.data.partition import PartyTable, split_train_test
-from securevfl.data.scenario import Alignment, Scenario
+from securevfl.data.scenario import Alignment, Scenario, check_shared_classes, encode_table, training_rows
 from securevfl.deploy.federation import Federation, job_differences, job_fingerprint
 from securevfl.errors import ConfigError, DataError, ProtocolError, psi_errors
 from securevfl.federation.meter import MeterSnapshot
@@ -41,6 +45,7 @@ from securevfl.federation.network import TlsCredentials
 from securevfl.federation.runtime import PartyContext, run_party
 
 TAG_PSI = "deploy.setup.psi"
+TAG_SPLIT = "deploy.setup.split"
 TAG_SHAPE = "deploy.setup.shape"
 TAG_DIGEST = "deploy.setup.alignment_digest"
 TAG_PLAN = "deploy.setup.plan"
@@ -85,6 +90,7 @@ class DeployedResult:
     party: str
     alignment: LocalAlignment
     report: Any = None
+    preprocessing: dict[str, Any] = field(default_factory=dict)
     snapshots: dict[str, MeterSnapshot] = field(default_factory=dict)
     link_stats: dict[str, dict[str, int]] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -227,23 +233,32 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
     """PSI, then shapes in and the plan out (see the module docstring)."""
     job = federation.job
 
+    def shape(rows: np.ndarray, train: np.ndarray) -> PartyShape:
+        """The party's shape once its own preprocessing is fitted on its own training rows."""
+        fit_rows = training_rows(rows, train, _unaligned(table.n_rows, rows))
+        return PartyShape(table.n_rows, len(rows), encode_table(table, fit_rows).X.shape[1])
+
     def role(ctx: PartyContext) -> dict:
         rows, size = psi(ctx)
         ctx.stage = "plan"
-        shape = PartyShape(table.n_rows, len(rows), table.features.shape[1])
         if not ctx.is_active:
-            ctx.send(ctx.active, TAG_SHAPE, shape.to_wire())
-            return {"rows": rows, "plan": _parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name,
-                                                     (ctx.active, *ctx.passives), size)}
-        shapes = {ctx.name: shape}
-        for p in ctx.passives:
-            shapes[p] = PartyShape.from_wire(ctx.recv(p, TAG_SHAPE), p)
+            split = _parse_split(ctx.recv(ctx.active, TAG_SPLIT), ctx.active, size)
+            ctx.send(ctx.active, TAG_SHAPE, shape(rows, split["train"]).to_wire())
+            plan = _parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, (ctx.active, *ctx.passives), size)
+            if not (np.array_equal(plan["train"], split["train"]) and np.array_equal(plan["test"], split["test"])):
+                raise ProtocolError(f"the plan from {ctx.active} has another train/test split than it announced")
+            return {"rows": rows, "plan": plan}
         if size < 10:
             raise DataError(f"only {size} rows are shared by all parties; at least 10 are needed to train and test")
         assert table.labels is not None
+        check_shared_classes(table.labels[rows], classes, size)
         train, test = split_train_test(size, table.labels[rows], job.test_size, job.seed)
-        plan = {"train": np.sort(train).astype(np.int64), "test": np.sort(test).astype(np.int64),
-                "n_classes": len(classes), "shapes": {n: s.to_wire() for n, s in shapes.items()}}
+        split = {"train": np.sort(train).astype(np.int64), "test": np.sort(test).astype(np.int64)}
+        ctx.broadcast(ctx.passives, TAG_SPLIT, split)
+        shapes = {ctx.name: shape(rows, split["train"])}
+        for p in ctx.passives:
+            shapes[p] = PartyShape.from_wire(ctx.recv(p, TAG_SHAPE), p)
+        plan = {**split, "n_classes": len(classes), "shapes": {n: s.to_wire() for n, s in shapes.items()}}
         ctx.broadcast((*ctx.passives, *helper_parties(federation)), TAG_PLAN, plan)
         return {"rows": rows, "plan": {**plan, "shapes": shapes}}
 
@@ -272,12 +287,16 @@ def data_party_order(federation: Federation) -> tuple[str, ...]:
     return tuple(n for n in ordered_addresses(federation) if federation.parties[n].data)
 
 
-def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], size: int | None) -> dict:
-    """Validate the active party's plan; ``size``: this party's aligned rows (``None`` for a helper)."""
-    bad = f"malformed plan from {sender}"
-    if not isinstance(message, dict) or set(message) != {"train", "test", "n_classes", "shapes"}:
-        raise ProtocolError(bad)
-    train, test = message["train"], message["test"]
+def _parse_split(message: Any, sender: str, size: int) -> dict[str, np.ndarray]:
+    """Validate the announced train/test split of the ``size`` aligned rows."""
+    if not isinstance(message, dict) or set(message) != {"train", "test"}:
+        raise ProtocolError(f"malformed split from {sender}")
+    _check_positions(message["train"], message["test"], f"malformed split from {sender}", size)
+    return {"train": message["train"], "test": message["test"]}
+
+
+def _check_positions(train: Any, test: Any, bad: str, size: int | None) -> int:
+    """Train and test positions: int64 vectors covering ``0..size-1`` once; returns the size."""
     for part in (train, test):
         if not isinstance(part, np.ndarray) or part.dtype != np.int64 or part.ndim != 1:
             raise ProtocolError(f"{bad}: train/test positions must be int64 vectors")
@@ -285,6 +304,16 @@ def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], si
     size = len(joined) if size is None else size
     if len(joined) != size or not np.array_equal(np.sort(joined), np.arange(size)):
         raise ProtocolError(f"{bad}: train and test positions do not cover the {size} aligned rows once")
+    return size
+
+
+def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], size: int | None) -> dict:
+    """Validate the active party's plan; ``size``: this party's aligned rows (``None`` for a helper)."""
+    bad = f"malformed plan from {sender}"
+    if not isinstance(message, dict) or set(message) != {"train", "test", "n_classes", "shapes"}:
+        raise ProtocolError(bad)
+    train, test = message["train"], message["test"]
+    size = _check_positions(train, test, bad, size)
     n_classes = message["n_classes"]
     if not isinstance(n_classes, int) or isinstance(n_classes, bool) or not 2 <= n_classes <= 100_000:
         raise ProtocolError(f"{bad}: n_classes")
@@ -299,7 +328,11 @@ def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], si
 
 def local_scenario(name: str, federation: Federation, table: PartyTable | None, classes: tuple[str, ...],
                    rows: np.ndarray, plan: Mapping[str, Any], cost: Mapping[str, Any]) -> Scenario:
-    """The scenario one party runs: its own table, and a zero placeholder of the right shape per peer."""
+    """The scenario one party runs: its own table, and a zero placeholder of the right shape per peer.
+
+    Its own table is encoded by its own preprocessing, fitted on its training rows (``plan``'s split);
+    a peer's placeholder has the peer's encoded width and is used as it is.
+    """
     parties = data_party_order(federation)
     tables: dict[str, PartyTable] = {}
     aligned: dict[str, np.ndarray] = {}
@@ -318,7 +351,7 @@ def local_scenario(name: str, federation: Federation, table: PartyTable | None, 
         tables[party] = PartyTable(name=party, ids=np.array([f"#{i}" for i in range(shape.rows)], dtype=object),
                                    features=np.zeros((shape.rows, shape.features), np.float32),
                                    feature_names=tuple(f"{party}.f{i}" for i in range(shape.features)),
-                                   labels=labels)
+                                   labels=labels, columns=None)  # model inputs as they are: nothing to encode
         aligned[party] = np.arange(shape.aligned, dtype=np.int64)
         unaligned[party] = np.arange(shape.aligned, shape.rows, dtype=np.int64)
     if name != federation.active:
@@ -358,13 +391,16 @@ def _method_and_config(federation: Federation, device: str, checkpoint_dir: str 
 
 def run_deployed_party(federation: Federation, name: str, data: str | Path | None, *, device: str = "auto",
                        progress: Callable[..., None] | None = None, transport: Any = None,
-                       checkpoint_dir: str | Path | None = None, resume: bool = False) -> DeployedResult:
+                       checkpoint_dir: str | Path | None = None, resume: bool = False,
+                       columns: ColumnSpec | None = None) -> DeployedResult:
     """Run party ``name`` of ``federation`` on its own ``data`` file, in this process, to the end.
 
     A party with ``data = false`` in the federation file (an arbiter, a key generator, a server) takes
     no ``data`` and no part in PSI; it receives the plan and runs its role. ``checkpoint_dir``: this
     party saves its own state there at each epoch end (``DIR/<name>/``); ``resume`` continues from the
-    last epoch every party completed (every party must be started with ``resume``).
+    last epoch every party completed (every party must be started with ``resume``). ``columns``: how
+    this party reads and encodes its own file (default: its ``[parties.<name>.columns]`` section);
+    the other parties never see it.
     """
     from securevfl.api import assemble_report, resolve_device
     from securevfl.data.files import party_table_from_file
@@ -383,8 +419,9 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     elif data is None:
         raise ConfigError(f"{name} is a party with data: give its table (--data FILE)")
     else:
+        spec = columns if columns is not None else federation.party(name).columns
         table, classes = party_table_from_file(name, data, id_column=job.id_column, label_column=job.label_column,
-                                               is_active=is_active)
+                                               is_active=is_active, columns=spec)
     torch_device = resolve_device(device)
     data_parties = data_party_order(federation)
     passives = data_parties[1:]  # the passive data parties; helpers are peers, not passives
@@ -411,7 +448,8 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
                                    transport=transport,
                                    device=torch_device, seed=job.seed, progress=progress,
                                    recv_timeout=federation.limits.recv_timeout_s)
-        result = DeployedResult(name, alignment, link_stats=transport.link_stats())
+        result = DeployedResult(name, alignment, link_stats=transport.link_stats(),
+                                preprocessing=scenario.encoded(name).summary if table is not None else {})
         if is_active:
             value, train_snapshots, setup_snapshots, links = outcome
             psi_total = MeterSnapshot()

@@ -86,10 +86,20 @@ class RunReport:
         for link, b in c["comm"]["bytes"].items():
             lines.append(f"| {link} | {b:,} | {c['comm']['messages'][link]:,} |")
         if self.parties:
-            lines += ["", "## Parties", "", "| party | rows | features | aligned | unaligned |",
-                      "|---|---|---|---|---|"]
+            lines += ["", "## Parties", "", "| party | rows | features | aligned | unaligned | local preprocessing |",
+                      "|---|---|---|---|---|---|"]
             for name, p in self.parties.items():
-                lines.append(f"| {name} | {p['rows']} | {p['features']} | {p['aligned']} | {p['unaligned']} |")
+                prep = preprocessing_line(p["preprocessing"]) if p.get("preprocessing") else "not known here"
+                lines.append(f"| {name} | {p['rows']} | {p['features']} | {p['aligned']} | {p['unaligned']} | "
+                             f"{prep} |")
+            for name, p in self.parties.items():
+                if p.get("classes"):
+                    positive = f"; positive class (F1, AUC): {p['positive_class']}" if "positive_class" in p else ""
+                    lines += ["", f"Classes (label at {name}): {', '.join(map(str, p['classes']))}{positive}"]
+                encoded = p.get("preprocessing", {}).get("encoded_columns", [])
+                if encoded:
+                    more = f" ... ({len(encoded)} in all)" if len(encoded) > 40 else ""
+                    lines += ["", f"Encoded columns of {name}: " + ", ".join(encoded[:40]) + more]
         if self.privacy:
             lines += ["", "## Privacy (attacks on what each party received)", "",
                       "| attack | attacker | target | metric | value | random guess | own data only | note |",
@@ -110,6 +120,26 @@ class RunReport:
         json_path.write_text(self.to_json())
         md_path.write_text(self.to_markdown())
         return json_path, md_path
+
+
+def preprocessing_line(summary: Mapping[str, Any]) -> str:
+    """One line for a party's preprocessing summary (``parties.<name>.preprocessing`` of a report)."""
+    parts = [f"{summary.get('input_columns', 0)} columns, fitted on {summary.get('fitted_rows', 0)} training rows"]
+    numeric = summary.get("numeric", [])
+    if numeric:
+        parts.append(f"{len(numeric)} numeric" + (" standardised" if summary.get("standardised") else ""))
+    if summary.get("imputed"):
+        parts.append("median + missing flag: " + ", ".join(f"{c} ({n})" for c, n in summary["imputed"].items()))
+    if summary.get("dates"):
+        parts.append("dates (year, month, weekday): " + ", ".join(summary["dates"]))
+    if summary.get("one_hot"):
+        parts.append("one-hot: " + ", ".join(f"{c} ({n})" for c, n in summary["one_hot"].items()))
+    if summary.get("hashed"):
+        parts.append("hashed: " + ", ".join(f"{c} ({h['levels']} levels -> {h['buckets']})"
+                                            for c, h in summary["hashed"].items()))
+    if summary.get("dropped"):
+        parts.append("dropped: " + ", ".join(summary["dropped"]))
+    return "; ".join(parts)
 
 
 def report_paths(report: str | Path) -> tuple[Path, Path]:
