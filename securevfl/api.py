@@ -83,7 +83,7 @@ def build_scenario(config: RunConfig) -> Scenario:
         if opts.id_column is None or opts.label_column is None:
             raise ConfigError("training from --data files needs --id-column and --label-column")
         names = list(config.data_files)
-        tables, classes = party_tables_from_files(config.data_files, id_column=opts.id_column,
+        tables, classes = party_tables_from_files(config.data_files, id_column=opts.id_column, task=opts.task,
                                                   label_column=opts.label_column, active=names[0],
                                                   columns=opts.columns)
         return scenario_from_tables(tables, names[0], classes, test_size=config.partition.test_size,
@@ -177,7 +177,9 @@ def describe_parties(scenario: Scenario) -> dict[str, dict[str, Any]]:
                                  "aligned": int(len(scenario.alignment.aligned[name])),
                                  "unaligned": int(len(scenario.alignment.unaligned[name])),
                                  "labels": t.labels is not None}
-        if t.labels is not None:
+        if t.labels is not None and scenario.task == "regression":
+            entry["task"] = "regression"  # a numeric target: no classes
+        elif t.labels is not None:
             entry["classes"] = list(scenario.classes)
             if len(scenario.classes) == 2:  # the class binary F1 and AUC score as positive
                 entry["positive_class"] = scenario.classes[1]
@@ -219,6 +221,7 @@ def train(
     n_samples: int = 10_000,
     n_features: int = 40,
     columns: ColumnSpec | Mapping[str, ColumnSpec] | None = None,
+    task: str = "auto",
     options: Mapping[str, Any] | None = None,
     data_files: Mapping[str, str] | None = None,
     alignment: str = "psi",
@@ -238,20 +241,22 @@ def train(
     """Train ``method`` on ``dataset`` cut into ``parties`` parties; same options as the CLI.
 
     With ``data_files={"active": "a.csv", "bank": "b.csv"}`` the parties' own tables are used
-    instead (the first holds the labels). ``columns`` (a :class:`~securevfl.data.ColumnSpec`, or party ->
-    ColumnSpec for per-party files) says how each party reads and encodes its own columns: integer
-    categories, dropped columns, dates, missing markers, the one-hot limit; every party fits its
-    preprocessing on its own training rows. ``alignment="psi"`` (default) finds the shared rows with
-    ECDH PSI; ``"plaintext"`` skips it for simulations and the report says so. ``patience`` > 0
-    stops early on a ``val_fraction`` validation split of the aligned training rows (best weights
-    restored); ``checkpoint_dir`` saves every party's own state at each epoch end and ``resume``
-    continues from the last epoch all parties completed (split-learning methods). ``attacks``
-    (``securevfl.attacks.attack_names()``) tap the attacking party's channel and add a ``privacy``
-    section to the report: each attack's metric next to its random-guess baseline. ``defenses``
-    (``{"grad-noise": 0.5, "grad-sparsify": 0.9, "label-dp": 1.0}``) perturb what the active party
-    returns or trains on (securevfl.methods.defenses); the same report shows what they cost.
-    ``class_weight="balanced"`` weights the cross-entropy by inverse class frequency (imbalanced
-    labels; securevfl.methods.objective).
+    instead (the first holds the labels). ``columns`` (a :class:`~securevfl.data.ColumnSpec`, or
+    party -> ColumnSpec for per-party files) says how each party reads and encodes its own columns:
+    integer categories, dropped columns, dates, missing markers, the one-hot limit; every party fits
+    its preprocessing on its own training rows. ``task``: ``"auto"`` (a numeric label with
+    fractional values and many distinct ones is a regression target; anything else has classes),
+    ``"classification"`` or ``"regression"`` (MSE; metrics rmse, mae, r2). ``alignment="psi"``
+    (default) finds the shared rows with ECDH PSI; ``"plaintext"`` skips it for simulations and the
+    report says so. ``patience`` > 0 stops early on a ``val_fraction`` validation split of the
+    aligned training rows (best weights restored); ``checkpoint_dir`` saves every party's own state
+    at each epoch end and ``resume`` continues from the last epoch all parties completed
+    (split-learning methods). ``attacks`` (``securevfl.attacks.attack_names()``) tap the attacking
+    party's channel and add a ``privacy`` section to the report: each attack's metric next to its
+    random-guess baseline. ``defenses`` (``{"grad-noise": 0.5, "grad-sparsify": 0.9, "label-dp":
+    1.0}``) perturb what the active party returns or trains on (securevfl.methods.defenses); the
+    same report shows what they cost. ``class_weight="balanced"`` weights the cross-entropy by
+    inverse class frequency (imbalanced labels; securevfl.methods.objective).
 
     Example::
 
@@ -265,7 +270,7 @@ def train(
         method=method, dataset=dataset,
         dataset_options=DatasetOptions(id_column=id_column, label_column=label_column,
                                        n_samples=n_samples, n_features=n_features, seed=seed,
-                                       columns=columns if columns is not None else ColumnSpec()),
+                                       columns=columns if columns is not None else ColumnSpec(), task=task),
         partition=PartitionSpec(parties=parties, names=tuple(party_names) if party_names else None,
                                 features=features, preset=preset, split=split,
                                 active_features=active_features, aligned=aligned,

@@ -72,6 +72,8 @@ def train(
     test_size: float = typer.Option(0.2, help="Fraction of rows held out for testing."),
     id_column: str = typer.Option("", help="ID column of a csv:/parquet: dataset."),
     label_column: str = typer.Option("", help="Label column of a csv:/parquet: dataset."),
+    task: str = typer.Option(
+        "auto", help="auto | classification | regression (auto: a fractional numeric label is a regression target)."),
     n_samples: int = typer.Option(10_000, help="Rows of the synthetic dataset."),
     n_features: int = typer.Option(40, help="Columns of the synthetic dataset."),
     categorical: str = typer.Option(
@@ -135,7 +137,7 @@ def train(
             active_features=active_features if active_features >= 0 else None,
             aligned=aligned or None, aligned_ratio=aligned_ratio or None, unaligned=unaligned,
             test_size=test_size, id_column=id_column or None, label_column=label_column or None,
-            n_samples=n_samples, n_features=n_features, columns=columns, options=opts,
+            n_samples=n_samples, n_features=n_features, columns=columns, task=task, options=opts,
             data_files=_parse_pairs(data, "--data") or None, alignment=alignment,
             bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms, recv_timeout_s=recv_timeout,
             patience=early_stopping, val_fraction=val_fraction,

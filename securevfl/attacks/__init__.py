@@ -68,7 +68,11 @@ def evaluate(planned: Sequence[PlannedAttack], scenario: Scenario, method: str,
         view = AttackerView(p.attacker, method, scenario.party_data(p.attacker), config, p.tap, p.target,
                             p.attack.auxiliary(scenario, p.attacker, p.target))
         observed = f"{len(p.tap.observations)} messages received by {p.attacker}"
-        inference = p.attack.infer(view)
+        inference: Inference | str | None
+        if p.target == "labels" and scenario.task == "regression":
+            inference = "label attacks score class labels; this is a regression task"
+        else:
+            inference = p.attack.infer(view)
         if not isinstance(inference, Inference):
             reason = inference or f"{p.attacker} received nothing this attack can use"
             results.append(AttackResult(p.attack.name, p.attacker, p.target, p.attack.metric_for(view), None,

@@ -25,6 +25,7 @@ from securevfl.data.columns import (
     prepare_columns,
     replace_markers,
 )
+from securevfl.data.labels import AUTO, REGRESSION, check_task, regression_targets, resolve_task
 from securevfl.errors import ConfigError, DataError
 
 ID = "id"
@@ -46,8 +47,10 @@ class DatasetOptions:
     n_classes: int = 2
     seed: int = 0
     columns: ColumnSpec | Mapping[str, ColumnSpec] = field(default_factory=ColumnSpec)
+    task: str = AUTO  # auto | classification | regression (securevfl.data.labels)
 
     def __post_init__(self) -> None:
+        check_task(self.task)
         if isinstance(self.columns, Mapping):
             bad = [k for k, v in self.columns.items() if not isinstance(v, ColumnSpec)]
             if bad:
@@ -78,6 +81,7 @@ class Dataset:
     categorical_columns: tuple[str, ...] = ()
     source: str = ""
     column_spec: ColumnSpec = field(default_factory=ColumnSpec)
+    task: str = "classification"  # or "regression": ``classes`` is then empty and the label a number
 
     @property
     def n_rows(self) -> int:
@@ -88,7 +92,9 @@ class Dataset:
         return len(self.classes)
 
     def labels(self) -> np.ndarray:
-        """Integer labels 0..C-1 in the order of ``classes``."""
+        """Integer labels 0..C-1 in the order of ``classes``; for regression the float64 target."""
+        if self.task == REGRESSION:
+            return self.frame[self.label_column].to_numpy(dtype=np.float64)
         index = {c: i for i, c in enumerate(self.classes)}
         return self.frame[self.label_column].astype(str).map(index).to_numpy(dtype=np.int64)
 
@@ -130,7 +136,11 @@ def load_dataset(spec: str, options: DatasetOptions | None = None) -> Dataset:
             f"unknown dataset {spec!r}; choose one of {', '.join(dataset_names())}, "
             "or csv:PATH / parquet:PATH"
         )
-    return with_columns(_LOADERS[spec][0](options), options.table_columns())
+    dataset = _LOADERS[spec][0](options)
+    if options.task not in (AUTO, dataset.task):
+        raise ConfigError(f"{spec} is a {dataset.task} dataset; --task {options.task} does not apply "
+                          f"(regression datasets: diabetes, synthetic-regression, or csv:PATH with a numeric label)")
+    return with_columns(dataset, options.table_columns())
 
 
 def with_columns(dataset: Dataset, spec: ColumnSpec) -> Dataset:
@@ -142,7 +152,7 @@ def with_columns(dataset: Dataset, spec: ColumnSpec) -> Dataset:
         raise ConfigError(f"{dataset.name} is an image: its pixel columns cannot be dropped")
     return dataset_from_frame(dataset.frame, name=dataset.name, id_column=dataset.id_column,
                               label_column=dataset.label_column, source=dataset.source, columns=merged,
-                              image_shape=dataset.image_shape, classes=dataset.classes)
+                              image_shape=dataset.image_shape, classes=dataset.classes, task=dataset.task)
 
 
 def _from_arrays(name: str, X: np.ndarray, y: np.ndarray, feature_names: list[str], *,
@@ -206,6 +216,37 @@ def _synthetic(options: DatasetOptions) -> Dataset:
     )
     return _from_arrays("synthetic", X, y, [f"f{i:03d}" for i in range(options.n_features)],
                         source=f"generated: sklearn make_classification(seed={options.seed})")
+
+
+@register_dataset("diabetes", "diabetes progression (scikit-learn bundled), 442 x 10, regression")
+def _diabetes(options: DatasetOptions) -> Dataset:
+    from sklearn.datasets import load_diabetes
+
+    raw = load_diabetes()
+    return _regression_from_arrays("diabetes", raw.data, raw.target, list(raw.feature_names),
+                                   source="sklearn.datasets.load_diabetes (Efron et al. 2004)")
+
+
+@register_dataset("synthetic-regression",
+                  "generated make_regression table (seeded; --n-samples, --n-features), regression")
+def _synthetic_regression(options: DatasetOptions) -> Dataset:
+    from sklearn.datasets import make_regression
+
+    if options.n_samples < 10 or options.n_features < 2:
+        raise ConfigError("synthetic data needs n_samples >= 10 and n_features >= 2")
+    X, y = make_regression(n_samples=options.n_samples, n_features=options.n_features,
+                           n_informative=max(2, options.n_features // 2), noise=10.0, random_state=options.seed)
+    return _regression_from_arrays("synthetic-regression", X, y, [f"f{i:03d}" for i in range(options.n_features)],
+                                   source=f"generated: sklearn make_regression(seed={options.seed}, noise=10)")
+
+
+def _regression_from_arrays(name: str, X: np.ndarray, y: np.ndarray, feature_names: list[str], *,
+                            source: str) -> Dataset:
+    frame = pd.DataFrame(np.asarray(X, dtype=np.float32), columns=feature_names)
+    frame.insert(0, ID, [f"{name}-{i:06d}" for i in range(len(frame))])
+    frame[LABEL] = np.asarray(y, dtype=np.float64)
+    return Dataset(name=name, frame=frame, id_column=ID, label_column=LABEL, feature_columns=tuple(feature_names),
+                   classes=(), source=source, task=REGRESSION)
 
 
 _JOBS = ("admin", "blue-collar", "entrepreneur", "management", "retired", "services", "student", "technician")
@@ -286,7 +327,7 @@ def load_table_file(path: Path, kind: str, options: DatasetOptions) -> Dataset:
     spec = options.table_columns()
     frame = read_frame(path, kind, id_column=options.id_column, missing_markers=spec.missing_markers)
     return dataset_from_frame(frame, name=path.stem, id_column=options.id_column,
-                              label_column=options.label_column, source=str(path), columns=spec)
+                              label_column=options.label_column, source=str(path), columns=spec, task=options.task)
 
 
 def _one_line(text: str) -> str:
@@ -344,14 +385,19 @@ def validate_ids(ids: pd.Series, where: str) -> pd.Series:
     return as_str
 
 
-def check_labels(labels: pd.Series, where: str, markers: tuple[str, ...] = DEFAULT_MISSING_MARKERS) -> pd.Series:
-    """The label column as text; a missing label (blank or a marker), or a single class, is a DataError."""
+def present_labels(labels: pd.Series, where: str, markers: tuple[str, ...] = DEFAULT_MISSING_MARKERS) -> pd.Series:
+    """The label column with no missing value (blank or a marker): otherwise a DataError."""
     labels = replace_markers(labels.to_frame(), markers).iloc[:, 0]
     missing = int(labels.isna().sum())
     if missing:
         raise DataError(f"{where}: label column {labels.name!r} has {missing} missing values (blank or a "
                         "missing marker); drop those rows or fill them in")
-    text = labels.astype(str)
+    return labels
+
+
+def check_labels(labels: pd.Series, where: str, markers: tuple[str, ...] = DEFAULT_MISSING_MARKERS) -> pd.Series:
+    """The label column as text; a missing label (blank or a marker), or a single class, is a DataError."""
+    text = present_labels(labels, where, markers).astype(str)
     if text.nunique() < 2:
         raise DataError(f"{where}: label column {labels.name!r} has fewer than 2 classes "
                         f"(every row is {text.iloc[0]!r})")
@@ -382,8 +428,12 @@ def feature_frame(frame: pd.DataFrame, exclude: set[str], spec: ColumnSpec, wher
 def dataset_from_frame(frame: pd.DataFrame, *, name: str, id_column: str, label_column: str,
                        source: str = "", columns: ColumnSpec | None = None,
                        image_shape: tuple[int, int] | None = None,
-                       classes: tuple[str, ...] | None = None) -> Dataset:
-    """Validate a user DataFrame and wrap it as a Dataset (categorical label; numeric, categorical or date features)."""
+                       classes: tuple[str, ...] | None = None, task: str = AUTO) -> Dataset:
+    """Validate a user DataFrame and wrap it as a Dataset (numeric, categorical or date features).
+
+    The label is a class, or a number for ``task="regression"``; ``"auto"`` guesses which
+    (:func:`securevfl.data.labels.resolve_task`).
+    """
     spec = columns or ColumnSpec()
     where = source or name
     for column, role in ((id_column, "ID"), (label_column, "label")):
@@ -395,10 +445,16 @@ def dataset_from_frame(frame: pd.DataFrame, *, name: str, id_column: str, label_
     if len(frame) == 0:
         raise DataError(f"{where}: the table is empty")
     ids = validate_ids(frame[id_column], where)
-    labels = check_labels(frame[label_column], where, spec.missing_markers)
-    if labels.nunique() > max(100, len(frame) // 2):
-        raise DataError(f"{where}: label column {label_column!r} looks continuous "
-                        f"({labels.nunique()} distinct values); a categorical label is needed")
+    present = present_labels(frame[label_column], where, spec.missing_markers)
+    task = resolve_task(present, task, where)
+    labels: pd.Series
+    if task == REGRESSION:
+        labels = pd.Series(regression_targets(present, where), index=present.index)
+    else:
+        labels = check_labels(present, where, spec.missing_markers)
+        if labels.nunique() > max(100, len(frame) // 2):
+            raise DataError(f"{where}: label column {label_column!r} looks continuous "
+                            f"({labels.nunique()} distinct values); pass --task regression for a numeric target")
     features = feature_frame(frame, {id_column, label_column}, spec, where)
     if not len(features.columns):
         raise DataError(f"{where}: no feature columns besides ID and label")
@@ -406,6 +462,7 @@ def dataset_from_frame(frame: pd.DataFrame, *, name: str, id_column: str, label_
                      labels.rename(label_column).reset_index(drop=True)], axis=1)
     kinds = column_kinds(features.iloc[:0], spec, where)
     return Dataset(name=name, frame=out, id_column=id_column, label_column=label_column,
-                   feature_columns=tuple(features.columns), classes=classes or sorted_classes(labels),
-                   image_shape=image_shape, source=source, column_spec=spec,
+                   feature_columns=tuple(features.columns),
+                   classes=() if task == REGRESSION else (classes or sorted_classes(labels)),
+                   image_shape=image_shape, source=source, column_spec=spec, task=task,
                    categorical_columns=tuple(c for c, k in kinds.items() if k == CATEGORICAL))

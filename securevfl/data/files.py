@@ -15,7 +15,15 @@ import pandas as pd
 
 from securevfl.checks import validate_party_name
 from securevfl.data.columns import ColumnSpec, check_named_columns, needs_encoding
-from securevfl.data.datasets import check_labels, feature_frame, read_frame, sorted_classes, validate_ids
+from securevfl.data.datasets import (
+    check_labels,
+    feature_frame,
+    present_labels,
+    read_frame,
+    sorted_classes,
+    validate_ids,
+)
+from securevfl.data.labels import AUTO, CLASSIFICATION, REGRESSION, regression_targets, resolve_task
 from securevfl.data.partition import PartyTable
 from securevfl.errors import ConfigError, DataError
 
@@ -30,9 +38,12 @@ def read_table(path: Path, id_column: str | None = None, columns: ColumnSpec | N
 
 def party_tables_from_files(files: Mapping[str, str | Path], *, id_column: str, label_column: str,
                             active: str | None = None,
-                            columns: ColumnSpec | Mapping[str, ColumnSpec] | None = None,
+                            columns: ColumnSpec | Mapping[str, ColumnSpec] | None = None, task: str = AUTO,
                             ) -> tuple[dict[str, PartyTable], tuple[str, ...]]:
     """One PartyTable per party file. Only the active party (first, unless named) may hold the label.
+
+    ``task`` (auto, classification, regression) is resolved on the active party's label column; its
+    table's ``task`` says the result (``classes`` is empty for regression).
 
     ``columns``: one ColumnSpec for every file (each party uses the names of its own columns; a name
     in no file is a DataError), or party -> its own ColumnSpec.
@@ -54,7 +65,7 @@ def party_tables_from_files(files: Mapping[str, str | Path], *, id_column: str, 
         spec = shared or (columns or {}).get(name, ColumnSpec())  # type: ignore[union-attr]
         tables[name], own_classes = party_table_from_file(
             name, raw_path, id_column=id_column, label_column=label_column, is_active=name == active,
-            columns=spec, only_own_names=shared is not None)
+            columns=spec, only_own_names=shared is not None, task=task)
         classes = own_classes or classes
     if shared is not None:
         held = {c for t in tables.values() for c in (*t.feature_names, *(t.columns.drop if t.columns else ()))}
@@ -67,7 +78,7 @@ def party_tables_from_files(files: Mapping[str, str | Path], *, id_column: str, 
 
 def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, label_column: str,
                           is_active: bool, columns: ColumnSpec | None = None,
-                          only_own_names: bool = False) -> tuple[PartyTable, tuple[str, ...]]:
+                          only_own_names: bool = False, task: str = AUTO) -> tuple[PartyTable, tuple[str, ...]]:
     """One organisation's own table: IDs, feature columns, and (active party only) labels and classes.
 
     ``columns`` is this party's spec; with ``only_own_names`` it may name columns of other files
@@ -92,10 +103,15 @@ def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, la
     if is_active:
         if label_column not in frame.columns:
             raise DataError(f"{where}: label column {label_column!r} not found at the active party")
-        values = check_labels(frame[label_column], where, spec.missing_markers)
-        classes = sorted_classes(values)
-        index = {c: i for i, c in enumerate(classes)}
-        labels = values.map(index).to_numpy(dtype=np.int64)
+        present = present_labels(frame[label_column], where, spec.missing_markers)
+        resolved = resolve_task(present, task, where)
+        if resolved == REGRESSION:
+            labels = regression_targets(present, where)
+        else:
+            values = check_labels(present, where, spec.missing_markers)
+            classes = sorted_classes(values)
+            index = {c: i for i, c in enumerate(classes)}
+            labels = values.map(index).to_numpy(dtype=np.int64)
         exclude.add(label_column)
     own = [str(c) for c in frame.columns if c not in exclude]
     if only_own_names:
@@ -111,5 +127,5 @@ def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, la
     if not needs_encoding(features, spec):
         X = features.to_numpy(dtype=np.float32)  # numbers only: a float matrix, as the bundled datasets
     table = PartyTable(name=name, ids=ids, features=X, feature_names=tuple(features.columns), labels=labels,
-                       columns=spec, source=where)
+                       columns=spec, source=where, task=resolved if is_active else CLASSIFICATION)
     return table, classes

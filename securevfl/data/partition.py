@@ -21,6 +21,7 @@ import pandas as pd
 from securevfl.checks import validate_party_names
 from securevfl.data.columns import ColumnSpec, needs_encoding
 from securevfl.data.datasets import Dataset
+from securevfl.data.labels import CLASSIFICATION
 from securevfl.errors import ConfigError
 
 SPLITS = ("random", "contiguous", "strips")
@@ -34,7 +35,8 @@ class PartyTable:
     ``features`` is a float matrix (numeric columns) or a DataFrame of raw columns of any type.
     ``columns`` says how the party encodes them (:mod:`securevfl.data.preprocess`, fitted on its own
     training rows); ``None`` marks features that are model inputs already (a peer's placeholder in a
-    deployment), used as they are. ``source`` names the file in error messages.
+    deployment), used as they are. ``source`` names the file in error messages. ``task`` is the
+    label holder's (``regression``: ``labels`` are float targets).
     """
 
     name: str
@@ -45,6 +47,7 @@ class PartyTable:
     strip_shape: tuple[int, int] | None = None
     columns: ColumnSpec | None = field(default_factory=ColumnSpec)
     source: str = ""
+    task: str = CLASSIFICATION
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.features):
@@ -227,6 +230,7 @@ class PartitionedData:
     test_ids: frozenset[str]
     dataset: str
     notes: tuple[str, ...] = field(default=())
+    task: str = CLASSIFICATION
 
 
 def _row_owners(n_train: int, n_aligned: int, policy: str, names: Sequence[str],
@@ -264,12 +268,14 @@ def _row_owners(n_train: int, n_aligned: int, policy: str, names: Sequence[str],
 def split_train_test(n: int, labels: np.ndarray, test_size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Rows ``0..n-1`` split into train and test (stratified when every class has two rows).
 
+    A float regression target is not stratified.
     A split that leaves either side empty (a ``test_size`` too close to 0 or 1 for ``n`` rows) is
     a ConfigError, not scikit-learn's ValueError.
     """
     from sklearn.model_selection import train_test_split
 
-    stratify = labels if len(labels) and np.bincount(labels).min() >= 2 else None
+    is_classes = np.issubdtype(np.asarray(labels).dtype, np.integer)
+    stratify = labels if is_classes and len(labels) and np.bincount(labels).min() >= 2 else None
     try:
         return train_test_split(np.arange(n), test_size=test_size, random_state=seed, stratify=stratify)
     except ValueError:
@@ -322,10 +328,11 @@ def partition(dataset: Dataset, spec: PartitionSpec) -> PartitionedData:
         tables[name] = PartyTable(
             name=name, ids=ids[rows], features=X, feature_names=tuple(cols),
             labels=labels[rows] if i == 0 else None, strip_shape=strip, columns=own_spec,
-            source=f"{dataset.name} (party {name})")
+            source=f"{dataset.name} (party {name})", task=dataset.task)
     notes = [f"{n_aligned} of {n_train} training rows aligned; unaligned policy {spec.unaligned!r}; "
              f"{len(test_rows)} test rows held by every party"]
     if dataset.column_spec.drop:
         notes.append(f"columns dropped before partitioning: {', '.join(dataset.column_spec.drop)}")
     return PartitionedData(tables=tables, active=names[0], classes=dataset.classes,
-                           test_ids=frozenset(ids[test_rows]), dataset=dataset.name, notes=tuple(notes))
+                           test_ids=frozenset(ids[test_rows]), dataset=dataset.name, notes=tuple(notes),
+                           task=dataset.task)

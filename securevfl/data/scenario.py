@@ -205,12 +205,16 @@ def scenario_from_partition(data: PartitionedData, aligner: Aligner = align_plai
     is_test = np.array([i in data.test_ids for i in active_ids], dtype=bool)
     return Scenario(tables=dict(data.tables), active=data.active, classes=data.classes,
                     alignment=alignment, train=np.flatnonzero(~is_test), test=np.flatnonzero(is_test),
-                    dataset=data.dataset, notes=data.notes + (_alignment_note(alignment),))
+                    dataset=data.dataset, notes=data.notes + (_alignment_note(alignment),), task=data.task)
 
 
-def check_shared_classes(labels: np.ndarray, classes: tuple[str, ...], n: int) -> None:
-    """The shared rows must hold at least two classes, or there is nothing to learn: a DataError."""
+def check_shared_classes(labels: np.ndarray, classes: tuple[str, ...], n: int, task: str = "classification") -> None:
+    """The shared rows must hold two classes (a regression target: two values), or a DataError."""
     present = np.unique(labels)
+    if task == "regression":
+        if len(present) < 2:
+            raise DataError(f"the {n} rows shared by all parties have one target value only; nothing to learn")
+        return
     if len(present) < 2:
         only = classes[int(present[0])] if len(present) and int(present[0]) < len(classes) else "?"
         raise DataError(f"the {n} rows shared by all parties have one class only ({only!r}); "
@@ -228,8 +232,9 @@ def scenario_from_tables(tables: Mapping[str, PartyTable], active: str, classes:
     if n < 10:
         raise DataError(f"only {n} rows are shared by all parties; at least 10 are needed to train and test")
     y = tables[active].labels[alignment.aligned[active]]
-    check_shared_classes(y, classes, n)
+    task = tables[active].task
+    check_shared_classes(y, classes, n, task)
     train, test = split_train_test(n, y, test_size, seed)
     return Scenario(tables=dict(tables), active=active, classes=classes, alignment=alignment,
-                    train=np.sort(train), test=np.sort(test), dataset=dataset,
+                    train=np.sort(train), test=np.sort(test), dataset=dataset, task=task,
                     notes=(f"{_alignment_note(alignment)}; {n} shared rows",))

@@ -28,6 +28,7 @@ from psi.ids import parse_normalize
 from psi.protocol import Mode
 from securevfl.checks import read_local_file, validate_party_name
 from securevfl.data.columns import ColumnSpec, column_spec_from_dict
+from securevfl.data.labels import check_task
 from securevfl.errors import ConfigError
 from securevfl.federation.network import NetworkSettings, is_loopback, split_address
 
@@ -131,7 +132,9 @@ class JobSpec:
     ``psi_mode`` configure the PSI that aligns the parties' rows (see docs/psi.md);
     ``early_stopping`` (patience in epochs, 0: off) and ``val_fraction`` the early stopping of the
     split-learning methods; ``class_weight`` (``none`` | ``balanced``) the loss weighting of
-    imbalanced classes. Checkpoint directories are local (``securevfl party --checkpoint-dir``).
+    imbalanced classes; ``task`` (``auto`` | ``classification`` | ``regression``) how the active
+    party reads its label (it tells the others the result in the plan). Checkpoint directories are
+    local (``securevfl party --checkpoint-dir``).
     """
 
     method: str
@@ -150,8 +153,10 @@ class JobSpec:
     early_stopping: int = 0
     val_fraction: float = 0.2
     class_weight: str = "none"
+    task: str = "auto"
 
     def __post_init__(self) -> None:
+        check_task(self.task)
         for name in ("method", "id_column", "label_column"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from securevfl.data.columns import ColumnSpec
+from securevfl.data.labels import REGRESSION, TASKS
 from securevfl.data.partition import PartyTable, split_train_test
 from securevfl.data.scenario import Alignment, Scenario, check_shared_classes, encode_table, training_rows
 from securevfl.deploy.federation import Federation, job_differences, job_fingerprint
@@ -251,14 +252,16 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
         if size < 10:
             raise DataError(f"only {size} rows are shared by all parties; at least 10 are needed to train and test")
         assert table.labels is not None
-        check_shared_classes(table.labels[rows], classes, size)
+        check_shared_classes(table.labels[rows], classes, size, table.task)
         train, test = split_train_test(size, table.labels[rows], job.test_size, job.seed)
         split = {"train": np.sort(train).astype(np.int64), "test": np.sort(test).astype(np.int64)}
         ctx.broadcast(ctx.passives, TAG_SPLIT, split)
         shapes = {ctx.name: shape(rows, split["train"])}
         for p in ctx.passives:
             shapes[p] = PartyShape.from_wire(ctx.recv(p, TAG_SHAPE), p)
-        plan = {**split, "n_classes": len(classes), "shapes": {n: s.to_wire() for n, s in shapes.items()}}
+        n_classes = 1 if table.task == REGRESSION else len(classes)  # the model's output width
+        plan = {**split, "task": table.task, "n_classes": n_classes,
+                "shapes": {n: s.to_wire() for n, s in shapes.items()}}
         ctx.broadcast((*ctx.passives, *helper_parties(federation)), TAG_PLAN, plan)
         return {"rows": rows, "plan": {**plan, "shapes": shapes}}
 
@@ -310,12 +313,15 @@ def _check_positions(train: Any, test: Any, bad: str, size: int | None) -> int:
 def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], size: int | None) -> dict:
     """Validate the active party's plan; ``size``: this party's aligned rows (``None`` for a helper)."""
     bad = f"malformed plan from {sender}"
-    if not isinstance(message, dict) or set(message) != {"train", "test", "n_classes", "shapes"}:
+    if not isinstance(message, dict) or set(message) != {"train", "test", "task", "n_classes", "shapes"}:
         raise ProtocolError(bad)
     train, test = message["train"], message["test"]
     size = _check_positions(train, test, bad, size)
-    n_classes = message["n_classes"]
-    if not isinstance(n_classes, int) or isinstance(n_classes, bool) or not 2 <= n_classes <= 100_000:
+    task, n_classes = message["task"], message["n_classes"]
+    if task not in TASKS:
+        raise ProtocolError(f"{bad}: task")
+    low, high = (1, 1) if task == REGRESSION else (2, 100_000)
+    if not isinstance(n_classes, int) or isinstance(n_classes, bool) or not low <= n_classes <= high:
         raise ProtocolError(f"{bad}: n_classes")
     shapes = message["shapes"]
     if not isinstance(shapes, dict) or set(shapes) != set(parties):
@@ -323,7 +329,7 @@ def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], si
     parsed = {n: PartyShape.from_wire(s, sender) for n, s in shapes.items()}
     if any(s.aligned != size for s in parsed.values()):
         raise ProtocolError(f"{bad}: aligned row counts differ from this party's ({size})")
-    return {"train": train, "test": test, "n_classes": n_classes, "shapes": parsed}
+    return {"train": train, "test": test, "task": task, "n_classes": n_classes, "shapes": parsed}
 
 
 def local_scenario(name: str, federation: Federation, table: PartyTable | None, classes: tuple[str, ...],
@@ -345,9 +351,10 @@ def local_scenario(name: str, federation: Federation, table: PartyTable | None, 
             aligned[party] = rows
             unaligned[party] = _unaligned(table.n_rows, rows)
             continue
-        # The active party's placeholder carries placeholder labels (all class 0) so that methods that
-        # check "the active party holds the labels" build every role; only this party's role ever runs.
-        labels = np.zeros(shape.rows, np.int64) if party == federation.active else None
+        # The active party's placeholder carries placeholder labels (all class 0, or 0.0) so that methods
+        # that check "the active party holds the labels" build every role; only this party's role ever runs.
+        dtype = np.float64 if plan["task"] == REGRESSION else np.int64
+        labels = np.zeros(shape.rows, dtype) if party == federation.active else None
         tables[party] = PartyTable(name=party, ids=np.array([f"#{i}" for i in range(shape.rows)], dtype=object),
                                    features=np.zeros((shape.rows, shape.features), np.float32),
                                    feature_names=tuple(f"{party}.f{i}" for i in range(shape.features)),
@@ -355,12 +362,12 @@ def local_scenario(name: str, federation: Federation, table: PartyTable | None, 
         aligned[party] = np.arange(shape.aligned, dtype=np.int64)
         unaligned[party] = np.arange(shape.aligned, shape.rows, dtype=np.int64)
     if name != federation.active:
-        classes = tuple(str(i) for i in range(n_classes))
+        classes = () if plan["task"] == REGRESSION else tuple(str(i) for i in range(n_classes))
     size = len(plan["train"]) + len(plan["test"])
     alignment = Alignment(aligned=aligned, unaligned=unaligned,
                           method=f"ECDH PSI over the network (X25519, {size} shared IDs)", cost=dict(cost))
     return Scenario(tables=tables, active=federation.active, classes=classes, alignment=alignment,
-                    train=plan["train"], test=plan["test"],
+                    train=plan["train"], test=plan["test"], task=plan["task"],
                     dataset=f"federation {federation.source.name if federation.source else ''}".strip(),
                     notes=(f"alignment: ECDH PSI over the network; {size} shared rows",
                            f"deployment: one process per party ({', '.join(federation.parties)})"))
@@ -421,7 +428,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     else:
         spec = columns if columns is not None else federation.party(name).columns
         table, classes = party_table_from_file(name, data, id_column=job.id_column, label_column=job.label_column,
-                                               is_active=is_active, columns=spec)
+                                               is_active=is_active, columns=spec, task=job.task)
     torch_device = resolve_device(device)
     data_parties = data_party_order(federation)
     passives = data_parties[1:]  # the passive data parties; helpers are peers, not passives

@@ -182,8 +182,13 @@ class Method(ABC, Generic[OptionsT]):
 
     def party_roles(self, scenario: Scenario) -> dict[str, Role]:
         """:meth:`roles`, after checking that the method trains the scenario's task."""
-        if scenario.task == REGRESSION and not self.supports_objectives:
-            raise ConfigError(f"{self.name} does not support regression; these methods do: {_objective_methods()}")
+        if scenario.task == REGRESSION:
+            if not self.supports_objectives:
+                raise ConfigError(f"{self.name} does not support regression; these methods do: {_objective_methods()}")
+            if self.config.class_weight != "none":
+                raise ConfigError("class weighting applies to classification; this is a regression task")
+            if "label-dp" in self.config.defenses:
+                raise ConfigError("label-dp (randomised response) applies to class labels, not to a regression target")
         return self.roles(scenario)
 
     @abstractmethod

@@ -24,10 +24,9 @@ import torch
 from sklearn.utils.class_weight import compute_class_weight
 from torch import nn
 
+from securevfl.data.labels import CLASSIFICATION, REGRESSION, TASKS
 from securevfl.errors import ConfigError
 
-CLASSIFICATION, REGRESSION = "classification", "regression"
-TASKS = (CLASSIFICATION, REGRESSION)
 CLASS_WEIGHTS = ("none", "balanced")
 
 
@@ -66,6 +65,14 @@ class Objective:
         if self.regression:
             return outputs.reshape(-1).cpu().numpy().astype(np.float64) * self.target_std + self.target_mean
         return torch.softmax(outputs, dim=1).cpu().numpy()
+
+    def validation_loss(self, y: np.ndarray, predictions: np.ndarray) -> float:
+        """The loss on held-out rows from :meth:`predictions`: log loss, or MSE on the standardised scale."""
+        if self.regression:
+            z = (np.asarray(y, dtype=np.float64) - np.asarray(predictions, dtype=np.float64)) / self.target_std
+            return float(np.mean(z * z))
+        p = np.clip(predictions[np.arange(len(y)), np.asarray(y, dtype=np.int64)], 1e-12, 1.0)
+        return float(-np.mean(np.log(p)))
 
 
 def balanced_class_weights(y: np.ndarray, n_classes: int) -> tuple[float, ...]:

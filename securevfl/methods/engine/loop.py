@@ -296,12 +296,6 @@ def validation_split(n_rows: int, fraction: float, seed: int) -> tuple[np.ndarra
     return np.sort(order[: n_rows - n_val]), np.sort(order[n_rows - n_val :])
 
 
-def log_loss(y: np.ndarray, scores: np.ndarray) -> float:
-    """Mean negative log-likelihood of the true classes under ``scores`` (class probabilities)."""
-    p = np.clip(scores[np.arange(len(y)), np.asarray(y, dtype=np.int64)], 1e-12, 1.0)
-    return float(-np.mean(np.log(p)))
-
-
 def _job_digest(side: PartySide, party: str) -> str:
     """What a checkpoint must match to be resumed: method, options and training settings."""
     c = side.config
@@ -383,7 +377,7 @@ def _validate(ctx: PartyContext, side: PartySide, val_rows: np.ndarray, stopper:
     evaluation = side.evaluate(ctx, side.data.X_train[val_rows], VALIDATE)
     if ctx.is_active:
         assert evaluation is not None and side.data.y_train is not None
-        entry["val_loss"] = log_loss(side.data.y_train[val_rows], evaluation.scores)
+        entry["val_loss"] = side.objective.validation_loss(side.data.y_train[val_rows], evaluation.scores)
         improved, stop = stopper.update(entry["val_loss"], epoch)
         ctx.broadcast(side.passives, VALIDATION, {"improved": improved, "stop": stop})
     else:
