@@ -25,6 +25,7 @@ from securevfl.data.datasets import (
 )
 from securevfl.data.labels import AUTO, CLASSIFICATION, REGRESSION, regression_targets, resolve_task
 from securevfl.data.partition import PartyTable
+from securevfl.data.stream import read_numeric_table
 from securevfl.errors import ConfigError, DataError
 
 
@@ -32,8 +33,7 @@ def read_table(path: Path, id_column: str | None = None, columns: ColumnSpec | N
     """Read a CSV or Parquet table; missing or unreadable files are a DataError naming the path."""
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
-    kind = "parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv"
-    return read_frame(path, kind, id_column=id_column, missing_markers=(columns or ColumnSpec()).missing_markers)
+    return read_frame(path, _kind(path), id_column=id_column, missing_markers=(columns or ColumnSpec()).missing_markers)
 
 
 def party_tables_from_files(files: Mapping[str, str | Path], *, id_column: str, label_column: str,
@@ -82,50 +82,75 @@ def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, la
     """One organisation's own table: IDs, feature columns, and (active party only) labels and classes.
 
     ``columns`` is this party's spec; with ``only_own_names`` it may name columns of other files
-    (a spec shared by every party), which are ignored here.
+    (a spec shared by every party), which are ignored here. A table of numbers only is streamed in
+    batches into float32 (:mod:`securevfl.data.stream`); any other is read whole as a DataFrame.
     """
     validate_party_name(name)
     path = Path(raw_path)
     spec = columns or ColumnSpec()
-    frame = read_table(path, id_column, spec)
     where = f"{path} (party {name})"
-    if id_column not in frame.columns:
-        raise DataError(f"{where}: ID column {id_column!r} not found; columns are {list(frame.columns)[:10]}")
-    if len(frame) == 0:
-        raise DataError(f"{where}: the table is empty")
-    if not is_active and label_column in frame.columns:
-        raise DataError(f"{where}: passive party {name!r} holds the label column {label_column!r}; "
-                        "only the active party may hold labels (drop it from that file)")
-    ids = validate_ids(frame[id_column], where).to_numpy(dtype=object)
-    labels = None
-    classes: tuple[str, ...] = ()
-    exclude = {id_column}
-    if is_active:
-        if label_column not in frame.columns:
+    if not path.is_file():
+        raise DataError(f"data file not found: {path}")
+    streamed = read_numeric_table(path, _kind(path), id_column=id_column, spec=spec,
+                                  label_column=label_column if is_active else None,
+                                  refuse=() if is_active else (label_column,))
+    if streamed is not None:
+        if not len(streamed.ids):
+            raise DataError(f"{where}: the table is empty")
+        raw_ids, raw_labels, names = streamed.ids, streamed.labels, streamed.columns
+    else:
+        frame = read_table(path, id_column, spec)
+        if id_column not in frame.columns:
+            raise DataError(f"{where}: ID column {id_column!r} not found; columns are {list(frame.columns)[:10]}")
+        if len(frame) == 0:
+            raise DataError(f"{where}: the table is empty")
+        if not is_active and label_column in frame.columns:
+            raise DataError(f"{where}: passive party {name!r} holds the label column {label_column!r}; "
+                            "only the active party may hold labels (drop it from that file)")
+        if is_active and label_column not in frame.columns:
             raise DataError(f"{where}: label column {label_column!r} not found at the active party")
-        present = present_labels(frame[label_column], where, spec.missing_markers)
-        resolved = resolve_task(present, task, where)
-        if resolved == REGRESSION:
-            labels = regression_targets(present, where)
-        else:
-            values = check_labels(present, where, spec.missing_markers)
-            classes = sorted_classes(values)
-            index = {c: i for i, c in enumerate(classes)}
-            labels = values.map(index).to_numpy(dtype=np.int64)
-        exclude.add(label_column)
-    own = [str(c) for c in frame.columns if c not in exclude]
+        raw_ids, names = frame[id_column], [str(c) for c in frame.columns]
+        raw_labels = frame[label_column] if is_active else None
+    ids = validate_ids(raw_ids, where).to_numpy(dtype=object)
+    labels, classes, resolved = None, (), CLASSIFICATION
+    if raw_labels is not None:
+        labels, classes, resolved = _labels(raw_labels, where, spec, task)
+    exclude = {id_column, label_column} if is_active else {id_column}
+    own = [c for c in names if c not in exclude]
     if only_own_names:
         spec = spec.restrict(own)
     for column in (id_column, label_column):
         if column in spec.named:
             raise DataError(f"{where}: the ID or label column {column!r} cannot be named in a column spec")
     check_named_columns(spec, own, where)
-    features = feature_frame(frame, exclude, spec, where)
-    if not len(features.columns) and not is_active:  # a label-only active party is allowed
+    X: np.ndarray | pd.DataFrame
+    if streamed is not None:
+        X, feature_names = streamed.features, streamed.feature_names  # numbers only: a float matrix
+    else:
+        features = feature_frame(frame, exclude, spec, where)
+        feature_names = tuple(features.columns)
+        X = features.reset_index(drop=True)
+        if not needs_encoding(features, spec):
+            X = features.to_numpy(dtype=np.float32)  # numbers only: a float matrix, as the bundled datasets
+    if not feature_names and not is_active:  # a label-only active party is allowed
         raise DataError(f"{where}: no feature columns besides the ID")
-    X: np.ndarray | pd.DataFrame = features.reset_index(drop=True)
-    if not needs_encoding(features, spec):
-        X = features.to_numpy(dtype=np.float32)  # numbers only: a float matrix, as the bundled datasets
-    table = PartyTable(name=name, ids=ids, features=X, feature_names=tuple(features.columns), labels=labels,
-                       columns=spec, source=where, task=resolved if is_active else CLASSIFICATION)
+    table = PartyTable(name=name, ids=ids, features=X, feature_names=feature_names, labels=labels,
+                       columns=spec, source=where, task=resolved)
     return table, classes
+
+
+def _kind(path: Path) -> str:
+    return "parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv"
+
+
+def _labels(raw: pd.Series, where: str, spec: ColumnSpec, task: str
+            ) -> tuple[np.ndarray, tuple[str, ...], str]:
+    """(labels, classes, task): class indices and names, or a float regression target and no classes."""
+    present = present_labels(raw, where, spec.missing_markers)
+    resolved = resolve_task(present, task, where)
+    if resolved == REGRESSION:
+        return regression_targets(present, where), (), resolved
+    values = check_labels(present, where, spec.missing_markers)
+    classes = sorted_classes(values)
+    index = {c: i for i, c in enumerate(classes)}
+    return values.map(index).to_numpy(dtype=np.int64), classes, resolved
