@@ -39,6 +39,8 @@ from securevfl.errors import DataError
 DATE_PARTS = ("year", "month", "weekday")
 _DATE_ATTRS = {"year": "year", "month": "month", "weekday": "day_of_week"}  # Monday = 0
 MISSING_LEVEL = "(missing)"
+#: Rows encoded at a time: the encoder's transient memory is a few copies of this many rows, not of the table.
+TRANSFORM_ROWS = 65_536
 
 
 class Float32StandardScaler(StandardScaler):
@@ -115,10 +117,13 @@ class PartyEncoder:
             raise DataError(f"{self.where or 'table'}: column {missing[0]!r} is missing")
         if self.transformer is None:
             return np.zeros((len(frame), 0), dtype=np.float32)
+        out = np.empty((len(frame), self.width), dtype=np.float32)
         with warnings.catch_warnings():  # an unseen level is expected (it maps to the infrequent column)
             warnings.simplefilter("ignore", UserWarning)
-            X = self.transformer.transform(_typed(frame[list(self.columns)], self.kinds, self.where))
-        return np.asarray(X, dtype=np.float32)
+            for start in range(0, len(frame), TRANSFORM_ROWS):  # row by row, so chunks change nothing
+                rows = frame.iloc[start : start + TRANSFORM_ROWS][list(self.columns)].reset_index(drop=True)
+                out[start : start + len(rows)] = self.transformer.transform(_typed(rows, self.kinds, self.where))
+        return out
 
 
 def _numeric_pipeline(standardize: bool) -> Pipeline:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -48,6 +49,8 @@ def read_numeric_table(path: Path, kind: str, *, id_column: str, label_column: s
     """
     import pyarrow as pa
 
+    batches: Iterator[Any] | None = None
+    first = batch = None
     try:
         batches = _batches(path, kind, id_column, label_column, spec.missing_markers)
         first = next(batches, None)
@@ -63,25 +66,31 @@ def read_numeric_table(path: Path, kind: str, *, id_column: str, label_column: s
             return None
         ids: list[np.ndarray] = []
         labels: list[pd.Series] = []
-        blocks: list[np.ndarray] = []
+        X = np.empty((_expected_rows(path, kind, first.num_rows), len(features)), dtype=np.float32)
+        n = 0
         for batch in _chain(first, batches):
             id_values = batch.column(names.index(id_column))
             if id_values.null_count:
                 return None  # the general path names the missing IDs
             ids.append(id_values.to_numpy(zero_copy_only=False))
-            block = np.empty((batch.num_rows, len(features)), dtype=np.float32)
+            if n + batch.num_rows > len(X):  # more rows than estimated: grow by half
+                X = np.concatenate([X, np.empty((max(len(X) // 2, batch.num_rows), len(features)), np.float32)])
             for j, name in enumerate(features):
                 column = batch.column(names.index(name))
                 if not _numeric(column.type):
                     return None
-                block[:, j] = column.to_numpy(zero_copy_only=False)  # nulls arrive as NaN
-            blocks.append(block)
+                X[n : n + batch.num_rows, j] = column.to_numpy(zero_copy_only=False)  # nulls arrive as NaN
+            n += batch.num_rows
             if label_column is not None:
                 labels.append(batch.column(names.index(label_column)).to_pandas())
     except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError):
         return None  # unparseable here: the general path reads it and says what is wrong
-    X = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
-    del blocks
+    finally:
+        first = batch = None
+        if batches is not None:
+            batches.close()
+        pa.default_memory_pool().release_unused()  # hand the batches' buffers back rather than cache them
+    X.resize((n, len(features)), refcheck=False)  # give back what the estimate over-allocated (in place)
     id_series = pd.Series(np.concatenate(ids), name=id_column)
     if id_series.str.contains("\0", regex=False).any():
         return None  # a binary file: the general path says so
@@ -116,6 +125,16 @@ def _batches(path: Path, kind: str, id_column: str, label_column: str | None,
                                             null_values=list(dict.fromkeys(("", *markers))),
                                             strings_can_be_null=True))
     yield from reader
+
+
+def _expected_rows(path: Path, kind: str, first_rows: int) -> int:
+    """Rows to allocate for: Parquet says; for CSV, the file's size over the first batch's bytes per row."""
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    size = path.stat().st_size
+    return max(first_rows, int(size / BLOCK_BYTES * first_rows * 1.05) + 1)
 
 
 def _chain(first: object, rest: Iterator[object]) -> Iterator[object]:
