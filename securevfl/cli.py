@@ -83,6 +83,8 @@ def train(
     missing_markers: str | None = typer.Option(
         None, help="Comma-separated cell values that mean missing (default: NA, ?, null, ... ; blank always)."),
     max_onehot: int = typer.Option(20, help="One-hot a categorical column up to this many levels; hash wider ones."),
+    embed_categories: bool = typer.Option(
+        False, help="Categorical columns as codes the bottom models learn embeddings of (neural methods)."),
     option: list[str] = typer.Option([], "--option", help="Method option KEY=VALUE (repeatable)."),
     data: list[str] = typer.Option(
         [], "--data", help="PARTY=FILE per party (CSV/Parquet); the first holds the labels. Runs PSI, then trains."),
@@ -121,7 +123,7 @@ def train(
 
     check_report_path(report)  # before any work (the API checks it too when given report=)
     columns = spec_from_text(categorical=categorical, drop=drop, dates=dates, missing_markers=missing_markers,
-                             max_onehot=max_onehot)
+                             max_onehot=max_onehot, embed=embed_categories or None)
     opts: dict[str, Any] = _parse_pairs(option, "--option")
     flagged = {"secagg": secagg, "key_agreement": key_agreement, "frac_bits": frac_bits, "drop_prob": drop_prob,
                "distill_loss": distill_loss, "fail_prob": fail_prob, "on_fail": on_fail}

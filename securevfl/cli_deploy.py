@@ -69,6 +69,9 @@ def party_command(
     missing_markers: str | None = typer.Option(
         None, help="Cell values that mean missing in this party's file (comma-separated; blank always)."),
     max_onehot: int | None = typer.Option(None, help="One-hot up to this many levels; hash wider columns."),
+    embed_categories: bool | None = typer.Option(
+        None, "--embed-categories/--no-embed-categories",
+        help="This party's categorical columns as codes its bottom model learns embeddings of."),
 ) -> None:
     """Run one party: load only its own table, PSI with its peers, then its role of the method.
 
@@ -84,7 +87,7 @@ def party_command(
         check_report_path(report)
     fed = load_federation(federation)
     columns = spec_from_text(categorical=categorical, drop=drop, dates=dates, missing_markers=missing_markers,
-                             max_onehot=max_onehot, base=fed.party(as_).columns)
+                             max_onehot=max_onehot, embed=embed_categories, base=fed.party(as_).columns)
     if not fed.party(as_).data and columns != fed.party(as_).columns:
         raise ConfigError(f"{as_} has data = false in the federation file: it takes no column options")
     check_insecure(fed.insecure, insecure)

@@ -48,7 +48,9 @@ class ColumnSpec:
     always does). ``max_onehot``: a categorical column with at most this many levels in the training
     rows is one-hot encoded, a wider one is hashed into ``hash_buckets`` columns. ``min_frequency``:
     levels seen fewer times in the training rows share one "infrequent" column with levels never seen
-    in training (without rare levels, an unseen level encodes as all zeros).
+    in training (without rare levels, an unseen level encodes as all zeros). ``embed``: every
+    categorical column becomes one integer code column instead (0: a level never seen in training),
+    for a neural bottom model to learn an embedding of (methods that support it; the others refuse).
     """
 
     categorical: tuple[str, ...] = ()
@@ -58,6 +60,7 @@ class ColumnSpec:
     max_onehot: int = 20
     hash_buckets: int = 16
     min_frequency: int = 5
+    embed: bool = False
 
     def __post_init__(self) -> None:
         for name in _NAME_FIELDS:
@@ -76,6 +79,8 @@ class ColumnSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not isinstance(self.embed, bool):
+            raise ConfigError(f"embed must be true or false, got {self.embed!r}")
 
     @property
     def named(self) -> tuple[str, ...]:
@@ -117,7 +122,8 @@ def parse_name_list(text: str) -> tuple[str, ...]:
 
 
 def spec_from_text(*, categorical: str = "", drop: str = "", dates: str = "", missing_markers: str | None = None,
-                   max_onehot: int | None = None, base: ColumnSpec | None = None) -> ColumnSpec:
+                   max_onehot: int | None = None, embed: bool | None = None,
+                   base: ColumnSpec | None = None) -> ColumnSpec:
     """A ColumnSpec from command-line text (comma-separated lists); what is not given comes from ``base``.
 
     ``missing_markers`` is comma-separated too (``"?,-,unknown"``); a blank cell is always missing.
@@ -131,6 +137,8 @@ def spec_from_text(*, categorical: str = "", drop: str = "", dates: str = "", mi
         changes["missing_markers"] = tuple(m.strip() for m in missing_markers.split(","))
     if max_onehot is not None:
         changes["max_onehot"] = max_onehot
+    if embed is not None:
+        changes["embed"] = embed
     return replace(base, **changes)  # type: ignore[arg-type]
 
 

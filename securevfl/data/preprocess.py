@@ -30,7 +30,7 @@ from sklearn.compose import ColumnTransformer
 from sklearn.feature_extraction import FeatureHasher
 from sklearn.impute import SimpleImputer
 from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import OneHotEncoder, StandardScaler
+from sklearn.preprocessing import FunctionTransformer, OneHotEncoder, OrdinalEncoder, StandardScaler
 from sklearn.utils.validation import validate_data
 
 from securevfl.data.columns import CATEGORICAL, DATE, NUMERIC, ColumnSpec, column_kinds, parse_dates
@@ -173,7 +173,11 @@ def fit_party_encoder(frame: pd.DataFrame, spec: ColumnSpec | None = None, *, st
                               for c in columns if kinds[c] != CATEGORICAL}
         summary["imputed"] = {c: n for c, n in summary["imputed"].items() if n}
     one_hot = []
-    for column in (c for c in columns if kinds[c] == CATEGORICAL):
+    categorical = [c for c in columns if kinds[c] == CATEGORICAL]
+    if spec.embed and categorical:  # integer codes for a learned embedding; placed last (see ``codes``)
+        summary["embedded"] = {}
+        categorical, coded = [], categorical
+    for column in categorical:
         levels = pd.Series(typed[column]).fillna(MISSING_LEVEL).nunique()
         if levels <= spec.max_onehot:
             one_hot.append(column)
@@ -188,6 +192,11 @@ def fit_party_encoder(frame: pd.DataFrame, spec: ColumnSpec | None = None, *, st
         encoder = OneHotEncoder(handle_unknown="infrequent_if_exist", min_frequency=spec.min_frequency,
                                 sparse_output=False, dtype=np.float32)
         transformers.append(("one_hot", Pipeline([("impute", _levels_imputer()), ("encode", encoder)]), one_hot))
+    if "embedded" in summary:
+        ordinal = OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1,
+                                 min_frequency=spec.min_frequency, dtype=np.float32)
+        transformers.append(("codes", Pipeline([("impute", _levels_imputer()), ("encode", ordinal),
+                                                ("shift", FunctionTransformer(_unseen_is_zero))]), coded))
     transformer = ColumnTransformer(transformers, remainder="drop", sparse_threshold=0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -202,8 +211,25 @@ def fit_party_encoder(frame: pd.DataFrame, spec: ColumnSpec | None = None, *, st
             names += [n.replace("_infrequent_sklearn", "_(infrequent)") for n in out]
         elif name.startswith("hashed:"):
             names += [f"{cols[0]}_hash{i}" for i in range(spec.hash_buckets)]
+        elif name == "codes":
+            ordinal = fitted.named_steps["encode"]
+            for column, levels, rare in zip(cols, ordinal.categories_, ordinal.infrequent_categories_, strict=True):
+                # codes 0 (unseen), 1.. (the levels; rare ones share the last)
+                n_codes = len(levels) - (0 if rare is None else len(rare) - 1) + 1
+                summary["embedded"][column] = int(n_codes)
+            names += [f"{c}_code" for c in cols]
     summary["encoded_columns"] = names
     return PartyEncoder(columns, kinds, tuple(names), summary, where, transformer)
+
+
+def _unseen_is_zero(codes: np.ndarray) -> np.ndarray:
+    """Ordinal codes shifted by one, so a level never seen in training (-1) becomes 0."""
+    return codes + 1
+
+
+def code_cardinalities(summary: dict[str, Any]) -> tuple[int, ...]:
+    """The number of codes of each embedded column, in order: they are the encoded table's last columns."""
+    return tuple(summary.get("embedded", {}).values())
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,7 @@ class PartyData:
     strip_shape: tuple[int, int] | None = None
     n_classes: int = 2  # the model's output width: the class count, or 1 for regression
     task: str = "classification"  # or "regression" (agreed by all parties, like the class count)
+    codes: tuple[int, ...] = ()  # the last len(codes) columns are category codes (0..n-1) to embed
 
     @property
     def n_features(self) -> int:
@@ -195,7 +196,7 @@ class Scenario:
             y_test=None if y is None else y[test_rows],
             y_unaligned=None if y is None else y[rest],
             strip_shape=t.strip_shape if encoded.feature_names == t.feature_names else None,
-            n_classes=self.n_classes, task=self.task)
+            n_classes=self.n_classes, task=self.task, codes=tuple(encoded.summary.get("embedded", {}).values()))
 
 
 def scenario_from_partition(data: PartitionedData, aligner: Aligner = align_plaintext) -> Scenario:

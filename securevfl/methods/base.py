@@ -154,6 +154,8 @@ class Method(ABC, Generic[OptionsT]):
     #: Whether the method trains through :mod:`securevfl.methods.objective`: regression tasks and
     #: ``class_weight``; the others refuse both.
     supports_objectives: ClassVar[bool] = False
+    #: Whether its bottom models learn embeddings of category codes (``ColumnSpec(embed=True)``).
+    supports_category_embeddings: ClassVar[bool] = False
     options: OptionsT
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -182,6 +184,12 @@ class Method(ABC, Generic[OptionsT]):
 
     def party_roles(self, scenario: Scenario) -> dict[str, Role]:
         """:meth:`roles`, after checking that the method trains the scenario's task."""
+        if not self.supports_category_embeddings:
+            embedded = [p for p in scenario.tables if scenario.encoded(p).summary.get("embedded")]
+            if embedded:
+                able = ", ".join(n for n in method_names() if method_class(n).supports_category_embeddings)
+                raise ConfigError(f"{self.name} cannot learn category embeddings (party {embedded[0]!r} asked for "
+                                  f"them with embed / --embed-categories); these methods can: {able}")
         if scenario.task == REGRESSION:
             if not self.supports_objectives:
                 raise ConfigError(f"{self.name} does not support regression; these methods do: {_objective_methods()}")

@@ -62,7 +62,7 @@ from securevfl.methods.engine import (
     side_role,
 )
 from securevfl.methods.engine.loop import EMBEDDING_ROWS, GRADIENT_ROWS, Losses
-from securevfl.models import MLP, StripCNN, init_parameters
+from securevfl.models import MLP, StripCNN, init_parameters, mlp_bottom
 from securevfl.seeding import party_generator, simulation_rng
 
 ACTIVATION = "activation"
@@ -252,7 +252,7 @@ def build_passive_model(data: PartyData, config: TrainConfig, options: EntityAug
         raise ConfigError(f"bottom='cnn' needs image strips; party {data.name!r} "
                           "holds tabular features")
     else:
-        model = MLP(data.n_features, config.hidden, config.embedding_dim, final_activation=True)
+        model = mlp_bottom(data.n_features, data.codes, config.hidden, config.embedding_dim)
     return init_parameters(model, party_generator(config.seed, seed_name))
 
 

@@ -18,7 +18,7 @@ from securevfl.methods.base import (
     register_method,
 )
 from securevfl.methods.objective import make_objective
-from securevfl.models import MLP, init_parameters
+from securevfl.models import init_parameters, mlp_bottom
 from securevfl.seeding import party_generator
 
 
@@ -31,8 +31,8 @@ def local_mlp_role(data: PartyData, config: TrainConfig) -> Role:
         assert data.y_train is not None and data.y_test is not None  # the active party holds the labels
         device = ctx.device
         hidden = (*config.hidden, config.embedding_dim, *config.hidden)
-        model = init_parameters(MLP(data.n_features, hidden, data.n_classes),
-                                party_generator(config.seed, ctx.name)).to(device)
+        model = init_parameters(mlp_bottom(data.n_features, data.codes, hidden, data.n_classes,
+                                           final_activation=False), party_generator(config.seed, ctx.name)).to(device)
         opt = torch.optim.Adam(model.parameters(), lr=config.lr)
         objective = make_objective(data.task, data.y_train, data.n_classes, config.class_weight)
         X = as_tensor(data.X_train, device)
@@ -70,6 +70,7 @@ class Local(Method[NoOptions]):
     name = "local"
     summary = "active party alone on its own features (baseline)"
     supports_objectives = True
+    supports_category_embeddings = True
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         roles: dict[str, Role] = {p: idle_role for p in scenario.passives}

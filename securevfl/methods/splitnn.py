@@ -19,7 +19,7 @@ from securevfl.data.scenario import PartyData
 from securevfl.errors import ConfigError
 from securevfl.methods.base import TrainConfig, register_method
 from securevfl.methods.engine import PartySide, SplitMethod
-from securevfl.models import MLP, StripCNN, init_parameters
+from securevfl.models import StripCNN, init_parameters, mlp_bottom
 from securevfl.seeding import party_generator
 
 
@@ -39,7 +39,7 @@ def build_bottom(data: PartyData, config: TrainConfig, kind: str, seed_name: str
     if kind == "cnn" and data.strip_shape is not None:
         model: nn.Module = StripCNN(data.strip_shape, config.embedding_dim)
     else:
-        model = MLP(data.n_features, config.hidden, config.embedding_dim, final_activation=True)
+        model = mlp_bottom(data.n_features, data.codes, config.hidden, config.embedding_dim)
     return init_parameters(model, party_generator(config.seed, seed_name))
 
 

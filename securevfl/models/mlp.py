@@ -20,7 +20,9 @@ def init_parameters(module: ModuleT, generator: torch.Generator) -> ModuleT:
     from their own generator so runs are reproducible without global seeding.
     """
     for m in module.modules():
-        if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d)):
+        if isinstance(m, nn.Embedding):  # PyTorch's default: N(0, 1)
+            nn.init.normal_(m.weight, generator=generator)
+        elif isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d)):
             nn.init.kaiming_uniform_(m.weight, a=5**0.5, generator=generator)
             if m.bias is not None:
                 fan_in = m.weight[0].numel()

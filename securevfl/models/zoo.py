@@ -18,7 +18,7 @@ from torch import nn
 
 from securevfl.data.scenario import PartyData
 from securevfl.errors import ConfigError
-from securevfl.models import MLP, StripCNN, init_parameters
+from securevfl.models import MLP, StripCNN, init_parameters, mlp_bottom
 from securevfl.seeding import party_generator
 
 MODEL_CHOICES = ("hetero", "homo")
@@ -68,7 +68,7 @@ def build_embedding_net(data: PartyData, arch: Architecture, embedding_dim: int)
             raise ConfigError(f"architecture {arch.name} needs an image strip")
         return nn.Sequential(StripCNN(data.strip_shape, embedding_dim, channels=arch.embed_layers),
                              nn.ReLU())
-    return MLP(data.n_features, arch.embed_layers, embedding_dim, final_activation=True)
+    return mlp_bottom(data.n_features, data.codes, arch.embed_layers, embedding_dim)
 
 
 def build_decision_net(arch: Architecture, embedding_dim: int, n_out: int) -> nn.Module:

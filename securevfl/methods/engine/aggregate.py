@@ -101,6 +101,7 @@ class AggregateMethod(Method[AggregationOptionsT]):
     uses_engine = True
     supports_defenses = True
     supports_objectives = True
+    supports_category_embeddings = True
 
     per_party_loss: ClassVar[bool] = False
 

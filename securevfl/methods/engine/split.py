@@ -41,7 +41,7 @@ from securevfl.methods.base import (
     as_tensor,
 )
 from securevfl.methods.engine.loop import TEST, TRAIN, EngineRecord, Evaluation, Losses, PartySide, run_side
-from securevfl.models import MLP, init_parameters
+from securevfl.models import MLP, init_parameters, mlp_bottom
 from securevfl.seeding import party_generator
 
 EMBEDDING = "embedding"
@@ -69,11 +69,12 @@ class SplitMethod(Method[OptionsT]):
     uses_engine = True
     supports_defenses = True
     supports_objectives = True
+    supports_category_embeddings = True
 
     def bottom(self, side: PartySide) -> nn.Module:
         """A party's bottom model: its features -> ``embedding_width()``."""
         data, config = side.data, self.config
-        model = MLP(data.n_features, config.hidden, config.embedding_dim, final_activation=True)
+        model = mlp_bottom(data.n_features, data.codes, config.hidden, config.embedding_dim)
         return init_parameters(model, party_generator(config.seed, side.name))
 
     def embedding_width(self) -> int:
