@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 
 import numpy as np
 import pandas as pd
 import pytest
-from net_helpers import free_port
+from deployed_threads import loopback_federation, run_parties_in_threads
 
 import securevfl
 from securevfl.api import RunConfig, build_scenario
@@ -125,52 +124,14 @@ def test_three_party_csv_files_with_categories_blanks_and_a_text_label_train(fil
 
 
 def test_a_deployed_run_preprocesses_as_the_threaded_run(files, tmp_path):
-    from securevfl.deploy.federation import load_federation
-    from securevfl.deploy.party import run_deployed_party
-
-    ports = {p: free_port() for p in files}
-    parties = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{port}"' for p, port in ports.items())
-    fed_path = tmp_path / "fed.toml"
-    fed_path.write_text(f"""
-[federation]
-active = "bank"
-insecure = true
-
-{parties}
-
-[parties.clinic.columns]
-dates = ["signup"]
-
-[network]
-peer_timeout_s = 20
-heartbeat_s = 0.5
-
-[job]
-method = "splitnn"
-epochs = 2
-batch_size = 64
-id_column = "customer_id"
-label_column = "churn"
-""")
-    fed = load_federation(fed_path)
+    fed = loopback_federation(tmp_path, list(files), "bank",
+                              'method = "splitnn"\nepochs = 2\nbatch_size = 64\nid_column = "customer_id"\n'
+                              'label_column = "churn"', extra='[parties.clinic.columns]\ndates = ["signup"]')
     assert fed.parties["clinic"].columns.dates == ("signup",)
-    results, errors = {}, {}
-
-    def run(p):
-        try:
-            results[p] = run_deployed_party(fed, p, files[p], device="cpu")
-        except BaseException as exc:  # noqa: BLE001
-            errors[p] = exc
-
     with one_torch_thread():
-        threads = [threading.Thread(target=run, args=(p,)) for p in files]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        results = run_parties_in_threads(fed, files)
         local = securevfl.train("splitnn", data_files=files, id_column="customer_id", label_column="churn",
                                 columns=CLINIC, epochs=2, batch_size=64, device="cpu")
-    assert not errors, errors
     network = results["bank"].report
     for key in ("accuracy", "f1", "auc"):
         assert network.metrics[key] == pytest.approx(local.metrics[key], abs=1e-6), key

@@ -4,12 +4,10 @@ process and deployed; every other method refuses it by name."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pandas as pd
 import pytest
-from net_helpers import free_port
+from deployed_threads import loopback_federation, run_parties_in_threads
 
 import securevfl
 from securevfl.cli import main
@@ -92,46 +90,10 @@ def test_the_cli_trains_a_regression_from_a_bundled_dataset(tmp_path, capsys):
 
 
 def test_a_deployed_regression_learns_the_task_from_the_plan(tmp_path):
-    from securevfl.deploy.federation import load_federation
-    from securevfl.deploy.party import run_deployed_party
-
     files = regression_files(tmp_path, n=300)
-    ports = {p: free_port() for p in files}
-    parties = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{port}"' for p, port in ports.items())
-    fed_path = tmp_path / "fed.toml"
-    fed_path.write_text(f"""
-[federation]
-active = "shop"
-insecure = true
-
-{parties}
-
-[network]
-peer_timeout_s = 20
-heartbeat_s = 0.5
-
-[job]
-method = "splitnn"
-epochs = 3
-batch_size = 32
-id_column = "customer_id"
-label_column = "spend"
-""")
-    fed = load_federation(fed_path)
-    results, errors = {}, {}
-
-    def run(p):
-        try:
-            results[p] = run_deployed_party(fed, p, files[p], device="cpu")
-        except BaseException as exc:  # noqa: BLE001
-            errors[p] = exc
-
-    threads = [threading.Thread(target=run, args=(p,)) for p in files]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
+    fed = loopback_federation(tmp_path, list(files), "shop", 'method = "splitnn"\nepochs = 3\nbatch_size = 32\n'
+                              'id_column = "customer_id"\nlabel_column = "spend"')
+    results = run_parties_in_threads(fed, files)
     report = results["shop"].report
     local = securevfl.train("splitnn", data_files=files, id_column="customer_id", label_column="spend",
                             epochs=3, batch_size=32, device="cpu")

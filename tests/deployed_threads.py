@@ -1,0 +1,41 @@
+"""Deployed parties in threads of one test process: a loopback federation file and a run of every party."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from net_helpers import free_port
+
+
+def loopback_federation(tmp_path: Path, parties: list[str], active: str, job: str, extra: str = "") -> Any:
+    """A plaintext loopback federation of ``parties`` on free ports, with the ``[job]`` table's body ``job``."""
+    from securevfl.deploy.federation import load_federation
+
+    addresses = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{free_port()}"' for p in parties)
+    path = tmp_path / "fed.toml"
+    path.write_text(f'[federation]\nactive = "{active}"\ninsecure = true\n\n{addresses}\n\n{extra}\n\n'
+                    f"[network]\npeer_timeout_s = 20\nheartbeat_s = 0.5\n\n[job]\n{job}\n")
+    return load_federation(path)
+
+
+def run_parties_in_threads(federation: Any, files: dict[str, str], timeout: float = 120) -> dict[str, Any]:
+    """Every party's ``run_deployed_party`` result; a party's exception fails the caller."""
+    from securevfl.deploy.party import run_deployed_party
+
+    results, errors = {}, {}
+
+    def run(party: str) -> None:
+        try:
+            results[party] = run_deployed_party(federation, party, files[party], device="cpu")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors[party] = exc
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in files]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not errors, errors
+    return results
