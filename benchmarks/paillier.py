@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import platform
-import secrets
 import sys
 import time
 from collections.abc import Callable
@@ -26,6 +25,10 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from securevfl.bench.primitives import PaillierCounts, paillier_core  # noqa: E402
+from securevfl.bench.timing import best_rate as rate  # noqa: E402
+from securevfl.bench.timing import interleaved as interleaved_seconds  # noqa: E402
+from securevfl.bench.timing import per_second  # noqa: E402
 from securevfl.privacy.paillier import (  # noqa: E402
     PackingSpec,
     create_backend,
@@ -34,25 +37,10 @@ from securevfl.privacy.paillier import (  # noqa: E402
 )
 
 
-def rate(count: int, fn: Callable[[], object], repeat: int = 1) -> float:
-    """Items per second for ``fn`` processing ``count`` items (best of ``repeat``)."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return count / best
-
-
 def interleaved(rounds: int, jobs: dict[str, tuple[int, Callable[[], object]]]) -> dict[str, float]:
     """Best rate per job over ``rounds`` rounds that alternate the jobs (fair under load)."""
-    best = dict.fromkeys(jobs, 0.0)
-    for _ in range(rounds):
-        for key, (count, fn) in jobs.items():
-            start = time.perf_counter()
-            fn()
-            best[key] = max(best[key], count / (time.perf_counter() - start))
-    return best
+    seconds = interleaved_seconds(rounds, {key: fn for key, (_, fn) in jobs.items()})
+    return {key: max(per_second(jobs[key][0], s)) for key, s in seconds.items()}
 
 
 def main() -> None:
@@ -89,56 +77,32 @@ def main() -> None:
         "table_mib": round(fast.engine.table_bytes() / 2**20, 2),
     }
 
-    # ---- encrypt and decrypt: phe's own API vs fast, alternating rounds ----------------------
+    # ---- phe vs fast (unpacked, packed): encrypt, decrypt, add, x int — shared with `securevfl bench` ----------
     rounds = 5
-    per_round_phe = n_phe_enc // rounds
-    x = rng.normal(size=max(n_phe_enc, n_phe_ops))
-    xf = rng.normal(size=n_fast)
+    counts = PaillierCounts(phe_enc=n_phe_enc // rounds, phe_dec=n_phe_dec // rounds, phe_ops=n_phe_ops,
+                            fast=n_fast, fast_ops=n_ops, packed_rows=packed_rows)
     spec = PackingSpec(slot_bits=32, max_summands=16, frac_bits=16)
-    slots = fast.encrypt(np.zeros(1), packing=spec).layout.slots
-    xp = rng.normal(size=(packed_rows, slots))
-    phe_enc: list = []
-    holder: dict[str, object] = {}
+    core = paillier_core(fast, phe_pub, phe_priv, counts, rounds, rng, spec)
+    results.update({key: max(samples) for key, samples in core.rates.items()})
+    enc, penc, pool, xp, slots = core.enc, core.penc, core.phe_ciphertexts, core.packed_values, core.slots
+    xf = rng.normal(size=n_fast)
+
+    # ---- ablations: a party with only the public key (no CRT), no fixed-base table ---------------
     n_nt = max(20, n_fast // 50)
     results.update(interleaved(rounds, {
-        "phe_encrypt_per_s": (per_round_phe, lambda: phe_enc.extend(
-            phe_pub.encrypt(float(v)) for v in x[:per_round_phe])),
-        "fast_encrypt_per_s": (n_fast, lambda: holder.__setitem__("enc", fast.encrypt(xf))),
-        "fast_public_key_encrypt_per_s": (n_fast // 2, lambda: fast_public.encrypt(
-            xf[: n_fast // 2])),
+        "fast_public_key_encrypt_per_s": (n_fast // 2, lambda: fast_public.encrypt(xf[: n_fast // 2])),
         "fast_no_table_encrypt_per_s": (n_nt, lambda: fast_notable.encrypt(xf[:n_nt])),
-        "fast_packed_encrypt_values_per_s": (xp.size, lambda: holder.__setitem__(
-            "penc", fast.encrypt(xp, packing=spec))),
     }))
-    enc, penc = holder["enc"], holder["penc"]
-    pool = (phe_enc * (n_phe_ops // len(phe_enc) + 1))[:n_phe_ops]
-    per_round_dec = n_phe_dec // rounds
-    results.update(interleaved(rounds, {
-        "phe_decrypt_per_s": (per_round_dec, lambda: [
-            phe_priv.decrypt(c) for c in pool[:per_round_dec]]),
-        "fast_decrypt_per_s": (per_round_dec, lambda: fast.decrypt(enc[:per_round_dec])),
-        "fast_packed_decrypt_values_per_s": (xp.size, lambda: fast.decrypt(penc)),
-    }))
+    holder: dict[str, object] = {}
 
-    # ---- homomorphic operations ----------------------------------------------------------------
-    results["phe_add_per_s"] = rate(
-        n_phe_ops, lambda: [a + b for a, b in zip(pool, pool[1:] + pool[:1], strict=True)], 3)
-    ints = [secrets.randbelow(2**16) for _ in range(n_phe_ops)]
-    results["phe_scalar_mul_int_per_s"] = rate(
-        n_phe_ops, lambda: [c * k for c, k in zip(pool, ints, strict=True)], 2)
+    # ---- homomorphic operations with float weights ----------------------------------------------
     floats = rng.normal(size=n_phe_ops).tolist()
     results["phe_scalar_mul_float_per_s"] = rate(
         n_phe_ops, lambda: [c * k for c, k in zip(pool, floats, strict=True)], 2)
-    big = fast.encrypt(rng.normal(size=n_ops)) if n_ops > n_fast else enc
-    big = big[:n_ops]
-    results["fast_add_per_s"] = rate(n_ops, lambda: big + big, 3)
-    ints_arr = np.array([secrets.randbelow(2**16) for _ in range(n_ops)], dtype=np.int64)
-    results["fast_scalar_mul_int_per_s"] = rate(n_ops, lambda: big * ints_arr, 2)
-    floats_arr = rng.normal(size=n_ops)
-    results["fast_scalar_mul_float_per_s"] = rate(n_ops, lambda: big * floats_arr, 2)
+    big = enc[:n_ops]
+    floats_arr = rng.normal(size=big.size)
+    results["fast_scalar_mul_float_per_s"] = rate(big.size, lambda: big * floats_arr, 2)
     results["fast_bytes_per_value_unpacked"] = enc.nbytes / enc.size
-    results["fast_packed_add_values_per_s"] = rate(xp.size, lambda: penc + penc, 3)
-    results["fast_packed_scalar_mul_values_per_s"] = rate(xp.size, lambda: penc * 3, 3)
     results["fast_bytes_per_value_packed"] = penc.nbytes / penc.size
     results["packed_slots"] = slots
     results["packed_max_abs_error"] = float(np.max(np.abs(fast.decrypt(penc + penc) - 2 * xp)))

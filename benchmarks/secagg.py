@@ -7,7 +7,9 @@ section belongs to whoever writes the EASTER method). The peer comparison reimpl
 three-line mask expansion of Flower's SecAgg+ (``pseudo_rand_gen``: the seed is folded to 32
 bits by XOR and expanded with numpy's MT19937 ``RandomState(seed32).randint``), which is not a
 cryptographic PRG (2^32 seeds can be brute-forced); ours is AES-CTR. Newer Flower releases may
-have replaced it; we time the MT19937 version the brief names, without installing flwr.
+have replaced it; we time the MT19937 version the brief names, without installing flwr. The mask,
+peer and key-agreement measurements are shared with ``securevfl bench``
+(:mod:`securevfl.bench.primitives`, :mod:`securevfl.bench.scaling`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,10 +27,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from securevfl.privacy.primitives.fixed_point import decode, ring_sum  # noqa: E402
-from securevfl.privacy.primitives.key_agreement import create_key_agreement  # noqa: E402
-from securevfl.privacy.primitives.masking import derive_pairwise_seeds, mask_values  # noqa: E402
-from securevfl.privacy.primitives.prg import prg_uint64  # noqa: E402
+from securevfl.bench.primitives import key_agreement_samples, mask_expansion_samples  # noqa: E402
+from securevfl.bench.scaling import mask_scaling  # noqa: E402
+from securevfl.bench.timing import time_calls  # noqa: E402
 from securevfl.privacy.primitives.shamir import reconstruct_secret, split_secret  # noqa: E402
 from securevfl.privacy.secagg import (  # noqa: E402
     AggregatorSecAggState,
@@ -53,60 +53,28 @@ console = Console()
 
 def _time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
     """Median seconds per call."""
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    return statistics.median(time_calls(fn, repeats, warmup))
 
 
 def bench_mask_throughput(party_counts: list[int], repeats: int) -> dict:
     """Per-party encode+mask time and aggregator sum+decode time for a (128,128) float32 batch."""
-    ka = create_key_agreement("x25519")
-    rng = np.random.default_rng(0)
     out_bytes = int(np.prod(SHAPE)) * 8
     rows = {}
-    for n in party_counts:
-        names = [f"p{i:02d}" for i in range(n)]
-        keys = {p: ka.generate() for p in names}
-        me = names[n // 2]
-        seeds = derive_pairwise_seeds(
-            ka, me, keys[me], {p: keys[p].public for p in names if p != me}, b"bench"
-        )
-        x = rng.normal(size=SHAPE).astype(np.float32)
-        counter = iter(range(10**9))
-        per_party = _time(
-            lambda x=x, me=me, seeds=seeds, c=counter, n=n: mask_values(
-                x, me, seeds, next(c), n_terms=n
-            ),
-            repeats,
-        )
-        masked = [mask_values(x, me, seeds, 0, n_terms=n) for _ in range(n)]
-        agg = _time(lambda masked=masked: decode(ring_sum(masked)), repeats)
+    for n, samples in mask_scaling(party_counts, repeats).items():
+        per_party = statistics.median(samples["mask_per_party"])
         rows[n] = {
             "mask_ms_per_party": per_party * 1e3,
-            "sum_decode_ms": agg * 1e3,
+            "sum_decode_ms": statistics.median(samples["sum_decode"]) * 1e3,
             "mask_mb_per_s": out_bytes / per_party / 1e6,
+            "seed_setup_ms_per_party": statistics.median(samples["setup_per_party"]) * 1e3,
         }
     return rows
 
 
 def bench_flower_peer(repeats: int) -> dict:
     """Our AES-CTR expansion vs Flower SecAgg+'s MT19937 expansion, same (128,128) shape."""
-    seed = bytes(range(32))
-
-    def flower_expand() -> np.ndarray:  # Flower secaggplus pseudo_rand_gen, inlined
-        seed32 = 0
-        for i in range(0, len(seed), 4):
-            seed32 ^= int.from_bytes(seed[i : i + 4], "little")
-        return np.random.RandomState(seed32).randint(0, 2**32 - 1, SHAPE, dtype=np.int64)
-
-    counter = iter(range(10**9))
-    ours = _time(lambda: prg_uint64(seed, SHAPE, next(counter), "bench"), repeats)
-    theirs = _time(flower_expand, repeats)
+    samples = mask_expansion_samples(repeats, SHAPE)
+    ours, theirs = statistics.median(samples["ours_aes_ctr"]), statistics.median(samples["flower_mt19937"])
     return {
         "ours_aes_ctr_ms": ours * 1e3,
         "flower_mt19937_ms": theirs * 1e3,
@@ -118,20 +86,10 @@ def bench_flower_peer(repeats: int) -> dict:
 
 def bench_key_agreement(repeats: int) -> dict:
     """Key generation and one exchange per pair for X25519 and FFDH-2048 (incl. validation)."""
-    rows = {}
-    for name in ("x25519", "ffdh2048"):
-        ka = create_key_agreement(name)
-        a, b = ka.generate(), ka.generate()
-        rows[name] = {
-            "keygen_ms": _time(ka.generate, repeats) * 1e3,
-            "exchange_ms": _time(lambda ka=ka, a=a, b=b: ka.exchange(a.private, b.public), repeats)
-            * 1e3,
-            "exchange_prevalidated_ms": _time(
-                lambda ka=ka, a=a, b=b: ka.exchange(a.private, b.public, validate=False), repeats
-            )
-            * 1e3,
-        }
-    return rows
+    return {
+        name: {f"{what}_ms": statistics.median(samples) * 1e3 for what, samples in row.items()}
+        for name, row in key_agreement_samples(repeats).items()
+    }
 
 
 def bench_shamir(party_counts: list[int], repeats: int) -> dict:

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,11 +39,10 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from securevfl.api import RunConfig, build_scenario  # noqa: E402
+from securevfl.bench.scaling import aggregation_rounds  # noqa: E402
 from securevfl.data import PartitionSpec  # noqa: E402
 from securevfl.federation.runtime import run_parties  # noqa: E402
-from securevfl.federation.transport import InProcessTransport  # noqa: E402
 from securevfl.methods import TrainConfig, create_method  # noqa: E402
-from securevfl.privacy.aggregation import AggregationConfig, create_aggregation  # noqa: E402
 
 console = Console(width=140)
 PARTIES = 4
@@ -54,72 +52,9 @@ SCHEMES = ("none", "dh", "paillier")
 ONE_OFF = {"secagg.keygen", "secagg.key_agreement", "secagg.paillier_keygen", "secagg.paillier_setup"}
 
 
-class _CountingTransport(InProcessTransport):
-    """In-process transport that tallies the aggregation scheme's messages (tags ``agg.*``)."""
-
-    def __init__(self, parties: list[str]) -> None:
-        super().__init__(parties)
-        self.bytes = self.messages = self.depth = 0
-        self.links: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def send(self, envelope) -> None:
-        with self._lock:
-            self.depth = max(self.depth, envelope.depth)
-            if envelope.tag.startswith("agg."):
-                self.bytes += len(envelope.payload)
-                self.messages += 1
-                link = f"{envelope.src}->{envelope.dst}"
-                self.links[link] = self.links.get(link, 0) + len(envelope.payload)
-        super().send(envelope)
-
-
 def _run_rounds(scheme_name: str, rounds: int, batch: int, seed: int = 0) -> dict[str, Any]:
-    """``rounds`` aggregation rounds through the threaded runtime; totals over all parties.
-
-    After each sum the active party broadcasts a small ``bench.next`` message that the passive
-    parties wait for (as EASTER's global embedding), so rounds are causally chained and the
-    message depth counts each round's hops (plus that one).
-    """
-    rng = np.random.default_rng(seed)
-    inputs = [{p: rng.normal(scale=3.0, size=(batch, EMBEDDING)) for p in PASSIVES} for _ in range(rounds)]
-    scheme = create_aggregation(scheme_name, AggregationConfig(frac_bits=16))
-    marks: dict[str, float] = {}
-
-    def passive(ctx):
-        half = scheme.passive()
-        half.setup(ctx)
-        for values in inputs:
-            half.contribute(ctx, values[ctx.name])
-            ctx.recv(ctx.active, "bench.next")
-
-    def active(ctx):
-        half = scheme.active()
-        half.setup(ctx, ctx.passives)
-        marks["start"] = time.perf_counter()
-        out = []
-        for _ in inputs:
-            out.append(half.aggregate(ctx))
-            ctx.broadcast(ctx.passives, "bench.next", 0)
-        marks["end"] = time.perf_counter()
-        return out
-
-    transport = _CountingTransport(["A", *PASSIVES])
-    result = run_parties({"A": active, **{p: passive for p in PASSIVES}}, active="A", transport=transport)
-    crypto: dict[str, float] = {}
-    for meter in result.meters.values():
-        for k, v in meter.snapshot().crypto_s.items():
-            crypto[k] = crypto.get(k, 0.0) + v
-    for values, res in zip(inputs, result.results["A"], strict=True):  # sanity: the sum is right
-        assert np.max(np.abs(res.total - sum(values.values()))) <= len(PASSIVES) * 2.0**-16
-    return {
-        "seconds": marks["end"] - marks["start"],
-        "crypto_s": crypto,
-        "bytes": transport.bytes,
-        "messages": transport.messages,
-        "depth": transport.depth,
-        "links": dict(transport.links),
-    }
+    """``rounds`` aggregation rounds, threaded runtime (:func:`securevfl.bench.scaling.aggregation_rounds`)."""
+    return aggregation_rounds(scheme_name, rounds, batch, parties=PARTIES, embedding=EMBEDDING, seed=seed)
 
 
 def round_figures(batch: int, rounds: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 from typer.exceptions import TyperException
 
+from securevfl.cli_bench import bench_app
 from securevfl.cli_deploy import certs_command, launch_command, party_command
 from securevfl.cli_psi import psi_command
 from securevfl.errors import ConfigError, PartyFailure, SecureVFLError
@@ -28,6 +29,7 @@ app.command("psi")(psi_command)
 app.command("certs")(certs_command)
 app.command("party")(party_command)
 app.command("launch")(launch_command)
+app.add_typer(bench_app, name="bench")
 
 
 def _parse_pairs(values: list[str], what: str) -> dict[str, str]:
@@ -358,8 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv  # a global flag, accepted anywhere on the line
     argv = [a for a in argv if a != "--debug"]
     try:
-        app(args=argv, prog_name="securevfl", standalone_mode=False)
-        return 0
+        code = app(args=argv, prog_name="securevfl", standalone_mode=False)
+        return code if isinstance(code, int) else 0  # click hands back a typer.Exit's code here
     except typer.Exit as exc:
         return exc.exit_code
     except SecureVFLError as exc:

@@ -47,11 +47,21 @@ class NetworkModel:
 
     def transfer_seconds(self, depth_link_bytes: Mapping[int, Mapping[str, int]]) -> float:
         """Critical-path transfer time for bytes grouped by depth, then by link."""
-        per_byte = 8.0 / (self.bandwidth_mbps * 1e6)
-        total = 0.0
-        for links in depth_link_bytes.values():
-            total += self.latency_ms / 1e3 + max(links.values(), default=0) * per_byte
-        return total
+        return self.path_seconds(*critical_path(depth_link_bytes))
+
+    def path_seconds(self, levels: int, critical_bytes: int) -> float:
+        """Transfer time of a critical path of ``levels`` depth levels carrying ``critical_bytes`` in all.
+
+        The report keeps both numbers (``cost.network_path``), so a run's simulated network time can be
+        recomputed for any other bandwidth and latency without running it again (``securevfl bench``).
+        """
+        return levels * self.latency_ms / 1e3 + critical_bytes * 8.0 / (self.bandwidth_mbps * 1e6)
+
+
+def critical_path(depth_link_bytes: Mapping[int, Mapping[str, int]]) -> tuple[int, int]:
+    """Depth levels with messages, and the sum over levels of the largest per-link byte count."""
+    levels = len(depth_link_bytes)
+    return levels, sum(max(links.values(), default=0) for links in depth_link_bytes.values())
 
 
 @dataclass

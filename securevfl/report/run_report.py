@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from securevfl.federation.meter import MeterSnapshot, NetworkModel
+from securevfl.federation.meter import MeterSnapshot, NetworkModel, critical_path
 
 
 def cost_from_snapshots(snapshots: Mapping[str, MeterSnapshot], network: NetworkModel) -> dict[str, Any]:
@@ -24,6 +24,7 @@ def cost_from_snapshots(snapshots: Mapping[str, MeterSnapshot], network: Network
         "total_bytes": sum(total.bytes.values()),
         "rounds": total.rounds,
         "simulated_network_s": network.transfer_seconds(total.depth_link_bytes),
+        "network_path": dict(zip(("levels", "critical_bytes"), critical_path(total.depth_link_bytes))),
         "network_model": asdict(network),
         "phases": {
             phase: {"bytes": total.phase_bytes.get(phase, 0),

@@ -1,0 +1,83 @@
+"""Section 4: the section 2 runs re-priced on other networks, without running them again.
+
+Every run's report keeps its critical network path (``cost.network_path``: the number of message
+depth levels and, summed over levels, the largest per-link byte count at each), so
+:meth:`securevfl.federation.meter.NetworkModel.path_seconds` gives the simulated transfer time on any
+link: one latency per level plus the critical bytes over the bandwidth — the same model the Meter
+applies during the run. The sweep covers 10-1000 Mbit/s and 1-100 ms; the presets are
+``lan`` (1000 Mbit/s, 1 ms), ``wan`` (100 Mbit/s, 20 ms) and ``intercontinental`` (10 Mbit/s, 100 ms).
+"Estimated total" adds the run's measured wall time (parties as threads of one process, so no real
+transfer time) to the simulated transfer time: an upper bound, since real parties overlap some of
+their compute with transfers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from securevfl.bench.timing import Figure
+from securevfl.federation.meter import NetworkModel
+
+BANDWIDTHS_MBPS = (10.0, 30.0, 100.0, 300.0, 1000.0)
+LATENCIES_MS = (1.0, 3.0, 10.0, 30.0, 100.0)
+
+
+def simulated_seconds(network_path: Mapping[str, int], model: NetworkModel) -> float:
+    """Simulated transfer time of a recorded critical path on ``model``."""
+    return model.path_seconds(int(network_path["levels"]), int(network_path["critical_bytes"]))
+
+
+def reprice(runs: Sequence[Mapping[str, Any]], models: Mapping[str, NetworkModel]) -> list[dict[str, Any]]:
+    """Per run: simulated seconds on every named link and on the bandwidth and latency sweeps."""
+    out = []
+    for r in runs:
+        if r.get("status") != "ok":
+            continue
+        path = r["network_path"]
+        recorded = NetworkModel(**r["network_model"])
+        check = simulated_seconds(path, recorded)
+        if abs(check - r["simulated_network_s"]) > 1e-6 * max(1.0, check):  # same model, same answer
+            raise AssertionError(f"re-priced network time {check} != the run's {r['simulated_network_s']}")
+        out.append({
+            "run": f"{r['method']}/{r['privacy']}", "wall_s": r["wall_s"], "levels": path["levels"],
+            "critical_bytes": path["critical_bytes"],
+            "presets": {name: simulated_seconds(path, m) for name, m in models.items()},
+            "bandwidth_sweep": {bw: simulated_seconds(path, NetworkModel(bw, 10.0)) for bw in BANDWIDTHS_MBPS},
+            "latency_sweep": {lat: simulated_seconds(path, NetworkModel(100.0, lat)) for lat in LATENCIES_MS},
+        })
+    return out
+
+
+def figures(rows: list[dict[str, Any]]) -> list[Figure]:
+    """Simulated transfer seconds of every run on every named link (computed, one sample each)."""
+    out = []
+    for r in rows:
+        for name, sec in r["presets"].items():
+            out.append(Figure(f"network.{r['run'].replace('/', '.')}.{name}_s", "s", (sec,),
+                              note="simulated from recorded bytes and depth levels"))
+    return out
+
+
+def section(rows: list[dict[str, Any]], models: Mapping[str, NetworkModel]) -> Any:
+    """Section 4 of the report: per run and link, transfer time, estimated total and latency's share."""
+    from securevfl.bench.results import Section, Table
+
+    s = Section("network", "4. Network: the same runs on other links (simulated)", text=__doc__ or "")
+    names = list(models)
+    t = Table("Simulated transfer time per run",
+              ["run", "depth levels", "critical-path bytes (B)", "measured wall (s)",
+               *[f"{n} ({models[n].bandwidth_mbps:g} Mbit/s, {models[n].latency_ms:g} ms) network (s)" for n in names],
+               *[f"{n}: estimated total (s)" for n in names]])
+    for r in rows:
+        t.add(r["run"], r["levels"], f"{r['critical_bytes']:,}", f"{r['wall_s']:.2f}",
+              *[f"{r['presets'][n]:.3f}" for n in names], *[f"{r['wall_s'] + r['presets'][n]:.2f}" for n in names])
+    s.tables.append(t)
+    share = Table("Share of latency in the simulated time on each link (%)", ["run", *names])
+    for r in rows:
+        share.add(r["run"], *[f"{100 * r['levels'] * models[n].latency_ms / 1e3 / r['presets'][n]:.0f}"
+                              if r["presets"][n] > 0 else "-" for n in names])
+    s.tables.append(share)
+    s.data = {"rows": rows, "models": {n: {"bandwidth_mbps": m.bandwidth_mbps, "latency_ms": m.latency_ms}
+                                       for n, m in models.items()}}
+    return s

@@ -1,0 +1,254 @@
+"""The report's figures (PNG): one per section, each with a title, axis labels with units and a legend.
+
+Built on ``matplotlib.figure.Figure`` directly (no pyplot, no global backend state), so importing or
+calling this module never opens a window or changes another caller's matplotlib settings. Bars show
+the median; error bars reach from the minimum to the maximum repetition.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure as MplFigure
+
+from securevfl.bench.timing import Figure
+
+DPI = 110
+COLORS = {"ours": "#1f77b4", "peer": "#ff7f0e", "floor": "#7f7f7f", "packed": "#2ca02c"}
+
+
+def _save(fig: MplFigure, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    return path.name
+
+
+def _bars(ax: Any, x: np.ndarray, figs: Sequence[Figure | None], width: float, label: str, color: str) -> None:
+    present = [(xi, f) for xi, f in zip(x, figs) if f is not None]
+    if not present:
+        return
+    xs = np.array([xi for xi, _ in present])
+    med = np.array([f.median for _, f in present])
+    err = np.array([[f.median - f.min for _, f in present], [f.max - f.median for _, f in present]])
+    ax.bar(xs, med, width, yerr=err, capsize=3, label=label, color=color)
+
+
+def primitives(figs: Mapping[str, Figure], data: Mapping[str, Any], path: Path) -> str:
+    """Section 1: PSI with its floor, Paillier throughput, mask expansion, key agreement (2 x 2 panels)."""
+    fig = MplFigure(figsize=(12, 8.5))
+    axes = fig.subplots(2, 2)
+    fig.suptitle("Primitives against their peers (median; bars: min-max of the repetitions)")
+    sizes = list(data["psi"])
+    x = np.arange(len(sizes))
+    ax = axes[0][0]
+    _bars(ax, x - 0.27, [figs[f"primitives.psi.{n}.ours_s"] for n in sizes], 0.27, "securevfl psi (X25519)",
+          COLORS["ours"])
+    _bars(ax, x, [figs.get(f"primitives.psi.{n}.openmined_s") for n in sizes], 0.27, "openmined-psi (P-256, C++)",
+          COLORS["peer"])
+    _bars(ax, x + 0.27, [figs[f"primitives.psi.{n}.floor_s"] for n in sizes], 0.27,
+          "floor: X25519 mults / workers", COLORS["floor"])
+    ax.set_xticks(x, [f"{n:,}" for n in sizes])
+    ax.set_xlabel("IDs per party (50 % overlap)")
+    ax.set_ylabel("time (s)")
+    ax.set_yscale("log")
+    ax.set_title("ECDH PSI")
+    ax.legend(fontsize=8)
+
+    ax = axes[0][1]
+    ops = ["encrypt", "decrypt", "add", "scalar_multiply"]
+    x = np.arange(len(ops))
+    for off, (key, label, color) in zip((-0.27, 0.0, 0.27), (("phe_per_s", "phe", COLORS["peer"]),
+                                                             ("fast_per_s", "fast, unpacked", COLORS["ours"]),
+                                                             ("fast_packed_per_s", "fast, packed (per value)",
+                                                              COLORS["packed"]))):
+        _bars(ax, x + off, [figs[f"primitives.paillier.{op}.{key}"] for op in ops], 0.27, label, color)
+    ax.set_xticks(x, ["encrypt", "decrypt", "add", "x int"])
+    ax.set_xlabel("operation (2048-bit n)")
+    ax.set_ylabel("throughput (values/s)")
+    ax.set_yscale("log")
+    ax.set_title("Paillier: fast vs phe")
+    ax.legend(fontsize=8)
+
+    ax = axes[1][0]
+    _bars(ax, np.array([0.0]), [figs["primitives.mask.ours_aes_ctr_ms"]], 0.5, "ours: AES-256-CTR", COLORS["ours"])
+    _bars(ax, np.array([1.0]), [figs["primitives.mask.flower_mt19937_ms"]], 0.5,
+          "Flower SecAgg+ MT19937 (reimplemented)", COLORS["peer"])
+    ax.set_yscale("log")
+    ax.set_xticks([0, 1], ["ours", "Flower"])
+    ax.set_xlabel("PRG (one 128 x 128 mask)")
+    ax.set_ylabel("time per mask (ms)")
+    ax.set_title("Secure-aggregation mask expansion")
+    ax.legend(fontsize=8)
+
+    ax = axes[1][1]
+    schemes = list(data["key_agreement"])
+    x = np.arange(len(schemes))
+    _bars(ax, x - 0.2, [figs[f"primitives.key_agreement.{s}.keygen_ms"] for s in schemes], 0.4, "key generation",
+          COLORS["floor"])
+    _bars(ax, x + 0.2, [figs[f"primitives.key_agreement.{s}.exchange_ms"] for s in schemes], 0.4,
+          "exchange (validated)", COLORS["ours"])
+    ax.set_xticks(x, schemes)
+    ax.set_xlabel("key agreement")
+    ax.set_ylabel("time (ms)")
+    ax.set_yscale("log")
+    ax.set_title("X25519 vs FFDH")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def time_split(runs: Sequence[Mapping[str, Any]], path: Path, min_share: float = 0.03) -> str:
+    """Stacked bar per run: compute, each crypto primitive (small ones lumped), serialisation, network."""
+    runs = [r for r in runs if r.get("status") == "ok"]
+    labels = [f"{r['method']}\n{r['privacy']}" for r in runs]
+    big: list[str] = []
+    for r in runs:
+        total = r["compute_s"] + sum(r["crypto_s"].values()) + r["serialize_s"] + r["simulated_network_s"]
+        for k, v in r["crypto_s"].items():
+            if total > 0 and v / total >= min_share and k not in big:
+                big.append(k)
+    parts: dict[str, list[float]] = {"model compute": [r["compute_s"] for r in runs]}
+    for k in sorted(big):
+        parts[f"crypto: {k}"] = [r["crypto_s"].get(k, 0.0) for r in runs]
+    parts["crypto: other"] = [sum(v for k, v in r["crypto_s"].items() if k not in big) for r in runs]
+    parts["serialisation"] = [r["serialize_s"] for r in runs]
+    parts["simulated network (100 Mbit/s, 10 ms)"] = [r["simulated_network_s"] for r in runs]
+    fig = MplFigure(figsize=(max(10.0, 1.6 * len(runs) + 5), 5.5))
+    axes = fig.subplots(1, 2)
+    x = np.arange(len(runs))
+    totals = np.sum([np.array(v) for v in parts.values()], axis=0)
+    colors = colormaps["tab20"](np.linspace(0, 1, max(len(parts), 2)))
+    for ax, scale in zip(axes, (np.ones(len(runs)), 100.0 / np.where(totals > 0, totals, 1.0))):
+        bottom = np.zeros(len(runs))
+        for (name, values), color in zip(parts.items(), colors):
+            vals = np.array(values) * scale
+            if not vals.any():
+                continue
+            ax.bar(x, vals, 0.6, bottom=bottom, label=name, color=color)
+            bottom += vals
+        ax.set_xticks(x, labels, fontsize=8)
+        ax.set_xlabel("method / privacy option")
+    axes[0].plot(x, [r["wall_s"] for r in runs], "k_", markersize=20, mew=2, label="wall clock of the run")
+    axes[0].set_ylabel("time (s, summed over parties)")
+    axes[0].set_title("Where the time went, per run (report.cost)")
+    axes[1].set_ylabel("share of the run's measured + simulated time (%)")
+    axes[1].set_ylim(0, 100)
+    axes[1].set_title("The same, as shares")
+    axes[0].legend(fontsize=7, loc="upper left")
+    return _save(fig, path)
+
+
+def overhead(runs: Sequence[Mapping[str, Any]], path: Path) -> str:
+    """Per method, each privacy option's epoch-time overhead over ``none`` (per cent)."""
+    ok = [r for r in runs if r.get("status") == "ok" and "overhead_pct" in r and r["privacy"] != "none"]
+    methods = list(dict.fromkeys(r["method"] for r in ok))
+    options = list(dict.fromkeys(r["privacy"] for r in ok))
+    fig = MplFigure(figsize=(7.5, 4.5))
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(options))
+    x = np.arange(len(methods))
+    for i, opt in enumerate(options):
+        vals = [next((r["overhead_pct"] for r in ok if r["method"] == m and r["privacy"] == opt), np.nan)
+                for m in methods]
+        bars = ax.bar(x + (i - (len(options) - 1) / 2) * width, vals, width, label=f"secagg={opt}")
+        ax.bar_label(bars, labels=[f"{v:+.0f} %" if v == v else "" for v in vals], fontsize=7)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks(x, methods)
+    ax.set_xlabel("method")
+    ax.set_ylabel("epoch-time overhead vs none (%)")
+    ax.set_yscale("symlog", linthresh=10)
+    ax.set_title("Cost of each privacy option (minimum epoch time)")
+    if options:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no privacy option besides none was run", ha="center", transform=ax.transAxes)
+    return _save(fig, path)
+
+
+def scaling(data: Mapping[str, Any], exps: Mapping[str, float | None], path: Path) -> str:
+    """Section 3: secure aggregation vs parties, PSI vs set size (log-log, fitted), Paillier vs batch."""
+    fig = MplFigure(figsize=(15, 4.8))
+    axes = fig.subplots(1, 3)
+    ax = axes[0]
+    ns = list(data["secagg"])
+    for key, label in (("setup_per_party", "seed setup per party"), ("mask_per_party", "encode + mask per party"),
+                       ("sum_decode", "aggregator sum + decode")):
+        med = [statistics.median(data["secagg"][n][key]) * 1e3 for n in ns]
+        ax.plot(ns, med, "o-", label=label)
+    ax.set_xlabel("parties")
+    ax.set_ylabel("time per round (ms, median)")
+    ax.set_title("Secure aggregation of a 128 x 128 batch")
+    ax.legend(fontsize=8)
+
+    ax = axes[1]
+    for key, label, color in (("psi_ours", "securevfl psi", COLORS["ours"]),
+                              ("psi_openmined", "openmined-psi", COLORS["peer"])):
+        rows = data[key]
+        if not rows:
+            continue
+        xs = np.array(list(rows), float)
+        ys = np.array([statistics.median(v) for v in rows.values()])
+        exp = exps.get(key)
+        ax.loglog(xs, ys, "o", color=color, label=f"{label} (exponent {exp:.2f})" if exp else label)
+        if exp is not None:
+            c = np.polyfit(np.log(xs), np.log(ys), 1)
+            grid = np.geomspace(xs.min(), xs.max(), 20)
+            ax.loglog(grid, np.exp(np.polyval(c, np.log(grid))), "--", color=color, lw=1)
+    ax.set_xlabel("IDs per party (log)")
+    ax.set_ylabel("time (s, log)")
+    ax.set_title("PSI time vs set size (fit: np.polyfit on logs)")
+    ax.legend(fontsize=8)
+
+    ax = axes[2]
+    batches = list(data["paillier"])
+    med = [statistics.median(data["paillier"][b]["round_s"]) for b in batches]
+    crypto = [data["paillier"][b]["crypto_s_per_round"] for b in batches]
+    ax.plot(batches, med, "o-", label="round wall time (active party)")
+    ax.plot(batches, crypto, "s--", label="crypto, all parties")
+    ax.set_xlabel("batch size (rows of 128 values, 3 passive parties)")
+    ax.set_ylabel("time per round (s)")
+    ax.set_title("Paillier aggregation vs batch size")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def network(rows: Sequence[Mapping[str, Any]], path: Path) -> str:
+    """Section 4: each run's simulated transfer time against bandwidth and against latency."""
+    fig = MplFigure(figsize=(13, 4.8))
+    axes = fig.subplots(1, 2)
+    for r in rows:
+        bw = sorted(r["bandwidth_sweep"])
+        axes[0].loglog(bw, [r["bandwidth_sweep"][b] for b in bw], "o-", label=r["run"])
+        lat = sorted(r["latency_sweep"])
+        axes[1].loglog(lat, [r["latency_sweep"][t] for t in lat], "o-", label=r["run"])
+    axes[0].set_xlabel("bandwidth (Mbit/s, log)")
+    axes[0].set_ylabel("simulated transfer time of the run (s, log)")
+    axes[0].set_title("Bandwidth sweep at 10 ms latency")
+    axes[1].set_xlabel("latency (ms, log)")
+    axes[1].set_ylabel("simulated transfer time of the run (s, log)")
+    axes[1].set_title("Latency sweep at 100 Mbit/s")
+    for ax in axes:
+        if rows:
+            ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def load(samples: Sequence[Mapping[str, Any]], cores: int, threshold: float, path: Path) -> str:
+    """Section 5: the load average per core at the start and after every section."""
+    fig = MplFigure(figsize=(7, 4))
+    ax = fig.subplots()
+    xs = [s["elapsed_s"] for s in samples]
+    ax.plot(xs, [s["load_1m"] / max(cores, 1) for s in samples], "o-", label="1-minute load average per core")
+    ax.axhline(threshold, color="r", ls="--", label=f"loaded above {threshold} per core")
+    for s in samples:
+        ax.annotate(s["at"], (s["elapsed_s"], s["load_1m"] / max(cores, 1)), fontsize=7, rotation=30)
+    ax.set_xlabel("time since the start of the benchmark (s)")
+    ax.set_ylabel("load average per core")
+    ax.set_title(f"Machine load during the run ({cores} cores)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
