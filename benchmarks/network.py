@@ -47,10 +47,8 @@ accuracy differs by one test row between 1 and 2 torch threads, in-process alone
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import re
 import socket
 import ssl
 import struct
@@ -64,6 +62,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from securevfl.bench import wire  # noqa: E402
+from securevfl.bench.wire import run_inprocess, run_network, write_federation  # noqa: E402
 from securevfl.federation.loopback import LoopbackProxy, free_port  # noqa: E402
 
 NO_ABORT = threading.Event()
@@ -394,122 +394,7 @@ def measure_wire_splitnn(pki: Path, files: dict[str, Path], work: Path, epochs: 
 
 def write_tables(out: Path) -> dict[str, Path]:
     """mnist-5k cut into three parties' CSV files: ``row_id`` first, ``label`` at the active party."""
-    import pandas as pd
-
-    from securevfl.api import RunConfig, build_scenario
-    from securevfl.data import PartitionSpec
-
-    scenario = build_scenario(RunConfig(dataset="mnist-5k", partition=PartitionSpec(parties=3),
-                                        alignment="plaintext"))
-    paths = {}
-    for name in (scenario.active, *scenario.passives):  # the first file holds the labels
-        table = scenario.tables[name]
-        frame = pd.DataFrame(table.features, columns=list(table.feature_names))
-        frame.insert(0, "row_id", table.ids)
-        if table.labels is not None:
-            frame["label"] = [scenario.classes[i] for i in table.labels]
-        paths[name] = out / f"{name}.csv"
-        frame.to_csv(paths[name], index=False, float_format="%.6g")
-    return paths
-
-
-def write_federation(path: Path, pki: Path, parties: list[str], method: str, epochs: int, batch: int,
-                     options: dict[str, Any] | None = None) -> Path:
-    blocks = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{free_port()}"' for p in parties)
-    opts = "\n".join(f"{k} = {json.dumps(v)}" for k, v in (options or {}).items())
-    path.write_text(f"""[federation]
-active = "{parties[0]}"
-
-{blocks}
-
-[tls]
-dir = "{pki}"
-
-[job]
-method = "{method}"
-epochs = {epochs}
-batch_size = {batch}
-seed = 0
-id_column = "row_id"
-label_column = "label"
-
-[job.options]
-{opts}
-""")
-    return path
-
-
-class _StampedLines:
-    """A stdout stand-in that timestamps what launch()'s pump threads print (one write per line)."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[float, str]] = []
-        self._lock = threading.Lock()
-
-    def write(self, text: str) -> int:
-        now = time.perf_counter()
-        with self._lock:
-            for line in text.splitlines():
-                if line.strip():
-                    self.lines.append((now, line))
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-
-def _per_epoch(marks: list[float]) -> float:
-    if len(marks) < 2:
-        raise RuntimeError(f"need at least 2 epoch marks, got {len(marks)}")
-    return (marks[-1] - marks[0]) / (len(marks) - 1)
-
-
-def _headline(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in metrics.items() if k != "per_party" and isinstance(v, int | float)}
-
-
-def run_network(files: dict[str, Path], pki: Path, work: Path, method: str, epochs: int, batch: int,
-                options: dict[str, Any]) -> dict[str, Any]:
-    from securevfl.cli_deploy import launch
-
-    names = list(files)
-    fed = write_federation(work / f"fed-{method}.toml", pki, names, method, epochs, batch, options)
-    report = work / f"net-{method}.json"
-    lines = _StampedLines()
-    started = time.perf_counter()
-    with contextlib.redirect_stdout(lines):
-        code = launch(fed, files, active=names[0], report=report, device="cpu", timeout=900)
-    total = time.perf_counter() - started
-    if code != 0:
-        tail = "\n".join(text for _, text in lines.lines[-40:])
-        raise RuntimeError(f"launch of {method} failed with code {code}:\n{tail}")
-    pattern = re.compile(rf"^\[{re.escape(names[0])}\] epoch (\d+)/{epochs}\b")
-    marks = [t for t, text in lines.lines if pattern.match(text)]
-    data = json.loads(report.read_text())
-    return {"epoch_s": _per_epoch(marks), "wall_s": data["wall_s"], "launch_s": total,
-            "metrics": _headline(data["metrics"]), "comm_bytes": data["cost"]["comm"]["bytes"],
-            "first_epoch_end_s": marks[0] - started}
-
-
-def run_inprocess(files: dict[str, Path], method: str, epochs: int, batch: int,
-                  options: dict[str, Any], torch_threads: int | None = None) -> dict[str, Any]:
-    import torch
-
-    import securevfl
-
-    marks: list[float] = []
-    default = torch.get_num_threads()
-    if torch_threads is not None:
-        torch.set_num_threads(torch_threads)
-    try:
-        started = time.perf_counter()
-        report = securevfl.train(method, data_files={p: str(f) for p, f in files.items()}, id_column="row_id",
-                                 label_column="label", epochs=epochs, batch_size=batch, seed=0, device="cpu",
-                                 options=options, progress=lambda **_: marks.append(time.perf_counter()))
-    finally:
-        torch.set_num_threads(default)
-    return {"epoch_s": _per_epoch(marks), "wall_s": report.wall_s, "metrics": _headline(report.metrics),
-            "comm_bytes": report.cost["comm"]["bytes"], "first_epoch_end_s": marks[0] - started}
+    return wire.write_tables(out, "mnist-5k", 3)
 
 
 def _compare(net: dict[str, Any], local: dict[str, Any]) -> tuple[bool, float]:

@@ -174,3 +174,18 @@ def test_bench_config_is_validated():
     assert set(BenchConfig().network_models()) == {"lan", "wan", "intercontinental"}
     assert main(["bench", "--quick", "--full", "--out", "unused"]) == 2
     assert main(["bench", "--bandwidth-mbps", "50", "--out", "unused"]) == 2  # a link needs both numbers
+
+
+def test_a_deployed_run_is_measured_beside_the_in_process_one_and_the_model(tmp_path):
+    from securevfl.bench import network, wire
+    from securevfl.bench.results import Section
+
+    measured = wire.measure(tmp_path, epochs=2)
+    assert measured["epoch_s_grpc"] > 0 and measured["epoch_s_inprocess"] > 0 and measured["model_lan_s_per_epoch"] > 0
+    assert measured["metrics_grpc"] == pytest.approx(measured["metrics_inprocess"], abs=1e-6)  # the same job
+    assert measured["frame_bytes"] > measured["codec_bytes_training"] > 0  # frames also carry setup and PSI
+    section = Section("network", "4. Network")
+    section.data = {}
+    network.add_measured(section, measured)
+    assert "gRPC + mutual TLS" in section.tables[-1].title
+    assert {f.name for f in network.measured_figures(measured)} >= {"network.measured.splitnn_epoch_grpc_s"}

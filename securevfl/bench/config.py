@@ -35,16 +35,17 @@ class Sizes:
     epochs: int
     paillier_batches: tuple[int, ...]  # batch sizes of the Paillier aggregation round
     paillier_rounds: int
+    wire_epochs: int = 0  # epochs of the deployed-vs-in-process SplitNN run (0: not run)
 
 
 SIZES: dict[str, Sizes] = {
     "tiny": Sizes(repeats=2, psi_sizes=(200,), psi_scaling_sizes=(100,), paillier_scale=0, mask_repeats=5,
-                  epochs=1, paillier_batches=(2, 4), paillier_rounds=1),
+                  epochs=1, paillier_batches=(2, 4), paillier_rounds=1, wire_epochs=0),
     "quick": Sizes(repeats=3, psi_sizes=(2_000, 10_000), psi_scaling_sizes=(1_000, 5_000), paillier_scale=1,
-                   mask_repeats=50, epochs=4, paillier_batches=(16, 64, 128), paillier_rounds=2),
+                   mask_repeats=50, epochs=4, paillier_batches=(16, 64, 128), paillier_rounds=2, wire_epochs=3),
     "full": Sizes(repeats=5, psi_sizes=(10_000, 100_000), psi_scaling_sizes=(1_000, 3_000, 30_000, 300_000),
                   paillier_scale=4, mask_repeats=200, epochs=5, paillier_batches=(16, 32, 64, 128, 256),
-                  paillier_rounds=3),
+                  paillier_rounds=3, wire_epochs=6),
 }
 DEFAULT_PARTIES = {"tiny": (2, 3), "quick": (2, 4, 8), "full": (2, 4, 6, 8, 10)}
 DEFAULT_METHODS = ("splitnn", "easter", "aggvfl")

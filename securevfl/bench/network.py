@@ -81,3 +81,37 @@ def section(rows: list[dict[str, Any]], models: Mapping[str, NetworkModel]) -> A
     s.data = {"rows": rows, "models": {n: {"bandwidth_mbps": m.bandwidth_mbps, "latency_ms": m.latency_ms}
                                        for n, m in models.items()}}
     return s
+
+
+def add_measured(s: Any, measured: Mapping[str, Any] | None) -> None:
+    """The deployed (gRPC + mutual TLS) run beside the in-process one and the model (:mod:`.wire`)."""
+    from securevfl.bench.results import Table
+
+    if not measured:
+        s.notes.append("no deployed run at this size (--quick and --full run one): the times above are the "
+                       "model's only")
+        return
+    m = measured
+    t = Table(f"Measured on loopback: SplitNN, {m['dataset']}, {m['parties']} parties, {m['epochs']} epochs, "
+              f"one process per party over gRPC + mutual TLS vs party threads",
+              ["per epoch", "seconds"])
+    t.add("in-process (threads, no transport)", f"{m['epoch_s_inprocess']:.3f}")
+    t.add("deployed (processes, gRPC + mutual TLS)", f"{m['epoch_s_grpc']:.3f}")
+    t.add("measured transport cost (difference)", f"{m['measured_transport_s_per_epoch']:.3f}")
+    t.add("the model's transfer time on lan (1000 Mbit/s, 1 ms)", f"{m['model_lan_s_per_epoch']:.3f}")
+    s.tables.append(t)
+    if m["codec_bytes_training"]:
+        s.notes.append(f"the deployed run's gRPC frames carried {m['frame_bytes']:,} bytes (setup, PSI and training) "
+                       f"against {m['codec_bytes_training']:,} codec bytes of training messages in-process")
+    s.data["measured"] = dict(m)
+
+
+def measured_figures(measured: Mapping[str, Any] | None) -> list[Figure]:
+    """The deployed run's per-epoch figures (one sample each)."""
+    if not measured:
+        return []
+    return [Figure("network.measured.splitnn_epoch_grpc_s", "s", (measured["epoch_s_grpc"],)),
+            Figure("network.measured.splitnn_epoch_inprocess_s", "s", (measured["epoch_s_inprocess"],)),
+            Figure("network.measured.transport_s_per_epoch", "s", (max(measured["measured_transport_s_per_epoch"],
+                                                                         1e-9),),
+                   note="deployed minus in-process, per epoch")]

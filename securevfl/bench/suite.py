@@ -9,12 +9,13 @@ for the environment's figure.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from securevfl.bench import environment, methods, network, plots, primitives, report, scaling
+from securevfl.bench import environment, methods, network, plots, primitives, report, scaling, wire
 from securevfl.bench.config import BenchConfig
 from securevfl.bench.results import Results, Section, Table
 from securevfl.bench.timing import Figure
@@ -100,6 +101,13 @@ def run_bench(config: BenchConfig, out: str | Path, *, progress: Progress | None
         rows = network.reprice(runs, models)
         record(network.figures(rows))
         sec = network.section(rows, models)
+        measured = None
+        if sizes.wire_epochs:
+            tick("a deployed run over gRPC + mutual TLS beside the in-process one")
+            with tempfile.TemporaryDirectory(prefix="securevfl-bench-wire-") as tmp:
+                measured = wire.measure(Path(tmp), epochs=sizes.wire_epochs)
+        network.add_measured(sec, measured)
+        record(network.measured_figures(measured))
         if not runs:
             sec.notes.append("no method runs to re-price: section 2 (methods) was not run")
         sec.images.append({"file": plots.network(rows, out_dir / "bench_network.png"),

@@ -1,0 +1,175 @@
+"""The measured network beside the model: one run deployed over gRPC + mutual TLS, one in-process.
+
+The same SplitNN job runs twice on the same party files: as one ``securevfl party`` process per
+party on loopback (``cli_deploy.launch``: gRPC, mutual TLS with a development PKI, the PSI first)
+and as party threads of one process (``securevfl.train``, the in-process transport). Per epoch =
+(last epoch end - first epoch end) / (E - 1), so process start, PSI, the first epoch and the final
+evaluation are left out; the difference is what the real transport costs per epoch on this machine
+(framing, TLS, syscalls, the processes' own threads). Beside it: the Meter's simulated transfer time
+per epoch for the same recorded path on the ``lan`` preset, and the TCP-level frame bytes the
+deployed run counted against the codec bytes. ``benchmarks/network.py`` uses the same runners on
+mnist-5k with three parties.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from securevfl.federation.loopback import free_port
+
+
+def write_tables(out: Path, dataset: str, parties: int) -> dict[str, Path]:
+    """``dataset`` cut into ``parties`` CSV files: ``row_id`` first, ``label`` at the active party (the first)."""
+    import pandas as pd
+
+    from securevfl.api import RunConfig, build_scenario
+    from securevfl.data import PartitionSpec
+
+    scenario = build_scenario(RunConfig(dataset=dataset, partition=PartitionSpec(parties=parties),
+                                        alignment="plaintext"))
+    paths = {}
+    for name in (scenario.active, *scenario.passives):
+        table = scenario.tables[name]
+        frame = pd.DataFrame(table.features, columns=list(table.feature_names))
+        frame.insert(0, "row_id", table.ids)
+        if table.labels is not None:
+            frame["label"] = [scenario.classes[i] for i in table.labels]
+        paths[name] = out / f"{name}.csv"
+        frame.to_csv(paths[name], index=False, float_format="%.6g")
+    return paths
+
+
+def write_federation(path: Path, pki: Path, parties: list[str], method: str, epochs: int, batch: int,
+                     options: dict[str, Any] | None = None) -> Path:
+    """A loopback federation file (free ports, mutual TLS from ``pki``) for ``method``."""
+    blocks = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{free_port()}"' for p in parties)
+    opts = "\n".join(f"{k} = {json.dumps(v)}" for k, v in (options or {}).items())
+    path.write_text(f"""[federation]
+active = "{parties[0]}"
+
+{blocks}
+
+[tls]
+dir = "{pki}"
+
+[job]
+method = "{method}"
+epochs = {epochs}
+batch_size = {batch}
+seed = 0
+id_column = "row_id"
+label_column = "label"
+
+[job.options]
+{opts}
+""")
+    return path
+
+
+class StampedLines:
+    """A stdout stand-in that timestamps what launch()'s pump threads print (one write per line)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[float, str]] = []
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        now = time.perf_counter()
+        with self._lock:
+            for line in text.splitlines():
+                if line.strip():
+                    self.lines.append((now, line))
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def per_epoch(marks: list[float]) -> float:
+    """Seconds per epoch between the first and the last epoch end."""
+    if len(marks) < 2:
+        raise RuntimeError(f"need at least 2 epoch marks, got {len(marks)}")
+    return (marks[-1] - marks[0]) / (len(marks) - 1)
+
+
+def headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The scalar metrics of a report."""
+    return {k: v for k, v in metrics.items() if k != "per_party" and isinstance(v, int | float)}
+
+
+def run_network(files: dict[str, Path], pki: Path, work: Path, method: str, epochs: int, batch: int,
+                options: dict[str, Any]) -> dict[str, Any]:
+    """``method`` deployed: one ``securevfl party`` process per file, gRPC + mutual TLS on loopback."""
+    from securevfl.cli_deploy import launch
+
+    names = list(files)
+    fed = write_federation(work / f"fed-{method}.toml", pki, names, method, epochs, batch, options)
+    report = work / f"net-{method}.json"
+    lines = StampedLines()
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(lines):  # a write/flush stand-in for launch()'s output
+        code = launch(fed, dict(files.items()), active=names[0], report=report, device="cpu", timeout=900)
+    total = time.perf_counter() - started
+    if code != 0:
+        tail = "\n".join(text for _, text in lines.lines[-40:])
+        raise RuntimeError(f"launch of {method} failed with code {code}:\n{tail}")
+    pattern = re.compile(rf"^\[{re.escape(names[0])}\] epoch (\d+)/{epochs}\b")
+    marks = [t for t, text in lines.lines if pattern.match(text)]
+    data = json.loads(report.read_text())
+    return {"epoch_s": per_epoch(marks), "wall_s": data["wall_s"], "launch_s": total,
+            "metrics": headline(data["metrics"]), "comm_bytes": data["cost"]["comm"]["bytes"],
+            "first_epoch_end_s": marks[0] - started, "cost": data["cost"]}
+
+
+def run_inprocess(files: dict[str, Path], method: str, epochs: int, batch: int,
+                  options: dict[str, Any], torch_threads: int | None = None) -> dict[str, Any]:
+    """The same job as party threads of this process (the in-process transport)."""
+    import torch
+
+    import securevfl
+
+    marks: list[float] = []
+    default = torch.get_num_threads()
+    if torch_threads is not None:
+        torch.set_num_threads(torch_threads)
+    try:
+        started = time.perf_counter()
+        report = securevfl.train(method, data_files={p: str(f) for p, f in files.items()}, id_column="row_id",
+                                 label_column="label", epochs=epochs, batch_size=batch, seed=0, device="cpu",
+                                 options=options, progress=lambda **_: marks.append(time.perf_counter()))
+    finally:
+        torch.set_num_threads(default)
+    return {"epoch_s": per_epoch(marks), "wall_s": report.wall_s, "metrics": headline(report.metrics),
+            "comm_bytes": report.cost["comm"]["bytes"], "first_epoch_end_s": marks[0] - started,
+            "cost": report.cost}
+
+
+def measure(work: Path, *, dataset: str = "breast-cancer", parties: int = 2, epochs: int = 3,
+            batch: int = 32) -> dict[str, Any]:
+    """SplitNN deployed vs in-process on ``dataset``: per-epoch seconds, the difference, the model, the bytes."""
+    from securevfl.deploy.certs import make_dev_pki
+    from securevfl.federation.meter import NetworkModel
+
+    tables = work / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    files = write_tables(tables, dataset, parties)
+    make_dev_pki(list(files), work / "pki")
+    local = run_inprocess(files, "splitnn", epochs, batch, {})
+    net = run_network(files, work / "pki", work, "splitnn", epochs, batch, {})
+    path = local["cost"].get("network_path", {})
+    lan = NetworkModel(1000.0, 1.0)
+    model_epoch_s = lan.path_seconds(int(path.get("levels", 0)), int(path.get("critical_bytes", 0))) / epochs
+    wire = net["cost"].get("wire", {})
+    codec = sum(local["comm_bytes"].values())
+    return {"dataset": dataset, "parties": parties, "epochs": epochs, "batch_size": batch,
+            "epoch_s_inprocess": local["epoch_s"], "epoch_s_grpc": net["epoch_s"],
+            "measured_transport_s_per_epoch": net["epoch_s"] - local["epoch_s"],
+            "model_lan_s_per_epoch": model_epoch_s,
+            "frame_bytes": int(wire.get("frame_bytes", 0)), "codec_bytes_training": int(codec),
+            "metrics_grpc": net["metrics"], "metrics_inprocess": local["metrics"]}
