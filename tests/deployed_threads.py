@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +41,17 @@ def run_parties_in_threads(federation: Any, files: dict[str, str], timeout: floa
         t.join(timeout)
     assert not errors, errors
     return results
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Results depend on torch's thread count (float summation order): compare runs at one thread each,
+    as ``launch`` gives every party process on a 2-core machine (OMP_NUM_THREADS = cores // parties)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

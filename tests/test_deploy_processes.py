@@ -7,7 +7,6 @@ started here is stopped by the test (launch kills its children; the kill test ki
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from deployed_threads import one_torch_thread
 from net_helpers import CuttingProxy, free_port
 from sklearn.datasets import load_breast_cancer
 
@@ -102,18 +102,6 @@ label_column = "churn"
     return path
 
 
-@contextlib.contextmanager
-def one_torch_thread():
-    """Results depend on torch's thread count (float summation order): compare runs at one thread each,
-    as ``launch`` gives every party process on a 2-core machine (OMP_NUM_THREADS = cores // parties)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def in_process(files, method, options=None, epochs=EPOCHS):

@@ -7,13 +7,12 @@ mean, a scale, a category list or a missing-value column.
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
-from deployed_threads import loopback_federation, run_parties_in_threads
+from deployed_threads import loopback_federation, one_torch_thread, run_parties_in_threads
 
 import securevfl
 from securevfl.api import RunConfig, build_scenario
@@ -86,16 +85,6 @@ def files(tmp_path):
     return write(mixed_frames(), tmp_path)
 
 
-@contextlib.contextmanager
-def one_torch_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # ------------------------------------------------------------------ end to end
