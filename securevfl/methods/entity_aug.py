@@ -484,6 +484,11 @@ class EntityAugActive(SplitActive):
         ctx.send(passive, self.tag("setup", LABELLED), np.asarray(positions, dtype=np.int64))
         return np.asarray([row_of[str(ids[i])] for i in positions], dtype=np.int64)
 
+    def aligned_rows(self, guest: str, keys: np.ndarray) -> np.ndarray:
+        """The aligned training rows behind a guest's entity keys (-1: another labelled row of the host)."""
+        rows = self.row_by_key[guest][keys]  # the host's labelled rows; aligned ones come first
+        return np.where(rows < len(self.data.X_train), rows, -1)
+
     def _build_top(self) -> None:
         """The top model, once the guests' activation widths are known."""
         top = build_top_model(sum(self.layout.widths.values()), self.data.n_classes, self.config,
@@ -522,8 +527,7 @@ class EntityAugActive(SplitActive):
                 if widths[g] and activation.shape[1] != widths[g]:
                     raise ProtocolError(f"{g} changed its activation width")
                 self.queues[g].put(activation, self.label_by_key[g][keys])
-                rows = self.row_by_key[g][keys]  # the host's labelled rows; aligned ones come first
-                ctx.observe(EMBEDDING_ROWS, (g, np.where(rows < len(self.data.X_train), rows, -1)))
+                ctx.observe(EMBEDDING_ROWS, lambda g=g, keys=keys: (g, self.aligned_rows(g, keys)))
                 widths[g] = int(activation.shape[1])
             activation, queued_labels, fresh[g] = self.queues[g].read()
             parts.append((activation, queued_labels))
