@@ -240,6 +240,11 @@ class EncodedColumns:
     feature_names: tuple[str, ...]
     summary: dict[str, Any]
 
+    @property
+    def codes(self) -> tuple[int, ...]:
+        """The number of codes of each embedded column (:func:`code_cardinalities`)."""
+        return code_cardinalities(self.summary)
+
 
 def as_frame(features: np.ndarray | pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
     """A party's raw features as a DataFrame (a float matrix becomes float32 columns)."""

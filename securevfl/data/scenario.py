@@ -12,8 +12,8 @@ unaligned rows, never a test row — and apply it to all its rows. A role receiv
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -175,6 +175,16 @@ class Scenario:
             self._encoded[key] = encode_table(self.tables[name], rows, standardize=standardize)
         return self._encoded[key]
 
+    def with_alignment_cost(self, cost: Mapping[str, Any]) -> Scenario:
+        """The same scenario (same rows, same fitted encodings) with the alignment's cost replaced."""
+        out = replace(self, alignment=replace(self.alignment, cost=dict(cost)))
+        out._encoded.update(self._encoded)  # the rows did not change: the encodings stand
+        return out
+
+    def remember_encoding(self, name: str, encoded: EncodedColumns) -> None:
+        """Keep party ``name``'s standardised encoding, fitted elsewhere on this scenario's training rows."""
+        self._encoded[(name, True)] = encoded
+
     def party_data(self, name: str, *, standardize: bool = True) -> PartyData:
         """The view of party ``name``: its aligned train/test rows in agreed order, its own rest.
 
@@ -196,7 +206,7 @@ class Scenario:
             y_test=None if y is None else y[test_rows],
             y_unaligned=None if y is None else y[rest],
             strip_shape=t.strip_shape if encoded.feature_names == t.feature_names else None,
-            n_classes=self.n_classes, task=self.task, codes=tuple(encoded.summary.get("embedded", {}).values()))
+            n_classes=self.n_classes, task=self.task, codes=encoded.codes)
 
 
 def scenario_from_partition(data: PartitionedData, aligner: Aligner = align_plaintext) -> Scenario:

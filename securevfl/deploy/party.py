@@ -29,9 +29,9 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,6 +51,9 @@ TAG_SHAPE = "deploy.setup.shape"
 TAG_DIGEST = "deploy.setup.alignment_digest"
 TAG_PLAN = "deploy.setup.plan"
 TAG_COST = "deploy.end.cost"
+
+if TYPE_CHECKING:
+    from securevfl.data.preprocess import EncodedColumns  # sklearn: imported where it is used
 
 
 @dataclass(frozen=True)
@@ -234,21 +237,22 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
     """PSI, then shapes in and the plan out (see the module docstring)."""
     job = federation.job
 
-    def shape(rows: np.ndarray, train: np.ndarray) -> PartyShape:
-        """The party's shape once its own preprocessing is fitted on its own training rows."""
-        fit_rows = training_rows(rows, train, _unaligned(table.n_rows, rows))
-        return PartyShape(table.n_rows, len(rows), encode_table(table, fit_rows).X.shape[1])
+    def encode(rows: np.ndarray, train: np.ndarray) -> tuple[PartyShape, EncodedColumns]:
+        """The party's own preprocessing fitted on its own training rows, and the shape it gives."""
+        encoded = encode_table(table, training_rows(rows, train, _unaligned(table.n_rows, rows)))
+        return PartyShape(table.n_rows, len(rows), encoded.X.shape[1]), encoded
 
     def role(ctx: PartyContext) -> dict:
         rows, size = psi(ctx)
         ctx.stage = "plan"
         if not ctx.is_active:
             split = _parse_split(ctx.recv(ctx.active, TAG_SPLIT), ctx.active, size)
-            ctx.send(ctx.active, TAG_SHAPE, shape(rows, split["train"]).to_wire())
+            own, encoded = encode(rows, split["train"])
+            ctx.send(ctx.active, TAG_SHAPE, own.to_wire())
             plan = _parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, (ctx.active, *ctx.passives), size)
             if not (np.array_equal(plan["train"], split["train"]) and np.array_equal(plan["test"], split["test"])):
                 raise ProtocolError(f"the plan from {ctx.active} has another train/test split than it announced")
-            return {"rows": rows, "plan": plan}
+            return {"rows": rows, "plan": plan, "encoded": encoded}
         if size < 10:
             raise DataError(f"only {size} rows are shared by all parties; at least 10 are needed to train and test")
         assert table.labels is not None
@@ -256,14 +260,15 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
         train, test = split_train_test(size, table.labels[rows], job.test_size, job.seed)
         split = {"train": np.sort(train).astype(np.int64), "test": np.sort(test).astype(np.int64)}
         ctx.broadcast(ctx.passives, TAG_SPLIT, split)
-        shapes = {ctx.name: shape(rows, split["train"])}
+        own, encoded = encode(rows, split["train"])
+        shapes = {ctx.name: own}
         for p in ctx.passives:
             shapes[p] = PartyShape.from_wire(ctx.recv(p, TAG_SHAPE), p)
         n_classes = 1 if table.task == REGRESSION else len(classes)  # the model's output width
         plan = {**split, "task": table.task, "n_classes": n_classes,
                 "shapes": {n: s.to_wire() for n, s in shapes.items()}}
         ctx.broadcast((*ctx.passives, *helper_parties(federation)), TAG_PLAN, plan)
-        return {"rows": rows, "plan": {**plan, "shapes": shapes}}
+        return {"rows": rows, "plan": {**plan, "shapes": shapes}, "encoded": encoded}
 
     return role
 
@@ -333,11 +338,13 @@ def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], si
 
 
 def local_scenario(name: str, federation: Federation, table: PartyTable | None, classes: tuple[str, ...],
-                   rows: np.ndarray, plan: Mapping[str, Any], cost: Mapping[str, Any]) -> Scenario:
+                   rows: np.ndarray, plan: Mapping[str, Any], cost: Mapping[str, Any],
+                   encoded: EncodedColumns | None = None) -> Scenario:
     """The scenario one party runs: its own table, and a zero placeholder of the right shape per peer.
 
     Its own table is encoded by its own preprocessing, fitted on its training rows (``plan``'s split);
-    a peer's placeholder has the peer's encoded width and is used as it is.
+    ``encoded``: that encoding, when the plan already fitted it. A peer's placeholder has the peer's
+    encoded width and is used as it is.
     """
     parties = data_party_order(federation)
     tables: dict[str, PartyTable] = {}
@@ -366,11 +373,14 @@ def local_scenario(name: str, federation: Federation, table: PartyTable | None, 
     size = len(plan["train"]) + len(plan["test"])
     alignment = Alignment(aligned=aligned, unaligned=unaligned,
                           method=f"ECDH PSI over the network (X25519, {size} shared IDs)", cost=dict(cost))
-    return Scenario(tables=tables, active=federation.active, classes=classes, alignment=alignment,
-                    train=plan["train"], test=plan["test"], task=plan["task"],
-                    dataset=f"federation {federation.source.name if federation.source else ''}".strip(),
-                    notes=(f"alignment: ECDH PSI over the network; {size} shared rows",
-                           f"deployment: one process per party ({', '.join(federation.parties)})"))
+    scenario = Scenario(tables=tables, active=federation.active, classes=classes, alignment=alignment,
+                        train=plan["train"], test=plan["test"], task=plan["task"],
+                        dataset=f"federation {federation.source.name if federation.source else ''}".strip(),
+                        notes=(f"alignment: ECDH PSI over the network; {size} shared rows",
+                               f"deployment: one process per party ({', '.join(federation.parties)})"))
+    if encoded is not None:
+        scenario.remember_encoding(name, encoded)
+    return scenario
 
 
 # ------------------------------------------------------------------ the whole party
@@ -442,11 +452,11 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
         setup, setup_meter = run_party(setup_role, name=name, active=federation.active, parties=setup_parties,
                                        passives=passives, transport=transport, finish=False,
                                        recv_timeout=federation.limits.recv_timeout_s)
-        rows, plan = setup["rows"], setup["plan"]
+        rows, plan, encoded = setup["rows"], setup["plan"], setup.get("encoded")
         size = len(plan["train"]) + len(plan["test"])
         n_rows = table.n_rows if table is not None else 0
         alignment = LocalAlignment(rows, _unaligned(n_rows, rows), size, setup_meter.snapshot())
-        scenario = local_scenario(name, federation, table, classes, rows, plan, cost={})
+        scenario = local_scenario(name, federation, table, classes, rows, plan, cost={}, encoded=encoded)
         roles = method.party_roles(scenario)
         check_roles(job.method, roles, tuple(federation.parties))
         role = roles[name]
@@ -465,7 +475,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
             psi_cost = {"intersection_size": alignment.size, "total_bytes": sum(psi_total.bytes.values()),
                         "bytes_per_link": dict(sorted(psi_total.bytes.items())), "rounds": psi_total.rounds,
                         "crypto_s": psi_total.crypto_s}
-            scenario = replace(scenario, alignment=replace(scenario.alignment, cost=psi_cost))
+            scenario = scenario.with_alignment_cost(psi_cost)
             result.snapshots = train_snapshots
             result.report = assemble_report(config, scenario, value, train_snapshots, method.describe(),
                                             wall_s=time.perf_counter() - started)
