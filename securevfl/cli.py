@@ -102,6 +102,8 @@ def train(
     bandwidth_mbps: float = typer.Option(100.0, help="Simulated link bandwidth, Mbit/s."),
     latency_ms: float = typer.Option(10.0, help="Simulated link latency, ms."),
     recv_timeout: float = typer.Option(600.0, help="Seconds a party waits for one message before the run fails."),
+    scheduler: str = typer.Option(
+        "cooperative", help="How the parties of one process run: cooperative (greenlets of one thread) | threads."),
     early_stopping: int = typer.Option(
         0, help="Patience in epochs: stop when the validation loss has not improved for this many (0: off)."),
     val_fraction: float = typer.Option(0.2, help="With --early-stopping: aligned training rows held out to validate."),
@@ -144,7 +146,7 @@ def train(
             n_samples=n_samples, n_features=n_features, columns=columns, task=task, options=opts,
             data_files=_parse_pairs(data, "--data") or None, alignment=alignment,
             bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms, recv_timeout_s=recv_timeout,
-            patience=early_stopping, val_fraction=val_fraction,
+            scheduler=scheduler, patience=early_stopping, val_fraction=val_fraction,
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
             attacks=attack, defenses=_parse_pairs(defense, "--defense"), class_weight=class_weight,
             progress=on_progress)

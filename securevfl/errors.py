@@ -53,6 +53,15 @@ class PeerTimeoutError(ProtocolError, TimeoutError):
         super().__init__(detail or f"{party} waited {timeout:g} s for a message from {peer}")
 
 
+class DeadlockError(ProtocolError):
+    """Every party of an in-process run waits for a message and none can send one (a protocol bug)."""
+
+    def __init__(self, party: str, peer: str, detail: str = ""):
+        self.party = party
+        self.peer = peer
+        super().__init__(detail or f"{party} waits for {peer}, and no party can send")
+
+
 class CryptoError(SecureVFLError):
     """A cryptographic operation failed. Deliberately opaque, like Fernet's ``InvalidToken``."""
 
@@ -108,6 +117,7 @@ __all__ = [
     "ProtocolError",
     "PeerFinishedError",
     "PeerTimeoutError",
+    "DeadlockError",
     "CryptoError",
     "EncodingOverflowError",
     "RunAborted",

@@ -1,6 +1,6 @@
 """Section 2: training methods x privacy options, through ``securevfl.train`` exactly as ``train`` runs.
 
-Every cell is one real run (threaded parties, real crypto) on a bundled dataset with
+Every cell is one real run (in-process parties, real crypto) on a bundled dataset with
 ``alignment="plaintext"`` (PSI is section 1's business). What the report shows comes from the
 run's own report: accuracy, wall time, ``cost`` (model compute, crypto seconds per primitive,
 serialisation, simulated network — summed over parties), bytes per link, communication rounds and
@@ -130,7 +130,7 @@ def section(rows: list[dict[str, Any]], dataset: str, parties: int, epochs: int)
               "-" if over is None or r["privacy"] == "none" else f"{over:+.1f}", f"{r['compute_s']:.3f}",
               f"{crypto_total(r):.3f}", f"{r['serialize_s']:.3f}", f"{r['simulated_network_s']:.3f}",
               f"{r['total_bytes']:,}", str(r["rounds"]))
-    t.note = ("compute, crypto and serialisation are summed over all parties (threads of one process); the "
+    t.note = ("compute, crypto and serialisation are summed over all parties (one process); the "
               "simulated network uses the run's default link (100 Mbit/s, 10 ms); a refused run gives the method's "
               "reason in the value column")
     s.tables.append(t)

@@ -6,7 +6,7 @@ depth levels and, summed over levels, the largest per-link byte count at each), 
 link: one latency per level plus the critical bytes over the bandwidth — the same model the Meter
 applies during the run. The sweep covers 10-1000 Mbit/s and 1-100 ms; the presets are
 ``lan`` (1000 Mbit/s, 1 ms), ``wan`` (100 Mbit/s, 20 ms) and ``intercontinental`` (10 Mbit/s, 100 ms).
-"Estimated total" adds the run's measured wall time (parties as threads of one process, so no real
+"Estimated total" adds the run's measured wall time (parties in one process, so no real
 transfer time) to the simulated transfer time: an upper bound, since real parties overlap some of
 their compute with transfers.
 """
@@ -93,9 +93,9 @@ def add_measured(s: Any, measured: Mapping[str, Any] | None) -> None:
         return
     m = measured
     t = Table(f"Measured on loopback: SplitNN, {m['dataset']}, {m['parties']} parties, {m['epochs']} epochs, "
-              f"one process per party over gRPC + mutual TLS vs party threads",
+              f"one process per party over gRPC + mutual TLS vs in-process parties",
               ["per epoch", "seconds"])
-    t.add("in-process (threads, no transport)", f"{m['epoch_s_inprocess']:.3f}")
+    t.add("in-process (one process, no transport)", f"{m['epoch_s_inprocess']:.3f}")
     t.add("deployed (processes, gRPC + mutual TLS)", f"{m['epoch_s_grpc']:.3f}")
     t.add("measured transport cost (difference)", f"{m['measured_transport_s_per_epoch']:.3f}")
     t.add("the model's transfer time on lan (1000 Mbit/s, 1 ms)", f"{m['model_lan_s_per_epoch']:.3f}")

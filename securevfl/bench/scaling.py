@@ -81,10 +81,10 @@ class CountingTransport(InProcessTransport):
         with self._lock:
             self.depth = max(self.depth, envelope.depth)
             if envelope.tag.startswith("agg."):
-                self.bytes += len(envelope.payload)
+                self.bytes += envelope.size
                 self.messages += 1
                 link = f"{envelope.src}->{envelope.dst}"
-                self.links[link] = self.links.get(link, 0) + len(envelope.payload)
+                self.links[link] = self.links.get(link, 0) + envelope.size
         super().send(envelope)
 
 

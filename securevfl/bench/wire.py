@@ -2,7 +2,7 @@
 
 The same SplitNN job runs twice on the same party files: as one ``securevfl party`` process per
 party on loopback (``cli_deploy.launch``: gRPC, mutual TLS with a development PKI, the PSI first)
-and as party threads of one process (``securevfl.train``, the in-process transport). Per epoch =
+and as parties of one process (``securevfl.train``, the in-process transport). Per epoch =
 (last epoch end - first epoch end) / (E - 1), so process start, PSI, the first epoch and the final
 evaluation are left out; the difference is what the real transport costs per epoch on this machine
 (framing, TLS, syscalls, the processes' own threads). Beside it: the Meter's simulated transfer time
@@ -129,7 +129,7 @@ def run_network(files: dict[str, Path], pki: Path, work: Path, method: str, epoc
 
 def run_inprocess(files: dict[str, Path], method: str, epochs: int, batch: int,
                   options: dict[str, Any], torch_threads: int | None = None) -> dict[str, Any]:
-    """The same job as party threads of this process (the in-process transport)."""
+    """The same job as parties of this process (the in-process transport)."""
     import torch
 
     import securevfl

@@ -18,6 +18,7 @@ malformed frame is a :class:`~securevfl.errors.ProtocolError`; the runtime adds 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -106,6 +107,144 @@ def _ext_hook(code: int, data: bytes) -> Any:
     if code == _EXT_TUPLE:
         return _PendingTuple(data)  # expanded by decode()'s work list, never from inside the C unpacker
     raise ProtocolError(f"unknown extension type {code} on the wire")
+
+
+@dataclass(frozen=True)
+class Parcel:
+    """What an in-process link carries instead of bytes: the decoded value and the encoded size.
+
+    ``value`` is what :func:`decode` would return for ``encode(original)`` — a copy the sender can
+    no longer change — and ``nbytes`` is exactly ``len(encode(original))``, so the Meter counts the
+    bytes the wire would carry.
+    """
+
+    value: Any
+    nbytes: int
+
+
+def payload_size(payload: bytes | Parcel) -> int:
+    """Bytes of an envelope's payload, encoded or carried as a :class:`Parcel`."""
+    return payload.nbytes if isinstance(payload, Parcel) else len(payload)
+
+
+def transfer(value: Any) -> Parcel | bytes:
+    """``value`` for an in-process link: a :class:`Parcel`, or the encoded bytes off the fast path.
+
+    The fast path copies what the codec would rebuild (tensors and arrays into fresh contiguous CPU
+    copies, containers into new ones) and counts the bytes :func:`encode` would write without
+    writing them: one copy of each array instead of the four that encoding and decoding make.
+    Anything else (big integers, subclasses, deep nesting, refused values) is encoded for real, so
+    refusals and their messages are exactly the codec's.
+    """
+    try:
+        copy, size = _copy_sized(value, 0)
+    except _OffFastPath:
+        return encode(value)
+    return Parcel(copy, size)
+
+
+class _OffFastPath(Exception):
+    """The value needs the real codec (which also raises the codec's errors for refused values)."""
+
+
+#: Nesting the fast path follows; deeper documents take the codec (which enforces MAX_DEPTH).
+_FAST_DEPTH = 16
+_INT_SIZES = ((128, 1), (1 << 8, 2), (1 << 16, 3), (1 << 32, 5), (1 << 64, 9))  # msgpack uint forms
+_NEG_SIZES = ((-32, 1), (-(1 << 7), 2), (-(1 << 15), 3), (-(1 << 31), 5), (-(1 << 63), 9))
+
+
+def _int_size(value: int) -> int:
+    if value >= 0:
+        for bound, size in _INT_SIZES:
+            if value < bound:
+                return size
+    else:
+        for bound, size in _NEG_SIZES:
+            if value >= bound:
+                return size
+    raise _OffFastPath  # a big integer: an extension, left to the codec
+
+
+def _length_size(n: int, fix: int, *wide: int) -> int:
+    """Header bytes of a str / bin / array / map of length ``n`` (fix form below ``fix``, then 8/16/32-bit)."""
+    if n < fix:
+        return 1
+    for width, bound in zip(wide, (1 << 8, 1 << 16, 1 << 32), strict=False):
+        if width and n < bound:
+            return width
+    raise _OffFastPath
+
+
+def _ext_size(n: int) -> int:
+    """Bytes of an extension whose body is ``n`` bytes (fixext 1/2/4/8/16, then ext 8/16/32)."""
+    if n in (1, 2, 4, 8, 16):
+        return 2 + n
+    return n + (3 if n < 1 << 8 else 4 if n < 1 << 16 else 6)
+
+
+def _array_ext_size(dtype_name: str, shape: tuple[int, ...], nbytes: int) -> int:
+    header = msgpack.packb([dtype_name, list(shape)])
+    return _ext_size(4 + len(header) + nbytes)
+
+
+def _copy_sized(value: Any, depth: int) -> tuple[Any, int]:
+    kind = type(value)
+    if value is None or kind is bool:
+        return value, 1
+    if kind is int:
+        return value, _int_size(value)
+    if kind is float:
+        return value, 9
+    if kind is str:
+        try:
+            n = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise _OffFastPath from None
+        return value, n + _length_size(n, 32, 2, 3, 5)
+    if kind is bytes:
+        return value, len(value) + _length_size(len(value), 0, 2, 3, 5)
+    if depth >= _FAST_DEPTH:
+        raise _OffFastPath
+    if kind is list or kind is tuple:
+        items, size = [], _length_size(len(value), 16, 0, 3, 5)
+        for item in value:
+            copy, n = _copy_sized(item, depth + 1)
+            items.append(copy)
+            size += n
+        return (items, size) if kind is list else (tuple(items), _ext_size(size))
+    if kind is dict:
+        out, size = {}, _length_size(len(value), 16, 0, 3, 5)
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _OffFastPath
+            _, key_size = _copy_sized(key, depth + 1)
+            out[key], n = _copy_sized(item, depth + 1)
+            size += key_size + n
+        return out, size
+    if kind is np.ndarray:
+        name = value.dtype.name
+        if name not in _ALLOWED_DTYPES:
+            raise _OffFastPath
+        copy = np.array(value, dtype=value.dtype.newbyteorder("="), order="C", copy=True)
+        return copy, _array_ext_size(name, value.shape, copy.nbytes)
+    if isinstance(value, np.generic):
+        item = value.item()
+        if type(item) not in (bool, int, float):
+            raise _OffFastPath
+        return _copy_sized(item, depth)
+    if kind.__module__ == "torch" and kind.__name__ == "Tensor":
+        return _copy_tensor(value)
+    raise _OffFastPath
+
+
+def _copy_tensor(tensor: Any) -> tuple[Any, int]:
+    import torch
+
+    name = str(tensor.dtype).removeprefix("torch.")  # the numpy name of the dtype the codec writes
+    if name not in _ALLOWED_DTYPES or tensor.is_conj() or tensor.is_neg() or tensor.layout != torch.strided:
+        raise _OffFastPath
+    copy = tensor.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
+    return copy, _array_ext_size(name, tuple(copy.shape), copy.numel() * copy.element_size())
 
 
 def encode(value: Any) -> bytes:

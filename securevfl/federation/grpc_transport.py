@@ -472,6 +472,8 @@ class GrpcTransport(Transport):
         link = self._links.get(envelope.dst)
         if link is None:
             raise ProtocolError(f"no link {envelope.src}->{envelope.dst}; peers are {list(self.peers)}")
+        if not isinstance(envelope.payload, bytes):
+            raise ProtocolError(f"{self.party} can only send encoded bytes over the network")
         link.send(envelope.tag, envelope.depth, envelope.payload)
 
     def finish(self, party: str) -> None:

@@ -235,8 +235,15 @@ class Meter:
                 self._gate.release()
 
     @contextmanager
-    def gate_released(self) -> Iterator[None]:
-        """Let other parties compute while this one blocks (a receive inside a compute block)."""
+    def waiting(self) -> Iterator[None]:
+        """A receive: its wait is no category's time, and other parties may compute meanwhile.
+
+        Inside an open block (a receive inside a compute block) the block's clock stops while this
+        party waits, so the others' work is not charged to it; the compute gate is released too.
+        """
+        if self._stack:
+            now = self._clock()
+            self._seconds[self._stack[-1].category] += now - self._stack[-1].since
         depth = self._gate_depth
         if self._gate is not None and depth:
             self._gate_depth = 0
@@ -247,6 +254,8 @@ class Meter:
             if self._gate is not None and depth:
                 self._gate.acquire()
                 self._gate_depth = depth
+            if self._stack:
+                self._stack[-1].since = self._clock()
 
     def crypto(self, primitive: str) -> AbstractContextManager[None]:
         """Cryptography, by primitive name such as ``secagg.mask`` or ``paillier.encrypt``."""

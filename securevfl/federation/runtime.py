@@ -1,15 +1,19 @@
-"""The party runtime: every party runs its role in its own thread and talks only through a channel.
+"""The party runtime: every party runs its role and talks only through a channel.
 
-A role is a callable ``role(ctx: PartyContext) -> result``. The runtime owns the threads, the
-transport, one :class:`~securevfl.federation.meter.Meter` per party, shutdown and error
-propagation: the first party to raise stops the run (the others get :class:`RunAborted` at their
+A role is a callable ``role(ctx: PartyContext) -> result``. In one process the roles run as
+greenlets of one worker thread, switched only when a party waits for a message
+(:mod:`~securevfl.federation.cooperative`, the default), or as a thread each
+(``scheduler="threads"``); deployed, one role runs per process (:func:`run_party`). The runtime
+owns the scheduling, the transport, one :class:`~securevfl.federation.meter.Meter` per party,
+shutdown and error propagation: the first party to raise stops the run (the others get :class:`RunAborted` at their
 next receive) and :func:`run_parties` re-raises it as :class:`PartyFailure` with that party's name,
 stage and traceback — never a hang.
 
 Never a hang also when nobody raises: a role that returns is marked finished on the transport, so a
 peer that still waits for a message from it fails at once with :class:`PeerFinishedError` naming
 it; and every receive has a timeout (:data:`DEFAULT_RECV_TIMEOUT_S` unless the caller sets one), so
-a peer stuck in a loop is reported too. A malformed frame is a :class:`ProtocolError` naming the
+a peer stuck in a loop is reported too; in one process, a run in which every party waits is a
+:class:`DeadlockError` at once. A malformed frame is a :class:`ProtocolError` naming the
 sender and the tag, raised in the receiving party, never a crash of the process.
 
 Who is who: one role is the active party; the scenario's *passive* parties hold data too; any other
@@ -21,6 +25,7 @@ generator and server). A role's :attr:`PartyContext.peers` are all the other rol
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import traceback
@@ -30,6 +35,7 @@ from typing import Any, Generic, TypeVar
 
 from securevfl.errors import (
     ConfigError,
+    DeadlockError,
     PartyFailure,
     PeerFinishedError,
     PeerTimeoutError,
@@ -37,6 +43,7 @@ from securevfl.errors import (
     RunAborted,
 )
 from securevfl.federation import codec
+from securevfl.federation.cooperative import CooperativeTransport
 from securevfl.federation.meter import Meter
 from securevfl.federation.transport import Envelope, InProcessTransport, Transport
 
@@ -61,45 +68,64 @@ class Channel:
         self._abort = abort
         self._clock = 0  # Lamport depth: the deepest message this party has received
         self._recv_timeout = recv_timeout
+        self.waiting_for: tuple[str, str] | None = None  # (peer, tag) of the receive in progress
+
+    def _payload(self, value: Any) -> bytes | codec.Parcel:
+        with self._meter.serialize():
+            return codec.transfer(value) if self._transport.passes_objects else codec.encode(value)
 
     def send(self, dst: str, tag: str, value: Any) -> int:
         """Encode ``value`` and send it to ``dst`` under ``tag``; returns the bytes sent."""
         if self._abort.is_set():
             raise RunAborted(f"{self.party} stopped sending: the run was aborted")
-        with self._meter.serialize():
-            payload = codec.encode(value)
+        payload = self._payload(value)
+        size = codec.payload_size(payload)
         depth = self._clock + 1
-        self._meter.record_message(self.party, dst, len(payload), depth)
+        self._meter.record_message(self.party, dst, size, depth)
         self._transport.send(Envelope(self.party, dst, tag, depth, payload))
-        return len(payload)
+        return size
 
     def broadcast(self, dsts: Sequence[str], tag: str, value: Any) -> None:
-        """Send the same value to several parties (encoded once, counted once per link)."""
+        """Send the same value to several parties (encoded once, counted once per link).
+
+        In one process each receiver gets its own copy, as each would decode its own.
+        """
         if self._abort.is_set():
             raise RunAborted(f"{self.party} stopped sending: the run was aborted")
-        with self._meter.serialize():
-            payload = codec.encode(value)
+        payload = None if self._transport.passes_objects else self._payload(value)
         depth = self._clock + 1
         for dst in dsts:
-            self._meter.record_message(self.party, dst, len(payload), depth)
-            self._transport.send(Envelope(self.party, dst, tag, depth, payload))
+            own = payload if payload is not None else self._payload(value)
+            self._meter.record_message(self.party, dst, codec.payload_size(own), depth)
+            self._transport.send(Envelope(self.party, dst, tag, depth, own))
+
+    def timeout_error(self, src: str, tag: str, timeout: float) -> PeerTimeoutError:
+        """The error a receive of ``tag`` from ``src`` ends with after ``timeout`` seconds."""
+        return PeerTimeoutError(src, self.party, timeout, f"{self.party} waited {timeout:g} s for {tag!r} from {src} "
+                                                           "(receive timeout)")
 
     def recv(self, src: str, tag: str) -> Any:
         """Receive the next message from ``src``; it must carry ``tag`` (else ProtocolError)."""
+        self.waiting_for = (src, tag)
         try:
-            with self._meter.gate_released():
+            with self._meter.waiting():
                 envelope = self._transport.recv(self.party, src, self._abort, self._recv_timeout)
         except PeerFinishedError as exc:
             raise PeerFinishedError(src, self.party, f"{self.party} waits for {tag!r} from {src}, "
                                     f"but {src}'s role finished without sending it") from exc
         except PeerTimeoutError as exc:
-            raise PeerTimeoutError(src, self.party, exc.timeout, f"{self.party} waited {exc.timeout:g} s for "
-                                   f"{tag!r} from {src} (receive timeout)") from exc
+            raise self.timeout_error(src, tag, exc.timeout) from exc
+        except DeadlockError as exc:
+            raise DeadlockError(self.party, src, f"{self.party} waits for {tag!r} from {src}, but {exc}") from exc
+        finally:
+            self.waiting_for = None
         if envelope.tag != tag:
             raise ProtocolError(
                 f"{self.party} expected {tag!r} from {src} but received {envelope.tag!r}"
             )
         self._clock = max(self._clock, envelope.depth)
+        if isinstance(envelope.payload, codec.Parcel):
+            return envelope.payload.value
         with self._meter.serialize():
             try:
                 return codec.decode(envelope.payload)
@@ -169,6 +195,10 @@ def _peers(names: Sequence[str], name: str) -> tuple[str, ...]:
     return tuple(n for n in names if n != name)
 
 
+#: How :func:`run_parties` runs the roles of one process: greenlets of one thread, or a thread each.
+SCHEDULERS = ("cooperative", "threads")
+
+
 def run_parties(
     roles: Mapping[str, Callable[[PartyContext], T]],
     *,
@@ -181,17 +211,24 @@ def run_parties(
     synchronize: Callable[[], None] | None = None,
     recv_timeout: float | None = DEFAULT_RECV_TIMEOUT_S,
     serialize_compute: bool = True,
+    scheduler: str | None = None,
 ) -> RunResult[T]:
-    """Run one role per party in its own thread and return their results and meters.
+    """Run one role per party in this process and return their results and meters.
+
+    ``scheduler="cooperative"`` (the default, unless ``transport`` is a threaded one): every role is
+    a greenlet of one worker thread, switched only when it waits for a message
+    (:mod:`securevfl.federation.cooperative`); messages are passed as copies whose encoded size is
+    counted, not encoded. A run in which every party waits is a :class:`DeadlockError` at once.
+    ``scheduler="threads"``: a thread per role over encoded bytes (``transport`` must then be a
+    threaded one, :class:`InProcessTransport` by default), with ``serialize_compute`` (default)
+    letting one party's compute block run at a time (see :meth:`Meter.compute`). Results and byte
+    counts are the same either way.
 
     ``passives``: the passive data parties (default: every role but ``active``); the other roles
     are helpers, in every context's ``peers`` but not in its ``passives``.
 
     ``recv_timeout``: seconds one receive may wait (``None``: forever). A role that returns is
     marked finished, so a peer waiting for it fails at once rather than at the timeout.
-
-    ``serialize_compute`` (default): one party's compute block runs at a time (see
-    :meth:`Meter.compute`); crypto and communication still overlap across parties.
 
     Raises :class:`PartyFailure` for the first party whose role raised (other parties' consequent
     :class:`RunAborted` are not reported as failures).
@@ -201,10 +238,20 @@ def run_parties(
         raise ConfigError(f"recv_timeout must be positive seconds or None, got {recv_timeout!r}")
     if active not in roles:
         raise ConfigError(f"active party {active!r} has no role; roles are {names}")
+    if scheduler is None:
+        scheduler = "threads" if transport is not None and not isinstance(transport, CooperativeTransport) \
+            else "cooperative"
+    if scheduler not in SCHEDULERS:
+        raise ConfigError(f"scheduler must be one of {list(SCHEDULERS)}, got {scheduler!r}")
+    cooperative = scheduler == "cooperative"
+    if transport is None:
+        transport = CooperativeTransport(names) if cooperative else InProcessTransport(names)
+    elif cooperative != isinstance(transport, CooperativeTransport):
+        raise ConfigError(f"scheduler={scheduler!r} needs {'a' if cooperative else 'no'} CooperativeTransport, "
+                          f"got {type(transport).__name__}")
     data_passives = _data_passives(names, active, passives)
-    transport = transport or InProcessTransport(names)
     abort = threading.Event()
-    gate = threading.Lock() if serialize_compute else None
+    gate = threading.Lock() if serialize_compute and not cooperative else None
     meters = {n: Meter(n, synchronize=synchronize, compute_gate=gate) for n in names}
     contexts = {
         n: PartyContext(
@@ -234,13 +281,25 @@ def run_parties(
         finally:
             transport.finish(name)
 
-    threads = [threading.Thread(target=body, args=(n,), name=f"party-{n}", daemon=True) for n in names]
+    overdue: Callable[[], PartyFailure | None]
+    if isinstance(transport, CooperativeTransport):
+        bodies = {n: functools.partial(body, n) for n in names}
+        threads = [threading.Thread(target=transport.run, args=(bodies, abort), name="parties", daemon=True)]
+        overdue = functools.partial(_overdue_receive, transport, contexts, recv_timeout)
+    else:
+        threads = [threading.Thread(target=body, args=(n,), name=f"party-{n}", daemon=True) for n in names]
+        overdue = _never_overdue
     for t in threads:
         t.start()
     try:
         for t in threads:
             while t.is_alive() and not abort.is_set():
                 t.join(0.1)
+                late = overdue()  # cooperative: the waiting party cannot time itself out if another never yields
+                if late is not None:
+                    with lock:
+                        failures.append(late)
+                    abort.set()
         if abort.is_set():  # a party failed: the others stop at their next send or receive
             deadline = time.monotonic() + ABORT_GRACE_S
             for t in threads:  # a role stuck in compute is left behind (daemon thread), not waited for
@@ -259,6 +318,25 @@ def run_parties(
     if missing:
         raise PartyFailure(missing[0], "shutdown", RuntimeError("role ended without a result"))
     return RunResult(results=results, meters=meters)
+
+
+def _never_overdue() -> PartyFailure | None:
+    return None
+
+
+def _overdue_receive(transport: CooperativeTransport, contexts: Mapping[str, PartyContext],
+                     recv_timeout: float | None) -> PartyFailure | None:
+    """A party parked in a receive for longer than ``recv_timeout``, as its failure (None: none is)."""
+    if recv_timeout is None:
+        return None
+    now = time.monotonic()
+    for party, (peer, since) in transport.parked().items():
+        if now - since >= recv_timeout:
+            ctx = contexts[party]
+            tag = (ctx.channel.waiting_for or (peer, "a message"))[1]
+            error = ctx.channel.timeout_error(peer, tag, recv_timeout)
+            return PartyFailure(party, ctx.stage, error)
+    return None
 
 
 def run_party(

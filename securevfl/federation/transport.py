@@ -1,8 +1,9 @@
 """Transports move encoded envelopes between parties; method code never sees which one is used.
 
-:class:`InProcessTransport` keeps one FIFO queue per directed link and is what the threaded
-runtime uses today. A network transport (gRPC with mutual TLS, one process per party) implements
-the same three methods.
+:class:`InProcessTransport` keeps one FIFO queue per directed link between party threads (the
+runtime's ``scheduler="threads"``); :class:`~securevfl.federation.cooperative.CooperativeTransport`,
+the default in one process, runs every party as a greenlet of one thread. A network transport
+(gRPC with mutual TLS, one process per party) implements the same three methods.
 """
 
 from __future__ import annotations
@@ -13,21 +14,35 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from securevfl.errors import PeerFinishedError, PeerTimeoutError, ProtocolError, RunAborted
+from securevfl.federation.codec import Parcel, payload_size
 
 
 @dataclass(frozen=True)
 class Envelope:
-    """One message on a link: a tag naming what it is, its Lamport depth and the encoded payload."""
+    """One message on a link: a tag naming what it is, its Lamport depth and the encoded payload.
+
+    The payload is the encoded bytes, or a :class:`~securevfl.federation.codec.Parcel` on a
+    transport that passes objects (:attr:`Transport.passes_objects`, the cooperative one).
+    """
 
     src: str
     dst: str
     tag: str
     depth: int
-    payload: bytes
+    payload: bytes | Parcel
+
+    @property
+    def size(self) -> int:
+        """The bytes this message is on the wire."""
+        return payload_size(self.payload)
 
 
 class Transport(ABC):
     """Moves envelopes between named parties."""
+
+    #: True where envelopes may carry :class:`~securevfl.federation.codec.Parcel`\ s (one process,
+    #: no wire); the channel then skips encoding but still counts the encoded size.
+    passes_objects: bool = False
 
     @abstractmethod
     def send(self, envelope: Envelope) -> None:
