@@ -47,12 +47,24 @@ TAG_REJOIN = "agg.dh.rejoin"
 
 
 class DHPassive(PassiveAggregator):
-    """A passive party: keys once per session, then per round mask, answer, set up the next."""
+    """A passive party: keys once per session, then per round mask, answer, set up the next.
+
+    Work that does not depend on the input is done as soon as a round is set up, at the end of
+    the previous round (while the active party unmasks and the models compute), not when the
+    input is ready: the round's mask is expanded (:func:`~securevfl.privacy.secagg.round_mask`,
+    sized like the usual input) and the next round's setup (fresh key pair, shares) is drawn.
+    Each prepared setup is bound to one round and sent once: with the masked input, or as the
+    rejoin setup after a drop.
+    """
 
     def __init__(self, config: AggregationConfig) -> None:
         self.config = config
         self._state: sa.PassiveSecAggState | None = None
         self.round = 0
+        self._mask: sa.RoundMask | None = None
+        self._next_setup: sa.RoundSetup | None = None
+        self._size = 0  # flat size of the usual input, to expand masks ahead
+        self._last_size = 0
 
     @property
     def state(self) -> sa.PassiveSecAggState:
@@ -80,11 +92,39 @@ class DHPassive(PassiveAggregator):
             bundle = wire.parse_bundle(ctx.recv(ctx.active, TAG_BUNDLE))
         with ctx.meter.crypto("secagg.receive_setup"):
             self._state = sa.receive_setup(self.state, bundle)
+        self._prepare(ctx, bundle.round_index)
+
+    def _prepare(self, ctx: PartyContext, r: int) -> None:
+        """Round r is set up: expand its mask and draw round r + 1's setup before the input comes."""
+        self._mask = None
+        if self._size:
+            with ctx.meter.crypto("secagg.mask_expand"):
+                self._mask = sa.round_mask(self.state, r, self._size)
+        with ctx.meter.crypto("secagg.share_keys"):
+            self._state, self._next_setup = sa.share_keys(self.state, r + 1)
+
+    def _take_next_setup(self) -> sa.RoundSetup | None:
+        """The prepared setup of the round after this one, handed out once."""
+        setup, self._next_setup = self._next_setup, None
+        return setup if setup is not None and setup.round_index == self.round + 1 else None
+
+    def _note_size(self, size: int) -> None:
+        # Expand ahead for the size seen twice in a row (the training batch), not for the odd
+        # evaluation or last batch: a shorter mask is extended when used, a longer one wasted.
+        if size == self._last_size or not self._size:
+            self._size = size
+        self._last_size = size
 
     def contribute(self, ctx: PartyContext, values: np.ndarray) -> None:
         state = self.state
-        with ctx.meter.crypto("secagg.mask"):  # fixed-point encode, self + pairwise masks, next setup
-            self._state, message = sa.masked_input(state, np.asarray(values), self.round)
+        values = np.asarray(values)
+        mask, self._mask = self._mask, None
+        with ctx.meter.crypto("secagg.mask"):  # fixed-point encode + the mask expanded ahead
+            self._state, message = sa.masked_input(
+                state, values, self.round,
+                mask=mask if mask is not None and mask.round_index == self.round else None,
+                next_setup=self._take_next_setup())
+        self._note_size(values.size)
         ctx.send(ctx.active, TAG_INPUT, wire.input_to_wire(message))
         # The unmask request of this round carries next round's setup bundle (one hop saved).
         request, next_bundle = wire.parse_request(ctx.recv(ctx.active, TAG_REQUEST))
@@ -98,9 +138,11 @@ class DHPassive(PassiveAggregator):
 
     def drop(self, ctx: PartyContext) -> None:
         # Vanish before sending this round's input; rejoin next round with fresh keys.
-        state = self.state
-        with ctx.meter.crypto("secagg.share_keys"):
-            self._state, setup = sa.share_keys(state, self.round + 1)
+        self._mask = None
+        setup = self._take_next_setup()
+        if setup is None:
+            with ctx.meter.crypto("secagg.share_keys"):
+                self._state, setup = sa.share_keys(self.state, self.round + 1)
         ctx.send(ctx.active, TAG_REJOIN, wire.setup_to_wire(setup))
         self._receive_bundle(ctx)
         self.round += 1
@@ -166,7 +208,11 @@ class DHActive(ActiveAggregator):
             self._agg, request = sa.unmask_request(self.agg, inputs)
         # Next round's setups are all here already (piggybacked on the inputs, plus rejoin
         # setups of this round's dropped parties): route them now, riding on the request.
-        next_setups = [m.next_setup for m in inputs if m.next_setup is not None]
+        next_setups = []
+        for m in inputs:
+            if m.next_setup is None:  # else the survivor would have no bundle to ride on the request
+                raise ProtocolError(f"the masked input of {m.party} lacks next round's setup")
+            next_setups.append(m.next_setup)
         for p in request.dropped:
             if p in gone:
                 rejoin = ctx.recv(p, TAG_REJOIN)

@@ -112,14 +112,32 @@ class PublicKey:
 
 @dataclass(frozen=True)
 class KeyPair:
-    """A key pair; the private key is raw bytes (never printed) so it can be Shamir-shared."""
+    """A key pair; the private key is raw bytes (never printed) so it can be Shamir-shared.
+
+    ``handle`` optionally keeps the backend's parsed private key (X25519: the
+    ``X25519PrivateKey``), so exchanges need not parse the bytes again: loading an X25519
+    private key costs a scalar multiplication, as much as an exchange. It is the same secret in
+    another form, never printed and ignored by ``==``.
+    """
 
     scheme: str
     private: bytes = field(repr=False)
     public: PublicKey
+    handle: Any = field(default=None, repr=False, compare=False)
 
     def __repr__(self) -> str:
         return f"KeyPair({self.scheme}, fp={_fingerprint(self.public.data)})"
+
+
+def _x25519_handle(private: bytes | KeyPair) -> X25519PrivateKey:
+    """The parsed X25519 private key: a key pair's cached handle, else parsed from the bytes."""
+    if isinstance(private, KeyPair):
+        if private.scheme != "x25519":
+            raise CryptoError("private key of another scheme")
+        if isinstance(private.handle, X25519PrivateKey):
+            return private.handle
+        private = private.private
+    return X25519PrivateKey.from_private_bytes(private)
 
 
 class X25519Agreement:
@@ -137,9 +155,9 @@ class X25519Agreement:
         """Rebuild a key pair from its 32 private bytes (e.g. after Shamir reconstruction)."""
         if len(private) != 32:
             raise CryptoError("an X25519 private key is 32 bytes")
-        pub = X25519PrivateKey.from_private_bytes(private).public_key()
-        raw = pub.public_bytes(Encoding.Raw, PublicFormat.Raw)
-        return KeyPair(self.name, bytes(private), PublicKey(self.name, raw))
+        key = X25519PrivateKey.from_private_bytes(private)
+        raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        return KeyPair(self.name, bytes(private), PublicKey(self.name, raw), key)
 
     def load_public(self, data: bytes) -> PublicKey:
         """Validate a received 32-byte u-coordinate."""
@@ -165,12 +183,15 @@ class X25519Agreement:
         return secret
 
     def exchange_many(
-        self, private: bytes, peers: Sequence[PublicKey], validate: bool = True
+        self, private: bytes | KeyPair, peers: Sequence[PublicKey], validate: bool = True
     ) -> list[bytes]:
-        """Shared secrets with several peers, parsing the private key once."""
+        """Shared secrets with several peers, parsing the private key at most once.
+
+        ``private`` may be a :class:`KeyPair` from this scheme, whose parsed key is then reused.
+        """
         if any(peer.scheme != self.name for peer in peers):
             raise CryptoError("public key of another scheme")
-        key = X25519PrivateKey.from_private_bytes(private)
+        key = _x25519_handle(private)
         out = []
         for peer in peers:
             try:
@@ -250,10 +271,11 @@ class FFDHAgreement:
         return self._to_bytes(z)
 
     def exchange_many(
-        self, private: bytes, peers: Sequence[PublicKey], validate: bool = True
+        self, private: bytes | KeyPair, peers: Sequence[PublicKey], validate: bool = True
     ) -> list[bytes]:
         """Shared secrets with several peers (same checks as :meth:`exchange`)."""
-        return [self.exchange(private, peer, validate) for peer in peers]
+        raw = private.private if isinstance(private, KeyPair) else private
+        return [self.exchange(raw, peer, validate) for peer in peers]
 
 
 KeyAgreement = X25519Agreement | FFDHAgreement

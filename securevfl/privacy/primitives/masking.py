@@ -48,7 +48,7 @@ def derive_pairwise_seeds(
     if own_name in peer_publics:
         raise ConfigError("peer_publics must not contain the party itself")
     peers = sorted(peer_publics)
-    secrets_ = agreement.exchange_many(own_keys.private, [peer_publics[p] for p in peers], validate)
+    secrets_ = agreement.exchange_many(own_keys, [peer_publics[p] for p in peers], validate)
     return {
         peer: pairwise_seed(secret, session_id, own_name, peer, label)
         for peer, secret in zip(peers, secrets_, strict=True)
@@ -62,11 +62,13 @@ def add_pairwise_mask(
     round_index: int,
     step: str | int = STEP_PAIRWISE,
     sign: int = 1,
+    offset: int = 0,
 ) -> np.ndarray:
     """Add ``sign`` times party ``own_name``'s pairwise mask to a uint64 array in place.
 
     The sign rule: +PRG(s_ij) for every peer j ordered after ``own_name``, -PRG(s_ij) for every
-    peer before it, so the masks of all parties of a round sum to zero mod 2^64.
+    peer before it, so the masks of all parties of a round sum to zero mod 2^64. ``offset``:
+    add the mask's elements from that (flat) position on (see :func:`add_prg_streams`).
     """
     if values.dtype != np.uint64:
         raise DataError("masks are added to uint64 ring elements")
@@ -77,7 +79,7 @@ def add_pairwise_mask(
     higher = [seed for peer, seed in peer_seeds.items() if peer > own_name]
     lower = [seed for peer, seed in peer_seeds.items() if peer < own_name]
     plus, minus = (higher, lower) if sign == 1 else (lower, higher)
-    add_prg_streams(values, plus, minus, round_index, step)
+    add_prg_streams(values, plus, minus, round_index, step, offset)
     return values
 
 

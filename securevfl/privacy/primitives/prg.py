@@ -14,6 +14,7 @@ cryptographic PRG: its output is indistinguishable from uniform without the seed
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import struct
@@ -42,17 +43,29 @@ def step_id(step: str | int) -> int:
             raise ConfigError(f"integer step must be in [0, 2^32), got {step}")
         return step
     if isinstance(step, str) and step:
-        return int.from_bytes(hashlib.sha256(step.encode("utf-8")).digest()[:4], "big")
+        return _label_id(str(step))
     raise ConfigError(f"step must be a non-empty str or an int, got {step!r}")
 
 
-def counter_block(round_index: int, step: str | int) -> bytes:
-    """Build the initial CTR block: round (8 B) || step_id (4 B) || zero block counter (4 B)."""
+@functools.lru_cache(maxsize=64)
+def _label_id(step: str) -> int:
+    # Cached: the protocol uses a handful of constant labels, hashed once instead of per mask.
+    return int.from_bytes(hashlib.sha256(step.encode("utf-8")).digest()[:4], "big")
+
+
+def counter_block(round_index: int, step: str | int, block: int = 0) -> bytes:
+    """Build a CTR block: round (8 B) || step_id (4 B) || block counter (4 B, 0 for the first).
+
+    ``block`` > 0 starts the keystream of (round, step) at that 16-byte block, so a mask can be
+    extended beyond a prefix already expanded without recomputing the prefix.
+    """
     if isinstance(round_index, bool) or not isinstance(round_index, int | np.integer):
         raise ConfigError(f"round_index must be an int, got {round_index!r}")
     if not 0 <= int(round_index) < (1 << 64):
         raise ConfigError(f"round_index must be in [0, 2^64), got {round_index}")
-    return struct.pack(">QII", int(round_index), step_id(step), 0)
+    if not 0 <= block < _MAX_BLOCKS:
+        raise ConfigError(f"block counter must be in [0, 2^32), got {block}")
+    return struct.pack(">QII", int(round_index), step_id(step), block)
 
 
 def _check_seed(seed: bytes) -> None:
@@ -116,19 +129,26 @@ def add_prg_streams(
     minus_seeds: Iterable[bytes],
     round_index: int,
     step: str | int,
+    offset: int = 0,
 ) -> np.ndarray:
     """In place: ``values += sum PRG(plus) - sum PRG(minus)`` (mod 2^64) for (round, step).
 
     Equivalent to adding :func:`prg_uint64` outputs, but reuses one scratch buffer and
-    computes the counter block once: the hot path of masking with many peers.
+    computes the counter block once: the hot path of masking with many peers. With ``offset``
+    the streams are read from element ``offset`` on (``values`` gets elements offset ..
+    offset + size - 1 of each stream), which extends a mask expanded for a shorter input.
     """
     if values.dtype != np.uint64 or not values.flags.c_contiguous:
         raise ConfigError("values must be a C-contiguous uint64 array")
-    n_bytes = 8 * values.size
-    _check_size(n_bytes)
-    block = counter_block(round_index, step)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ConfigError(f"offset must be an int >= 0, got {offset!r}")
+    skip = offset & 1  # two uint64 per AES block: start at the block holding element ``offset``
+    count = values.size + skip
+    n_bytes = 8 * count
+    _check_size(8 * (offset + values.size))
+    block = counter_block(round_index, step, (offset - skip) // 2)
     scratch = bytearray(n_bytes + 16)
-    stream = np.frombuffer(scratch, dtype="<u8", count=values.size).reshape(values.shape)
+    stream = np.frombuffer(scratch, dtype="<u8", count=count)[skip:].reshape(values.shape)
     with memoryview(scratch) as view:
         for seeds, op in ((plus_seeds, np.add), (minus_seeds, np.subtract)):
             for seed in seeds:

@@ -22,7 +22,11 @@ round; their shares are generated one round ahead and piggybacked on the masked-
 of the previous round (the first round's on the setup exchange), so no extra message round is
 added. Revealed secrets then only ever concern the round they belong to. The cost is one key
 pair generation, n - 1 key agreements, two Shamir splits and n - 1 AEAD encryptions per party
-and round (see ``benchmarks/secagg.py``). A party that dropped simply stops sending setups;
+and round (see ``benchmarks/secagg.py``). None of it depends on the input, nor does the round's
+mask: a party draws round r + 1's setup with :func:`share_keys` and expands round r's mask with
+:func:`round_mask` as soon as round r is set up, and :func:`masked_input` then only encodes and
+adds (checking that the prepared mask and setup are this party's, for this round and the next;
+each is used once). A party that dropped simply stops sending setups;
 it rejoins later by sending a fresh setup (fresh keys) for a future round. Only the long-lived
 *channel* key pair (used to encrypt shares for peers) is per session; it is never shared.
 
@@ -88,10 +92,12 @@ from securevfl.privacy.secagg.messages import (
 )
 from securevfl.privacy.secagg.passive import (
     PassiveSecAggState,
+    RoundMask,
     advertise_keys,
     masked_input,
     receive_keys,
     receive_setup,
+    round_mask,
     share_keys,
     unmask_response,
 )
@@ -108,6 +114,7 @@ __all__ = [
     "KeyDirectory",
     "MaskedInput",
     "PassiveSecAggState",
+    "RoundMask",
     "RoundSetup",
     "SecAggConfig",
     "SetupBundle",
@@ -124,6 +131,7 @@ __all__ = [
     "masked_input",
     "receive_keys",
     "receive_setup",
+    "round_mask",
     "round_pairwise_seeds",
     "share_keys",
     "simulate_secagg",

@@ -16,7 +16,7 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
-from securevfl.errors import CryptoError, ProtocolError
+from securevfl.errors import ConfigError, CryptoError, ProtocolError
 from securevfl.privacy.primitives import wire
 from securevfl.privacy.primitives.fixed_point import encode
 from securevfl.privacy.primitives.kdf import CHANNEL_KEY_LABEL, pairwise_seed
@@ -216,29 +216,96 @@ def receive_setup(state: PassiveSecAggState, bundle: SetupBundle) -> PassiveSecA
     return dataclasses.replace(state, round_views=views)
 
 
-def masked_input(
-    state: PassiveSecAggState,
-    values: np.ndarray,
-    round_index: int,
-    prepare_next: bool = True,
-) -> tuple[PassiveSecAggState, MaskedInput]:
-    """Encode ``values`` and add the self mask and pairwise masks of round ``round_index``.
+@dataclass(frozen=True)
+class RoundMask:
+    """A party's whole mask of one round, self mask plus pairwise masks, as a flat uint64 array.
 
-    With ``prepare_next`` the setup for round + 1 (fresh keys and shares) rides along.
+    The mask does not depend on the input, so it can be expanded as soon as the round is set
+    up (:func:`round_mask`), ahead of the input it will hide. It is as secret as the round's
+    seeds: kept by its party, never sent, and added to one input only (:func:`masked_input`
+    refuses a second input for a round).
     """
-    config = state.config
-    r = round_index
+
+    party: str
+    round_index: int
+    values: np.ndarray = field(repr=False)
+
+
+def _round_view(state: PassiveSecAggState, r: int) -> _RoundView:
     if r in state.masked_rounds:
         raise ProtocolError(f"{state.name!r} already sent a masked input for round {r}")
     view = state.round_views.get(r)
     if view is None:
         raise ProtocolError(f"{state.name!r} has no setup for round {r}")
+    return view
+
+
+def _add_round_mask(state: PassiveSecAggState, r: int, view: _RoundView, out: np.ndarray, offset: int) -> None:
+    """In place: add elements offset .. offset + out.size - 1 of round r's flat mask to ``out``."""
+    config = state.config
     secrets_ = state.round_secrets[r]
-    n_terms = len(view.mask_publics) + 1
-    encoded = encode(values, config.frac_bits, n_terms)
     seeds = round_pairwise_seeds(config, config.agreement(), r, state.name, secrets_.mask_keys, view.mask_publics)
-    masked = add_prg_streams(encoded, [secrets_.self_seed], [], r, STEP_SELF)
-    add_pairwise_mask(masked, state.name, seeds, r, config.step)
+    add_prg_streams(out, [secrets_.self_seed], [], r, STEP_SELF, offset)
+    add_pairwise_mask(out, state.name, seeds, r, config.step, offset=offset)
+
+
+def round_mask(state: PassiveSecAggState, round_index: int, size: int) -> RoundMask:
+    """Expand the first ``size`` elements of round ``round_index``'s mask (self + pairwise).
+
+    Needs the round's setup bundle (:func:`receive_setup`) and no input sent for it yet. A
+    mask expanded for fewer elements than the input is extended when it is used; a longer one
+    is cut (the PRG streams of a round are prefix-consistent).
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ConfigError(f"mask size must be an int >= 0, got {size!r}")
+    view = _round_view(state, round_index)
+    out = np.zeros(size, dtype=np.uint64)
+    _add_round_mask(state, round_index, view, out, 0)
+    return RoundMask(state.name, round_index, out)
+
+
+def _check_prepared_setup(state: PassiveSecAggState, setup: RoundSetup, r: int) -> None:
+    """A setup made ahead (by :func:`share_keys`) must be this party's, for round r, from this state."""
+    own = state.round_secrets.get(r)
+    if (
+        setup.party != state.name
+        or setup.round_index != r
+        or own is None
+        or own.mask_keys.public.to_bytes() != setup.mask_public
+    ):
+        raise ProtocolError(f"the prepared setup is not {state.name!r}'s pending setup of round {r}")
+
+
+def masked_input(
+    state: PassiveSecAggState,
+    values: np.ndarray,
+    round_index: int,
+    prepare_next: bool = True,
+    mask: RoundMask | None = None,
+    next_setup: RoundSetup | None = None,
+) -> tuple[PassiveSecAggState, MaskedInput]:
+    """Encode ``values`` and add the self mask and pairwise masks of round ``round_index``.
+
+    ``mask``: the round's mask expanded ahead by :func:`round_mask` (extended here if it is
+    shorter than the input); without it the mask is expanded now. The result is the same.
+    With ``prepare_next`` the setup for round + 1 (fresh keys and shares) rides along:
+    ``next_setup`` if given (made ahead by :func:`share_keys` on this state, checked to be
+    this party's pending setup of round + 1), else drawn now.
+    """
+    config = state.config
+    r = round_index
+    view = _round_view(state, r)
+    if mask is not None and (mask.party != state.name or mask.round_index != r):
+        raise ProtocolError(f"the prepared mask is not {state.name!r}'s mask of round {r}")
+    n_terms = len(view.mask_publics) + 1
+    masked = np.ascontiguousarray(encode(values, config.frac_bits, n_terms))  # (a copy only for F-order input)
+    flat = masked.reshape(-1)  # a view of ``masked``: the mask is added in place
+    done = 0
+    if mask is not None:
+        done = min(mask.values.size, flat.size)
+        np.add(flat[:done], mask.values[:done], out=flat[:done])
+    if done < flat.size:
+        _add_round_mask(state, r, view, flat[done:], done)
     # Stale rounds (set up but never masked) can no longer be asked for: forget them.
     new_state = dataclasses.replace(
         state,
@@ -246,8 +313,9 @@ def masked_input(
         round_secrets=_drop_rounds(state.round_secrets, lambda k: k >= r),
         round_views=_drop_rounds(state.round_views, lambda k: k >= r),
     )
-    next_setup = None
-    if prepare_next:
+    if next_setup is not None:
+        _check_prepared_setup(new_state, next_setup, r + 1)
+    elif prepare_next:
         new_state, next_setup = share_keys(new_state, r + 1)
     return new_state, MaskedInput(state.name, r, masked, next_setup)
 
@@ -295,10 +363,12 @@ def unmask_response(state: PassiveSecAggState, request: UnmaskRequest) -> tuple[
 
 __all__ = [
     "PassiveSecAggState",
+    "RoundMask",
     "advertise_keys",
     "masked_input",
     "receive_keys",
     "receive_setup",
+    "round_mask",
     "share_keys",
     "unmask_response",
 ]
