@@ -17,7 +17,9 @@ malformed frame is a :class:`~securevfl.errors.ProtocolError`; the runtime adds 
 
 from __future__ import annotations
 
+import functools
 import struct
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,13 +184,20 @@ def _ext_size(n: int) -> int:
     return n + (3 if n < 1 << 8 else 4 if n < 1 << 16 else 6)
 
 
+@functools.lru_cache(maxsize=1024)
+def _array_header_size(dtype_name: str, shape: tuple[int, ...]) -> int:
+    """Bytes of an array extension's own header (its length prefix and ``[dtype, shape]``)."""
+    return 4 + len(msgpack.packb([dtype_name, list(shape)]))
+
+
 def _array_ext_size(dtype_name: str, shape: tuple[int, ...], nbytes: int) -> int:
-    header = msgpack.packb([dtype_name, list(shape)])
-    return _ext_size(4 + len(header) + nbytes)
+    return _ext_size(_array_header_size(dtype_name, shape) + nbytes)
 
 
 def _copy_sized(value: Any, depth: int) -> tuple[Any, int]:
     kind = type(value)
+    if kind.__name__ == "Tensor" and kind.__module__ == "torch":  # the common case first
+        return _copy_tensor(value)
     if value is None or kind is bool:
         return value, 1
     if kind is int:
@@ -232,18 +241,18 @@ def _copy_sized(value: Any, depth: int) -> tuple[Any, int]:
         if type(item) not in (bool, int, float):
             raise _OffFastPath
         return _copy_sized(item, depth)
-    if kind.__module__ == "torch" and kind.__name__ == "Tensor":
-        return _copy_tensor(value)
     raise _OffFastPath
 
 
 def _copy_tensor(tensor: Any) -> tuple[Any, int]:
-    import torch
-
+    torch = sys.modules["torch"]  # loaded: a tensor exists
     name = str(tensor.dtype).removeprefix("torch.")  # the numpy name of the dtype the codec writes
     if name not in _ALLOWED_DTYPES or tensor.is_conj() or tensor.is_neg() or tensor.layout != torch.strided:
         raise _OffFastPath
-    copy = tensor.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
+    if tensor.device.type == "cpu" and tensor.is_contiguous():
+        copy = tensor.detach().clone()
+    else:
+        copy = tensor.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
     return copy, _array_ext_size(name, tuple(copy.shape), copy.numel() * copy.element_size())
 
 

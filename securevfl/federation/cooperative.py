@@ -47,7 +47,7 @@ def _grad_mode() -> bool | None:
 
 def _set_grad_mode(enabled: bool | None) -> None:
     torch = sys.modules.get("torch")
-    if torch is not None and enabled is not None:
+    if torch is not None and enabled is not None and torch.is_grad_enabled() != enabled:
         torch.set_grad_enabled(enabled)
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,12 +148,76 @@ class MeterSnapshot:
         return out
 
 
-@dataclass
-class _OpenBlock:
-    """A measured block in progress: its category, and since when its own (exclusive) time runs."""
+class _Block:
+    """A measured block (what :meth:`Meter.measure` returns).
 
-    category: str
-    since: float
+    Its category, and since when its own (exclusive) time runs while it is the innermost open
+    block. A plain class, not a generator-based context manager: the runtime opens several per
+    message.
+    """
+
+    __slots__ = ("meter", "category", "sync", "gated", "since")
+
+    def __init__(self, meter: Meter, category: str, sync: bool, gated: bool) -> None:
+        self.meter, self.category, self.sync, self.gated = meter, category, sync, gated
+        self.since = 0.0
+
+    def __enter__(self) -> None:
+        meter = self.meter
+        if self.gated:
+            meter._enter_gate()
+        if self.sync and meter._synchronize is not None:
+            meter._synchronize()
+        now = meter._clock()
+        stack = meter._stack
+        if stack:
+            parent = stack[-1]
+            meter._seconds[parent.category] += now - parent.since
+        self.since = now
+        stack.append(self)
+
+    def __exit__(self, *exc: object) -> None:
+        meter = self.meter
+        try:
+            if self.sync and meter._synchronize is not None:
+                meter._synchronize()
+            end = meter._clock()
+            stack = meter._stack
+            stack.pop()
+            meter._seconds[self.category] += end - self.since
+            if stack:
+                stack[-1].since = end
+        finally:
+            if self.gated:
+                meter._exit_gate()
+
+
+class _Wait:
+    """What :meth:`Meter.waiting` returns: stops the innermost block's clock and frees the compute gate."""
+
+    __slots__ = ("meter", "depth")
+
+    def __init__(self, meter: Meter) -> None:
+        self.meter = meter
+        self.depth = 0
+
+    def __enter__(self) -> None:
+        meter = self.meter
+        if meter._stack:
+            top = meter._stack[-1]
+            meter._seconds[top.category] += meter._clock() - top.since
+        self.depth = meter._gate_depth
+        if meter._gate is not None and self.depth:
+            meter._gate_depth = 0
+            meter._gate.release()
+
+    def __exit__(self, *exc: object) -> None:
+        meter = self.meter
+        if meter._gate is not None and self.depth:
+            meter._gate.acquire()
+            meter._gate_depth = self.depth
+        if meter._stack:
+            meter._stack[-1].since = meter._clock()
 
 
 class Meter:
@@ -176,7 +240,7 @@ class Meter:
         self._bytes: dict[str, int] = defaultdict(int)
         self._messages: dict[str, int] = defaultdict(int)
         self._depth_link_bytes: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        self._stack: list[_OpenBlock] = []
+        self._stack: list[_Block] = []
         self._lock = threading.Lock()
         self._phase = SETUP
         self._phase_started = clock()
@@ -184,30 +248,11 @@ class Meter:
         self._phase_bytes: dict[str, int] = defaultdict(int)
 
     # -- time ---------------------------------------------------------------------------------
-    @contextmanager
-    def measure(self, category: str, *, sync: bool = False) -> Iterator[None]:
+    def measure(self, category: str, *, sync: bool = False) -> AbstractContextManager[None]:
         """Attribute the time spent inside the block to ``category`` (exclusive of inner blocks)."""
-        if sync and self._synchronize is not None:
-            self._synchronize()
-        now = self._clock()
-        if self._stack:
-            parent = self._stack[-1]
-            self._seconds[parent.category] += now - parent.since
-        frame = _OpenBlock(category, now)
-        self._stack.append(frame)
-        try:
-            yield
-        finally:
-            if sync and self._synchronize is not None:
-                self._synchronize()
-            end = self._clock()
-            self._stack.pop()
-            self._seconds[category] += end - frame.since
-            if self._stack:
-                self._stack[-1].since = end
+        return _Block(self, category, sync, False)
 
-    @contextmanager
-    def compute(self) -> Iterator[None]:
+    def compute(self) -> AbstractContextManager[None]:
         """Model compute; synchronises the accelerator at both ends so kernels are charged here.
 
         With a ``compute_gate`` (the threaded runtime passes one lock to every party), one party
@@ -215,12 +260,7 @@ class Meter:
         small torch call, which made each party's compute several times slower than the same ops
         run alone. Waiting for the gate is not charged as compute.
         """
-        self._enter_gate()
-        try:
-            with self.measure(COMPUTE, sync=True):
-                yield
-        finally:
-            self._exit_gate()
+        return _Block(self, COMPUTE, True, self._gate is not None)
 
     def _enter_gate(self) -> None:
         if self._gate is not None:
@@ -234,28 +274,13 @@ class Meter:
             if self._gate_depth == 0:
                 self._gate.release()
 
-    @contextmanager
-    def waiting(self) -> Iterator[None]:
+    def waiting(self) -> AbstractContextManager[None]:
         """A receive: its wait is no category's time, and other parties may compute meanwhile.
 
         Inside an open block (a receive inside a compute block) the block's clock stops while this
         party waits, so the others' work is not charged to it; the compute gate is released too.
         """
-        if self._stack:
-            now = self._clock()
-            self._seconds[self._stack[-1].category] += now - self._stack[-1].since
-        depth = self._gate_depth
-        if self._gate is not None and depth:
-            self._gate_depth = 0
-            self._gate.release()
-        try:
-            yield
-        finally:
-            if self._gate is not None and depth:
-                self._gate.acquire()
-                self._gate_depth = depth
-            if self._stack:
-                self._stack[-1].since = self._clock()
+        return _Wait(self)
 
     def crypto(self, primitive: str) -> AbstractContextManager[None]:
         """Cryptography, by primitive name such as ``secagg.mask`` or ``paillier.encrypt``."""
