@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned here: an open range would pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install demo test bench-quick clean
+.PHONY: install install-ray test-ray demo test bench-quick clean
 
 $(BIN)/securevfl: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -14,6 +14,13 @@ $(BIN)/securevfl: pyproject.toml
 	touch $@
 
 install: $(BIN)/securevfl
+
+# Optional: Ray for `--executor ray` (about 20 s to install here; its test starts a local Ray, ~15 s).
+install-ray: install
+	$(BIN)/pip install -q -e ".[ray]"
+
+test-ray: install-ray
+	$(BIN)/python -m pytest -q tests/test_psi_executors.py
 
 demo: install
 	$(BIN)/securevfl train --method splitnn --dataset breast-cancer --parties 2 --epochs 30 --report out/demo.json

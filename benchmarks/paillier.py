@@ -25,6 +25,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from psi.executors import ExecutorConfig  # noqa: E402
 from securevfl.bench.primitives import PaillierCounts, paillier_core  # noqa: E402
 from securevfl.bench.timing import best_rate as rate  # noqa: E402
 from securevfl.bench.timing import interleaved as interleaved_seconds  # noqa: E402
@@ -49,6 +50,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the figures as JSON")
     parser.add_argument("--bits", type=int, default=2048, choices=[2048, 3072])
     parser.add_argument("--workers", type=int, default=2, help="processes for the parallel rows")
+    parser.add_argument("--executor", default="process", choices=["process", "ray"],
+                        help="where the parallel rows run: a local process pool or a Ray cluster")
+    parser.add_argument("--ray-address", default=None, help="with --executor ray: the cluster (default: local Ray)")
     args = parser.parse_args()
 
     scale = 1 if args.quick else 4
@@ -122,7 +126,8 @@ def main() -> None:
 
     # ---- fast, process pool --------------------------------------------------------------------
     if args.workers > 1:
-        with create_backend("fast", pk, sk, workers=args.workers, parallel_min_items=64) as par:
+        executor = ExecutorConfig(args.executor, args.workers, args.ray_address)
+        with create_backend("fast", pk, sk, parallel_min_items=64, executor=executor) as par:
             t0 = time.perf_counter()
             par.encrypt(xf[:128])  # starts the pool and builds each worker's table
             results["pool_startup_s"] = round(time.perf_counter() - t0, 3)
@@ -135,6 +140,7 @@ def main() -> None:
             results["fast_parallel_packed_decrypt_values_per_s"] = rate(
                 xp.size, lambda: par.decrypt(holder["pp"]), 2)
         results["workers"] = args.workers
+        results["executor"] = args.executor
 
     # ---- ratios ------------------------------------------------------------------------------
     phe_e, phe_d = results["phe_encrypt_per_s"], results["phe_decrypt_per_s"]

@@ -3,11 +3,24 @@
     .venv/bin/python benchmarks/psi_ecdh.py --quick            # 10k x 10k, both libraries (~1 min)
     .venv/bin/python benchmarks/psi_ecdh.py                    # 100k x 100k, both libraries
     .venv/bin/python benchmarks/psi_ecdh.py --n 1000000 --no-openmined   # 1M x 1M, ours only
+    .venv/bin/python benchmarks/psi_ecdh.py --full             # 10M x 10M streamed from Parquet, ours only
+    .venv/bin/python benchmarks/psi_ecdh.py --stream --n 2000000         # 2M x 2M streamed from Parquet
+    .venv/bin/python benchmarks/psi_ecdh.py --executor ray [--ray-address auto]   # curve work on Ray
+
+``--stream`` (implied by ``--full``) first writes each party's IDs as *generated data* to Parquet
+(``--data-dir``, default ``out/bench_data``; reused when present) and then reads them in record
+batches (:class:`psi.ParquetIDs`), so no party's IDs are ever all Python strings at once.
 
 Prints a table and writes JSON (``--out``) with n_per_party, seconds, openmined_seconds,
 speedup_vs_openmined, peak_rss_mb, the time split and ``fraction_of_floor`` (the X25519
 multiplications the run needed, at this machine's measured rate over the workers, divided by the
-measured seconds). The shared measuring code lives in :mod:`securevfl.bench.primitives`
+measured seconds), ``floor_seconds``, ``parallel_floor_seconds`` / ``fraction_of_parallel_floor`` (the
+same multiplications as bare loops on all worker processes at once, measured just before and
+after our run: the floor this machine actually gives that many processes at that moment), and
+``cpu_fraction_of_floor`` (the same multiplications at
+the measured *CPU* time per multiplication, over the CPU seconds of all our processes: the
+fraction an idle machine would give with perfect parallelism, and far less sensitive to other
+load on a shared machine). The shared measuring code lives in :mod:`securevfl.bench.primitives`
 (``securevfl bench`` runs the same comparison). Peak RSS is sampled (psutil, every 100 ms)
 over this process plus its worker processes, summed; our run happens before OpenMined's so the
 OpenMined run does not inflate our figure (its own peak is reported separately).
@@ -24,20 +37,14 @@ import time
 from pathlib import Path
 
 import psutil
-from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psi  # noqa: E402
-from securevfl.bench.primitives import (  # noqa: E402
-    floor_seconds,
-    fraction_of_floor,
-    import_openmined,
-    make_ids,
-    openmined_intersection,
-    x25519_mult_samples,
-)
+
+# Worker processes (forkserver/spawn) re-import this script's top level: keep it light. rich and
+# securevfl.bench (which loads matplotlib) cost about a CPU second per worker, so they are imported
+# in the functions that use them, in this process only.
 
 
 class PeakRSS:
@@ -51,13 +58,18 @@ class PeakRSS:
         self.interval = interval
         self.peak = 0
         self._child_cpu: dict[int, float] = {}
+        self._children: list[psutil.Process] = []
+        self._samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> int:
         me = psutil.Process()
         total = me.memory_info().rss
-        for child in me.children(recursive=True):
+        self._samples += 1
+        if self._samples % 10 == 1:  # listing the children scans /proc (~2 ms): once a second is enough
+            self._children = me.children(recursive=True)
+        for child in self._children:
             try:
                 total += child.memory_info().rss
                 cpu = child.cpu_times()
@@ -87,10 +99,14 @@ class PeakRSS:
         self.peak = max(self.peak, self._sample())
 
 
-def run_ours(a: list[str], b: list[str], workers: int | None, mode: str) -> dict:
+def run_ours(parties: dict, workers: int | None, mode: str, executor: psi.ExecutorConfig) -> dict:
+    """One run of our PSI on lists of IDs (``run_local``) or on ID sources (``run_prepared``)."""
     with PeakRSS() as rss:
         t0, c0 = time.perf_counter(), time.process_time()
-        result = psi.run_local({"A": a, "B": b}, mode=mode, workers=workers)
+        if all(isinstance(v, list) for v in parties.values()):
+            result = psi.run_local(parties, mode=mode, workers=workers, executor=executor)
+        else:
+            result = psi.run_prepared(parties, config=psi.PSIConfig(mode=mode), workers=workers, executor=executor)
         seconds, main_cpu = time.perf_counter() - t0, time.process_time() - c0
     t = result.timings
     return {
@@ -105,6 +121,7 @@ def run_ours(a: list[str], b: list[str], workers: int | None, mode: str) -> dict
         "bytes_per_link": result.bytes_per_link,
         "rounds": result.rounds,
         "workers": result.workers,
+        "executor": result.extra.get("executor"),
         "split": {
             "hash_cpu_s": round(t["A"]["hash"] + t["B"]["hash"], 3),
             "scalar_mult_cpu_s": round(t["A"]["blind"] + t["B"]["blind"], 3),
@@ -119,6 +136,8 @@ def run_ours(a: list[str], b: list[str], workers: int | None, mode: str) -> dict
 
 def run_openmined(a: list[str], b: list[str]) -> dict:
     """OpenMined PSI: A is the client (learns the intersection), B the server (GCS setup)."""
+    from securevfl.bench.primitives import import_openmined, openmined_intersection
+
     with PeakRSS() as rss:
         t0, c0 = time.perf_counter(), time.process_time()
         found, nbytes = openmined_intersection(a, b)
@@ -133,6 +152,84 @@ def run_openmined(a: list[str], b: list[str]) -> dict:
     }
 
 
+def _bare_exchanges(count: int) -> float:
+    """Run ``count`` bare X25519 multiplications (parse a point + exchange); return the wall seconds."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+    key = X25519PrivateKey.generate()
+    points = [X25519PrivateKey.generate().public_key().public_bytes_raw() for _ in range(64)]
+    todo = (points * (count // len(points) + 1))[:count]
+    t0 = time.perf_counter()
+    for p in todo:
+        key.exchange(X25519PublicKey.from_public_bytes(p))
+    return time.perf_counter() - t0
+
+
+def parallel_seconds_per_mult(workers: int, count: int = 8000) -> float:
+    """Wall seconds per multiplication with ``workers`` processes doing bare X25519 loops at once.
+
+    The floor as this machine gives it *now* to as many processes as the run uses: on a shared or
+    SMT machine, parallel loops run slower than ``single-core rate / workers`` assumes.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers) as pool:
+        list(pool.map(int, range(workers)))  # workers started before timing
+        t0 = time.perf_counter()
+        list(pool.map(_bare_exchanges, [count] * workers))
+        return (time.perf_counter() - t0) / (count * workers)
+
+
+def x25519_cpu_per_mult(count: int = 2000, repeats: int = 3) -> float:
+    """CPU seconds per X25519 multiplication (parse a point + exchange), best of ``repeats``, one core."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+    key = X25519PrivateKey.generate()
+    points = [X25519PrivateKey.generate().public_key().public_bytes_raw() for _ in range(64)]
+    todo = (points * (count // len(points) + 1))[:count]
+    best = float("inf")
+    for _ in range(repeats):
+        c0 = time.process_time()
+        for p in todo:
+            key.exchange(X25519PublicKey.from_public_bytes(p))
+        best = min(best, time.process_time() - c0)
+    return best / count
+
+
+def write_generated_ids(path: Path, start: int, n: int, batch: int = 1_000_000) -> None:
+    """Write IDs ``user-<start..start+n>`` (generated data, not real people) as one Parquet column."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    schema = pa.schema([("id", pa.string())])
+    with pq.ParquetWriter(tmp, schema) as writer:
+        for lo in range(start, start + n, batch):
+            nums = np.arange(lo, min(lo + batch, start + n)).astype("U10")
+            ids = np.char.add("user-", np.char.zfill(nums, 10))
+            writer.write_table(pa.table({"id": pa.array(ids.tolist(), pa.string())}, schema=schema))
+    tmp.replace(path)
+
+
+def make_ids(n: int, overlap: float) -> tuple[list[str], list[str]]:
+    """The two parties' IDs in memory (see :func:`securevfl.bench.primitives.make_ids`)."""
+    from securevfl.bench.primitives import make_ids as make
+
+    return make(n, overlap)
+
+
+def generated_parquet(data_dir: Path, n: int, overlap: float) -> tuple[Path, Path]:
+    """The two parties' generated ID files (same IDs as :func:`make_ids`), written once and reused."""
+    shift = n - round(overlap * n)
+    paths = (data_dir / f"generated_psi_ids_A_{n}.parquet", data_dir / f"generated_psi_ids_B_{n}_{shift}.parquet")
+    for path, start in zip(paths, (0, shift)):
+        if not path.exists():
+            write_generated_ids(path, start, n)
+    return paths
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="10k x 10k")
@@ -141,24 +238,53 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--workers", type=int, default=None, help="processes (default: all CPUs)")
     ap.add_argument("--mode", default="both", choices=["both", "active_only", "cardinality"])
     ap.add_argument("--no-openmined", action="store_true", help="skip the OpenMined run")
+    ap.add_argument("--stream", action="store_true", help="read the IDs from generated Parquet files in chunks")
+    ap.add_argument("--full", action="store_true", help="10M x 10M streamed from Parquet, ours only (~15+ min)")
+    ap.add_argument("--data-dir", type=Path, default=Path("out/bench_data"), help="where --stream writes its inputs")
+    ap.add_argument("--executor", default="process", choices=list(psi.executors.EXECUTORS),
+                    help="where the curve work runs (ray: pip install 'securevfl[ray]')")
+    ap.add_argument("--ray-address", default=None, help="with --executor ray: cluster address (default: local Ray)")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = ap.parse_args(argv)
-    n = args.n or (10_000 if args.quick else 100_000)
+    from rich.console import Console
+    from rich.table import Table
+
+    from securevfl.bench.primitives import floor_seconds, fraction_of_floor, x25519_mult_samples
+    stream = args.stream or args.full
+    n = args.n or (10_000_000 if args.full else 10_000 if args.quick else 100_000)
+    executor = psi.ExecutorConfig(args.executor, args.workers, args.ray_address)
     console = Console()
     load_start = os.getloadavg()[0]
-    a, b = make_ids(n, args.overlap)
     expected = round(args.overlap * n)
+    a: list[str] = []
+    b: list[str] = []
+    if stream:
+        t0 = time.perf_counter()
+        path_a, path_b = generated_parquet(args.data_dir, n, args.overlap)
+        console.print(f"generated Parquet inputs ready in {time.perf_counter() - t0:.1f} s: {path_a}, {path_b}")
+        parties: dict = {"A": psi.ParquetIDs(path_a, "id"), "B": psi.ParquetIDs(path_b, "id")}
+    else:
+        a, b = make_ids(n, args.overlap)
+        parties = {"A": a, "B": b}
     console.print(
-        f"PSI benchmark: {n:,} x {n:,} IDs, overlap {args.overlap:.0%}, "
-        f"{os.cpu_count()} CPUs (shared machine: timings are noisy)"
+        f"PSI benchmark: {n:,} x {n:,} IDs{' streamed from Parquet' if stream else ''}, overlap "
+        f"{args.overlap:.0%}, {os.cpu_count()} CPUs, executor {args.executor} (shared machine: timings are noisy)"
     )
-    ours = run_ours(a, b, args.workers, args.mode)
+    per_mult_before = min(x25519_mult_samples(count=2000, repeats=3))
+    n_workers = args.workers or os.cpu_count() or 1
+    parallel_before = parallel_seconds_per_mult(n_workers)
+    ours = run_ours(parties, args.workers, args.mode, executor)
+    parallel_after = parallel_seconds_per_mult(n_workers)
     assert ours["intersection_size"] == expected, ours["intersection_size"]
-    om = None if args.no_openmined else run_openmined(a, b)
-    per_mult = min(x25519_mult_samples(count=2000, repeats=3))  # this machine's rate, one core
+    om = None if (args.no_openmined or stream) else run_openmined(a, b)
+    # this machine's rate, one core: the best of samples taken before and after our run
+    per_mult = min(per_mult_before, *x25519_mult_samples(count=2000, repeats=3))
+    cpu_per_mult = x25519_cpu_per_mult()
     mults = ours["split"]["scalar_mults"]
     figures = {
         "n_per_party": n,
+        "streamed_from_parquet": stream,
+        "executor": ours["executor"],
         "overlap": args.overlap,
         "mode": args.mode,
         "seconds": ours["seconds"],
@@ -185,12 +311,18 @@ def main(argv: list[str] | None = None) -> dict:
         "x25519_us_per_mult": round(per_mult * 1e6, 2),
         "floor_seconds": round(floor_seconds(mults, per_mult, ours["workers"]), 3),
         "fraction_of_floor": round(fraction_of_floor(mults, ours["seconds"], per_mult, ours["workers"]), 3),
+        "x25519_cpu_us_per_mult": round(cpu_per_mult * 1e6, 2),
+        "cpu_fraction_of_floor": round(mults * cpu_per_mult / ours["cpu_seconds"], 3),
+        # the same multiplications as bare loops on all workers at once, just before and after our run
+        "parallel_us_per_mult": [round(parallel_before * 1e6, 2), round(parallel_after * 1e6, 2)],
+        "parallel_floor_seconds": round(mults * (parallel_before + parallel_after) / 2, 3),
+        "fraction_of_parallel_floor": round(mults * (parallel_before + parallel_after) / 2 / ours["seconds"], 3),
     }
-    table = Table(title=f"PSI {n:,} x {n:,}")
+    table = Table(title=f"PSI {n:,} x {n:,}" + (" (streamed from Parquet)" if stream else ""))
     for col in ("implementation", "seconds", "CPU s", "peak RSS (MiB)", "bytes", "|I|"):
         table.add_column(col, justify="left" if col == "implementation" else "right")
     table.add_row(
-        f"securevfl psi ({args.mode}, {ours['workers']} workers)",
+        f"securevfl psi ({args.mode}, {ours['workers']} {ours['executor']} workers)",
         f"{ours['seconds']:.2f}",
         f"{ours['cpu_seconds']:.2f}",
         f"{ours['peak_rss_mb']:.0f}",
@@ -218,7 +350,10 @@ def main(argv: list[str] | None = None) -> dict:
     console.print(
         f"floor: {mults:,} X25519 multiplications at {figures['x25519_us_per_mult']:.1f} µs on "
         f"{ours['workers']} workers = {figures['floor_seconds']:.2f} s; fraction_of_floor = "
-        f"{figures['fraction_of_floor']:.2f}"
+        f"{figures['fraction_of_floor']:.2f}; by CPU time (robust to other load): "
+        f"{figures['cpu_fraction_of_floor']:.2f}; against bare X25519 loops on {n_workers} processes "
+        f"at once (same run): floor {figures['parallel_floor_seconds']:.2f} s, fraction "
+        f"{figures['fraction_of_parallel_floor']:.2f}"
     )
     if om:
         console.print(

@@ -3,7 +3,9 @@
 Semi-honest Diffie-Hellman PSI on Curve25519 (X25519 over salted hash-to-curve of the IDs), with a
 pure message-driven protocol core (:mod:`psi.protocol`), a versioned binary codec
 (:mod:`psi.codec`), multi-process curve work (:mod:`psi.curve`), ID preparation (:mod:`psi.ids`),
-file I/O (:mod:`psi.io`) and a one-process runner for all parties (:mod:`psi.runner`).
+file I/O (:mod:`psi.io`), chunked ID sources for streaming large files (:mod:`psi.source`),
+pluggable executors for the curve work (process pool or Ray, :mod:`psi.executors`) and a
+one-process runner for all parties (:mod:`psi.runner`).
 
 The package stands alone: it imports neither torch nor ``securevfl``, and owns its errors
 (:mod:`psi.errors`) and the party-name rule (:mod:`psi.checks`). The names below load their module
@@ -18,14 +20,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .curve import BlindingKey, CurveEngine
+    from .executors import ExecutorConfig, create_executor
     from .ids import NORMALIZATIONS, PreparedIDs, parse_normalize, prepare_ids
     from .io import read_ids, run_files, write_outputs
     from .protocol import Mode, PairOutcome, PSIConfig, PSIInitiator, PSIResponder
     from .runner import PairwiseResult, PSIResult, run_local, run_prepared
+    from .source import ParquetIDs
 
 _LAZY = {
     "BlindingKey": "psi.curve",
     "CurveEngine": "psi.curve",
+    "ExecutorConfig": "psi.executors",
+    "create_executor": "psi.executors",
+    "ParquetIDs": "psi.source",
     "NORMALIZATIONS": "psi.ids",
     "PreparedIDs": "psi.ids",
     "parse_normalize": "psi.ids",
@@ -45,7 +52,9 @@ _LAZY = {
 }
 
 
-_SUBMODULES = frozenset({"checks", "codec", "curve", "errors", "ids", "io", "protocol", "runner"})
+_SUBMODULES = frozenset(
+    {"checks", "codec", "curve", "errors", "executors", "ids", "io", "protocol", "runner", "source"}
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -66,6 +75,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "BlindingKey",
     "CurveEngine",
+    "ExecutorConfig",
     "Mode",
     "NORMALIZATIONS",
     "PSIConfig",
@@ -74,7 +84,9 @@ __all__ = [
     "PSIResult",
     "PairOutcome",
     "PairwiseResult",
+    "ParquetIDs",
     "PreparedIDs",
+    "create_executor",
     "parse_normalize",
     "prepare_ids",
     "read_ids",

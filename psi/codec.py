@@ -5,7 +5,7 @@ Layout, little-endian::
     header  = magic "SVPI" (4) | version u8 | type u8 | step u16 | session_id (16) | payload_len u64
     payload = the fields of the message type, in schema order:
               u8 / u64            fixed-width integers
-              b32                 32 raw bytes (salt contributions)
+              b32                 32 raw bytes (salt contributions, transcript digest)
               points              width u8 | count u64 | count * width bytes
               index               count u64 | count * u64
 
@@ -26,7 +26,7 @@ import numpy as np
 from .errors import MalformedMessageError, TruncatedMessageError, UnsupportedVersionError
 
 MAGIC = b"SVPI"
-VERSION = 1
+VERSION = 2  # 2: BLINDED carries the transcript digest of HELLO and the responder's salt share
 SESSION_ID_BYTES = 16
 HEADER = struct.Struct("<4sBBH16sQ")
 _U64 = struct.Struct("<Q")
@@ -39,7 +39,7 @@ class MessageType(IntEnum):
 
     HELLO = 1  # initiator -> responder: parameters, salt share, set size
     REPLY = 2  # responder -> initiator: salt share, responder's blinded set
-    BLINDED = 3  # initiator -> responder: initiator's blinded set, doubly-blinded responder set
+    BLINDED = 3  # initiator -> responder: transcript digest, initiator's blinded set, doubly-blinded responder set
     DOUBLE = 4  # responder -> initiator: doubly-blinded initiator set
     ALIGN = 5  # initiator -> responder (N parties): global order as indices into the pair order
 
@@ -63,7 +63,7 @@ SCHEMAS: dict[MessageType, tuple[tuple[str, str], ...]] = {
         ("n_items", "u64"),
     ),
     MessageType.REPLY: (("salt_share", "b32"), ("blinded", "points")),
-    MessageType.BLINDED: (("blinded", "points"), ("double", "points")),
+    MessageType.BLINDED: (("transcript", "b32"), ("blinded", "points"), ("double", "points")),
     MessageType.DOUBLE: (("double", "points"),),
     MessageType.ALIGN: (("order", "index"),),
 }
@@ -79,7 +79,7 @@ class Message:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-def _encode_field(kind: str, name: str, value: Any) -> list[bytes]:
+def _encode_field(kind: str, name: str, value: Any) -> list[bytes | memoryview]:
     if kind == "u8":
         if not 0 <= int(value) <= 0xFF:
             raise MalformedMessageError(f"field {name!r} does not fit u8")
@@ -94,10 +94,10 @@ def _encode_field(kind: str, name: str, value: Any) -> list[bytes]:
         arr = np.ascontiguousarray(value, dtype=np.uint8)
         if arr.ndim != 2 or not 1 <= arr.shape[1] <= MAX_POINT_WIDTH:
             raise MalformedMessageError(f"field {name!r} must be an (n, width<=32) uint8 array")
-        return [_POINTS_HEAD.pack(arr.shape[1], arr.shape[0]), arr.tobytes()]
+        return [_POINTS_HEAD.pack(arr.shape[1], arr.shape[0]), arr.reshape(-1).data]
     if kind == "index":
-        arr = np.ascontiguousarray(value, dtype="<u8")
-        return [_U64.pack(arr.shape[0]), arr.tobytes()]
+        arr = np.ascontiguousarray(value, dtype="<u8").reshape(-1)
+        return [_U64.pack(arr.shape[0]), arr.view(np.uint8).data]
     raise AssertionError(kind)
 
 
@@ -109,10 +109,10 @@ def encode(message: Message) -> bytes:
     missing = {name for name, _ in schema} ^ set(message.fields)
     if missing:
         raise MalformedMessageError(f"fields do not match the schema: {sorted(missing)}")
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []  # arrays go in as views: one copy, into the message itself
     for name, kind in schema:
         parts.extend(_encode_field(kind, name, message.fields[name]))
-    payload_len = sum(len(p) for p in parts)
+    payload_len = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
     head = HEADER.pack(MAGIC, VERSION, int(message.type), message.step, message.session_id, payload_len)
     return b"".join([head, *parts])
 

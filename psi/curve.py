@@ -38,15 +38,15 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing.context import BaseContext
-from typing import TypeVar
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from .errors import InvalidPointError, PSICryptoError
+from .errors import InvalidPointError, PSICryptoError, PSIDataError
+from .executors import InlineExecutor, ProcessExecutor, TaskExecutor
+from .source import IDSource, as_source
 
 FIELD_PRIME = 2**255 - 19
 CURVE_A = 486662
@@ -56,9 +56,6 @@ _HALF = (FIELD_PRIME - 1) // 2
 HASH_DST = b"securevfl/psi/v1/hash-to-curve25519/try-and-increment"
 _MAX_TRIES = 256
 
-_Task = TypeVar("_Task")
-_Out = TypeVar("_Out")
-
 try:  # gmpy2 is a declared dependency of securevfl; the pure-Python path gives identical results.
     import gmpy2 as _gmpy2
 
@@ -66,14 +63,18 @@ try:  # gmpy2 is a declared dependency of securevfl; the pure-Python path gives 
     _jacobi: Callable[[int, int], int] = _gmpy2.jacobi  # gmpy2 ships no types: this is its signature here
 
     def _is_nonzero_square(value: int) -> bool:
-        """Euler's criterion via GMP's Jacobi symbol (equal to Legendre's, ``p`` being prime)."""
+        """Euler's criterion via GMP's Jacobi symbol (equal to Legendre's, ``p`` being prime).
+
+        ``value`` need not be reduced mod p: the symbol depends only on the residue, and GMP
+        reduces faster than a Python ``%`` would.
+        """
         return _jacobi(value, _P_MPZ) == 1
 
 except ImportError:  # pragma: no cover - exercised only without gmpy2
 
     def _is_nonzero_square(value: int) -> bool:
         """Euler's criterion: ``value^((p-1)/2) == 1 (mod p)``."""
-        return pow(value, _HALF, FIELD_PRIME) == 1
+        return pow(value % FIELD_PRIME, _HALF, FIELD_PRIME) == 1
 
 
 def _curve_rhs(u: int) -> int:
@@ -84,7 +85,7 @@ def _curve_rhs(u: int) -> int:
 def is_on_curve(point: bytes) -> bool:
     """Whether 32 bytes are a canonical u-coordinate of a point of Curve25519 (not the twist)."""
     u = int.from_bytes(point, "little")
-    return u < FIELD_PRIME and _is_nonzero_square(_curve_rhs(u))
+    return u < FIELD_PRIME and _is_nonzero_square(u * (u * (u + CURVE_A) + 1))
 
 
 def hash_prefix(salt: bytes) -> bytes:
@@ -97,13 +98,35 @@ _COUNTERS = [bytes((c,)) for c in range(_MAX_TRIES)]
 
 def hash_to_curve(item: bytes, prefix: bytes) -> bytes:
     """Hash one encoded ID to a u-coordinate on Curve25519 (try-and-increment, see module doc)."""
-    base = prefix + item
-    sha256, from_bytes = hashlib.sha256, int.from_bytes
-    for counter in _COUNTERS:
-        u = from_bytes(sha256(base + counter).digest(), "little") & _MASK_255
-        if u < FIELD_PRIME and _is_nonzero_square((u * (u * (u + CURVE_A) + 1)) % FIELD_PRIME):
-            return u.to_bytes(POINT_BYTES, "little")
-    raise PSICryptoError("hash to curve failed")  # probability 2^-256
+    return _hash_many(item, np.array([len(item)], np.int64), prefix)[0]
+
+
+def _hash_many(buf: bytes, ends: np.ndarray, prefix: bytes) -> list[bytes]:
+    """Hash consecutive encoded IDs (``buf`` split at ``ends``) onto the curve; the hot loop.
+
+    Same values as one :func:`hash_to_curve` per ID. The SHA-256 state after the prefix is computed
+    once and copied per try, and the Jacobi symbol is taken of the unreduced ``u^3 + A u^2 + u``
+    (the symbol depends only on its residue mod p, and GMP reduces faster than a Python ``%``).
+    """
+    midstate = hashlib.sha256(prefix)
+    from_bytes, p, a, mask = int.from_bytes, FIELD_PRIME, CURVE_A, _MASK_255
+    square = _is_nonzero_square
+    out: list[bytes] = []
+    append = out.append
+    start = 0
+    for end in ends.tolist():
+        item = buf[start:end]
+        start = end
+        for counter in _COUNTERS:
+            h = midstate.copy()
+            h.update(item + counter)
+            u = from_bytes(h.digest(), "little") & mask
+            if u < p and square(u * (u * (u + a) + 1)):
+                append(u.to_bytes(POINT_BYTES, "little"))
+                break
+        else:  # pragma: no cover - probability 2^-256
+            raise PSICryptoError("hash to curve failed")
+    return out
 
 
 @dataclass(frozen=True)
@@ -156,43 +179,85 @@ def _exchange_all(secret: bytes, points: list[bytes], out_len: int) -> bytes:
     return b"".join([exchange(from_bytes(p))[:out_len] for p in points])
 
 
-def _hash_blind_chunk(
-    task: tuple[bytes, bytes, bytes, np.ndarray],
-) -> tuple[bytes, float, float]:
+def _hash_blind_chunk(prefix: bytes, secret: bytes, buf: bytes, ends: np.ndarray) -> tuple[bytes, float, float, int]:
     """Hash a chunk of concatenated IDs onto the curve and blind them; return bytes and timings."""
-    prefix, secret, buf, ends = task
     t0 = time.process_time()
-    points = []
-    start = 0
-    for end in ends.tolist():
-        points.append(hash_to_curve(buf[start:end], prefix))
-        start = end
+    points = _hash_many(buf, ends, prefix)
     t1 = time.process_time()
     try:
         out = _exchange_all(secret, points, POINT_BYTES)
     except ValueError:  # a hashed ID landed on a small-order point: probability ~2^-250
         raise PSICryptoError("hash to curve produced a small-order point") from None
-    return out, t1 - t0, time.process_time() - t1
+    return out, t1 - t0, time.process_time() - t1, -1
 
 
-def _blind_chunk(task: tuple[bytes, bytes, int, int]) -> tuple[bytes, float, float, int]:
+def _blind_chunk(secret: bytes, buf: bytes, out_len: int, first_index: int) -> tuple[bytes, float, float, int]:
     """Validate and blind a chunk of received points; return bytes, timings, bad index or -1."""
-    secret, buf, out_len, first_index = task
     t0 = time.process_time()
     points = [buf[i : i + POINT_BYTES] for i in range(0, len(buf), POINT_BYTES)]
-    for i, p in enumerate(points):
-        if not is_on_curve(p):
+    from_bytes, p, a, square = int.from_bytes, FIELD_PRIME, CURVE_A, _is_nonzero_square
+    for i, point in enumerate(points):
+        u = from_bytes(point, "little")
+        if not (u < p and square(u * (u * (u + a) + 1))):
             return b"", 0.0, time.process_time() - t0, first_index + i
     try:
         out = _exchange_all(secret, points, out_len)
     except ValueError:  # all-zero shared secret: a small-order point
-        for i, p in enumerate(points):
+        for i, point in enumerate(points):
             try:
-                _exchange_all(secret, [p], out_len)
+                _exchange_all(secret, [point], out_len)
             except ValueError:
                 return b"", 0.0, time.process_time() - t0, first_index + i
         raise
     return out, 0.0, time.process_time() - t0, -1
+
+
+def _curve_task(task: tuple[int, tuple[Any, ...]]) -> tuple[bytes, float, float, int]:
+    """Run one task of either kind: ``(0, hash-and-blind args)`` or ``(1, blind args)``."""
+    kind, args = task
+    return _hash_blind_chunk(*args) if kind == 0 else _blind_chunk(*args)
+
+
+# ---------------------------------------------------------------- jobs
+
+
+@dataclass(frozen=True)
+class HashBlindJob:
+    """Hash a party's own IDs (a list or an :class:`~psi.source.IDSource`) and blind them with ``key``."""
+
+    items: Sequence[str] | IDSource
+    salt: bytes
+    key: BlindingKey
+
+
+@dataclass(frozen=True)
+class BlindJob:
+    """Validate received points and blind them with ``key``, truncated to ``out_len`` bytes."""
+
+    points: np.ndarray
+    key: BlindingKey
+    out_len: int = POINT_BYTES
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "points", np.ascontiguousarray(self.points, dtype=np.uint8).reshape(-1, POINT_BYTES))
+
+
+CurveJob = HashBlindJob | BlindJob
+
+
+def _job_size(job: CurveJob) -> int:
+    return len(job.items) if isinstance(job, HashBlindJob) else len(job.points)
+
+
+def _job_tasks(job: CurveJob, size: int) -> Iterator[tuple[int, tuple[Any, ...]]]:
+    """The tasks of one job, ``size`` items each."""
+    if isinstance(job, HashBlindJob):
+        prefix, secret = hash_prefix(job.salt), job.key.secret
+        for chunk in as_source(job.items).chunks(size):
+            yield 0, (prefix, secret, chunk.data, chunk.ends)
+        return
+    for start in range(0, len(job.points), size):
+        yield 1, (job.key.secret, job.points[start : start + size].tobytes(), job.out_len, start)
 
 
 # ---------------------------------------------------------------- engine
@@ -202,27 +267,33 @@ ProgressCallback = Callable[[int], None]
 
 
 class CurveEngine:
-    """Batch curve work, spread over processes in large chunks of concatenated 32-byte points.
+    """Batch curve work in chunks of concatenated 32-byte points, on a :class:`~psi.executors.TaskExecutor`.
 
-    ``workers=None`` uses every CPU; ``workers<=1`` (or a small batch) runs in this process.
-    Pass ``executor`` to share a pool. Use as a context manager to shut an owned pool down.
+    ``workers=None`` uses every CPU; ``workers<=1`` (or a batch under ``min_parallel_items``) runs in
+    this process. Pass ``executor`` (e.g. a :class:`~psi.executors.RayExecutor`) to run elsewhere or
+    share one; an engine only closes an executor it created. Several jobs given to :meth:`run` share
+    one stream of tasks, so the workers never wait at a barrier between them.
     """
 
     def __init__(
         self,
         workers: int | None = None,
         *,
-        chunk_items: int = 8192,
+        chunk_items: int = 2048,
         min_parallel_items: int = 4096,
-        executor: Executor | None = None,
+        executor: TaskExecutor | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> None:
-        self.workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
+        if executor is not None:
+            self.workers = executor.workers
+        else:
+            self.workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
         self.chunk_items = max(1, int(chunk_items))
         self.min_parallel_items = min_parallel_items
         self.on_progress = on_progress
         self._executor = executor
         self._owns_executor = False
+        self._inline = InlineExecutor()
 
     def __enter__(self) -> CurveEngine:
         return self
@@ -231,28 +302,31 @@ class CurveEngine:
         self.close()
 
     def close(self) -> None:
-        """Shut down the pool if this engine created it."""
+        """Shut down the executor if this engine created it."""
         if self._owns_executor and self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-        self._executor = None
+            self._executor.close()
+            self._executor = None
         self._owns_executor = False
 
-    def _pool(self, n_items: int) -> Executor | None:
-        if self.workers <= 1 or n_items < self.min_parallel_items:
-            return None
-        if self._executor is None:
-            import multiprocessing
+    @property
+    def executor_name(self) -> str:
+        """``inline``, ``process`` or ``ray``: where large batches run."""
+        if self._executor is not None:
+            return self._executor.name
+        return "inline" if self.workers <= 1 else "process"
 
-            # forkserver: safe with threads in the parent (fork is not), and with the preload
-            # each worker starts with this module already imported (no per-worker import cost)
-            methods = multiprocessing.get_all_start_methods()
-            ctx: BaseContext
-            if "forkserver" in methods:
-                ctx = multiprocessing.get_context("forkserver")
-                ctx.set_forkserver_preload([__name__])
-            else:  # pragma: no cover - non-POSIX
-                ctx = multiprocessing.get_context("spawn")
-            self._executor = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+    def warm_up(self, n_items: int) -> None:
+        """Start the workers a batch of ``n_items`` will use, in the background (no-op inline)."""
+        executor = self._pick(n_items)
+        start = getattr(executor, "start", None)
+        if callable(start):
+            start()
+
+    def _pick(self, n_items: int) -> TaskExecutor:
+        if self.workers <= 1 or n_items < self.min_parallel_items:
+            return self._inline
+        if self._executor is None:
+            self._executor = ProcessExecutor(self.workers, preload=[__name__])
             self._owns_executor = True
         return self._executor
 
@@ -261,40 +335,59 @@ class CurveEngine:
         per = -(-n // (self.workers * 4)) if n else 1
         return max(256, min(self.chunk_items, per))
 
-    def _run(self, func: Callable[[_Task], _Out], tasks: Iterator[_Task], n_items: int) -> Iterator[_Out]:
-        pool = self._pool(n_items)
-        if pool is None:
-            for task in tasks:
-                yield func(task)
-        else:
-            yield from pool.map(func, tasks)
+    def run(self, jobs: Sequence[CurveJob]) -> list[tuple[np.ndarray, CurveStats]]:
+        """Run several jobs as one stream of tasks; return each job's ``(n, width)`` array and stats.
 
-    def hash_and_blind(self, items: Sequence[str], salt: bytes, key: BlindingKey) -> tuple[np.ndarray, CurveStats]:
-        """Return ``x([key] H(salt, item))`` for every item as an ``(n, 32)`` uint8 array."""
-        n = len(items)
-        prefix = hash_prefix(salt)
-        size = self._chunk_size(n)
-        stats = CurveStats(hashed=n, blinded=n)
+        Raises :class:`InvalidPointError` (naming the index) for a received point that is not
+        canonical, not on the curve, or of small order.
+        """
+        sizes = [_job_size(j) for j in jobs]
+        total = sum(sizes)
+        chunk = self._chunk_size(total)
+        outs = [
+            np.empty((n, POINT_BYTES if isinstance(j, HashBlindJob) else j.out_len), np.uint8)
+            for j, n in zip(jobs, sizes, strict=True)
+        ]
+        stats = [
+            CurveStats(hashed=n if isinstance(j, HashBlindJob) else 0, blinded=n)
+            for j, n in zip(jobs, sizes, strict=True)
+        ]
+        owner: list[int] = []
 
-        def tasks() -> Iterator[tuple[bytes, bytes, bytes, np.ndarray]]:
-            for start in range(0, n, size):
-                encoded = [s.encode("utf-8") for s in items[start : start + size]]
-                ends = np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)))
-                yield prefix, key.secret, b"".join(encoded), ends
+        def tasks() -> Iterator[tuple[int, tuple[Any, ...]]]:
+            for index, job in enumerate(jobs):
+                for task in _job_tasks(job, chunk):
+                    owner.append(index)
+                    yield task
 
-        out = np.empty((n, POINT_BYTES), np.uint8)
+        rows = [0] * len(jobs)
         t0 = time.perf_counter()
-        row = 0
-        for data, t_hash, t_blind in self._run(_hash_blind_chunk, tasks(), n):
-            k = len(data) // POINT_BYTES
-            out[row : row + k] = np.frombuffer(data, np.uint8).reshape(k, POINT_BYTES)
-            row += k
-            stats.hash_cpu += t_hash
-            stats.blind_cpu += t_blind
+        for position, (data, t_hash, t_blind, bad) in enumerate(self._pick(total).map(_curve_task, tasks())):
+            index = owner[position]
+            if bad >= 0:
+                raise InvalidPointError(
+                    f"received point #{bad} is not a valid Curve25519 point "
+                    "(non-canonical, on the twist, or of small order)"
+                )
+            out = outs[index]
+            k = len(data) // out.shape[1]
+            out[rows[index] : rows[index] + k] = np.frombuffer(data, np.uint8).reshape(k, out.shape[1])
+            rows[index] += k
+            stats[index].hash_cpu += t_hash
+            stats[index].blind_cpu += t_blind
             if self.on_progress:
                 self.on_progress(k)
-        stats.wall = time.perf_counter() - t0
-        return out, stats
+        wall = time.perf_counter() - t0
+        for index, st in enumerate(stats):
+            st.wall = wall * sizes[index] / total if total else 0.0
+            if rows[index] != sizes[index]:  # a source yielded a different number of IDs than it declared
+                raise PSIDataError(f"the ID source yielded {rows[index]} IDs, it declared {sizes[index]}")
+        return list(zip(outs, stats, strict=True))
+
+    def hash_and_blind(self, items: Sequence[str] | IDSource, salt: bytes,
+                       key: BlindingKey) -> tuple[np.ndarray, CurveStats]:
+        """Return ``x([key] H(salt, item))`` for every item as an ``(n, 32)`` uint8 array."""
+        return self.run([HashBlindJob(items, salt, key)])[0]
 
     def blind(self, points: np.ndarray, key: BlindingKey, out_len: int = POINT_BYTES) -> tuple[np.ndarray, CurveStats]:
         """Validate received points and return ``x([key] P)`` truncated to ``out_len`` bytes.
@@ -302,36 +395,4 @@ class CurveEngine:
         Raises :class:`InvalidPointError` (naming the index) for a point that is not canonical,
         not on the curve, or of small order.
         """
-        points = np.ascontiguousarray(points, dtype=np.uint8).reshape(-1, POINT_BYTES)
-        n = len(points)
-        size = self._chunk_size(n)
-        stats = CurveStats(blinded=n)
-        raw = points.tobytes()
-        step = size * POINT_BYTES
-
-        def tasks() -> Iterator[tuple[bytes, bytes, int, int]]:
-            for start in range(0, n, size):
-                yield (
-                    key.secret,
-                    raw[start * POINT_BYTES : start * POINT_BYTES + step],
-                    out_len,
-                    start,
-                )
-
-        out = np.empty((n, out_len), np.uint8)
-        t0 = time.perf_counter()
-        row = 0
-        for data, _, t_blind, bad in self._run(_blind_chunk, tasks(), n):
-            if bad >= 0:
-                raise InvalidPointError(
-                    f"received point #{bad} is not a valid Curve25519 point "
-                    "(non-canonical, on the twist, or of small order)"
-                )
-            k = len(data) // out_len
-            out[row : row + k] = np.frombuffer(data, np.uint8).reshape(k, out_len)
-            row += k
-            stats.blind_cpu += t_blind
-            if self.on_progress:
-                self.on_progress(k)
-        stats.wall = time.perf_counter() - t0
-        return out, stats
+        return self.run([BlindJob(points, key, out_len)])[0]

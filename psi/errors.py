@@ -59,6 +59,10 @@ class ParameterMismatchError(PSIProtocolError):
     """The parties disagree on protocol parameters (mode, normalisation, digest length)."""
 
 
+class TranscriptMismatchError(ParameterMismatchError):
+    """The parties saw different opening messages (a HELLO field or salt share was altered in transit)."""
+
+
 class InvalidPointError(PSIProtocolError):
     """A received point is not a canonical Curve25519 point of large order."""
 
@@ -75,5 +79,6 @@ __all__ = [
     "SessionMismatchError",
     "OutOfOrderError",
     "ParameterMismatchError",
+    "TranscriptMismatchError",
     "InvalidPointError",
 ]

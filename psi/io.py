@@ -19,6 +19,7 @@ import numpy as np
 
 from .checks import check_output_dir, validate_party_name
 from .errors import PSIDataError
+from .executors import ExecutorConfig
 from .ids import prepare_ids
 from .protocol import PSIConfig
 from .runner import PSIResult, check_workers, run_prepared
@@ -155,8 +156,12 @@ def run_files(
     workers: int | None = None,
     progress: bool = False,
     urandom: Callable[[int], bytes] = os.urandom,
+    executor: ExecutorConfig | None = None,
 ) -> PSIResult:
-    """Read each party's ID column, run :func:`psi.run_prepared`, write the outputs; see there."""
+    """Read each party's ID column, run :func:`psi.run_prepared`, write the outputs; see there.
+
+    ``executor`` picks where the curve work runs (default: a local process pool; see :mod:`psi.executors`).
+    """
     for name in party_files:
         validate_party_name(name)
     check_output_dir(out_dir)
@@ -181,6 +186,7 @@ def run_files(
         workers=workers,
         progress=progress,
         urandom=urandom,
+        executor=executor,
     )
     t1 = time.perf_counter()
     write_outputs(

@@ -5,9 +5,15 @@ Roles: the *initiator* (the active party) and the *responder* (a passive party).
 
     0 HELLO    I -> R  session ID, mode, digest length, normalisation, salt share r_I, |X|
     1 REPLY    R -> I  salt share r_R, {H(y)^b} (shuffled); salt = SHA-256(sid|r_I|r_R)
-    2 BLINDED  I -> R  {H(x)^a} (shuffled), and in mode "both" {H(y)^ba} (R's order)
+    2 BLINDED  I -> R  transcript digest T, {H(x)^a} (shuffled), and in mode "both" {H(y)^ba} (R's order)
     3 DOUBLE   R -> I  {H(x)^ab} (I's order; shuffled again in mode "cardinality")
     4 ALIGN    I -> R  only with N > 2 parties in mode "both": the global order
+
+``T = SHA-256(DST | HELLO as sent | r_R)`` binds the opening messages: the responder recomputes it
+from the HELLO it received and its own share, so a HELLO flag altered in transit (say
+``align_follows``, which would leave the responder waiting for an ALIGN that never comes) or an
+altered salt share ends the session with :class:`~psi.errors.TranscriptMismatchError` instead of
+a hang or a silently empty intersection (codec version 2).
 
 Doubly-blinded values are truncated to ``digest_len`` bytes (default 16: with n = m = 10^6 the
 chance of any false match is below n*m / 2^128 = 2^-88). Both sides order the intersection by the
@@ -30,6 +36,7 @@ raises a :class:`psi.errors.PSIProtocolError` subclass and aborts the session.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -39,17 +46,20 @@ from enum import Enum
 import numpy as np
 
 from .codec import STEP_OF, Message, MessageType, decode, encode
-from .curve import POINT_BYTES, BlindingKey, CurveEngine, CurveStats
+from .curve import POINT_BYTES, BlindingKey, BlindJob, CurveEngine, CurveStats, HashBlindJob
 from .errors import (
     MalformedMessageError,
     OutOfOrderError,
     ParameterMismatchError,
     PSIConfigError,
     SessionMismatchError,
+    TranscriptMismatchError,
 )
 from .ids import normalize_bits, parse_normalize
+from .source import IDSource, as_source, check_unique_points
 
 SALT_DST = b"securevfl/psi/v1/session-salt"
+TRANSCRIPT_DST = b"securevfl/psi/v2/transcript"
 MIN_DIGEST_LEN = 12
 
 Urandom = Callable[[int], bytes]
@@ -133,6 +143,13 @@ def derive_salt(session_id: bytes, initiator_share: bytes, responder_share: byte
     return h.digest()
 
 
+def transcript_digest(hello: bytes, responder_share: bytes) -> bytes:
+    """Digest of the opening messages (HELLO as serialised, the responder's salt share), echoed in BLINDED."""
+    h = hashlib.sha256(len(TRANSCRIPT_DST).to_bytes(1, "little") + TRANSCRIPT_DST)
+    h.update(len(hello).to_bytes(8, "little") + hello + responder_share)
+    return h.digest()
+
+
 def secret_permutation(n: int, urandom: Urandom) -> np.ndarray:
     """Return a uniformly random permutation of ``range(n)`` (64-bit keys from urandom)."""
     keys = np.frombuffer(bytes(urandom(8 * n)), dtype="<u8") if n else np.empty(0, "<u8")
@@ -189,8 +206,9 @@ def global_alignment(
 class _Side:
     """Shared plumbing: codec timing, session/step checks, abort on error."""
 
-    def __init__(self, items: Sequence[str], config: PSIConfig, engine: CurveEngine, urandom: Urandom) -> None:
-        self._items = items
+    def __init__(self, items: Sequence[str] | IDSource, config: PSIConfig, engine: CurveEngine,
+                 urandom: Urandom) -> None:
+        self._items = as_source(items)
         self.config = config
         self._engine = engine
         self._urandom = urandom
@@ -240,12 +258,12 @@ class _Side:
     def handle(self, data: bytes) -> bytes | None:
         """Consume one serialised message; return the reply to send, or ``None``."""
         try:
-            return self._dispatch(self._receive(data))
+            return self._dispatch(self._receive(data), data)
         except BaseException:  # any failure (bad message, invalid point, interrupt) ends the session
             self._state = "failed"
             raise
 
-    def _dispatch(self, message: Message) -> bytes | None:  # pragma: no cover - abstract
+    def _dispatch(self, message: Message, raw: bytes) -> bytes | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _check_points(self, arr: np.ndarray, count: int | None, width: int, what: str) -> None:
@@ -257,7 +275,15 @@ class _Side:
     def _hash_blind_own(self, salt: bytes) -> np.ndarray:
         points, stats = self._engine.hash_and_blind(self._items, salt, self._key)
         self.timers.add_curve(stats)
+        self._check_unique(points)
         return points
+
+    def _check_unique(self, points: np.ndarray) -> None:
+        """A streamed source was not de-duplicated: equal hashed points are equal IDs."""
+        if not self._items.checked_unique:
+            t0 = time.perf_counter()
+            check_unique_points(points, "this party's IDs")
+            self.timers.match += time.perf_counter() - t0
 
     def _blind_peer(self, points: np.ndarray, out_len: int) -> np.ndarray:
         out, stats = self._engine.blind(points, self._key, out_len)
@@ -270,7 +296,7 @@ class PSIInitiator(_Side):
 
     def __init__(
         self,
-        items: Sequence[str],
+        items: Sequence[str] | IDSource,
         config: PSIConfig,
         engine: CurveEngine,
         *,
@@ -285,6 +311,7 @@ class PSIInitiator(_Side):
         self._share = bytes(urandom(32))
         self._perm: np.ndarray | None = None
         self._yba: np.ndarray | None = None
+        self._hello = b""
 
     def start(self) -> bytes:
         """Return the HELLO message that opens the session."""
@@ -304,9 +331,10 @@ class PSIInitiator(_Side):
             },
         )
         self._state, self._expect = "await_reply", MessageType.REPLY
-        return self._encode(hello)
+        self._hello = self._encode(hello)
+        return self._hello
 
-    def _dispatch(self, message: Message) -> bytes | None:
+    def _dispatch(self, message: Message, raw: bytes) -> bytes | None:
         if message.type is MessageType.REPLY:
             return self._on_reply(message)
         self._on_double(message)
@@ -317,11 +345,17 @@ class PSIInitiator(_Side):
         self._check_points(yb, None, POINT_BYTES, "REPLY blinded set")
         self.peer_size = len(yb)
         salt = derive_salt(self.session_id, self._share, message.fields["salt_share"])
-        yba = self._blind_peer(yb, self.config.digest_len)
-        xa = self._hash_blind_own(salt)
+        # one stream of tasks for both jobs: no idle worker at a barrier between them
+        (yba, st_yba), (xa, st_xa) = self._engine.run(
+            [BlindJob(yb, self._key, self.config.digest_len), HashBlindJob(self._items, salt, self._key)]
+        )
+        self.timers.add_curve(st_yba)
+        self.timers.add_curve(st_xa)
+        self._check_unique(xa)
         t0 = time.perf_counter()
         self._perm = secret_permutation(len(xa), self._urandom)
         xa_sent = xa[self._perm]
+        del xa  # large inputs: keep one copy of the set alive, not two
         self.timers.match += time.perf_counter() - t0
         self._yba = yba
         send_double = self.config.mode is Mode.BOTH
@@ -330,6 +364,7 @@ class PSIInitiator(_Side):
             STEP_OF[MessageType.BLINDED],
             self.session_id,
             {
+                "transcript": transcript_digest(self._hello, message.fields["salt_share"]),
                 "blinded": xa_sent,
                 "double": yba if send_double else np.empty((0, self.config.digest_len), np.uint8),
             },
@@ -369,7 +404,7 @@ class PSIResponder(_Side):
 
     def __init__(
         self,
-        items: Sequence[str],
+        items: Sequence[str] | IDSource,
         config: PSIConfig,
         engine: CurveEngine,
         *,
@@ -380,16 +415,17 @@ class PSIResponder(_Side):
         self._perm: np.ndarray | None = None
         self._yb_peer_view: np.ndarray | None = None
         self.align_follows = False
+        self._transcript = b""
 
-    def _dispatch(self, message: Message) -> bytes | None:
+    def _dispatch(self, message: Message, raw: bytes) -> bytes | None:
         if message.type is MessageType.HELLO:
-            return self._on_hello(message)
+            return self._on_hello(message, raw)
         if message.type is MessageType.BLINDED:
             return self._on_blinded(message)
         self._on_align(message)
         return None
 
-    def _on_hello(self, message: Message) -> bytes:
+    def _on_hello(self, message: Message, raw: bytes) -> bytes:
         f = message.fields
         cfg = self.config
         if f["mode"] != _MODE_CODE[cfg.mode]:
@@ -410,11 +446,13 @@ class PSIResponder(_Side):
         self.session_id = session_id = message.session_id
         self.peer_size = int(f["n_items"])
         share = bytes(self._urandom(32))
+        self._transcript = transcript_digest(raw, share)
         salt = derive_salt(session_id, f["salt_share"], share)
         yb = self._hash_blind_own(salt)
         t0 = time.perf_counter()
         self._perm = secret_permutation(len(yb), self._urandom)
         yb_sent = yb[self._perm]
+        del yb  # large inputs: keep one copy of the set alive, not two
         self.timers.match += time.perf_counter() - t0
         out = Message(
             MessageType.REPLY,
@@ -427,6 +465,10 @@ class PSIResponder(_Side):
 
     def _on_blinded(self, message: Message) -> bytes:
         cfg = self.config
+        if not hmac.compare_digest(message.fields["transcript"], self._transcript):
+            raise TranscriptMismatchError(
+                "the initiator saw a different HELLO or salt share than this party (altered in transit)"
+            )
         xa = message.fields["blinded"]
         yba = message.fields["double"]
         self._check_points(xa, self.peer_size, POINT_BYTES, "BLINDED set")

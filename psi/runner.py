@@ -18,8 +18,10 @@ import numpy as np
 from .checks import validate_party_name
 from .curve import CurveEngine
 from .errors import OutOfOrderError, PSIConfigError
+from .executors import ExecutorConfig, TaskExecutor, create_executor
 from .ids import PreparedIDs, prepare_ids
 from .protocol import Mode, PairOutcome, PSIConfig, PSIInitiator, PSIResponder, _Side, global_alignment
+from .source import IDSource
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -120,17 +122,23 @@ class _Ledger:
 
 
 def _run_pair(ledger: _Ledger, a_name: str, init: PSIInitiator, b_name: str, resp: PSIResponder) -> int:
-    """Drive one pairwise session to the end; return the number of messages sent."""
+    """Drive one pairwise session to the end; return the number of messages sent.
+
+    Each message is dropped as soon as its receiver has handled it (large runs hold one at a time).
+    """
     msg: bytes | None = ledger.send(a_name, b_name, ledger.timed(a_name, init.start))
     count = 1
     while msg is not None:
         reply = ledger.timed(b_name, resp.handle, msg)
+        msg = None
         if reply is None:
             break
         reply = ledger.send(b_name, a_name, reply)
         count += 1
         nxt = ledger.timed(a_name, init.handle, reply)
+        reply = None
         msg = None if nxt is None else ledger.send(a_name, b_name, nxt)
+        nxt = None
         count += msg is not None
     return count
 
@@ -165,11 +173,28 @@ def _party_timings(sides: Sequence[_Side], wall: float) -> dict[str, float]:
     return t
 
 
-def _rows(prepared: PreparedIDs, positions: np.ndarray | None) -> np.ndarray | None:
-    return None if positions is None else prepared.rows[positions]
+@dataclass(frozen=True)
+class _Party:
+    """A party's IDs as the runner needs them: what to hash, and the input row of each (``None``: row i)."""
+
+    items: Sequence[str] | IDSource
+    rows: np.ndarray | None
+    n_input: int
 
 
-def _unaligned(prepared: PreparedIDs, rows: np.ndarray | None) -> np.ndarray | None:
+def _party(ids: PreparedIDs | IDSource) -> _Party:
+    if isinstance(ids, PreparedIDs):
+        return _Party(ids.items, ids.rows, ids.n_input)
+    return _Party(ids, None, len(ids))
+
+
+def _rows(prepared: _Party, positions: np.ndarray | None) -> np.ndarray | None:
+    if positions is None:
+        return None
+    return np.asarray(positions, dtype=np.int64) if prepared.rows is None else prepared.rows[positions]
+
+
+def _unaligned(prepared: _Party, rows: np.ndarray | None) -> np.ndarray | None:
     if rows is None:
         return None
     mask = np.ones(prepared.n_input, dtype=bool)
@@ -183,8 +208,22 @@ def check_workers(workers: int | None) -> None:
         raise PSIConfigError(f"workers must be a positive integer or None (all CPUs), got {workers!r}")
 
 
+def _engine_for(executor: ExecutorConfig | TaskExecutor | None, workers: int | None,
+                stack: ExitStack) -> CurveEngine:
+    """A curve engine on the executor asked for; what this creates is closed with ``stack``."""
+    if executor is None:
+        return stack.enter_context(CurveEngine(workers))
+    if isinstance(executor, ExecutorConfig):
+        if workers is not None and executor.workers is None:
+            executor = ExecutorConfig(executor.kind, workers, executor.ray_address)
+        created = create_executor(executor, preload=["psi.curve"])
+        stack.callback(created.close)
+        executor = created
+    return CurveEngine(executor=executor)
+
+
 def run_prepared(
-    prepared: Mapping[str, PreparedIDs],
+    prepared: Mapping[str, PreparedIDs | IDSource],
     *,
     active: str | None = None,
     config: PSIConfig | None = None,
@@ -193,18 +232,24 @@ def run_prepared(
     urandom: Callable[[int], bytes] = os.urandom,
     engine: CurveEngine | None = None,
     tap: Callable[[str, str, bytes], None] | None = None,
+    executor: ExecutorConfig | TaskExecutor | None = None,
 ) -> PSIResult:
     """Run the PSI on already prepared (normalised, de-duplicated) IDs. See :func:`run_local`.
 
-    ``tap(src, dst, data)`` sees every serialised message (tests use it to inspect the wire).
+    A party's IDs may also be an :class:`~psi.source.IDSource` (e.g. :class:`~psi.source.ParquetIDs`),
+    read in chunks so its IDs are never all in memory as strings; rows are then the source's order.
+    ``executor`` runs the curve work on a process pool (default), inline or on Ray
+    (:mod:`psi.executors`). ``tap(src, dst, data)`` sees every serialised message (tests use it to
+    inspect the wire).
     """
     config = config or PSIConfig()
+    parties = {name: _party(ids) for name, ids in prepared.items()}
     names = tuple(validate_party_name(n) for n in prepared)
     if len(names) < 2:
         raise PSIConfigError("PSI needs at least two parties")
     check_workers(workers)
     active = names[0] if active is None else active
-    if active not in prepared:
+    if active not in parties:
         raise PSIConfigError(f"active party {active!r} is not among the parties {list(names)}")
     passives = [n for n in names if n != active]
     if config.mode is Mode.CARDINALITY and len(passives) > 1:
@@ -218,12 +263,12 @@ def run_prepared(
     with ExitStack() as stack:
         bar = None
         if engine is None:
-            engine = stack.enter_context(CurveEngine(workers))
+            engine = _engine_for(executor, workers, stack)
         if progress:
             from rich.progress import Progress
 
-            n_a = len(prepared[active].items)
-            total = sum(2 * n_a + 2 * len(prepared[p].items) for p in passives)
+            n_a = len(parties[active].items)
+            total = sum(2 * n_a + 2 * len(parties[p].items) for p in passives)
             bar = stack.enter_context(Progress(transient=True))
             task = bar.add_task("PSI curve operations", total=total)
             engine.on_progress = lambda k: bar.advance(task, k)
@@ -232,8 +277,8 @@ def run_prepared(
         resps: dict[str, PSIResponder] = {}
         flights = 0
         for p in passives:
-            init = PSIInitiator(prepared[active].items, config, engine, urandom=urandom, align_follows=align)
-            resp = PSIResponder(prepared[p].items, config, engine, urandom=urandom)
+            init = PSIInitiator(parties[active].items, config, engine, urandom=urandom, align_follows=align)
+            resp = PSIResponder(parties[p].items, config, engine, urandom=urandom)
             flights = max(flights, _run_pair(ledger, active, init, p, resp))
             inits[p], resps[p] = init, resp
             sides[active].append(init)
@@ -256,30 +301,30 @@ def run_prepared(
 
     aligned: dict[str, np.ndarray | None] = {}
     pairwise: dict[str, PairwiseResult] = {}
-    aligned[active] = _rows(prepared[active], global_active)
+    aligned[active] = _rows(parties[active], global_active)
     for p in passives:
         io, ro = _outcome(inits[p]), _outcome(resps[p])
         pairwise[p] = PairwiseResult(
             active,
             p,
             _known(io.size, "a size"),
-            _rows(prepared[active], io.positions),
-            _rows(prepared[p], ro.positions),
+            _rows(parties[active], io.positions),
+            _rows(parties[p], ro.positions),
         )
         if config.mode is not Mode.BOTH:
             aligned[p] = None
         elif align:
-            aligned[p] = _rows(prepared[p], ro.global_positions)
+            aligned[p] = _rows(parties[p], ro.global_positions)
         else:
-            aligned[p] = _rows(prepared[p], ro.positions)
+            aligned[p] = _rows(parties[p], ro.positions)
     return PSIResult(
         parties=names,
         active=active,
         mode=config.mode.value,
         intersection_size=int(size),
-        input_sizes={n: prepared[n].n_input for n in names},
+        input_sizes={n: parties[n].n_input for n in names},
         aligned={n: aligned[n] for n in names},
-        unaligned={n: _unaligned(prepared[n], aligned[n]) for n in names},
+        unaligned={n: _unaligned(parties[n], aligned[n]) for n in names},
         pairwise=pairwise,
         timings={n: _party_timings(sides[n], ledger.wall[n]) for n in names},
         bytes_per_link=dict(ledger.bytes),
@@ -287,6 +332,7 @@ def run_prepared(
         rounds=flights,
         wall_seconds=round(wall, 6),
         workers=engine.workers,
+        extra={"executor": engine.executor_name},
     )
 
 
@@ -302,6 +348,7 @@ def run_local(
     progress: bool = False,
     urandom: Callable[[int], bytes] = os.urandom,
     tap: Callable[[str, str, bytes], None] | None = None,
+    executor: ExecutorConfig | TaskExecutor | None = None,
 ) -> PSIResult:
     """Run ECDH PSI among all parties in this process (each with its own fresh keys).
 
@@ -311,20 +358,27 @@ def run_local(
     ``"cardinality"`` (two parties; the active party learns only the size). ``normalize``:
     any of ``strip``, ``casefold``, ``nfc``. ``duplicates``: ``"error"`` or ``"keep_first"``.
     ``workers``: processes for curve work (``None``: all CPUs; ``1``: in-process).
+    ``executor``: where curve work runs (an :class:`~psi.executors.ExecutorConfig`, e.g.
+    ``ExecutorConfig("ray", ray_address="auto")``, or an executor to share); default a process pool.
     """
     config = PSIConfig(mode=mode, digest_len=digest_len, normalize=normalize)
     for name in party_ids:
         validate_party_name(name)
-    prepared = {
-        name: prepare_ids(ids, config.normalize, duplicates, source=f"party {name!r}")
-        for name, ids in party_ids.items()
-    }
-    return run_prepared(
-        prepared,
-        active=active,
-        config=config,
-        workers=workers,
-        progress=progress,
-        urandom=urandom,
-        tap=tap,
-    )
+    check_workers(workers)
+    with ExitStack() as stack:
+        engine = _engine_for(executor, workers, stack)
+        engine.warm_up(sum(len(ids) for ids in party_ids.values()))  # workers boot while the IDs are prepared
+        prepared = {
+            name: prepare_ids(ids, config.normalize, duplicates, source=f"party {name!r}")
+            for name, ids in party_ids.items()
+        }
+        return run_prepared(
+            prepared,
+            active=active,
+            config=config,
+            workers=workers,
+            progress=progress,
+            urandom=urandom,
+            tap=tap,
+            engine=engine,
+        )

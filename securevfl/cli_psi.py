@@ -49,6 +49,8 @@ def psi_command(
     workers: int | None = typer.Option(None, help="Processes for curve work (default: all CPUs)."),
     active: str | None = typer.Option(None, help="Active party (default: the first --party)."),
     progress: bool = typer.Option(False, help="Show a progress bar."),
+    executor: str = typer.Option("process", help="Where curve work runs: process | inline | ray (securevfl[ray])."),
+    ray_address: str | None = typer.Option(None, help="With --executor ray: the cluster address (default: local Ray)."),
     federation: Path | None = typer.Option(  # noqa: B008
         None, help="Run as one party of this federation file (with --as and --data) over the network."),
     as_: str = typer.Option("", "--as", help="With --federation: which party this process is."),
@@ -67,10 +69,11 @@ def psi_command(
         return
     if not party or not id_column:
         raise ConfigError("give --party NAME=FILE (at least two) and --id-column, or --federation with --as and --data")
-    from psi import run_files  # imported here so `securevfl --help` stays fast
+    from psi import ExecutorConfig, run_files  # imported here so `securevfl --help` stays fast
 
     parties = _parse_parties(party)
     with psi_errors():
+        where = ExecutorConfig(executor, workers, ray_address)
         result = run_files(
             parties,
             id_column,
@@ -81,6 +84,7 @@ def psi_command(
             duplicates="keep_first" if keep_first else "error",
             workers=workers,
             progress=progress,
+            executor=where,
         )
     console = Console()
     console.print(

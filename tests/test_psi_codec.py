@@ -45,7 +45,7 @@ def test_round_trip_all_types():
             MessageType.BLINDED,
             2,
             SID,
-            {"blinded": np.zeros((3, 32), np.uint8), "double": np.ones((0, 16), np.uint8)},
+            {"transcript": b"t" * 32, "blinded": np.zeros((3, 32), np.uint8), "double": np.ones((0, 16), np.uint8)},
         ),
         Message(MessageType.DOUBLE, 3, SID, {"double": np.full((4, 16), 7, np.uint8)}),
         Message(MessageType.ALIGN, 4, SID, {"order": np.array([3, 0, 2], np.int64)}),

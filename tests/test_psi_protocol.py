@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import psi
-from psi.codec import MessageType, decode, encode
+from psi.codec import HEADER, MessageType, decode, encode
 from psi.curve import CurveEngine
 from psi.errors import (
     InvalidPointError,
@@ -22,6 +22,7 @@ from psi.errors import (
     PSIDataError,
     PSIProtocolError,
     SessionMismatchError,
+    TranscriptMismatchError,
     TruncatedMessageError,
 )
 from psi.protocol import PSIConfig, PSIInitiator, PSIResponder, global_alignment, match_sorted
@@ -436,3 +437,41 @@ def test_progress_bar_runs():
     ids = {"a": [f"u{i}" for i in range(50)], "b": [f"u{i}" for i in range(25, 75)]}
     r = psi.run_local(ids, workers=1, progress=True)
     assert r.intersection_size == 25
+
+
+ALIGN_FLAG_AT = HEADER.size + 3  # HELLO payload: mode, digest_len, normalize, align_follows (byte 35)
+
+
+@pytest.mark.parametrize("align", [False, True])
+def test_flipped_align_follows_flag_is_a_clean_error_not_a_hang(align):
+    """HELLO's align_follows flag is bound into the transcript: flipping it fails at BLINDED.
+
+    Before codec version 2 the responder accepted the flipped flag and then waited for an ALIGN
+    message that never came (or the initiator's ALIGN hit a finished responder).
+    """
+    init, resp = pair(align=align)
+    hello = bytearray(init.start())
+    assert decode(bytes(hello)).fields["align_follows"] == int(align)
+    hello[ALIGN_FLAG_AT] ^= 1
+    assert decode(bytes(hello)).fields["align_follows"] == int(not align)
+    blinded = init.handle(resp.handle(bytes(hello)))
+    with pytest.raises(TranscriptMismatchError, match="altered"):
+        resp.handle(blinded)
+    assert not resp.done
+    with pytest.raises(OutOfOrderError, match="aborted"):
+        resp.handle(blinded)
+
+
+def test_altered_hello_field_or_salt_share_is_a_transcript_mismatch():
+    init, resp = pair(mode="active_only")
+    hello = bytearray(init.start())
+    hello[HEADER.size + 4] ^= 0x40  # a bit of the initiator's salt share
+    blinded = init.handle(resp.handle(bytes(hello)))
+    with pytest.raises(TranscriptMismatchError):
+        resp.handle(blinded)
+    init, resp = pair()
+    reply = bytearray(resp.handle(init.start()))
+    reply[HEADER.size] ^= 1  # first byte of the responder's salt share
+    blinded = init.handle(bytes(reply))
+    with pytest.raises(TranscriptMismatchError):
+        resp.handle(blinded)

@@ -22,10 +22,13 @@ tables and recombines by CRT (same ciphertext, ~1.5x faster encryption for the k
 Decryption uses CRT (Paillier 1999, section 7): m_p = L_p(c^(p-1) mod p^2) h_p mod p, likewise
 mod q, then Garner recombination; about 3-4x faster than working mod n^2.
 
-Large inputs (>= ``parallel_min_items``) are spread over a process pool in chunks; each worker
-builds its own window table once (and receives p, q over the pool's local pipe when the backend
-holds the private key). Randomness is always drawn in the parent (from ``randbits``), so results
-do not depend on the number of workers.
+Large inputs (>= ``parallel_min_items``) are spread in chunks over a
+:class:`psi.executors.TaskExecutor`: a local process pool by default, or a Ray cluster
+(``executor=ExecutorConfig("ray", ray_address=...)``). Each worker builds its own window table once
+per key and caches it. The private key (p, q) only travels to *local* executors (over the pool's
+pipe); on a Ray cluster workers get the public key alone, so encryption there skips the CRT
+speed-up and decryption stays in this process. Randomness is always drawn in the parent (from
+``randbits``), so results do not depend on the number or kind of workers.
 """
 
 from __future__ import annotations
@@ -33,12 +36,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
 import gmpy2
 from gmpy2 import mpz
 
+from psi.executors import ExecutorConfig, ProcessExecutor, TaskExecutor, create_executor
 from securevfl.errors import ConfigError
 
 from .backend import PaillierBackend
@@ -232,18 +235,17 @@ class FastEngine:
         return positives, negatives
 
 
-# Worker-process state: set once per child by the pool initializer, never in the parent.
-_WORKER_ENGINE: dict[str, FastEngine] = {}
+# Worker-side cache: one engine (and window table) per key, built on a worker's first task for it.
+_WORKER_ENGINES: dict[tuple[Any, ...], FastEngine] = {}
 
 
-def _init_worker(*engine_args: Any) -> None:
-    _WORKER_ENGINE["engine"] = FastEngine(*engine_args)
-
-
-def _worker_call(method: str, args: tuple[Sequence[Any], ...]) -> Any:
-    engine = _WORKER_ENGINE["engine"]
-    if method == "encrypt" and engine.use_table:
-        _ = engine.table
+def _engine_task(task: tuple[tuple[Any, ...], str, tuple[Sequence[Any], ...]]) -> Any:
+    """Run ``method`` on a chunk with the (cached) engine for ``engine_args``; executed by a worker."""
+    engine_args, method, args = task
+    engine = _WORKER_ENGINES.get(engine_args)
+    if engine is None:
+        _WORKER_ENGINES.clear()  # keep one key's tables per worker
+        engine = _WORKER_ENGINES[engine_args] = FastEngine(*engine_args)
     return getattr(engine, method)(*args)
 
 
@@ -269,6 +271,7 @@ class FastBackend(PaillierBackend):
         workers: int | None = None,
         parallel_min_items: int = 1024,
         mp_start_method: str | None = None,
+        executor: TaskExecutor | ExecutorConfig | None = None,
     ) -> None:
         super().__init__(public_key, private_key, randbits=randbits)
         n_bits = public_key.bits
@@ -289,49 +292,60 @@ class FastBackend(PaillierBackend):
         q = private_key.q if private_key is not None else None
         self._engine_args = (public_key.n, public_key.hs, self.r_bits, p, q, use_table,
                              crt_encrypt)
+        self._public_engine_args = (public_key.n, public_key.hs, self.r_bits, None, None, use_table, False)
         self.engine = FastEngine(*self._engine_args)
-        self._pool: Executor | None = None
+        self._owns_executor = not isinstance(executor, TaskExecutor)
+        self._executor_config = executor if isinstance(executor, ExecutorConfig) else None
+        self._executor: TaskExecutor | None = executor if isinstance(executor, TaskExecutor) else None
+        if self._executor is not None:
+            self.workers = self._executor.workers
+        elif self._executor_config is not None:
+            kind, wanted = self._executor_config.kind, self._executor_config.workers
+            self.workers = 1 if kind == "inline" else wanted or (2 if kind == "ray" else self.workers)
 
     # -- parallel plumbing ---------------------------------------------------------------------
-    def _pool_or_none(self, items: int) -> Executor | None:
+    def _executor_or_none(self, items: int) -> TaskExecutor | None:
+        """The executor for a batch of this weight, or ``None`` to run it in this process."""
         if self.workers <= 1 or items < self.parallel_min_items:
             return None
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                max_workers=self.workers,
-                mp_context=multiprocessing.get_context(self.mp_start_method),
-                initializer=_init_worker,
-                initargs=self._engine_args,
-            )
-        return self._pool
+        if self._executor is None:
+            config = self._executor_config
+            if config is not None and config.kind == "ray":
+                self._executor = create_executor(config)
+            else:
+                self._executor = ProcessExecutor(self.workers, start_method=self.mp_start_method, preload=[__name__])
+            self.workers = self._executor.workers
+        return self._executor
+
+    def _task_args(self, executor: TaskExecutor) -> tuple[Any, ...]:
+        """The key material a worker needs: the private key only for executors on this machine."""
+        return self._engine_args if executor.local else self._public_engine_args
 
     def _run(self, method: str, *columns: Sequence[Any]) -> list[Any]:
         items = len(columns[0])
         weight = _RELATIVE_COST.get(method, 1)
-        pool = self._pool_or_none(items * weight)
+        executor = self._executor_or_none(items * weight)
         local: Callable[..., list[Any]] = getattr(self.engine, method)
-        if pool is None:
+        if executor is None or (method == "decrypt" and not executor.local):
             return local(*columns)
-        chunk = max(max(1, 64 // weight), -(-items // (self.workers * 4)))
-        futures = [
-            pool.submit(_worker_call, method, tuple(list(col[i : i + chunk]) for col in columns))
-            for i in range(0, items, chunk)
-        ]
+        chunk = max(max(1, 64 // weight), -(-items // (executor.workers * 4)))
+        args = self._task_args(executor)
+        tasks = ((args, method, tuple(list(col[i : i + chunk]) for col in columns)) for i in range(0, items, chunk))
         out: list[Any] = []
-        for future in futures:
-            out.extend(future.result())
+        for part in executor.map(_engine_task, tasks):
+            out.extend(part)
         return out
 
     def close(self) -> None:
-        """Shut the worker pool down (it is recreated on demand)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        """Release the workers if this backend started them (they are recreated on demand)."""
+        if self._executor is not None and self._owns_executor:
+            self._executor.close()
+            self._executor = None
 
     def __del__(self) -> None:
-        pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        executor = getattr(self, "_executor", None)
+        if isinstance(executor, ProcessExecutor) and getattr(self, "_owns_executor", False):
+            executor.close(wait=False)
 
     # -- integer layer -------------------------------------------------------------------------
     def _draw_rs(self, count: int) -> list[int]:
@@ -373,17 +387,15 @@ class FastBackend(PaillierBackend):
         ciphertexts = list(ciphertexts)
         coeffs = [[int(k) for k in row] for row in coeffs]
         items = len(ciphertexts)
-        pool = self._pool_or_none(items * max(1, len(coeffs)) // 4)
-        if pool is None or items < 2 * self.workers:
+        executor = self._executor_or_none(items * max(1, len(coeffs)) // 4)
+        if executor is None or items < 2 * executor.workers:
             partials = [self.engine.linear_combine(ciphertexts, coeffs)]
         else:
-            chunk = -(-items // (self.workers * 2))
-            futures = [
-                pool.submit(_worker_call, "linear_combine",
-                            (ciphertexts[i : i + chunk], [row[i : i + chunk] for row in coeffs]))
-                for i in range(0, items, chunk)
-            ]
-            partials = [future.result() for future in futures]
+            chunk = -(-items // (executor.workers * 2))
+            args = self._task_args(executor)
+            tasks = ((args, "linear_combine", (ciphertexts[i : i + chunk], [row[i : i + chunk] for row in coeffs]))
+                     for i in range(0, items, chunk))
+            partials = list(executor.map(_engine_task, tasks))
         nsq = self.engine.nsq
         out = []
         for j in range(len(coeffs)):
