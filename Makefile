@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned here: an open range would pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install install-ray test-ray demo test bench-quick clean
+.PHONY: install install-ray demo test bench-quick clean
 
 $(BIN)/securevfl: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -15,17 +15,18 @@ $(BIN)/securevfl: pyproject.toml
 
 install: $(BIN)/securevfl
 
-# Optional: Ray for `--executor ray` (about 20 s to install here; its test starts a local Ray, ~15 s).
-install-ray: install
+# Ray for `--executor ray` (extra securevfl[ray]; about 20 s to install here). `make test` installs it so
+# that the suite runs the Ray executor's tests against a local Ray (~15 s); `make demo` does not need it.
+$(VENV)/.ray-installed: $(BIN)/securevfl
 	$(BIN)/pip install -q -e ".[ray]"
+	touch $@
 
-test-ray: install-ray
-	$(BIN)/python -m pytest -q tests/test_psi_executors.py
+install-ray: $(VENV)/.ray-installed
 
 demo: install
 	$(BIN)/securevfl train --method splitnn --dataset breast-cancer --parties 2 --epochs 30 --report out/demo.json
 
-test: install
+test: install-ray
 	$(BIN)/ruff check securevfl psi tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q

@@ -238,8 +238,8 @@ def overhead_figures(quick: bool) -> dict:
     """Part 2 on every overhead dataset; the headline ``secagg_overhead_fraction`` is mnist-5k's."""
     by_dataset = {}
     threads = torch.get_num_threads()
-    # One intra-op thread: the four party threads already share the cores, and OpenMP workers
-    # spin-waiting between kernels would add CPU time that grows with wall time (noise).
+    # One intra-op thread: the parties compute one at a time, and OpenMP workers spin-waiting
+    # between kernels would add CPU time that grows with wall time (noise).
     torch.set_num_threads(1)
     try:
         for dataset in OVERHEAD_DATASETS:
