@@ -73,15 +73,19 @@ def encode(
     would no longer decode correctly). The result always has dtype ``uint64``.
     """
     cfg = FixedPointConfig(frac_bits, n_terms)
-    x = np.asarray(values, dtype=np.float64)
+    x = np.asarray(values)
+    if x.dtype != np.float32 and x.dtype != np.float64:
+        x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         return np.zeros(x.shape, dtype=np.uint64)
     # Multiplying by a power of two is exact (barring overflow to inf, caught below), so
     # rounding is the only error source. (np.ldexp is equivalent but ~10x slower.)
-    scaled = np.multiply(x, float(1 << frac_bits), out=np.empty_like(x))
-    np.rint(scaled, out=scaled)
-    hi = float(scaled.max())
-    lo = float(scaled.min())
+    scale = float(1 << frac_bits)
+    # x -> rint(x * 2^f) is non-decreasing, so the extremes of the encoding are the images of
+    # the extremes of ``x`` (NaN propagates through both): check them before encoding (and
+    # reduce ``x``, half the bytes of float32 input).
+    hi = float(np.rint(float(x.max()) * scale))
+    lo = float(np.rint(float(x.min()) * scale))
     if not (np.isfinite(hi) and np.isfinite(lo)):
         raise DataError("cannot encode NaN or infinite values into the fixed-point ring")
     # Both extremes are integer-valued floats, so ``int()`` gives their exact value and the
@@ -93,6 +97,9 @@ def encode(
             f"ring: max representable magnitude is {cfg.max_magnitude:.6g} "
             f"(frac_bits={frac_bits}, headroom for n_terms={n_terms} summands in Z_2^64)"
         )
+    # float32 input is widened (exactly) inside the multiply, without a float64 copy first.
+    scaled: np.ndarray = np.multiply(x, scale, out=np.empty(x.shape, dtype=np.float64), dtype=np.float64)
+    np.rint(scaled, out=scaled)
     return scaled.astype(np.int64).view(np.uint64)
 
 
@@ -102,8 +109,10 @@ def decode(encoded: np.ndarray, frac_bits: int = DEFAULT_FRAC_BITS) -> np.ndarra
     arr = np.asarray(encoded)
     if arr.dtype != np.uint64:
         raise DataError(f"decode expects a uint64 array, got dtype {arr.dtype}")
-    out = arr.view(np.int64).astype(np.float64)
-    out *= 1.0 / float(1 << frac_bits)  # exact: a power of two
+    # One pass: each int64 is converted to float64 (as astype would), then scaled exactly (a
+    # power of two).
+    out: np.ndarray = np.multiply(arr.view(np.int64), 1.0 / float(1 << frac_bits),
+                                  out=np.empty(arr.shape, dtype=np.float64), dtype=np.float64)
     return out
 
 
@@ -111,8 +120,15 @@ def ring_sum(arrays: list[np.ndarray] | tuple[np.ndarray, ...]) -> np.ndarray:
     """Sum uint64 arrays modulo 2^64 (numpy wraps uint64 addition)."""
     if not arrays:
         raise DataError("ring_sum needs at least one array")
-    total = np.array(arrays[0], dtype=np.uint64, copy=True)
-    for arr in arrays[1:]:
+    first = np.asarray(arrays[0], dtype=np.uint64)
+    if len(arrays) == 1:
+        copy: np.ndarray = first.copy()
+        return copy
+    second = np.asarray(arrays[1])
+    if second.shape != first.shape:
+        raise DataError(f"shape mismatch in ring_sum: {second.shape} vs {first.shape}")
+    total: np.ndarray = np.add(first, second, dtype=np.uint64)  # a new array: the inputs are left alone
+    for arr in arrays[2:]:
         if arr.shape != total.shape:
             raise DataError(f"shape mismatch in ring_sum: {arr.shape} vs {total.shape}")
         np.add(total, arr, out=total)

@@ -7,6 +7,7 @@ purposes). Fields are length-prefixed so that ("ab", "c") and ("a", "bc") never 
 
 from __future__ import annotations
 
+import hmac
 import struct
 from collections.abc import Iterable
 
@@ -17,6 +18,7 @@ from securevfl.errors import ConfigError
 
 SEED_BYTES = 32
 _LEN = struct.Struct(">I")
+_ZERO_SALT = bytes(32)  # RFC 5869: no salt means HashLen zero bytes
 PAIRWISE_MASK_LABEL = "securevfl/secagg/pairwise-mask/v1"
 CHANNEL_KEY_LABEL = "securevfl/secagg/share-channel/v1"
 
@@ -27,29 +29,32 @@ def encode_fields(fields: Iterable[bytes | bytearray | str | int]) -> bytes:
     Only exact ``str``, ``bytes``/``bytearray`` and non-negative ``int`` fields are accepted (not
     ``bool``, not subclasses), so a field's encoding never depends on a subclass's behaviour.
     """
-    out = bytearray()
+    parts: list[bytes | bytearray] = []
     for field in fields:
         kind = type(field)
         data: bytes | bytearray
-        if isinstance(field, str) and kind is str:
+        if kind is str and isinstance(field, str):  # exact types (``kind``), narrowed for typing
             data = field.encode("utf-8")
-        elif isinstance(field, bytes | bytearray) and kind in (bytes, bytearray):
+        elif (kind is bytes or kind is bytearray) and isinstance(field, bytes | bytearray):
             data = field
-        elif isinstance(field, int) and kind is int:
+        elif kind is int and isinstance(field, int):
             if field < 0:
                 raise ConfigError(f"integer KDF fields must be >= 0, got {field}")
             data = field.to_bytes(max(1, (field.bit_length() + 7) // 8), "big")
         else:
             raise ConfigError(f"unsupported KDF field type {kind.__name__}")
-        out += _LEN.pack(len(data))
-        out += data
-    return bytes(out)
+        parts.append(_LEN.pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
 
 
 def hkdf_sha256(secret: bytes, info: bytes, length: int = SEED_BYTES, salt: bytes | None = None) -> bytes:
     """HKDF-SHA256 (RFC 5869) of ``secret`` with ``info``; ``length`` output bytes."""
     if not secret:
         raise ConfigError("HKDF input key material must not be empty")
+    if length == SEED_BYTES:  # one output block: extract + one HMAC (RFC 5869 sec. 2.2-2.3)
+        prk = hmac.digest(salt or _ZERO_SALT, secret, "sha256")
+        return hmac.digest(prk, info + b"\x01", "sha256")
     return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt, info=info).derive(secret)
 
 

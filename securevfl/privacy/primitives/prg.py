@@ -18,6 +18,7 @@ import functools
 import hashlib
 import math
 import struct
+import threading
 from collections.abc import Iterable
 
 import numpy as np
@@ -123,6 +124,25 @@ def prg_uint64(
     )
 
 
+_local = threading.local()
+_SCRATCH_CACHE_BYTES = 1 << 22  # keep at most 4 MiB of keystream scratch per thread
+
+
+def _scratch(n_bytes: int) -> bytearray:
+    """A scratch buffer of ``n_bytes`` (contents undefined), reused per thread when small.
+
+    Reusing it saves allocating (and faulting in) fresh pages for every stream of every round.
+    The buffer holds keystream only between the writes and the add of one stream.
+    """
+    if n_bytes > _SCRATCH_CACHE_BYTES:
+        return bytearray(n_bytes)
+    buf: bytearray | None = getattr(_local, "scratch", None)
+    if buf is None or len(buf) < n_bytes:
+        buf = bytearray(max(n_bytes, CHUNK_BYTES + 16))
+        _local.scratch = buf
+    return buf
+
+
 def add_prg_streams(
     values: np.ndarray,
     plus_seeds: Iterable[bytes],
@@ -147,7 +167,7 @@ def add_prg_streams(
     n_bytes = 8 * count
     _check_size(8 * (offset + values.size))
     block = counter_block(round_index, step, (offset - skip) // 2)
-    scratch = bytearray(n_bytes + 16)
+    scratch = _scratch(n_bytes + 16)
     stream = np.frombuffer(scratch, dtype="<u8", count=count)[skip:].reshape(values.shape)
     with memoryview(scratch) as view:
         for seeds, op in ((plus_seeds, np.add), (minus_seeds, np.subtract)):

@@ -33,6 +33,8 @@ MAX_ROUND = (1 << 63) - 1
 
 def mapping(message: Any, what: str) -> Mapping[str, Any]:
     """``message`` as a mapping, else ProtocolError."""
+    if type(message) is dict:  # the common case, without the (slow) ABC check
+        return message
     if not isinstance(message, Mapping):
         raise ProtocolError(f"{what} is not a mapping")
     return message
@@ -40,7 +42,7 @@ def mapping(message: Any, what: str) -> Mapping[str, Any]:
 
 def field(message: Any, key: str, what: str) -> Any:
     """The raw value of ``key`` in the mapping ``message`` (present, any type)."""
-    m = mapping(message, what)
+    m = message if type(message) is dict else mapping(message, what)
     if key not in m:
         raise ProtocolError(f"{what} lacks the field {key!r}")
     return m[key]
@@ -48,6 +50,8 @@ def field(message: Any, key: str, what: str) -> Any:
 
 def string(value: Any, what: str) -> str:
     """A non-empty string."""
+    if type(value) is str and value:
+        return value
     if not isinstance(value, str) or not value:
         raise ProtocolError(f"{what} must be a non-empty string")
     return value
@@ -62,6 +66,8 @@ def integer(value: Any, what: str, low: int = 0, high: int = MAX_ROUND) -> int:
 
 def blob(value: Any, what: str, length: int | None = None) -> bytes:
     """Bytes, of exactly ``length`` when given."""
+    if type(value) is bytes and (length is None or len(value) == length):
+        return value  # the common case: already exact, immutable bytes
     if not isinstance(value, bytes | bytearray):
         raise ProtocolError(f"{what} must be bytes")
     if length is not None and len(value) != length:
@@ -78,9 +84,14 @@ def names(value: Any, what: str) -> tuple[str, ...]:
 
 def str_map(value: Any, what: str, parse: Callable[[Any, str], T]) -> dict[str, T]:
     """A mapping with non-empty string keys, each value read by ``parse(value, description)``."""
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise ProtocolError(f"{what} must be a mapping")
-    return {string(k, f"a key of {what}"): parse(v, f"{what}[{k!r}]") for k, v in value.items()}
+    out: dict[str, T] = {}
+    for k, v in value.items():
+        if type(k) is not str or not k:
+            string(k, f"a key of {what}")  # raises for a key that is no non-empty str
+        out[k] = parse(v, f"{what}[{k!r}]")
+    return out
 
 
 def uint64_array(value: Any, what: str) -> np.ndarray:

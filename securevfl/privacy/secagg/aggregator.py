@@ -7,7 +7,6 @@ party, the pairwise masks the survivors added against it. Pure steps over a froz
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -29,6 +28,7 @@ from securevfl.privacy.secagg.config import (
     ShareVerificationError,
 )
 from securevfl.privacy.secagg.derive import commit_secret, round_pairwise_seeds
+from securevfl.privacy.secagg.evolve import evolve
 from securevfl.privacy.secagg.messages import (
     KeyAdvert,
     KeyDirectory,
@@ -67,7 +67,7 @@ def collect_adverts(
     for party, blob in publics.items():
         wire.public_key(blob, agg.config.key_agreement, f"channel key of {party!r}")
     directory = KeyDirectory(dict(sorted(publics.items())))
-    return dataclasses.replace(agg, channel_publics=directory.channel_publics), directory
+    return evolve(agg, channel_publics=directory.channel_publics), directory
 
 
 def collect_setups(
@@ -105,7 +105,7 @@ def collect_setups(
         )
         for recipient in publics
     }
-    new_agg = dataclasses.replace(
+    new_agg = evolve(
         agg,
         round_publics={**agg.round_publics, r: publics},
         round_commitments={**agg.round_commitments, r: commitments},
@@ -139,7 +139,7 @@ def unmask_request(
         )
     request = UnmaskRequest(r, tuple(sorted(received)), tuple(sorted(set(publics) - set(received))))
     return (
-        dataclasses.replace(
+        evolve(
             agg,
             pending_inputs={**agg.pending_inputs, r: received},
             requests={**agg.requests, r: request},
@@ -275,7 +275,7 @@ def aggregate(
         seeds = round_pairwise_seeds(config, agreement, r, d, keys, survivor_publics)
         # The survivors' masks against d sum to minus d's own mask (the one sign rule): add it.
         add_pairwise_mask(total, d, seeds, r, config.step)
-    new_agg = dataclasses.replace(
+    new_agg = evolve(
         agg,
         pending_inputs={k: v for k, v in agg.pending_inputs.items() if k != r},
         round_publics={k: v for k, v in agg.round_publics.items() if k > r},

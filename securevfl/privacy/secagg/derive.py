@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 
@@ -14,6 +15,16 @@ from securevfl.privacy.secagg.config import SecAggConfig
 
 SHARE_AAD_LABEL = "securevfl/secagg/share/v1"
 COMMIT_LABEL = "securevfl/secagg/commit/v1"
+
+
+@functools.lru_cache(maxsize=1024, typed=True)
+def _encoded(*fields: bytes | str | int) -> bytes:
+    """``encode_fields(fields)`` of per-session constants, cached.
+
+    ``typed``: a str subclass or a bool never shares an entry with a str or an int, so
+    encode_fields still refuses them.
+    """
+    return encode_fields(fields)
 
 
 def round_session(config: SecAggConfig, round_index: int) -> bytes:
@@ -49,14 +60,18 @@ def commit_secret(config: SecAggConfig, round_index: int, party: str, kind: str,
     256-bit uniform values (seed, X25519 key, FFDH exponent), so the hash hides them; it binds by
     collision resistance.
     """
-    return hashlib.sha256(
-        encode_fields((COMMIT_LABEL, config.session_id, round_index, party, kind, secret))
-    ).digest()
+    # encode_fields of a concatenation is the concatenation of the encodings: the constant
+    # fields' encodings are cached.
+    digest = hashlib.sha256(_encoded(COMMIT_LABEL, config.session_id))
+    digest.update(encode_fields((round_index,)))
+    digest.update(_encoded(party, kind))
+    digest.update(encode_fields((secret,)))
+    return digest.digest()
 
 
 def share_aad(config: SecAggConfig, sender: str, recipient: str, round_index: int, mask_public: bytes) -> bytes:
     """Associated data of an encrypted share: binds session, sender, recipient, round and mask key."""
-    return encode_fields((SHARE_AAD_LABEL, config.session_id, sender, recipient, round_index, mask_public))
+    return _encoded(SHARE_AAD_LABEL, config.session_id, sender, recipient) + encode_fields((round_index, mask_public))
 
 
 __all__ = ["COMMIT_LABEL", "SHARE_AAD_LABEL", "commit_secret", "round_pairwise_seeds", "round_session", "share_aad"]

@@ -6,7 +6,6 @@ to send; nothing mutates, nothing does I/O.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from securevfl.privacy.secagg.config import (
     Urandom,
 )
 from securevfl.privacy.secagg.derive import commit_secret, round_pairwise_seeds, share_aad
+from securevfl.privacy.secagg.evolve import evolve
 from securevfl.privacy.secagg.messages import (
     KeyAdvert,
     KeyDirectory,
@@ -117,7 +117,7 @@ def receive_keys(state: PassiveSecAggState, directory: KeyDirectory) -> PassiveS
         except CryptoError as exc:  # e.g. a low-order X25519 key
             raise wire.PeerCryptoError(f"key agreement with the channel key of {peer!r} failed") from exc
         keys[peer] = pairwise_seed(secret, config.session_id, state.name, peer, CHANNEL_KEY_LABEL)
-    return dataclasses.replace(state, channel_aead_keys=keys)
+    return evolve(state, channel_aead_keys=keys)
 
 
 def share_keys(state: PassiveSecAggState, round_index: int) -> tuple[PassiveSecAggState, RoundSetup]:
@@ -151,7 +151,7 @@ def share_keys(state: PassiveSecAggState, round_index: int) -> tuple[PassiveSecA
         encrypted[party] = nonce + ciphertext
     own = config.share_index(state.name) - 1
     round_secrets = _RoundSecrets(mask_keys, self_seed, key_shares[own], seed_shares[own])
-    new_state = dataclasses.replace(state, round_secrets={**state.round_secrets, round_index: round_secrets})
+    new_state = evolve(state, round_secrets={**state.round_secrets, round_index: round_secrets})
     setup = RoundSetup(
         state.name,
         round_index,
@@ -213,7 +213,7 @@ def receive_setup(state: PassiveSecAggState, bundle: SetupBundle) -> PassiveSecA
         key_shares[sender] = k_share
         self_shares[sender] = b_share
     views = {**state.round_views, r: _RoundView(publics, key_shares, self_shares)}
-    return dataclasses.replace(state, round_views=views)
+    return evolve(state, round_views=views)
 
 
 @dataclass(frozen=True)
@@ -307,7 +307,7 @@ def masked_input(
     if done < flat.size:
         _add_round_mask(state, r, view, flat[done:], done)
     # Stale rounds (set up but never masked) can no longer be asked for: forget them.
-    new_state = dataclasses.replace(
+    new_state = evolve(
         state,
         masked_rounds=frozenset(m for m in state.masked_rounds if m >= r - 1) | {r},
         round_secrets=_drop_rounds(state.round_secrets, lambda k: k >= r),
@@ -352,7 +352,7 @@ def unmask_response(state: PassiveSecAggState, request: UnmaskRequest) -> tuple[
         {u: view.self_shares[u] for u in sorted(survivors)},
         {d: view.key_shares[d] for d in sorted(dropped)},
     )
-    new_state = dataclasses.replace(
+    new_state = evolve(
         state,
         answered_rounds=frozenset(a for a in state.answered_rounds if a >= r - 1) | {r},
         round_secrets=_drop_rounds(state.round_secrets, lambda k: k != r),
