@@ -200,9 +200,9 @@ def print_overhead_summary(overhead: dict) -> None:
     for label, cell in rows:
         table.add_row(label, *(cell(f) for f in by_dataset.values()))
     console.print(table)
-    console.print("Per-step ms are wall time inside the meter's crypto scopes, summed over all parties (they "
-                  "include waits for the interpreter lock while other party threads run); fractions are the "
-                  "larger of the wall and CPU fractions (minimum epoch times), measured on a shared machine.")
+    console.print("Per-step ms are time inside the meter's crypto scopes, summed over all parties (the parties "
+                  "run one at a time, as greenlets of one thread); fractions are the larger of the wall and CPU "
+                  "fractions (minimum epoch times over none).")
 
 
 def main(argv: list[str] | None = None) -> dict:
