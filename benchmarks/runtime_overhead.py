@@ -45,17 +45,23 @@ from securevfl.models import MLP, init_parameters
 from securevfl.seeding import party_generator
 
 
+def _models(scenario, config: TrainConfig) -> tuple:
+    """Every party's data and bottom model, and the top model, as SplitNN builds them."""
+    names = scenario.parties
+    data = {n: scenario.party_data(n) for n in names}
+    bottoms = [build_bottom(data[n], config, "mlp", n) for n in names]
+    top = init_parameters(MLP(config.embedding_dim * len(names), config.hidden, data[names[0]].n_classes),
+                          party_generator(config.seed, "top"))
+    return names, data, bottoms, top
+
+
 def fused_seconds(scenario, config: TrainConfig) -> float:
     """Train bottom models + top as one model in a single loop; returns seconds.
 
     Timed from building the models, as the runtime's parties build theirs inside its run.
     """
     started = time.perf_counter()
-    names = scenario.parties
-    data = {n: scenario.party_data(n) for n in names}
-    bottoms = [build_bottom(data[n], config, "mlp", n) for n in names]
-    top = init_parameters(MLP(config.embedding_dim * len(names), config.hidden, data[names[0]].n_classes),
-                          party_generator(config.seed, "top"))
+    names, data, bottoms, top = _models(scenario, config)
     params = [p for m in [*bottoms, top] for p in m.parameters()]
     opt = torch.optim.Adam(params, lr=config.lr)
     loss_fn = nn.CrossEntropyLoss()
@@ -82,11 +88,7 @@ def split_seconds(scenario, config: TrainConfig) -> float:
     its leaf and steps — the same calls, in the same order, as SplitNN's parties make.
     """
     started = time.perf_counter()
-    names = scenario.parties
-    data = {n: scenario.party_data(n) for n in names}
-    bottoms = [build_bottom(data[n], config, "mlp", n) for n in names]
-    top = init_parameters(MLP(config.embedding_dim * len(names), config.hidden, data[names[0]].n_classes),
-                          party_generator(config.seed, "top"))
+    names, data, bottoms, top = _models(scenario, config)
     opts = [torch.optim.Adam([*top.parameters(), *bottoms[0].parameters()], lr=config.lr)]
     opts += [torch.optim.Adam(b.parameters(), lr=config.lr) for b in bottoms[1:]]
     loss_fn = nn.CrossEntropyLoss()
