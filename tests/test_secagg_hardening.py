@@ -17,6 +17,7 @@ import pytest
 from deterministic_random import CountingUrandom
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from secagg_rounds import set_up_round0
 
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.privacy import secagg as sa
@@ -48,21 +49,6 @@ def _unchecked_config(n, t):
     return cfg
 
 
-def _setup(cfg, urandom=None, tamper=lambda party, setup: setup):
-    """Round 0 set up for every party; ``tamper(party, setup)`` may alter a party's setup message."""
-    parties = {p: sa.PassiveSecAggState.create(cfg, p, urandom) for p in cfg.parties}
-    agg = sa.AggregatorSecAggState.create(cfg)
-    agg, directory = sa.collect_adverts(agg, [sa.advertise_keys(s) for s in parties.values()])
-    parties = {p: sa.receive_keys(s, directory) for p, s in parties.items()}
-    setups = []
-    for p in cfg.parties:
-        parties[p], setup = sa.share_keys(parties[p], 0)
-        setups.append(tamper(p, setup))
-    agg, bundles = sa.collect_setups(agg, setups)
-    parties = {p: sa.receive_setup(parties[p], bundles[p]) for p in cfg.parties}
-    return parties, agg, bundles, setups
-
-
 def _inputs(cfg, seed=0):
     rng = np.random.default_rng(seed)
     return {p: rng.normal(0, 10, size=SHAPE) for p in cfg.parties}
@@ -79,7 +65,7 @@ def _split_view_attack(cfg, target="passive0"):
     and never reveals both secrets of one party, yet if both groups reach t the aggregator
     strips every mask of the target. Returns the target's recovered ring vector, or None.
     """
-    parties, _, bundles, _ = _setup(cfg)
+    parties, _, bundles, _ = set_up_round0(cfg)
     xs = _inputs(cfg)
     masked = {}
     for p in cfg.parties:
@@ -152,7 +138,7 @@ def test_passive_refuses_a_session_with_a_minority_threshold():
 
 
 def _unmask_round(cfg, drop=()):
-    parties, agg, _, setups = _setup(cfg)
+    parties, agg, _, setups = set_up_round0(cfg)
     xs = _inputs(cfg)
     masked = []
     for p in cfg.parties:
@@ -219,7 +205,7 @@ def test_commitment_that_does_not_match_the_dealt_secret_names_the_dealer():
     def tamper(party, setup):  # a dealer whose commitment does not match its shares
         return dataclasses.replace(setup, seed_commitment=bytes(32)) if party == "passive3" else setup
 
-    parties, agg, _, _ = _setup(cfg, tamper=tamper)
+    parties, agg, _, _ = set_up_round0(cfg, tamper=tamper)
     masked = []
     for p in cfg.parties:
         parties[p], m = sa.masked_input(parties[p], np.ones(3), 0, prepare_next=False)
@@ -236,7 +222,7 @@ def test_commitment_that_does_not_match_the_dealt_secret_names_the_dealer():
 
 def test_setup_commitments_are_validated_on_receipt():
     cfg = _config(3)
-    _, _, _, setups = _setup(cfg)
+    _, _, _, setups = set_up_round0(cfg)
     setup = setups[0]
     assert len(setup.seed_commitment) == len(setup.key_commitment) == sa.COMMITMENT_BYTES
     assert setup.seed_commitment.hex() not in repr(setup)
@@ -272,7 +258,7 @@ def test_commitments_are_domain_separated():
 def _valid_wires() -> dict[str, list]:
     """Valid wire dicts of every ``dh`` message, from a real three-party round with a dropout."""
     cfg = sa.SecAggConfig(b"s" * 16, ("p1", "p2", "p3"), 2)
-    parties, agg, bundles, setups = _setup(cfg, CountingUrandom(b"fuzz"))
+    parties, agg, bundles, setups = set_up_round0(cfg, CountingUrandom(b"fuzz"))
     masked = []
     for p in ("p1", "p2"):
         parties[p], m = sa.masked_input(parties[p], np.arange(4.0), 0)

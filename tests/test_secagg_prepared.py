@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from aggregation_harness import PASSIVES, RecordingTransport, random_inputs, round_roles
 from deterministic_random import CountingUrandom
+from secagg_rounds import set_up_round0
 
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation import codec
@@ -29,17 +30,8 @@ SHAPE = (7, 5)  # odd flat size: masks are cut and extended at odd offsets too
 def _set_up(n: int = 3, seed: bytes = b"prepared"):
     """Passive states with round 0 set up (no input sent yet), and the aggregator."""
     cfg = sa.SecAggConfig(b"session-prepared", tuple(f"p{i}" for i in range(n)), sa.default_threshold(n))
-    urandom = CountingUrandom(seed)
-    parties = {p: sa.PassiveSecAggState.create(cfg, p, urandom) for p in cfg.parties}
-    agg = sa.AggregatorSecAggState.create(cfg)
-    agg, directory = sa.collect_adverts(agg, [sa.advertise_keys(s) for s in parties.values()])
-    parties = {p: sa.receive_keys(s, directory) for p, s in parties.items()}
-    setups = []
-    for p in cfg.parties:
-        parties[p], setup = sa.share_keys(parties[p], 0)
-        setups.append(setup)
-    agg, bundles = sa.collect_setups(agg, setups)
-    return cfg, {p: sa.receive_setup(s, bundles[p]) for p, s in parties.items()}, agg
+    parties, agg, _, _ = set_up_round0(cfg, CountingUrandom(seed))
+    return cfg, parties, agg
 
 
 @pytest.mark.parametrize("offset", [0, 1, 2, 5, 16, 33])
