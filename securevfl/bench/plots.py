@@ -53,10 +53,7 @@ def primitives(figs: Mapping[str, Figure], data: Mapping[str, Any], path: Path) 
     _bars(ax, x + 0.27, [figs[f"primitives.psi.{n}.floor_s"] for n in sizes], 0.27,
           "floor: X25519 mults / workers", COLORS["floor"])
     ax.set_xticks(x, [f"{n:,}" for n in sizes])
-    ax.set_xlabel("IDs per party (50 % overlap)")
-    ax.set_ylabel("time (s)")
-    ax.set_yscale("log")
-    ax.set_title("ECDH PSI")
+    ax.set(xlabel="IDs per party (50 % overlap)", ylabel="time (s)", yscale="log", title="ECDH PSI")
     ax.legend(fontsize=8)
 
     ax = axes[0][1]
@@ -68,21 +65,17 @@ def primitives(figs: Mapping[str, Figure], data: Mapping[str, Any], path: Path) 
                                                               COLORS["packed"]))):
         _bars(ax, x + off, [figs[f"primitives.paillier.{op}.{key}"] for op in ops], 0.27, label, color)
     ax.set_xticks(x, ["encrypt", "decrypt", "add", "x int"])
-    ax.set_xlabel("operation (2048-bit n)")
-    ax.set_ylabel("throughput (values/s)")
-    ax.set_yscale("log")
-    ax.set_title("Paillier: fast vs phe")
+    ax.set(xlabel="operation (2048-bit n)", ylabel="throughput (values/s)", yscale="log",
+           title="Paillier: fast vs phe")
     ax.legend(fontsize=8)
 
     ax = axes[1][0]
     _bars(ax, np.array([0.0]), [figs["primitives.mask.ours_aes_ctr_ms"]], 0.5, "ours: AES-256-CTR", COLORS["ours"])
     _bars(ax, np.array([1.0]), [figs["primitives.mask.flower_mt19937_ms"]], 0.5,
           "Flower SecAgg+ MT19937 (reimplemented)", COLORS["peer"])
-    ax.set_yscale("log")
     ax.set_xticks([0, 1], ["ours", "Flower"])
-    ax.set_xlabel("PRG (one 128 x 128 mask)")
-    ax.set_ylabel("time per mask (ms)")
-    ax.set_title("Secure-aggregation mask expansion")
+    ax.set(xlabel="PRG (one 128 x 128 mask)", ylabel="time per mask (ms)", yscale="log",
+           title="Secure-aggregation mask expansion")
     ax.legend(fontsize=8)
 
     ax = axes[1][1]
@@ -93,10 +86,7 @@ def primitives(figs: Mapping[str, Figure], data: Mapping[str, Any], path: Path) 
     _bars(ax, x + 0.2, [figs[f"primitives.key_agreement.{s}.exchange_ms"] for s in schemes], 0.4,
           "exchange (validated)", COLORS["ours"])
     ax.set_xticks(x, schemes)
-    ax.set_xlabel("key agreement")
-    ax.set_ylabel("time (ms)")
-    ax.set_yscale("log")
-    ax.set_title("X25519 vs FFDH")
+    ax.set(xlabel="key agreement", ylabel="time (ms)", yscale="log", title="X25519 vs FFDH")
     ax.legend(fontsize=8)
     return _save(fig, path)
 
