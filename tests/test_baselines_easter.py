@@ -104,3 +104,61 @@ def test_baseline_options_are_validated():
         create_method("cvfl", TrainConfig(options={"bits": 0}))
     with pytest.raises(ConfigError, match="secagg must be"):
         create_method("aggvfl", TrainConfig(options={"secagg": "rot13"}))
+
+
+def _count_optimizer_steps(monkeypatch) -> list[int]:
+    calls = [0]
+    step = torch.optim.Adam.step
+
+    def counted(self, *args, **kwargs):
+        calls[0] += 1
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", counted)
+    return calls
+
+
+@pytest.mark.parametrize(("method", "steps", "per_batch"), [
+    ("cvfl", 3, 4 * 3),  # C-VFL's Q: every party (active with features + 3 passive) steps Q times
+    ("aggvfl", "1,2,3,1", 1 + 2 + 3 + 1),  # Agg-VFL: each party its own number of local updates
+])
+def test_local_steps_make_more_updates_per_exchange_and_send_the_same(monkeypatch, method, steps, per_batch):
+    calls = _count_optimizer_steps(monkeypatch)
+    extra = {"compress": "none"} if method == "cvfl" else {}
+    one = _train(method, **extra)  # local_steps=1
+    updates_one = calls[0]
+    calls[0] = 0
+    many = _train(method, local_steps=steps, **extra)
+    assert calls[0] * 4 == updates_one * per_batch  # 4 optimiser steps per batch with one local step
+    assert many.cost["comm"]["bytes"] == one.cost["comm"]["bytes"]  # one exchange per batch, whatever Q
+    assert many.history[-1]["train_loss"] != one.history[-1]["train_loss"]
+    assert many.metrics["accuracy"] > 0.8
+
+
+def test_local_steps_are_validated():
+    with pytest.raises(ConfigError, match="local_steps"):
+        create_method("cvfl", TrainConfig(options={"local_steps": 0}))
+    with pytest.raises(ConfigError, match="local_steps"):
+        create_method("aggvfl", TrainConfig(options={"local_steps": "2,x"}))
+    with pytest.raises(ConfigError, match="one per party"):
+        _train("aggvfl", local_steps="1,2")
+
+
+def test_paper_zoo_gives_lenet_mlp_and_cnn_on_image_strips():
+    from securevfl.data.scenario import PartyData
+
+    for shape in ((8, 2), (28, 7)):
+        n = shape[0] * shape[1]
+        data = PartyData("p", tuple(f"c{i}" for i in range(n)), np.zeros((4, n)), np.zeros((2, n)),
+                         np.zeros((0, n)), np.arange(4), np.arange(0), n_classes=10, strip_shape=shape)
+        names = [pick_architecture(data, i, "hetero", "paper").name for i in range(4)]
+        assert names == ["lenet", "mlp-256", "cnn-32-64", "lenet"]
+        lenet = build_local_model(data, pick_architecture(data, 0, "hetero", "paper"), 120, 10, seed=0, party="p")
+        kernels = [m.kernel_size for m in lenet.modules() if isinstance(m, torch.nn.Conv2d)]
+        assert kernels == [(5, 5), (5, 5)]
+        assert lenet(torch.zeros(3, n)).shape == (3, 10) and lenet.embed(torch.zeros(3, n)).shape == (3, 120)
+    tabular = PartyData("p", ("a", "b"), np.zeros((4, 2)), np.zeros((2, 2)), np.zeros((0, 2)), np.arange(4),
+                        np.arange(0), n_classes=2)
+    assert pick_architecture(tabular, 1, "hetero", "paper") == pick_architecture(tabular, 1, "hetero")
+    with pytest.raises(ConfigError, match="zoo must be"):
+        create_method("easter", TrainConfig(options={"zoo": "resnet"}))

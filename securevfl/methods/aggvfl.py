@@ -8,7 +8,15 @@ with CE(z, y). Because the top is a plain mean, dL/dz_k = (1/K) dL/dz is the *sa
 party: the active party broadcasts one gradient. It also means the active party only ever needs
 the *sum* of the passive logits, so the sum can go through any aggregation scheme of
 :mod:`securevfl.privacy.aggregation` (``secagg=none`` by default; ``dh`` hides each party's
-logits). The adaptive per-party weights of Zhang et al. are not reproduced (equal weights).
+logits).
+
+``local_steps``: Zhang et al.'s framework lets each party make its own number of local updates
+per round (their contribution is choosing those numbers from each party's feature count and
+compute speed). ``local_steps=Q`` gives every party Q, ``local_steps=Q0,Q1,...`` one per party
+(active first, then the passive parties in order). After the first, each update reuses the
+round's stale values: a passive party the broadcast gradient on its fresh logits, the active
+party the stale passive sum with its own fresh logits. Their closed-form choice of the numbers is
+not reproduced (only the paper's abstract is available offline): the numbers are given.
 
 The broadcast gradient softmax(z) − onehot(y) reveals the batch labels and z (up to a per-row
 constant) to every passive party, so a passive party learns the sum of the *other* parties' logits:
@@ -23,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from securevfl.data.scenario import Scenario
+from securevfl.errors import ConfigError
 from securevfl.methods.base import Role, register_method
 from securevfl.methods.engine import Evaluation, peer_reveal
 from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregationOptions
@@ -30,7 +39,27 @@ from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod,
 
 @dataclass(frozen=True)
 class AggVFLOptions(AggregationOptions):
-    """Agg-VFL's options are the shared aggregation options (``secagg`` sums the passive logits)."""
+    """The shared aggregation options (``secagg`` sums the passive logits), and ``local_steps``.
+
+    ``local_steps``: updates per round, one number for every party or a comma-separated one per party.
+    """
+
+    local_steps: str = "1"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.step_counts()
+
+    def step_counts(self) -> tuple[int, ...]:
+        """``local_steps`` as numbers (one, or one per party)."""
+        try:
+            counts = tuple(int(v) for v in str(self.local_steps).split(","))
+        except ValueError:
+            counts = ()
+        if not counts or min(counts) < 1:
+            raise ConfigError(f"local_steps must be a number >= 1 or one per party, comma-separated; "
+                              f"got {self.local_steps!r}")
+        return counts
 
 
 @register_method
@@ -46,13 +75,23 @@ class AggVFL(AggregateMethod[AggVFLOptions]):
         scheme = self.options.aggregation()
         scheme.validate(len(passives))
         self.plan_models(scenario)
+        parties = (scenario.active, *passives)
+        counts = self.options.step_counts()
+        if len(counts) not in (1, len(parties)):
+            raise ConfigError(f"local_steps has {len(counts)} numbers for {len(parties)} parties "
+                              f"({', '.join(parties)}): give one, or one per party")
+        self._steps = dict(zip(parties, counts * len(parties) if len(counts) == 1 else counts, strict=True))
         peer_reveal.refuse_configuration("aggvfl", self.options.secagg, scenario.active in self.archs, len(passives),
                                          self.options.allow_peer_reveal)
         return self.sides(scenario, scheme)
 
+    def local_steps(self, party: str) -> int:
+        return self._steps[party]
+
     def report(self, side: AggregateActive, evaluation: Evaluation) -> dict[str, Any]:
         o = self.options
         extra: dict[str, Any] = {"architectures": {p: a.name for p, a in self.archs.items()}, "secagg": o.secagg,
+                                 "local_steps": dict(self._steps),
                                  "top": "mean of logits (fixed)", "secagg_stats": side.agg.stats.as_dict()}
         if o.allow_peer_reveal and side.name not in self.archs and peer_reveal.reveals_peer(o.secagg, False,
                                                                                         len(side.passives)):

@@ -7,7 +7,13 @@ embeddings* a party sends: scalar quantisation to ``bits`` bits (per-message min
 levels) and/or top-k sparsification (the ``topk_ratio`` largest-magnitude entries of each row,
 with their column indices). The active party decompresses and treats the reconstruction as the
 embedding; the returned gradient is applied to the party's exact embedding (straight-through).
-C-VFL's multiple local iterations on stale embeddings are not simulated (Q = 1).
+
+``local_steps`` = Q > 1: C-VFL's local iterations. After one exchange of compressed embeddings
+and gradients, every party makes Q steps on the same batch with the other side's stale values
+(:class:`~securevfl.methods.engine.split.SplitMethod`). C-VFL's own algorithm sends every party
+the server model and everybody's compressed embeddings so that each computes its exact local
+gradient, which needs the labels at every party; here a passive party reuses the gradient it
+received instead (as in FedBCD), so labels and the top model stay with the active party.
 
 Bottom models come from the heterogeneous zoo (``models=hetero|homo``) used by EASTER, so
 ``cvfl --option compress=none`` is PyVertical with heterogeneous bottoms. The compression ratio
@@ -30,6 +36,7 @@ from securevfl.methods.engine import TRAIN, PartySide, SplitMethod, checked_tens
 from securevfl.models import MLP, init_parameters
 from securevfl.models.zoo import (
     MODEL_CHOICES,
+    ZOO_CHOICES,
     Architecture,
     architectures,
     build_embedding_net,
@@ -41,22 +48,33 @@ COMPRESSIONS = ("quant", "topk", "both", "none")
 
 @dataclass(frozen=True)
 class CVFLOptions:
-    """``compress``: quant | topk | both | none; ``bits`` in 1..16; ``topk_ratio`` in (0, 1]."""
+    """C-VFL's options.
+
+    ``compress``: quant | topk | both | none; ``bits`` in 1..16; ``topk_ratio`` in (0, 1];
+    ``local_steps``: C-VFL's Q, optimiser steps per exchange (1: no step on stale values);
+    ``models`` / ``zoo``: the bottoms, as for EASTER (:mod:`securevfl.models.zoo`).
+    """
 
     compress: str = "quant"
     bits: int = 8
     topk_ratio: float = 0.25
     models: str = "hetero"
+    zoo: str = "default"
     embedding_size: int = 128
     top_hidden: int = 128
+    local_steps: int = 1
 
     def __post_init__(self) -> None:
+        if self.local_steps < 1:
+            raise ConfigError(f"local_steps must be >= 1, got {self.local_steps}")
         if self.compress not in COMPRESSIONS:
             raise ConfigError(f"compress must be one of {', '.join(COMPRESSIONS)}, got {self.compress!r}")
         if not 1 <= self.bits <= 16:
             raise ConfigError(f"bits must be in 1..16, got {self.bits}")
         if not 0 < self.topk_ratio <= 1:
             raise ConfigError(f"topk_ratio must be in (0, 1], got {self.topk_ratio}")
+        if self.zoo not in ZOO_CHOICES:
+            raise ConfigError(f"zoo must be one of {', '.join(ZOO_CHOICES)}, got {self.zoo!r}")
         if self.models not in MODEL_CHOICES:
             raise ConfigError(f"models must be one of {', '.join(MODEL_CHOICES)}, got {self.models!r}")
         if self.embedding_size < 1 or self.top_hidden < 1:
@@ -166,7 +184,7 @@ class CVFL(SplitMethod[CVFLOptions]):
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         datas = [(p, scenario.party_data(p)) for p in (scenario.active, *self.require_passives(scenario))]
-        self.archs: dict[str, Architecture] = architectures(datas, self.options.models)
+        self.archs: dict[str, Architecture] = architectures(datas, self.options.models, self.options.zoo)
         return super().roles(scenario)
 
     def bottom(self, side: PartySide) -> nn.Module:
@@ -175,6 +193,9 @@ class CVFL(SplitMethod[CVFLOptions]):
 
     def embedding_width(self) -> int:
         return self.options.embedding_size
+
+    def local_steps(self) -> int:
+        return self.options.local_steps
 
     def top(self, side: PartySide, width: int) -> nn.Module:
         model = MLP(width, (self.options.top_hidden,), side.data.n_classes)
@@ -197,6 +218,6 @@ class CVFL(SplitMethod[CVFLOptions]):
     def report(self, side: PartySide) -> dict[str, Any]:
         raw, sent = side.stats.get("raw", 0), side.stats.get("sent", 0)
         o = self.options
-        return {"compression": o.compress, "bits": o.bits, "topk_ratio": o.topk_ratio,
+        return {"compression": o.compress, "bits": o.bits, "topk_ratio": o.topk_ratio, "local_steps": o.local_steps,
                 "compression_ratio": sent / raw if raw else 1.0, "embedding_raw_bytes": raw,
                 "embedding_payload_bytes": sent, "architectures": {p: a.name for p, a in self.archs.items()}}

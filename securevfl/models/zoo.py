@@ -22,6 +22,7 @@ from securevfl.models import MLP, StripCNN, init_parameters, mlp_bottom
 from securevfl.seeding import party_generator
 
 MODEL_CHOICES = ("hetero", "homo")
+ZOO_CHOICES = ("default", "paper")
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Architecture:
     kind: str  # "mlp" or "cnn"
     embed_layers: tuple[int, ...]  # MLP hidden sizes, or CNN channels
     decision_hidden: tuple[int, ...]
+    kernel: int = 3  # CNN kernel size
 
 
 TABULAR_ZOO = (
@@ -47,18 +49,34 @@ IMAGE_ZOO = (
     Architecture("cnn-32", "cnn", (32,), (128,)),
 )
 
+#: The paper's MNIST/FMNIST family (Sec. V-A2: MLP, CNN, LeNet) on a party's image strip. LeNet-5:
+#: two 5x5 convolutions (6 and 16 channels, ReLU, max-pool) and its 120-wide layer as the embedding
+#: (``embedding_size``), its 84-wide layer in the decision net; CNN: two 3x3 convolutions (32, 64).
+PAPER_IMAGE_ZOO = (
+    Architecture("lenet", "cnn", (6, 16), (84,), kernel=5),
+    Architecture("mlp-256", "mlp", (256,), (256,)),
+    Architecture("cnn-32-64", "cnn", (32, 64), (128,)),
+)
 
-def zoo_for(data: PartyData) -> tuple[Architecture, ...]:
-    """The zoo a party picks from: small CNNs and MLPs for image strips, MLPs for tabular columns."""
-    return IMAGE_ZOO if data.strip_shape is not None else TABULAR_ZOO
+
+def zoo_for(data: PartyData, zoo: str = "default") -> tuple[Architecture, ...]:
+    """The zoo a party picks from: small CNNs and MLPs for image strips, MLPs for tabular columns.
+
+    ``zoo="paper"``: the paper's LeNet / MLP / CNN family for image strips (tabular: the default).
+    """
+    if zoo not in ZOO_CHOICES:
+        raise ConfigError(f"zoo must be one of {', '.join(ZOO_CHOICES)}, got {zoo!r}")
+    if data.strip_shape is None:
+        return TABULAR_ZOO
+    return PAPER_IMAGE_ZOO if zoo == "paper" else IMAGE_ZOO
 
 
-def pick_architecture(data: PartyData, position: int, models: str) -> Architecture:
+def pick_architecture(data: PartyData, position: int, models: str, zoo: str = "default") -> Architecture:
     """Party at ``position`` (active = 0, passives in order) gets zoo[position] (hetero) or zoo[0]."""
     if models not in MODEL_CHOICES:
         raise ConfigError(f"models must be one of {', '.join(MODEL_CHOICES)}, got {models!r}")
-    zoo = zoo_for(data)
-    return zoo[position % len(zoo)] if models == "hetero" else zoo[0]
+    entries = zoo_for(data, zoo)
+    return entries[position % len(entries)] if models == "hetero" else entries[0]
 
 
 def build_embedding_net(data: PartyData, arch: Architecture, embedding_dim: int) -> nn.Module:
@@ -66,8 +84,8 @@ def build_embedding_net(data: PartyData, arch: Architecture, embedding_dim: int)
     if arch.kind == "cnn":
         if data.strip_shape is None:
             raise ConfigError(f"architecture {arch.name} needs an image strip")
-        return nn.Sequential(StripCNN(data.strip_shape, embedding_dim, channels=arch.embed_layers),
-                             nn.ReLU())
+        return nn.Sequential(StripCNN(data.strip_shape, embedding_dim, channels=arch.embed_layers,
+                                      kernel=arch.kernel), nn.ReLU())
     return mlp_bottom(data.n_features, data.codes, arch.embed_layers, embedding_dim)
 
 
@@ -96,9 +114,11 @@ def build_local_model(data: PartyData, arch: Architecture, embedding_dim: int, n
     return init_parameters(model, party_generator(seed, party))
 
 
-def architectures(parties: Sequence[tuple[str, PartyData]], models: str) -> dict[str, Architecture]:
+def architectures(parties: Sequence[tuple[str, PartyData]], models: str,
+                  zoo: str = "default") -> dict[str, Architecture]:
     """Architecture per party name, parties given in position order (active first).
 
     A party without features (a label-only active party) gets no model and is left out.
     """
-    return {name: pick_architecture(data, i, models) for i, (name, data) in enumerate(parties) if data.n_features}
+    return {name: pick_architecture(data, i, models, zoo) for i, (name, data) in enumerate(parties)
+            if data.n_features}

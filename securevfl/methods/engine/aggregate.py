@@ -36,7 +36,7 @@ from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, predi
 from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide, agreed_batches
 from securevfl.methods.engine.split import checked_tensor, side_role
 from securevfl.methods.objective import REGRESSION
-from securevfl.models.zoo import MODEL_CHOICES, Architecture, architectures, build_local_model
+from securevfl.models.zoo import MODEL_CHOICES, ZOO_CHOICES, Architecture, architectures, build_local_model
 from securevfl.privacy.aggregation import (
     AggregationConfig,
     AggregationScheme,
@@ -63,7 +63,8 @@ class AggregationOptions:
     ``secagg``: the scheme that sums the passive contributions, with ``key_agreement`` and
     ``frac_bits`` (its fixed-point precision) and ``secagg_options``, the scheme's own options
     (``--option secagg.key_bits=3072``), validated by the aggregation registry; ``models``:
-    ``hetero`` (each party its own zoo architecture) or ``homo``; ``embedding_size``: the width of
+    ``hetero`` (each party its own zoo architecture) or ``homo``, from the ``zoo`` ``default`` or
+    ``paper`` (the paper's LeNet / MLP / CNN on image strips); ``embedding_size``: the width of
     the local models' embeddings; ``allow_peer_reveal``: accept a configuration in which a passive
     party can compute another's contribution (refused by default, see ``engine.peer_reveal``).
     """
@@ -73,6 +74,7 @@ class AggregationOptions:
     frac_bits: int = 16
     secagg_options: Mapping[str, Any] = field(default_factory=dict)
     models: str = "hetero"
+    zoo: str = "default"
     embedding_size: int = 128
     allow_peer_reveal: bool = False
 
@@ -83,6 +85,8 @@ class AggregationOptions:
         resolve_key_agreement(self.key_agreement)
         if self.models not in MODEL_CHOICES:
             raise ConfigError(f"models must be one of {', '.join(MODEL_CHOICES)}, got {self.models!r}")
+        if self.zoo not in ZOO_CHOICES:
+            raise ConfigError(f"zoo must be one of {', '.join(ZOO_CHOICES)}, got {self.zoo!r}")
         if self.embedding_size < 1:
             raise ConfigError(f"embedding_size must be >= 1, got {self.embedding_size}")
 
@@ -112,7 +116,7 @@ class AggregateMethod(Method[AggregationOptionsT]):
     def plan_models(self, scenario: Scenario) -> None:
         """Pick every party's architecture from the heterogeneous zoo (``models=hetero|homo``)."""
         datas = [(p, scenario.party_data(p)) for p in (scenario.active, *scenario.passives)]
-        self.archs: dict[str, Architecture] = architectures(datas, self.options.models)
+        self.archs: dict[str, Architecture] = architectures(datas, self.options.models, self.options.zoo)
 
     def local_model(self, side: PartySide) -> nn.Module | None:
         """A party's model from :meth:`plan_models` (None for an active party without features)."""
@@ -133,6 +137,14 @@ class AggregateMethod(Method[AggregationOptionsT]):
     def embed_grad_all(self) -> bool:
         """Whether the gradients with respect to the global value are summed across parties."""
         return False
+
+    def local_steps(self, party: str) -> int:
+        """Optimiser steps ``party`` makes per round on the same batch (shared loss only; 1 by default).
+
+        After the first, each step reuses the round's stale values: a passive party the broadcast
+        gradient, the active party the sum of the passive contributions.
+        """
+        return 1
 
     def dropped(self, epoch: int, batch: int) -> frozenset[str]:
         """Passive parties that miss round ``batch`` of ``epoch`` (simulated; none by default)."""
@@ -208,9 +220,13 @@ class AggregatePassive(_AggregateSide):
         if not method.per_party_loss:
             grad = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, GRADIENT)), ctx.active, len(idx), "gradient")
             with ctx.meter.compute():
-                opt.zero_grad()
-                e.backward(grad.to(self.device))
-                opt.step()
+                grad = grad.to(self.device)
+                for step in range(method.local_steps(ctx.name)):
+                    if step:  # a local update: the fresh contribution, the stale gradient
+                        e = method.contribution(model, self.X[idx])
+                    opt.zero_grad()
+                    e.backward(grad)
+                    opt.step()
             return
         E, k = _global_message(ctx.recv(ctx.active, self.tag(TRAIN, GLOBAL)), ctx.active, len(idx))
         with ctx.meter.compute():
@@ -295,6 +311,14 @@ class AggregateActive(_AggregateSide):
                     opt.step()
             assert S.grad is not None
             ctx.broadcast(alive, self.tag(TRAIN, GRADIENT), self.defend(S.grad))  # = dL/dc_k, equal for all
+            if model is not None and opt is not None and self.method.local_steps(ctx.name) > 1:
+                stale = S.detach()  # local updates of the own model against this round's passive sum
+                with ctx.meter.compute():
+                    for _ in range(self.method.local_steps(ctx.name) - 1):
+                        opt.zero_grad()
+                        self.objective.loss((stale + self.method.contribution(model, self.X[idx])) / k,
+                                            self.y[idx]).backward()
+                        opt.step()
             return {"loss": float(loss.detach())}, len(idx)
         return self._per_party_losses(ctx, idx, own, S, k, alive, dropped), len(idx)
 

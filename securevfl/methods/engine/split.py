@@ -19,7 +19,14 @@ hook                  default (SplitNN)                    overridden by
 ``combine``           concatenation                        a mean, a sum
 ``protect_gradient``  the run's ``--defense`` (if any)      a method-specific defence
 ``loss``              cross-entropy                        soft targets
+``local_steps``       1                                    C-VFL (Q local iterations)
 ====================  ===================================  =====================================
+
+**Local iterations** (``local_steps`` Q > 1, C-VFL's Q): after one exchange, every party makes Q
+optimiser steps on the same batch. The passive party reuses the gradient it received (stale after
+the first step) on its recomputed embedding; the active party reuses the received embeddings
+(stale after the first step) with its own fresh bottom and top. One exchange then pays for Q
+updates; the gradient a passive party receives is the one of the first step.
 """
 
 from __future__ import annotations
@@ -108,6 +115,10 @@ class SplitMethod(Method[OptionsT]):
         """Method-specific report entries (``extra``), from the active side at the end."""
         return {}
 
+    def local_steps(self) -> int:
+        """Optimiser steps every party makes per exchange on the same batch (C-VFL's Q; 1: SplitNN)."""
+        return 1
+
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         passives = self.require_passives(scenario)
         roles = {p: side_role(SplitPassive(self, scenario.party_data(p))) for p in passives}
@@ -134,9 +145,13 @@ class SplitPassive(PartySide):
         ctx.send(ctx.active, self.tag(TRAIN, EMBEDDING), message)
         grad = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, GRADIENT)), ctx.active, len(batch), "gradient")
         with ctx.meter.compute():
-            opt.zero_grad()
-            h.backward(grad.to(self.device))
-            opt.step()
+            grad = grad.to(self.device)
+            for step in range(self.method.local_steps()):
+                if step:  # a local iteration: the fresh embedding, the stale gradient
+                    h = model(self.X[batch])
+                opt.zero_grad()
+                h.backward(grad)
+                opt.step()
 
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> None:
         with ctx.meter.compute(), torch.no_grad():
@@ -186,6 +201,13 @@ class SplitActive(PartySide):
         for p, leaf in zip(self.passives, leaves, strict=True):
             assert leaf.grad is not None  # every leaf takes part in the loss
             ctx.send(p, self.tag(TRAIN, GRADIENT), method.protect_gradient(self, leaf.grad, p))
+        if method.local_steps() > 1:  # local iterations on the stale embeddings, after the gradients are out
+            stale = [leaf.detach() for leaf in leaves]
+            with ctx.meter.compute():
+                for _ in range(method.local_steps() - 1):
+                    opt.zero_grad()
+                    method.loss(self, self._forward(stale, self.X[batch]), self.y[batch]).backward()
+                    opt.step()
         return {"loss": value}, len(batch)
 
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation:
