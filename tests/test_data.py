@@ -85,3 +85,20 @@ def test_missing_file_and_unknown_dataset():
         load_dataset("csv:/no/such/file.csv", DatasetOptions(id_column="a", label_column="b"))
     with pytest.raises(ConfigError, match="unknown dataset"):
         load_dataset("nope")
+
+
+def test_validation_scenario_holds_out_training_rows_and_never_uses_test_rows():
+    from securevfl.api import RunConfig, build_scenario
+
+    scenario = build_scenario(RunConfig(dataset="digits", partition=PartitionSpec(parties=3), alignment="plaintext"))
+    val = scenario.validation(0.25, seed=1)
+    assert set(val.train) | set(val.test) == set(scenario.train)  # the test rows are gone
+    assert not set(val.train) & set(val.test)
+    assert len(val.test) == int(np.ceil(0.25 * len(scenario.train)))
+    np.testing.assert_array_equal(val.test, scenario.validation(0.25, seed=1).test)  # seeded
+    assert not np.array_equal(val.test, scenario.validation(0.25, seed=2).test)
+    active = val.party_data(val.active)
+    rows = scenario.alignment.aligned[scenario.active][val.test]
+    np.testing.assert_array_equal(active.y_test, scenario.tables[scenario.active].labels[rows])
+    with pytest.raises(ConfigError, match="validation fraction"):
+        scenario.validation(1.0)

@@ -19,6 +19,7 @@ import numpy as np
 
 from securevfl.data.partition import PartitionedData, PartyTable, split_train_test
 from securevfl.errors import ConfigError, DataError
+from securevfl.seeding import simulation_rng
 
 if TYPE_CHECKING:
     from securevfl.data.preprocess import EncodedColumns
@@ -180,6 +181,23 @@ class Scenario:
         out = replace(self, alignment=replace(self.alignment, cost=dict(cost)))
         out._encoded.update(self._encoded)  # the rows did not change: the encodings stand
         return out
+
+    def validation(self, fraction: float = 0.2, seed: int = 0) -> Scenario:
+        """The same tables with a seeded ``fraction`` of the training rows as the test set.
+
+        For choosing settings (a learning rate, a model) without looking at the test rows: the
+        test rows are left out altogether, and every party's encoding is fitted again on the
+        remaining training rows.
+        """
+        if not 0 < fraction < 1:
+            raise ConfigError(f"the validation fraction must be in (0, 1), got {fraction}")
+        n = len(self.train)
+        n_val = min(max(int(np.ceil(fraction * n)), 1), n - 1)
+        if n_val < 1:
+            raise ConfigError(f"a validation split needs at least 2 training rows, got {n}")
+        order = simulation_rng(seed, "validation").permutation(n)
+        return replace(self, train=np.sort(self.train[order[n_val:]]), test=np.sort(self.train[order[:n_val]]),
+                       notes=(*self.notes, f"validation split: {n_val} of the {n} training rows as the test set"))
 
     def remember_encoding(self, name: str, encoded: EncodedColumns) -> None:
         """Keep party ``name``'s standardised encoding, fitted elsewhere on this scenario's training rows."""
