@@ -162,3 +162,23 @@ def test_paper_zoo_gives_lenet_mlp_and_cnn_on_image_strips():
     assert pick_architecture(tabular, 1, "hetero", "paper") == pick_architecture(tabular, 1, "hetero")
     with pytest.raises(ConfigError, match="zoo must be"):
         create_method("easter", TrainConfig(options={"zoo": "resnet"}))
+
+
+def test_el_pl_gives_every_party_an_mlp_with_that_many_embedding_and_decision_layers():
+    from securevfl.models.zoo import layered_architecture
+
+    report = securevfl.train("easter", "breast-cancer", parties=3, epochs=2, batch_size=64, device="cpu",
+                             alignment="plaintext", patience=5,
+                             options={"secagg": "none", "embedding_size": 8, "el_pl": "2:1"})
+    assert set(report.extra["architectures"].values()) == {"mlp-el2-pl1"}
+    assert all(0 <= h["val_accuracy"] <= 1 for h in report.history)  # early stopping records it too
+    from securevfl.data.scenario import PartyData
+
+    data = PartyData("p", ("a", "b", "c"), np.zeros((4, 3)), np.zeros((2, 3)), np.zeros((0, 3)),
+                     np.arange(4), np.arange(0), n_classes=2)
+    for ratio, (el, pl) in {"1:1": (1, 1), "2:1": (2, 1), "1:2": (1, 2)}.items():
+        model = build_local_model(data, layered_architecture(ratio), 8, 2, seed=0, party="p")
+        assert sum(isinstance(m, torch.nn.Linear) for m in model.embed.modules()) == el
+        assert sum(isinstance(m, torch.nn.Linear) for m in model.decide.modules()) == pl
+    with pytest.raises(ConfigError, match="el_pl"):
+        create_method("easter", TrainConfig(options={"el_pl": "0:1"}))

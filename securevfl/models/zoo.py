@@ -59,6 +59,21 @@ PAPER_IMAGE_ZOO = (
 )
 
 
+def layered_architecture(ratio: str, width: int = 256) -> Architecture:
+    """An MLP local model with EL embedding layers and PL decision layers, from ``"EL:PL"``.
+
+    Counted as linear layers (``"1:1"``: one linear layer each side of the embedding; ``"2:1"``: a
+    ``width``-wide hidden layer in the embedding net only), for the paper's Fig. 6(b).
+    """
+    try:
+        el, pl = (int(v) for v in ratio.split(":"))
+    except ValueError:
+        el = pl = 0
+    if el < 1 or pl < 1:
+        raise ConfigError(f"el_pl must be two layer counts >= 1 like '1:1' or '2:1', got {ratio!r}")
+    return Architecture(f"mlp-el{el}-pl{pl}", "mlp", (width,) * (el - 1), (width,) * (pl - 1))
+
+
 def zoo_for(data: PartyData, zoo: str = "default") -> tuple[Architecture, ...]:
     """The zoo a party picks from: small CNNs and MLPs for image strips, MLPs for tabular columns.
 

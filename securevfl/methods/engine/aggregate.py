@@ -36,7 +36,14 @@ from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, predi
 from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide, agreed_batches
 from securevfl.methods.engine.split import checked_tensor, side_role
 from securevfl.methods.objective import REGRESSION
-from securevfl.models.zoo import MODEL_CHOICES, ZOO_CHOICES, Architecture, architectures, build_local_model
+from securevfl.models.zoo import (
+    MODEL_CHOICES,
+    ZOO_CHOICES,
+    Architecture,
+    architectures,
+    build_local_model,
+    layered_architecture,
+)
 from securevfl.privacy.aggregation import (
     AggregationConfig,
     AggregationScheme,
@@ -64,7 +71,8 @@ class AggregationOptions:
     ``frac_bits`` (its fixed-point precision) and ``secagg_options``, the scheme's own options
     (``--option secagg.key_bits=3072``), validated by the aggregation registry; ``models``:
     ``hetero`` (each party its own zoo architecture) or ``homo``, from the ``zoo`` ``default`` or
-    ``paper`` (the paper's LeNet / MLP / CNN on image strips); ``embedding_size``: the width of
+    ``paper`` (the paper's LeNet / MLP / CNN on image strips), or, with ``el_pl`` (``"2:1"``), the
+    same MLP with that many embedding and decision layers at every party; ``embedding_size``: the width of
     the local models' embeddings; ``allow_peer_reveal``: accept a configuration in which a passive
     party can compute another's contribution (refused by default, see ``engine.peer_reveal``).
     """
@@ -75,6 +83,7 @@ class AggregationOptions:
     secagg_options: Mapping[str, Any] = field(default_factory=dict)
     models: str = "hetero"
     zoo: str = "default"
+    el_pl: str = ""
     embedding_size: int = 128
     allow_peer_reveal: bool = False
 
@@ -89,6 +98,8 @@ class AggregationOptions:
             raise ConfigError(f"zoo must be one of {', '.join(ZOO_CHOICES)}, got {self.zoo!r}")
         if self.embedding_size < 1:
             raise ConfigError(f"embedding_size must be >= 1, got {self.embedding_size}")
+        if self.el_pl:
+            layered_architecture(self.el_pl)
 
     def aggregation(self, threshold: int | None = None) -> AggregationScheme[Any]:
         """The configured scheme (``threshold``: the Shamir threshold of ``dh``, None for its default)."""
@@ -117,6 +128,9 @@ class AggregateMethod(Method[AggregationOptionsT]):
         """Pick every party's architecture from the heterogeneous zoo (``models=hetero|homo``)."""
         datas = [(p, scenario.party_data(p)) for p in (scenario.active, *scenario.passives)]
         self.archs: dict[str, Architecture] = architectures(datas, self.options.models, self.options.zoo)
+        if self.options.el_pl:
+            layered = layered_architecture(self.options.el_pl)
+            self.archs = dict.fromkeys(self.archs, layered)
 
     def local_model(self, side: PartySide) -> nn.Module | None:
         """A party's model from :meth:`plan_models` (None for an active party without features)."""

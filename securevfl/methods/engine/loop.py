@@ -377,7 +377,10 @@ def _validate(ctx: PartyContext, side: PartySide, val_rows: np.ndarray, stopper:
     evaluation = side.evaluate(ctx, side.data.X_train[val_rows], VALIDATE)
     if ctx.is_active:
         assert evaluation is not None and side.data.y_train is not None
-        entry["val_loss"] = side.objective.validation_loss(side.data.y_train[val_rows], evaluation.scores)
+        y_val = side.data.y_train[val_rows]
+        entry["val_loss"] = side.objective.validation_loss(y_val, evaluation.scores)
+        if not side.objective.regression:
+            entry["val_accuracy"] = float(np.mean(np.argmax(evaluation.scores, axis=1) == y_val))
         improved, stop = stopper.update(entry["val_loss"], epoch)
         ctx.broadcast(side.passives, VALIDATION, {"improved": improved, "stop": stop})
     else:
