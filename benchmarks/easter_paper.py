@@ -1,0 +1,351 @@
+"""EASTER's paper experiments with baselines given the same care (issue 18, part 1).
+
+Sections (``--sections``, all by default), each with the paper's figures beside ours:
+
+* ``tables`` — Table II (heterogeneous models) and Table IV (homogeneous) on ``digits`` (default
+  zoo) and ``mnist-5k`` (the paper's LeNet / MLP / CNN family, ``zoo=paper``). Every method gets the
+  same tuning budget: each learning rate of ``LR_GRID`` (ours, 1e-3, and the paper's MNIST 1e-2)
+  is trained on a validation split of the training rows (:meth:`Scenario.validation`, seed 0; the
+  test rows are not used) and the best validation accuracy picks it; then the chosen rate is run
+  with every seed and scored on the test rows. C-VFL makes ``Q`` local iterations per exchange,
+  Agg-VFL ``Q`` local updates per party (Zhang et al.'s framework with equal counts: our parties
+  have equal feature counts and speed). Engine methods validate every epoch on 10 % of the
+  training rows and keep the weights of the best epoch (Local trains without selection).
+* ``comm`` — Table V: communication until the validation accuracy first reaches a target, and to
+  the best epoch ("convergence"), from the ``tables`` runs (bytes per epoch x epochs).
+* ``parties`` — Table VI: 2 to 10 parties on ``mnist-5k`` (28 pixel columns cut into C strips):
+  accuracy, wall time and the memory the run adds (resident set sampled every 10 ms).
+* ``fig6`` — Fig. 6: EASTER with embedding sizes 16-256 (paper zoo), and EL:PL = 2:1, 1:1, 1:2
+  (the same MLP at every party, ``el_pl``).
+
+    .venv/bin/python benchmarks/easter_paper.py --quick --out out/easter_paper_quick.json
+    .venv/bin/python benchmarks/easter_paper.py --out out/easter_paper.json
+
+The paper's datasets (full MNIST, FMNIST, CIFAR, CINIC, Criteo) are not available offline; its
+MNIST / FMNIST / CINIC-10 figures are quoted for the shape of the results, not as like-for-like.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from securevfl.api import RunConfig, build_scenario, run  # noqa: E402
+from securevfl.data import DatasetOptions, PartitionSpec  # noqa: E402
+from securevfl.data.scenario import Scenario  # noqa: E402
+from securevfl.methods import TrainConfig  # noqa: E402
+
+console = Console(width=160)
+PARTIES, BATCH, EMBEDDING = 4, 128, 128
+LR_GRID = (1e-3, 1e-2)  # ours and the paper's MNIST / FMNIST rate
+LOCAL_STEPS = 5  # C-VFL's Q and Agg-VFL's local updates per party
+VAL_FRACTION = 0.1  # the engine's per-epoch validation (best-epoch weights)
+ZOO = {"digits": "default", "mnist-5k": "paper"}
+
+#: (label, method, options, TrainConfig overrides); ``zoo`` / ``models`` are added per table.
+METHODS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
+    ("Local", "local", {}, {"embedding_dim": EMBEDDING, "hidden": (128,)}),
+    ("PyVertical", "pyvertical", {"bottom": "cnn"}, {"embedding_dim": EMBEDDING, "hidden": (128,)}),
+    ("PyVertical-zoo", "cvfl", {"compress": "none"}, {}),  # the zoo's bottoms, uncompressed
+    ("C_VFL", "cvfl", {"compress": "quant", "bits": 8, "local_steps": LOCAL_STEPS}, {}),
+    ("Agg_VFL", "aggvfl", {"local_steps": str(LOCAL_STEPS)}, {}),
+    ("EASTER", "easter", {"secagg": "dh"}, {}),
+]
+ZOO_METHODS = ("cvfl", "aggvfl", "easter")
+
+#: The paper's MNIST columns (mean over its parties' models for EASTER, "Avg").
+PAPER_TABLES = {
+    "hetero": {"Local": 33.44, "PyVertical": 97.17, "C_VFL": 91.18, "Agg_VFL": 94.89, "EASTER": 98.16},
+    "homo": {"Local": 33.44, "PyVertical": 95.50, "C_VFL": 91.75, "Agg_VFL": 95.51, "EASTER": 97.04},
+}
+#: Table V (FMNIST): accuracy % and communication MB to convergence.
+PAPER_TABLE5 = {"PyVertical": (88.11, 1401.62), "C_VFL": (82.10, 1602.17), "Agg_VFL": (87.73, 137.43),
+                "EASTER": (89.91, 840.45)}
+#: Table VI (CINIC-10): accuracy % for C = 2, 4, 6, 8, 10 parties.
+PAPER_TABLE6 = {"PyVertical": (49.98, 58.41, 63.67, 66.23, 67.40), "C_VFL": (50.17, 58.66, 63.45, 65.37, 65.91),
+                "Agg_VFL": (53.17, 60.36, 66.12, 67.25, 67.66), "EASTER": (54.22, 62.57, 67.50, 72.33, 72.79)}
+
+
+def scenario_for(dataset: str, seed: int, parties: int = PARTIES) -> Scenario:
+    return build_scenario(RunConfig(dataset=dataset, dataset_options=DatasetOptions(seed=seed),
+                                    partition=PartitionSpec(parties=parties, seed=seed), alignment="plaintext"))
+
+
+def train_once(scenario: Scenario, method: str, options: dict[str, Any], overrides: dict[str, Any], *,
+               epochs: int, lr: float, seed: int, select: bool) -> dict[str, Any]:
+    """One run on ``scenario``; ``select``: validate every epoch and keep the best epoch's weights."""
+    selecting = select and method != "local"
+    train = TrainConfig(epochs=epochs, batch_size=BATCH, seed=seed, lr=lr, options=options,
+                        patience=epochs if selecting else 0, val_fraction=VAL_FRACTION, **overrides)
+    started = time.perf_counter()
+    report = run(RunConfig(method=method, dataset=scenario.dataset, alignment="plaintext", device="cpu",
+                           train=train), scenario=scenario)
+    return {
+        "accuracy": report.metrics["accuracy"],
+        "per_party": {p: m["accuracy"] for p, m in report.metrics.get("per_party", {}).items()},
+        "comm_mb": report.cost["total_bytes"] / 1e6,
+        "wall_s": time.perf_counter() - started,
+        "history": report.history,
+        "best_epoch": report.extra.get("early_stopping", {}).get("best_epoch"),
+        "architectures": report.extra.get("architectures"),
+    }
+
+
+def _options(method: str, options: dict[str, Any], dataset: str, models: str) -> dict[str, Any]:
+    if method not in ZOO_METHODS:
+        return dict(options)
+    return {**options, "models": models, "zoo": ZOO[dataset]}
+
+
+def tuned_table(dataset: str, models: str, epochs: int, seeds: list[int]) -> dict[str, Any]:
+    """Every method: learning rate picked on a validation split, then every seed on the test rows."""
+    rows: dict[str, Any] = {}
+    scenarios = {s: scenario_for(dataset, s) for s in seeds}
+    validation = scenarios[seeds[0]].validation(0.2, seed=seeds[0])
+    for label, method, options, overrides in METHODS:
+        opts = _options(method, options, dataset, models)
+        val_acc = {lr: train_once(validation, method, opts, overrides, epochs=epochs, lr=lr, seed=seeds[0],
+                                  select=False)["accuracy"] for lr in LR_GRID}
+        lr = max(LR_GRID, key=lambda r: (val_acc[r], -r))
+        runs = [train_once(scenarios[s], method, opts, overrides, epochs=epochs, lr=lr, seed=s, select=True)
+                for s in seeds]
+        accs = [r["accuracy"] for r in runs]
+        parties = sorted(runs[0]["per_party"])
+        rows[label] = {
+            "method": method, "options": opts, "lr": lr, "val_accuracy_by_lr": {str(k): v for k, v in val_acc.items()},
+            "avg": float(np.mean(accs)), "std": float(np.std(accs)), "runs": accs,
+            "per_party": {p: float(np.mean([r["per_party"][p] for r in runs])) for p in parties},
+            "comm_mb": float(np.mean([r["comm_mb"] for r in runs])),
+            "wall_s": float(np.mean([r["wall_s"] for r in runs])),
+            "histories": [r["history"] for r in runs], "best_epochs": [r["best_epoch"] for r in runs],
+            "architectures": runs[0]["architectures"],
+        }
+        console.log(f"{dataset} {models} {label:18s} lr {lr:g} (val {val_acc}) test {np.mean(accs):.4f} "
+                    f"± {np.std(accs):.4f}")
+    return {"dataset": dataset, "models": models, "zoo": ZOO[dataset], "epochs": epochs, "seeds": seeds,
+            "lr_grid": list(LR_GRID), "rows": rows, "paper_mnist": PAPER_TABLES[models]}
+
+
+def print_table(t: dict[str, Any]) -> None:
+    table = Table(title=f"{t['dataset']}, {t['models']} models (zoo {t['zoo']}): test accuracy %, {t['epochs']} "
+                        f"epochs, seeds {t['seeds']}, lr chosen on a validation split")
+    for col in ("Method", "lr", "val acc per lr", "Avg", "comm MB", "paper MNIST Avg"):
+        table.add_column(col, justify="left" if col == "Method" else "right")
+    for label, row in t["rows"].items():
+        val = ", ".join(f"{float(k):g}: {100 * v:.1f}" for k, v in row["val_accuracy_by_lr"].items())
+        paper = t["paper_mnist"].get(label.split("-")[0])
+        table.add_row(label, f"{row['lr']:g}", val, f"{100 * row['avg']:.2f} ± {100 * row['std']:.2f}",
+                      f"{row['comm_mb']:.1f}", f"{paper:.2f}" if paper and label == label.split("-")[0] else "—")
+    console.print(table)
+
+
+def comm_to_target(t: dict[str, Any], target: float) -> dict[str, Any]:
+    """Table V from the tuned runs: MB until validation accuracy >= ``target``, and to the best epoch."""
+    out: dict[str, Any] = {}
+    for label, row in t["rows"].items():
+        if row["method"] == "local":
+            continue
+        reach, best = [], []
+        for history, best_epoch in zip(row["histories"], row["best_epochs"], strict=True):
+            per_epoch = row["comm_mb"] / t["epochs"]
+            first = next((h["epoch"] for h in history if h.get("val_accuracy", 0.0) >= target), None)
+            reach.append(None if first is None else first * per_epoch)
+            best.append((best_epoch or t["epochs"]) * per_epoch)
+        reached = [r for r in reach if r is not None]
+        out[label] = {"mb_to_target": float(np.mean(reached)) if len(reached) == len(reach) else None,
+                      "runs_reaching_target": len(reached), "mb_to_best_epoch": float(np.mean(best)),
+                      "accuracy": row["avg"]}
+    py = out.get("PyVertical", {})
+    for row in out.values():
+        row["mb_to_target_over_pyvertical"] = (row["mb_to_target"] / py["mb_to_target"]
+                                               if row["mb_to_target"] and py.get("mb_to_target") else None)
+        row["mb_to_best_over_pyvertical"] = row["mb_to_best_epoch"] / py["mb_to_best_epoch"] if py else None
+    return {"dataset": t["dataset"], "models": t["models"], "target_val_accuracy": target, "rows": out,
+            "paper_fmnist": {k: {"accuracy": a, "mb": mb, "mb_over_pyvertical": mb / PAPER_TABLE5["PyVertical"][1]}
+                             for k, (a, mb) in PAPER_TABLE5.items()}}
+
+
+def print_comm(c: dict[str, Any]) -> None:
+    table = Table(title=f"Table V analogue ({c['dataset']}, {c['models']}): MB until validation accuracy >= "
+                        f"{100 * c['target_val_accuracy']:.0f} %, and to the best epoch")
+    for col in ("Method", "MB to target", "/ PyVertical", "MB to best epoch", "/ PyVertical", "test acc %",
+                "paper FMNIST MB / PyVertical"):
+        table.add_column(col, justify="left" if col == "Method" else "right")
+    for label, row in c["rows"].items():
+        paper = c["paper_fmnist"].get(label)
+
+        def fmt(v: float | None, spec: str = ".1f") -> str:
+            return "not reached" if v is None else format(v, spec)
+
+        table.add_row(label, fmt(row["mb_to_target"]), fmt(row["mb_to_target_over_pyvertical"], ".2f"),
+                      f"{row['mb_to_best_epoch']:.1f}", fmt(row["mb_to_best_over_pyvertical"], ".2f"),
+                      f"{100 * row['accuracy']:.2f}", f"{paper['mb_over_pyvertical']:.2f}" if paper else "—")
+    console.print(table)
+
+
+class PeakMemory:
+    """The most resident memory the process gains while the block runs (sampled every 10 ms)."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._proc = psutil.Process()
+        self.base = self.peak = self._proc.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.01):
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def added_mb(self) -> float:
+        return (self.peak - self.base) / 2**20
+
+
+def parties_sweep(counts: list[int], epochs: int, seed: int, lrs: dict[str, float]) -> dict[str, Any]:
+    """Table VI: accuracy, wall time and added memory for C parties on mnist-5k (paper zoo)."""
+    out: dict[str, Any] = {}
+    for c in counts:
+        scenario = scenario_for("mnist-5k", seed, parties=c)
+        for label, method, options, overrides in METHODS:
+            if label not in PAPER_TABLE6:
+                continue
+            opts = _options(method, options, "mnist-5k", "hetero")
+            with PeakMemory() as mem:
+                r = train_once(scenario, method, opts, overrides, epochs=epochs, lr=lrs.get(label, 1e-3), seed=seed,
+                               select=False)
+            out.setdefault(label, {})[str(c)] = {"accuracy": r["accuracy"], "wall_s": r["wall_s"],
+                                                 "added_memory_mb": mem.added_mb, "comm_mb": r["comm_mb"]}
+            console.log(f"parties {c} {label:12s} acc {r['accuracy']:.4f} {r['wall_s']:.1f} s "
+                        f"+{mem.added_mb:.0f} MB")
+    return {"dataset": "mnist-5k", "epochs": epochs, "seed": seed, "counts": counts, "lr": lrs, "rows": out,
+            "paper_cinic10_accuracy": {k: dict(zip(map(str, (2, 4, 6, 8, 10)), v, strict=True))
+                                       for k, v in PAPER_TABLE6.items()}}
+
+
+def print_parties(p: dict[str, Any]) -> None:
+    table = Table(title=f"Table VI analogue (mnist-5k, paper zoo, {p['epochs']} epochs, seed {p['seed']}): "
+                        "accuracy % / wall s / MB added; paper CINIC-10 accuracy in brackets")
+    table.add_column("Method")
+    for c in p["counts"]:
+        table.add_column(f"C = {c}", justify="right")
+    for label, cells in p["rows"].items():
+        paper = p["paper_cinic10_accuracy"].get(label, {})
+        table.add_row(label, *(f"{100 * cells[str(c)]['accuracy']:.1f} / {cells[str(c)]['wall_s']:.0f} / "
+                               f"{cells[str(c)]['added_memory_mb']:.0f}"
+                               + (f" ({paper[str(c)]:.1f})" if str(c) in paper else "")
+                               for c in p["counts"]))
+    console.print(table)
+
+
+def fig6(sizes: list[int], ratios: list[str], epochs: int, seeds: list[int], lr: float) -> dict[str, Any]:
+    """Fig. 6: EASTER's mean accuracy for embedding sizes (paper zoo) and EL:PL ratios (MLPs)."""
+    scenarios = {s: scenario_for("mnist-5k", s) for s in seeds}
+
+    def cell(options: dict[str, Any]) -> dict[str, float]:
+        accs = [train_once(scenarios[s], "easter", {"secagg": "none", **options}, {}, epochs=epochs, lr=lr, seed=s,
+                           select=False)["accuracy"] for s in seeds]
+        return {"mean": float(np.mean(accs)), "std": float(np.std(accs))}
+
+    by_size = {str(e): cell({"zoo": "paper", "embedding_size": e}) for e in sizes}
+    by_ratio = {r: cell({"el_pl": r, "embedding_size": EMBEDDING}) for r in ratios}
+    for k, v in {**by_size, **by_ratio}.items():
+        console.log(f"fig6 {k}: {100 * v['mean']:.2f} ± {100 * v['std']:.2f}")
+    return {"dataset": "mnist-5k", "epochs": epochs, "seeds": seeds, "lr": lr, "secagg": "none",
+            "by_embedding_size": by_size, "by_el_pl": by_ratio,
+            "best_embedding_size": max(by_size, key=lambda k: by_size[k]["mean"]),
+            "best_el_pl": max(by_ratio, key=lambda k: by_ratio[k]["mean"]),
+            "paper_fmnist": {"best_embedding_size": "128", "best_el_pl": "1:1"}}
+
+
+def print_fig6(f: dict[str, Any]) -> None:
+    table = Table(title=f"Fig. 6 analogue (mnist-5k, EASTER, {f['epochs']} epochs, seeds {f['seeds']}, "
+                        f"lr {f['lr']:g}): mean accuracy of the parties' models %")
+    table.add_column("setting")
+    table.add_column("accuracy %", justify="right")
+    for k, v in f["by_embedding_size"].items():
+        table.add_row(f"embedding {k} (paper zoo)", f"{100 * v['mean']:.2f} ± {100 * v['std']:.2f}")
+    for k, v in f["by_el_pl"].items():
+        table.add_row(f"EL:PL {k} (MLP)", f"{100 * v['mean']:.2f} ± {100 * v['std']:.2f}")
+    console.print(table)
+    console.print(f"best embedding size {f['best_embedding_size']} (paper: 128), best EL:PL {f['best_el_pl']} "
+                  "(paper: 1:1)")
+
+
+def _write(path: str | None, figures: dict[str, Any]) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(figures, indent=2, default=str))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="digits only, 1 seed, few epochs (~1-2 min)")
+    parser.add_argument("--out", help="write the figures to this JSON file (after every section)")
+    parser.add_argument("--sections", default="tables,comm,parties,fig6")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--mnist-epochs", type=int, default=10)
+    parser.add_argument("--digits-epochs", type=int, default=30)
+    parser.add_argument("--homo-mnist", action="store_true", help="also Table IV on mnist-5k (slow)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    sections = set(args.sections.split(","))
+    seeds = [0] if args.quick else list(range(args.seeds))
+    figures: dict[str, Any] = {"quick": args.quick, "cpus": os.cpu_count(), "lr_grid": list(LR_GRID),
+                               "local_steps": LOCAL_STEPS, "val_fraction": VAL_FRACTION}
+    plan: list[tuple[str, str, int]] = [("digits", "hetero", 4 if args.quick else args.digits_epochs),
+                                        ("digits", "homo", 4 if args.quick else args.digits_epochs)]
+    if not args.quick:
+        plan.append(("mnist-5k", "hetero", args.mnist_epochs))
+        if args.homo_mnist:
+            plan.append(("mnist-5k", "homo", args.mnist_epochs))
+    tables: list[dict[str, Any]] = []
+    if sections & {"tables", "comm"}:
+        for dataset, models, epochs in plan:
+            tables.append(tuned_table(dataset, models, epochs, seeds))
+            print_table(tables[-1])
+            figures["tables"] = tables
+            _write(args.out, figures)
+    if "comm" in sections:
+        figures["comm"] = [comm_to_target(t, 0.95 if t["dataset"] == "digits" else 0.90) for t in tables]
+        for c in figures["comm"]:
+            print_comm(c)
+        _write(args.out, figures)
+    mnist = next((t for t in tables if t["dataset"] == "mnist-5k" and t["models"] == "hetero"), None)
+    lrs = {k: r["lr"] for k, r in mnist["rows"].items()} if mnist else {}
+    if "parties" in sections and not args.quick:
+        figures["parties"] = parties_sweep([2, 4, 6, 8, 10], epochs=5, seed=0, lrs=lrs)
+        print_parties(figures["parties"])
+        _write(args.out, figures)
+    if "fig6" in sections and not args.quick:
+        figures["fig6"] = fig6([16, 32, 64, 128, 256], ["2:1", "1:1", "1:2"], epochs=5, seeds=[0],
+                               lr=lrs.get("EASTER", 1e-3))
+        print_fig6(figures["fig6"])
+        _write(args.out, figures)
+    return figures
+
+
+if __name__ == "__main__":
+    main()
