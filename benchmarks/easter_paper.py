@@ -30,8 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -196,51 +196,44 @@ def print_comm(c: dict[str, Any]) -> None:
     console.print(table)
 
 
-class PeakMemory:
-    """The most resident memory the process gains while the block runs (sampled every 10 ms)."""
+def sweep_cell(spec: dict[str, Any]) -> dict[str, Any]:
+    """One Table VI cell, in its own process: accuracy, wall time and the memory the run adds."""
+    import resource
 
-    def __init__(self) -> None:
-        import psutil
+    import psutil
 
-        self._proc = psutil.Process()
-        self.base = self.peak = self._proc.memory_info().rss
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.01):
-            self.peak = max(self.peak, self._proc.memory_info().rss)
-
-    def __enter__(self) -> PeakMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    @property
-    def added_mb(self) -> float:
-        return (self.peak - self.base) / 2**20
+    torch.set_num_threads(1)
+    label, parties, epochs, lr = spec["label"], spec["parties"], spec["epochs"], spec["lr"]
+    _, method, options, overrides = next(m for m in METHODS if m[0] == label)
+    opts = _options(method, options, "mnist-5k", "hetero")
+    if method == "easter" and parties == 2:
+        opts["secagg"] = "none"  # one passive party: its "sum" is its own embedding, nothing to hide it in
+    scenario = scenario_for("mnist-5k", spec["seed"], parties=parties)
+    scenario.party_data(scenario.active)  # encodings fitted before the baseline
+    base = psutil.Process().memory_info().rss
+    r = train_once(scenario, method, opts, overrides, epochs=epochs, lr=lr, seed=spec["seed"], select=False)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return {"accuracy": r["accuracy"], "wall_s": r["wall_s"], "added_memory_mb": max(peak - base, 0) / 2**20,
+            "peak_rss_mb": peak / 2**20, "comm_mb": r["comm_mb"], "secagg": opts.get("secagg")}
 
 
 def parties_sweep(counts: list[int], epochs: int, seed: int, lrs: dict[str, float]) -> dict[str, Any]:
-    """Table VI: accuracy, wall time and added memory for C parties on mnist-5k (paper zoo)."""
+    """Table VI: accuracy, wall time and added memory for C parties on mnist-5k (paper zoo).
+
+    Every cell runs in a fresh process, so the peak resident memory is that run's own.
+    """
     out: dict[str, Any] = {}
     for c in counts:
-        scenario = scenario_for("mnist-5k", seed, parties=c)
-        for label, method, options, overrides in METHODS:
-            if label not in PAPER_TABLE6:
-                continue
-            opts = _options(method, options, "mnist-5k", "hetero")
-            with PeakMemory() as mem:
-                r = train_once(scenario, method, opts, overrides, epochs=epochs, lr=lrs.get(label, 1e-3), seed=seed,
-                               select=False)
-            out.setdefault(label, {})[str(c)] = {"accuracy": r["accuracy"], "wall_s": r["wall_s"],
-                                                 "added_memory_mb": mem.added_mb, "comm_mb": r["comm_mb"]}
-            console.log(f"parties {c} {label:12s} acc {r['accuracy']:.4f} {r['wall_s']:.1f} s "
-                        f"+{mem.added_mb:.0f} MB")
+        for label in PAPER_TABLE6:
+            spec = {"label": label, "parties": c, "epochs": epochs, "lr": lrs.get(label, 1e-3), "seed": seed}
+            done = subprocess.run([sys.executable, __file__, "--cell", json.dumps(spec)], check=True,
+                                  capture_output=True, text=True)
+            cell = json.loads(done.stdout.strip().splitlines()[-1])
+            out.setdefault(label, {})[str(c)] = cell
+            console.log(f"parties {c} {label:12s} acc {cell['accuracy']:.4f} {cell['wall_s']:.1f} s "
+                        f"+{cell['added_memory_mb']:.0f} MB (peak {cell['peak_rss_mb']:.0f} MB)")
     return {"dataset": "mnist-5k", "epochs": epochs, "seed": seed, "counts": counts, "lr": lrs, "rows": out,
+            "note": "EASTER at C = 2 runs with secagg=none (one passive party); otherwise dh",
             "paper_cinic10_accuracy": {k: dict(zip(map(str, (2, 4, 6, 8, 10)), v, strict=True))
                                        for k, v in PAPER_TABLE6.items()}}
 
@@ -294,6 +287,60 @@ def print_fig6(f: dict[str, Any]) -> None:
                   "(paper: 1:1)")
 
 
+def markdown(figures: dict[str, Any]) -> str:
+    """The docs tables (docs/easter.md) from the figures of one or more runs."""
+    out: list[str] = []
+    for t in figures.get("tables", []):
+        out += [f"**{t['dataset']}, {t['models']} models** (zoo `{t['zoo']}`, {t['epochs']} epochs, seeds "
+                f"{t['seeds']}; test accuracy %, mean ± std; lr chosen on a validation split)", "",
+                "| Method | lr chosen | val acc at 1e-3 / 1e-2 | test accuracy | comm MB | paper MNIST |",
+                "|---|---:|---:|---:|---:|---:|"]
+        for label, row in t["rows"].items():
+            val = " / ".join(f"{100 * v:.1f}" for v in row["val_accuracy_by_lr"].values())
+            paper = t["paper_mnist"].get(label)
+            out.append(f"| {label} | {row['lr']:g} | {val} | {100 * row['avg']:.2f} ± {100 * row['std']:.2f} | "
+                       f"{row['comm_mb']:.1f} | {'—' if paper is None else f'{paper:.2f}'} |")
+        out.append("")
+    for c in figures.get("comm", []):
+        out += [f"**{c['dataset']}, {c['models']}**: MB until the validation accuracy first reaches "
+                f"{100 * c['target_val_accuracy']:.0f} % (mean over seeds; every seed must reach it), and to the "
+                "best epoch", "",
+                "| Method | MB to target | / PyVertical | MB to best epoch | / PyVertical "
+                "| paper FMNIST MB / PyVertical |",
+                "|---|---:|---:|---:|---:|---:|"]
+        for label, row in c["rows"].items():
+            def fmt(v: float | None, spec: str = ".1f") -> str:
+                return "not reached" if v is None else format(v, spec)
+
+            paper = c["paper_fmnist"].get(label)
+            out.append(f"| {label} | {fmt(row['mb_to_target'])} | {fmt(row['mb_to_target_over_pyvertical'], '.2f')} | "
+                       f"{row['mb_to_best_epoch']:.1f} | {fmt(row['mb_to_best_over_pyvertical'], '.2f')} | "
+                       f"{'—' if paper is None else format(paper['mb_over_pyvertical'], '.2f')} |")
+        out.append("")
+    if "parties" in figures:
+        p = figures["parties"]
+        out += [f"**Parties** (mnist-5k, paper zoo, {p['epochs']} epochs, seed {p['seed']}; accuracy % / wall s / "
+                "MB added; the paper's CINIC-10 accuracy in brackets)", "",
+                "| Method | " + " | ".join(f"C = {c}" for c in p["counts"]) + " |",
+                "|---|" + "---:|" * len(p["counts"])]
+        for label, cells in p["rows"].items():
+            paper = p["paper_cinic10_accuracy"].get(label, {})
+            out.append(f"| {label} | " + " | ".join(
+                f"{100 * cells[str(c)]['accuracy']:.1f} / {cells[str(c)]['wall_s']:.0f} / "
+                f"{cells[str(c)]['added_memory_mb']:.0f}" + (f" ({paper[str(c)]:.1f})" if str(c) in paper else "")
+                for c in p["counts"]) + " |")
+        out.append("")
+    if "fig6" in figures:
+        f = figures["fig6"]
+        out += [f"**Fig. 6** (mnist-5k, EASTER with `secagg=none`, {f['epochs']} epochs, seeds {f['seeds']}, lr "
+                f"{f['lr']:g}; mean accuracy of the parties' models %)", "", "| setting | accuracy |", "|---|---:|"]
+        out += [f"| embedding {k} (paper zoo) | {100 * v['mean']:.2f} |" for k, v in f["by_embedding_size"].items()]
+        out += [f"| EL:PL {k} (MLP) | {100 * v['mean']:.2f} |" for k, v in f["by_el_pl"].items()]
+        out += ["", f"Best embedding size {f['best_embedding_size']} (paper: 128); best EL:PL {f['best_el_pl']} "
+                "(paper: 1:1).", ""]
+    return "\n".join(out)
+
+
 def _write(path: str | None, figures: dict[str, Any]) -> None:
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -309,7 +356,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--mnist-epochs", type=int, default=10)
     parser.add_argument("--digits-epochs", type=int, default=30)
     parser.add_argument("--homo-mnist", action="store_true", help="also Table IV on mnist-5k (slow)")
+    parser.add_argument("--lrs-from", help="take the mnist-5k learning rates of an earlier run's JSON "
+                                           "(to run parties / fig6 alone)")
+    parser.add_argument("--sweep-epochs", type=int, default=5, help="epochs of the parties and fig6 runs")
+    parser.add_argument("--markdown", nargs="+", metavar="FILE.json",
+                        help="print the docs tables of earlier runs' JSON files (merged in order) and exit")
+    parser.add_argument("--cell", help=argparse.SUPPRESS)  # one Table VI cell (JSON spec), in a child process
     args = parser.parse_args(argv)
+    if args.cell:
+        result = sweep_cell(json.loads(args.cell))
+        print(json.dumps(result))
+        return result
+    if args.markdown:
+        merged: dict[str, Any] = {}
+        for path in args.markdown:
+            merged.update({k: v for k, v in json.loads(Path(path).read_text()).items() if v})
+        print(markdown(merged))
+        return merged
     torch.set_num_threads(1)
     sections = set(args.sections.split(","))
     seeds = [0] if args.quick else list(range(args.seeds))
@@ -334,13 +397,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print_comm(c)
         _write(args.out, figures)
     mnist = next((t for t in tables if t["dataset"] == "mnist-5k" and t["models"] == "hetero"), None)
+    if mnist is None and args.lrs_from:
+        earlier = json.loads(Path(args.lrs_from).read_text())
+        mnist = next((t for t in earlier.get("tables", []) if t["dataset"] == "mnist-5k" and t["models"] == "hetero"),
+                     None)
     lrs = {k: r["lr"] for k, r in mnist["rows"].items()} if mnist else {}
     if "parties" in sections and not args.quick:
-        figures["parties"] = parties_sweep([2, 4, 6, 8, 10], epochs=5, seed=0, lrs=lrs)
+        figures["parties"] = parties_sweep([2, 4, 6, 8, 10], epochs=args.sweep_epochs, seed=0, lrs=lrs)
         print_parties(figures["parties"])
         _write(args.out, figures)
     if "fig6" in sections and not args.quick:
-        figures["fig6"] = fig6([16, 32, 64, 128, 256], ["2:1", "1:1", "1:2"], epochs=5, seeds=[0],
+        figures["fig6"] = fig6([16, 32, 64, 128, 256], ["2:1", "1:1", "1:2"], epochs=args.sweep_epochs, seeds=[0],
                                lr=lrs.get("EASTER", 1e-3))
         print_fig6(figures["fig6"])
         _write(args.out, figures)
