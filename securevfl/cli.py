@@ -318,7 +318,11 @@ def datasets() -> None:
     for col in ("name", "rows", "features", "classes", "description"):
         table.add_column(col)
     for name, desc in describe_datasets().items():
-        ds = load_dataset(name, DatasetOptions())
+        try:
+            ds = load_dataset(name, DatasetOptions())
+        except ConfigError:  # an optional dataset whose package is not installed (its description says which)
+            table.add_row(name, "-", "-", "-", f"{desc} [not installed]")
+            continue
         table.add_row(name, str(ds.n_rows), str(len(ds.feature_columns)), str(ds.n_classes), desc)
     console.print(table)
 

@@ -23,6 +23,33 @@ def test_registered_datasets_have_string_ids_and_labels():
     assert syn.n_rows == 500 and len(syn.feature_columns) == 12
 
 
+def test_diamonds_reads_the_table_plotnine_ships_and_names_the_install_when_missing(tmp_path, monkeypatch):
+    """``diamonds`` reads plotnine's bundled CSV (never a download); a fake package directory stands in."""
+    import importlib.machinery
+    import importlib.util
+
+    (tmp_path / "plotnine" / "data").mkdir(parents=True)
+    (tmp_path / "plotnine" / "data" / "diamonds.csv").write_text(
+        '"carat","cut","color","clarity","depth","table","price","x","y","z"\n'
+        '0.23,"Ideal","E","SI2",61.5,55,326,3.95,3.98,2.43\n'
+        '0.21,"Premium","E","SI1",59.8,61,326,3.89,3.84,2.31\n'
+        '0.23,"Good","J","VS1",56.9,65,327,4.05,4.07,2.31\n'
+        '0.29,"Premium","I","VS2",62.4,58,334,4.2,4.23,2.63\n')
+    spec = importlib.machinery.ModuleSpec("plotnine", None, is_package=True)
+    spec.submodule_search_locations = [str(tmp_path / "plotnine")]
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "plotnine"
+                        else real_find_spec(name, *a))
+    ds = load_dataset("diamonds")
+    assert ds.n_rows == 4 and ds.label_column == "cut" and ds.classes == ("Good", "Ideal", "Premium")
+    assert set(ds.categorical_columns) == {"color", "clarity"} and len(ds.feature_columns) == 9
+    assert ds.frame[ds.id_column].tolist()[0] == "diamond-000000"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "plotnine"
+                        else real_find_spec(name, *a))
+    with pytest.raises(ConfigError, match=r"securevfl\[datasets\]"):
+        load_dataset("diamonds")
+
+
 def test_partition_rows_alignment_and_labels_only_at_active():
     ds = load_dataset("breast-cancer")
     sc = scenario_from_partition(partition(ds, PartitionSpec(parties=3, aligned=200, unaligned="active")))

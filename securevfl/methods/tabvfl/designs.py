@@ -48,9 +48,16 @@ class Design:
     sends_mask: bool = False         # a guest sends its obfuscation mask (PartialEnc's attention prior)
     raw_to_active: bool = False        # guests send their raw features; only the host trains
 
-    def latent_width(self, embedding_dim: int, part_latent_dim: int) -> int:
-        """TabNet's n_d: ``part_latent_dim`` for each local TabNet of tabnet-lt if set."""
-        return (part_latent_dim or embedding_dim) if self.key == LOCAL_TABNETS else embedding_dim
+    def latent_width(self, embedding_dim: int, part_latent_dim: int, parts: int) -> int:
+        """TabNet's n_d; for tabnet-lt, that of each of the ``parts`` local TabNets.
+
+        tabnet-lt: ``part_latent_dim`` if set, else ``embedding_dim // parts`` (at least 1), so the
+        concatenated latent is about ``embedding_dim`` wide, as the paper's LT (each of 5 guests a
+        fifth, Sec. V-C4).
+        """
+        if self.key != LOCAL_TABNETS:
+            return embedding_dim
+        return part_latent_dim or max(1, embedding_dim // parts)
 
     def active_widths(self, n_own: int, passive_features: Sequence[int], shape: TabNetShape) -> list[int]:
         """Widths of the parts the host combines: raw columns (split, central) or latents."""

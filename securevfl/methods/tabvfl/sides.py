@@ -36,6 +36,7 @@ from securevfl.methods.engine.loop import TEST, EngineRecord, Evaluation, Losses
 from securevfl.methods.tabvfl.designs import Design
 from securevfl.methods.tabvfl.quality import latent_quality
 from securevfl.methods.tabvfl.tabnet import (
+    TabNetShape,
     count_parameters,
     decoder_slices,
     reconstruction_loss,
@@ -52,7 +53,10 @@ PRE_OUT = "tabvfl.pretrain.bottom"      # guest -> host: bottom outputs (+ obfus
 PRE_DEC = "tabvfl.pretrain.decoded"     # host -> guest: its slice of the decoder output
 PRE_GRAD = "tabvfl.pretrain.recon_grad"  # guest -> host: d(own recon loss)/d(slice), loss value
 PRE_BACK = "tabvfl.pretrain.bottom_grad"  # host -> guest: gradients for its bottom outputs
-PRE_DONE = "tabnet-lt.pretrain.done"   # tabnet-lt: guest -> host, local pretraining finished
+PRE_VAL_OUT = "tabvfl.pretrain.val_bottom"    # guest -> host: bottom outputs (+ mask) of the validation rows
+PRE_VAL_DEC = "tabvfl.pretrain.val_decoded"   # host -> guest: its slice of their decoder output
+PRE_VAL_LOSS = "tabvfl.pretrain.val_loss"     # guest -> host: its reconstruction loss on them (a float)
+PRE_DONE = "tabnet-lt.pretrain.done"   # tabnet-lt: guest -> host, local pretraining finished (epochs trained)
 FT_OUT = "tabvfl.finetune.bottom"
 FT_BACK = "tabvfl.finetune.bottom_grad"
 VAL_OUT = "tabvfl.validate.bottom"      # guest -> host: finetuned bottom outputs of the validation rows
@@ -125,14 +129,13 @@ def _checked_stats(message: Any, sender: str) -> dict[str, Any]:
 class _TabSide(PartySide):
     method: TabNetMethod
 
-    def __init__(self, method: TabNetMethod, data: PartyData, all_passives: tuple[str, ...],
+    def __init__(self, method: TabNetMethod, data: PartyData, all_passives: tuple[str, ...], shape: TabNetShape,
                  passives: tuple[str, ...] = ()) -> None:
         super().__init__(method, data, passives)
         self.design: Design = method.design
         self.all_passives = all_passives
         self.pre_epochs = method.pretrain_epochs()
-        options = method.options
-        self.shape = options.shape(self.design.latent_width(self.config.embedding_dim, options.part_latent_dim))
+        self.shape = shape
 
     def phases(self) -> tuple[Phase, ...]:
         return self.method.phases()
@@ -148,14 +151,20 @@ class _TabSide(PartySide):
     def _batches(self, epoch: int) -> Iterator[np.ndarray]:
         return agreed_batches(self.rows, self.config, epoch, min_rows=2)  # batch norm needs two rows
 
+    def _validation_masks(self) -> torch.Generator:
+        """The obfuscation of the validation rows: the same draw at every validation, so losses compare."""
+        return torch_generator(self.config.seed, self.name, "validation-obfuscation")
+
 
 class TabPassive(_TabSide):
     """A guest (passive party): its bottom model and reconstruction FC; only its own columns."""
 
-    def __init__(self, method: TabNetMethod, data: PartyData, all_passives: tuple[str, ...], recon_in: int) -> None:
-        super().__init__(method, data, all_passives)
+    def __init__(self, method: TabNetMethod, data: PartyData, all_passives: tuple[str, ...], shape: TabNetShape,
+                 recon_in: int) -> None:
+        super().__init__(method, data, all_passives, shape)
         self.recon_in = recon_in
         self.takes_part = not self.design.raw_to_active
+        self.phase_epochs_trained = 0
 
     def build(self, ctx: PartyContext) -> None:
         data, config = self.data, self.config
@@ -172,6 +181,7 @@ class TabPassive(_TabSide):
         self.X = as_tensor(data.X_train, ctx.device)
 
     def batches(self, epoch: int) -> Iterator[np.ndarray]:
+        self.phase_epochs_trained = self._phase_epoch(epoch) + 1
         offline = self.offline[self.phase.name][self._phase_epoch(epoch)]
         if offline and (self.phase.name == FINETUNE or self.design.joint_pretraining):
             return iter(())
@@ -226,9 +236,25 @@ class TabPassive(_TabSide):
                 out.backward(grad)
             opt.step()
 
+    def validation_loss(self, ctx: PartyContext, rows: np.ndarray) -> float | None:
+        """Pretraining's validation: the reconstruction loss of ``rows`` (alone, or through the host)."""
+        model, ratio = self.model, self.method.options.pretraining_ratio
+        x = self.X[rows]
+        with ctx.meter.compute(), torch.no_grad():
+            if not self.design.joint_pretraining:
+                return float(model.local_pretrain_loss(x, ratio, self._validation_masks()))
+            outs, obf = model.pretrain_forward(x, ratio, self._validation_masks())
+        ctx.send(ctx.active, PRE_VAL_OUT, (outs, obf if self.design.sends_mask else None))
+        dec = _tensor(ctx.recv(ctx.active, PRE_VAL_DEC), ctx.active, "decoder slice").to(self.device)
+        with ctx.meter.compute(), torch.no_grad():
+            loss = float(reconstruction_loss(model.recon(dec), x, obf))
+        ctx.send(ctx.active, PRE_VAL_LOSS, loss)
+        return None
+
     def end_phase(self, ctx: PartyContext, phase: Phase) -> None:
         if phase.name == PRETRAIN and not self.design.joint_pretraining:
-            ctx.send(ctx.active, PRE_DONE, self.pre_epochs)  # the host federates the phases: it waits for this
+            # the host federates the phases: it waits for this (the epochs trained, fewer if stopped early)
+            ctx.send(ctx.active, PRE_DONE, self.phase_epochs_trained)
 
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> None:
         model = self.model
@@ -245,12 +271,14 @@ class TabPassive(_TabSide):
 class TabActive(_TabSide):
     """The host (active party): labels, PartialEnc/PartialDec or the aggregation, final FC."""
 
-    def __init__(self, method: TabNetMethod, data: PartyData, passive_features: dict[str, int],
+    def __init__(self, method: TabNetMethod, data: PartyData, passive_features: dict[str, int], shape: TabNetShape,
                  recon_in: list[int]) -> None:
         all_passives = tuple(passive_features)
-        super().__init__(method, data, all_passives, passives=() if method.design.raw_to_active else all_passives)
+        super().__init__(method, data, all_passives, shape,
+                         passives=() if method.design.raw_to_active else all_passives)
         self.passive_features = passive_features
         self.recon_in = recon_in
+        self.local_pretrain_epochs: dict[str, int] = {}
 
     def build(self, ctx: PartyContext) -> None:
         config, options, design = self.config, self.method.options, self.design
@@ -401,10 +429,52 @@ class TabActive(_TabSide):
             ctx.send(g, FT_BACK, out.grad)
         return {"loss": float(loss.detach())}, len(idx)
 
+    def validation_loss(self, ctx: PartyContext, rows: np.ndarray) -> float | None:
+        """Pretraining's validation loss: the sum of every part's reconstruction loss on ``rows``.
+
+        Joint designs: each guest sends its bottom outputs (and masks) for the validation rows,
+        receives its decoder slice and returns its loss, as in training but without gradients; every
+        guest takes part, also one simulated offline for the epoch. tabnet-lt: the host's own local
+        TabNet only (None when it holds no columns: the guests stop on their own).
+        """
+        local, ratio = self.local, self.method.options.pretraining_ratio
+        x = self.X[rows]
+        if not self.design.joint_pretraining:
+            if local is None:
+                return None
+            with ctx.meter.compute(), torch.no_grad():
+                return float(local.local_pretrain_loss(x, ratio, self._validation_masks()))
+        outputs: list[list[torch.Tensor]] = []
+        obfs: list[torch.Tensor] = []
+        with ctx.meter.compute(), torch.no_grad():
+            if local is not None:
+                own_outs, own_obf = local.pretrain_forward(x, ratio, self._validation_masks())
+                outputs.append(own_outs)
+                obfs.append(own_obf)
+        for g in self.passives:
+            outs, mask = self._checked_outputs(ctx.recv(g, PRE_VAL_OUT), g)
+            outs = [o.to(self.device) for o in outs]
+            outputs.append(outs)
+            obfs.append(mask.to(self.device) if mask is not None else torch.zeros_like(outs[0][:, :0]))
+        with ctx.meter.compute(), torch.no_grad():
+            dec = self.top.pretrain_forward(outputs, obfs)
+            loss = 0.0 if local is None else float(reconstruction_loss(local.recon(dec[:, self.own_slice]), x, own_obf))
+        for g in self.passives:
+            ctx.send(g, PRE_VAL_DEC, dec[:, self.passive_slices[g]])
+        for g in self.passives:
+            value = ctx.recv(g, PRE_VAL_LOSS)
+            if not isinstance(value, float):
+                raise ProtocolError(f"{g} sent a malformed validation loss")
+            loss += value
+        return loss
+
     def end_phase(self, ctx: PartyContext, phase: Phase) -> None:
         if phase.name == PRETRAIN and not self.design.joint_pretraining:
             for g in self.passives:
-                ctx.recv(g, PRE_DONE)
+                epochs = ctx.recv(g, PRE_DONE)
+                if not isinstance(epochs, int):
+                    raise ProtocolError(f"{g} sent a malformed end of pretraining")
+                self.local_pretrain_epochs[g] = epochs
 
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation:
         """Scores of ``X``; for the test set also the latent of every aligned row (latent quality)."""
@@ -433,7 +503,9 @@ class TabActive(_TabSide):
         latent_train, latent_test = self.latents
         stats = {g: _checked_stats(ctx.recv(g, STATS), g) for g in self.all_passives}
         extra: dict[str, Any] = {"design": self.design.key, "latent_dim": int(latent_train.shape[1]),
-                                 "centralised": self.design.raw_to_active}
+                                 "centralised": self.design.raw_to_active, "decoder_split": options.decoder_split}
+        if self.local_pretrain_epochs:  # tabnet-lt: the pretraining epochs each guest ran (early stopping)
+            extra["local_pretrain_epochs"] = dict(self.local_pretrain_epochs)
         if options.latent_quality:
             latents = torch.cat([latent_train, latent_test]).cpu().numpy()
             labels = np.concatenate([data.y_train, data.y_test])
