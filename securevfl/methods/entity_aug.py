@@ -6,7 +6,9 @@ activations of a batch of *its own* labelled entities together with their entity
 (active party, the label holder) reads the newest activation of each guest from a per-guest queue,
 concatenates them, and trains the top model on the *interpolated* label
 ``y = sum_i w_i y_{j_i} / sum_i w_i`` with ``w_i`` the activation dimension of guest ``i`` (a
-CutMix across parties), using cross-entropy with soft targets. Gradients go back to the guests
+CutMix across parties), using the paper's binary cross-entropy with a sigmoid on each class logit
+against the interpolated label (Sec. 5.5; ``loss="ce"``: softmax cross-entropy with soft targets
+instead). Gradients go back to the guests
 that sent this step. A guest that misses a step has its last activation (and its entity keys)
 reused from its queue — the paper's fault tolerance; ``drop_prob`` simulates such misses.
 
@@ -72,10 +74,11 @@ ID_LIST = "ids"
 LABELLED = "labelled"
 PLAN = "plan"
 
-ARCHS = ("splitnn", "credit-card", "parkinsons")
+ARCHS = ("splitnn", "credit-card", "parkinsons", "handwritten")
 BOTTOMS = ("auto", "mlp", "cnn")
 RESOLUTIONS = ("psi", "ids")
 EPOCH_SIZES = ("max", "min")
+LOSSES = ("bce", "ce")
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,10 @@ class EntityAugOptions:
     ``epoch_size``: steps per epoch cover the largest (``max``, smaller guests reuse rows) or the
     smallest (``min``) guest's labelled set. ``resolution``: ``psi`` (pairwise ECDH PSI) or ``ids``
     (plaintext ID lists). ``arch``: ``splitnn`` (bottom/top as SplitNN, from ``embedding_dim`` and
-    ``hidden``), or the paper's Sec. 5.2 ``credit-card`` / ``parkinsons`` shapes. ``bottom``:
+    ``hidden``), or the paper's Sec. 5.2 ``credit-card`` / ``parkinsons`` / ``handwritten`` shapes. ``bottom``:
     ``auto`` (a CNN for image strips, else an MLP), ``mlp`` or ``cnn`` (for ``arch=splitnn``).
+    ``loss``: ``bce`` (the paper's: binary cross-entropy with a sigmoid on every class logit against
+    the interpolated label, Sec. 5.5) or ``ce`` (softmax cross-entropy with soft targets).
     """
 
     drop_prob: float = 0.0
@@ -99,6 +104,7 @@ class EntityAugOptions:
     resolution: str = "psi"
     arch: str = "splitnn"
     bottom: str = "auto"
+    loss: str = "bce"
 
     def __post_init__(self) -> None:
         if self.drop_prob == -1.0:  # the CLI's "not given"
@@ -107,7 +113,8 @@ class EntityAugOptions:
             raise ConfigError(f"drop_prob must be in [0, 1), got {self.drop_prob}")
         for name, value, allowed in (("epoch_size", self.epoch_size, EPOCH_SIZES),
                                      ("resolution", self.resolution, RESOLUTIONS),
-                                     ("arch", self.arch, ARCHS), ("bottom", self.bottom, BOTTOMS)):
+                                     ("arch", self.arch, ARCHS), ("bottom", self.bottom, BOTTOMS),
+                                     ("loss", self.loss, LOSSES)):
             if value not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
 
@@ -149,6 +156,24 @@ def interpolate_labels(labels: Sequence[np.ndarray], weights: Sequence[float],
 def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy against probability targets (the usual loss for one-hot targets)."""
     return F.cross_entropy(logits, targets)
+
+
+def soft_binary_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The paper's loss (Sec. 5.5): a sigmoid on every class logit, BCE against the interpolated label.
+
+    ``-mean(t log sigmoid(z) + (1 - t) log(1 - sigmoid(z)))`` over rows and classes: PyTorch's
+    ``BCEWithLogitsLoss``, which "internally calculates a sigmoid".
+    """
+    return F.binary_cross_entropy_with_logits(logits, targets)
+
+
+def interpolated_loss(name: str, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The training loss ``name`` (``bce`` or ``ce``) against interpolated (soft) labels."""
+    if name == "bce":
+        return soft_binary_cross_entropy(logits, targets)
+    if name == "ce":
+        return soft_cross_entropy(logits, targets)
+    raise ConfigError(f"loss must be one of {', '.join(LOSSES)}, got {name!r}")
 
 
 def entity_schedule(n_aligned: int, n_extra: int, length: int, *, seed: int, epoch: int, party: str,
@@ -246,6 +271,8 @@ def build_passive_model(data: PartyData, config: TrainConfig, options: EntityAug
         model: nn.Module = nn.Sequential(nn.Linear(data.n_features, 5), nn.Linear(5, 2), nn.ReLU())
     elif options.arch == "parkinsons":  # Sec. 5.2: linear(94) -> linear(47) -> ReLU
         model = nn.Sequential(nn.Linear(data.n_features, 94), nn.Linear(94, 47), nn.ReLU())
+    elif options.arch == "handwritten":  # Sec. 5.2: linear(120) -> linear(70) -> ReLU
+        model = nn.Sequential(nn.Linear(data.n_features, 120), nn.Linear(120, 70), nn.ReLU())
     elif options.bottom in ("auto", "cnn") and data.strip_shape is not None:
         model = StripCNN(data.strip_shape, config.embedding_dim)
     elif options.bottom == "cnn":
@@ -267,6 +294,9 @@ def build_top_model(width: int, n_classes: int, config: TrainConfig,
         model = nn.Sequential(nn.Linear(width, 94), nn.Linear(94, 47), nn.LeakyReLU(),
                               nn.Linear(47, 22), nn.Linear(22, 10), nn.LeakyReLU(),
                               nn.Linear(10, n_classes))
+    elif options.arch == "handwritten":  # linear(280) -> linear(120) -> LeakyReLU -> linear(40) -> out
+        model = nn.Sequential(nn.Linear(width, 280), nn.Linear(280, 120), nn.LeakyReLU(),
+                              nn.Linear(120, 40), nn.Linear(40, n_classes))
     else:
         model = MLP(width, config.hidden, n_classes)
     return init_parameters(model, party_generator(config.seed, "top"))
@@ -549,7 +579,8 @@ class EntityAugActive(SplitActive):
                 labels = [self.y_own[own_idx], *labels]
                 weights = [widths[ctx.name], *weights]
             target = torch.as_tensor(interpolate_labels(labels, weights, self.data.n_classes), device=self.device)
-            loss = soft_cross_entropy(self.state.modules["top"](torch.cat(inputs, dim=1)), target)
+            logits = self.state.modules["top"](torch.cat(inputs, dim=1))
+            loss = interpolated_loss(self.method.options.loss, logits, target)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -567,6 +598,7 @@ class EntityAugActive(SplitActive):
         options = self.method.options
         extra = {"entity_aug": {
             "resolution": options.resolution,
+            "loss": options.loss,
             "steps_per_epoch": -(-self.length // self.config.batch_size),
             "epoch_length": int(self.length),
             "aligned_rows": len(self.rows),
