@@ -294,3 +294,25 @@ def test_include_test_rows_false_keeps_test_rows_out_of_the_exchange():
     assert report.cost["comm"]["bytes"]["passive1->active"] == len(encode(torch.zeros(100, 256)))
 
 
+
+
+
+def test_vfedtrans_distils_with_mae_by_default(monkeypatch):
+    import securevfl.methods.vfedtrans as vfedtrans
+    from securevfl.methods.vfedtrans import VFedTransOptions
+
+    assert VFedTransOptions().distill_loss == "mae"  # the APC-VFL paper, Sec. 4.3: MAE as in Huang et al.
+    kinds = []
+    real_fit = vfedtrans.fit_autoencoder
+
+    def recording_fit(*args, **kwargs):
+        kinds.append(kwargs["kind"])
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(vfedtrans, "fit_autoencoder", recording_fit)
+    kw = dict(n_samples=300, n_features=8, active_features=3, aligned=80, unaligned="disjoint", **FAST)
+    default = securevfl.train("vfedtrans", "synthetic", **kw)
+    mse = securevfl.train("vfedtrans", "synthetic", **kw, options={"distill_loss": "mse"})
+    # the student's distillation term is the L1 distance by default; MSE (squared L2) stays an option
+    assert kinds == ["mae", "mse"]
+    assert default.extra["distill_loss"] == "mae" and mse.extra["distill_loss"] == "mse"

@@ -6,7 +6,7 @@ each passive party the gradient of the loss with respect to that party's embeddi
 aligned training rows are used. Paper: Ceballos et al., "SplitNN-driven Vertical Partitioning"
 (2020); Romanini et al., "PyVertical" (2021). The protocol is the engine's
 :class:`~securevfl.methods.engine.SplitMethod` with its default hooks; SplitNN only chooses the
-bottom model.
+bottom and top models (widths per party role and activation, :class:`SplitNNOptions`).
 """
 
 from __future__ import annotations
@@ -19,27 +19,69 @@ from securevfl.data.scenario import PartyData
 from securevfl.errors import ConfigError
 from securevfl.methods.base import TrainConfig, register_method
 from securevfl.methods.engine import PartySide, SplitMethod
-from securevfl.models import StripCNN, init_parameters, mlp_bottom
+from securevfl.models import MLP, StripCNN, init_parameters, mlp_bottom
+from securevfl.models.mlp import ACTIVATIONS
 from securevfl.seeding import party_generator
+
+
+def parse_layer_widths(text: str, what: str) -> tuple[int, ...]:
+    """``"64,128"`` -> ``(64, 128)`` (``""`` -> ``()``), else a ConfigError naming ``what``."""
+    try:
+        widths = tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"{what} must be comma-separated layer widths, got {text!r}") from None
+    if any(w < 1 for w in widths):
+        raise ConfigError(f"{what} widths must be >= 1, got {text!r}")
+    return widths
 
 
 @dataclass(frozen=True)
 class SplitNNOptions:
-    """``bottom``: ``mlp`` for every party, or ``cnn`` for image strips (MLP where no strip)."""
+    """SplitNN's networks; the defaults are the toolkit's usual ones (``--hidden``, ``--embedding-dim``, ReLU).
+
+    ``bottom``: ``mlp`` for every party, or ``cnn`` for image strips (MLP where no strip).
+    ``activation``: of every hidden layer and of the bottoms' output (``relu``, ``selu``, ...).
+    ``active_bottom`` / ``passive_bottom``: a party's bottom widths ``"h1,...,embedding"`` (the last
+    is its embedding width); empty: ``--hidden`` then ``--embedding-dim``. ``top``: the top model's
+    hidden widths before the class layer; empty: ``--hidden``. The APC-VFL paper's SplitNN
+    (Appendix B: ``g1`` extractors, ``g2`` plus a class layer as head, SELU) is
+    ``activation=selu, active_bottom=64,128, passive_bottom=128,256, top=256,256``; early stopping
+    is the engine's (``--patience``, ``--val-fraction``).
+    """
 
     bottom: str = "mlp"
+    activation: str = "relu"
+    active_bottom: str = ""
+    passive_bottom: str = ""
+    top: str = ""
 
     def __post_init__(self) -> None:
         if self.bottom not in ("mlp", "cnn"):
             raise ConfigError(f"bottom must be 'mlp' or 'cnn', got {self.bottom!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
+        for what in ("active_bottom", "passive_bottom", "top"):
+            parse_layer_widths(getattr(self, what), what)
+
+    def bottom_widths(self, active: bool, config: TrainConfig) -> tuple[tuple[int, ...], int]:
+        """``(hidden widths, embedding width)`` of the active party's or a passive party's bottom."""
+        widths = parse_layer_widths(self.active_bottom if active else self.passive_bottom, "bottom")
+        return (widths[:-1], widths[-1]) if widths else (tuple(config.hidden), config.embedding_dim)
+
+    def top_widths(self, config: TrainConfig) -> tuple[int, ...]:
+        return parse_layer_widths(self.top, "top") if self.top else tuple(config.hidden)
 
 
-def build_bottom(data: PartyData, config: TrainConfig, kind: str, seed_name: str) -> nn.Module:
-    """A party's bottom model: features -> ``config.embedding_dim``."""
+def build_bottom(data: PartyData, config: TrainConfig, kind: str, seed_name: str, *,
+                 hidden: tuple[int, ...] | None = None, out: int | None = None,
+                 activation: str = "relu") -> nn.Module:
+    """A party's bottom model: features -> ``out`` (default ``config.embedding_dim``)."""
+    out = config.embedding_dim if out is None else out
+    hidden = tuple(config.hidden) if hidden is None else hidden
     if kind == "cnn" and data.strip_shape is not None:
-        model: nn.Module = StripCNN(data.strip_shape, config.embedding_dim)
+        model: nn.Module = StripCNN(data.strip_shape, out)
     else:
-        model = mlp_bottom(data.n_features, data.codes, config.hidden, config.embedding_dim)
+        model = mlp_bottom(data.n_features, data.codes, hidden, out, activation=activation)
     return init_parameters(model, party_generator(config.seed, seed_name))
 
 
@@ -52,7 +94,18 @@ class SplitNN(SplitMethod[SplitNNOptions]):
     Options = SplitNNOptions
 
     def bottom(self, side: PartySide) -> nn.Module:
-        return build_bottom(side.data, self.config, self.options.bottom, side.name)
+        hidden, out = self.options.bottom_widths(side.data.y_train is not None, self.config)
+        return build_bottom(side.data, self.config, self.options.bottom, side.name, hidden=hidden, out=out,
+                            activation=self.options.activation)
+
+    def combined_width(self, side: PartySide, own: bool) -> int:
+        passive = self.options.bottom_widths(False, self.config)[1]
+        return passive * len(side.passives) + (self.options.bottom_widths(True, self.config)[1] if own else 0)
+
+    def top(self, side: PartySide, width: int) -> nn.Module:
+        model = MLP(width, self.options.top_widths(self.config), side.data.n_classes,
+                    activation=self.options.activation)
+        return init_parameters(model, party_generator(self.config.seed, "top"))
 
 
 @register_method

@@ -57,12 +57,14 @@ MASKED_US = "vfedtrans.fedsvd.masked_us"
 class VFedTransOptions:
     """Student and probe settings as in APC-VFL.
 
-    ``student_hidden`` are the student's hidden widths (its latent width is fixed by FedSVD to
-    the total feature count). ``max_aligned_rows`` guards
-    the dense ``m x m`` mask (m^2 floats per party).
+    ``distill_loss`` defaults to ``mae``: the APC-VFL paper (Sec. 4.3) applies "the MAE error as
+    proposed in (Huang et al., 2023a)" — MAE is VFedTrans's own distillation loss; ``mse`` stays
+    available. ``student_hidden`` are the student's hidden widths (its latent width is fixed by
+    FedSVD to the total feature count). ``max_aligned_rows`` guards the dense ``m x m`` mask
+    (m^2 floats per party).
     """
 
-    distill_loss: str = "mse"
+    distill_loss: str = "mae"
     lam: float = 0.01
     patience: int = 10
     max_epochs: int = 0

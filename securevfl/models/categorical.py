@@ -41,10 +41,11 @@ class CategoryEmbeddings(nn.Module):
 
 
 def mlp_bottom(width: int, codes: Sequence[int], hidden: Sequence[int], out: int, *,
-               final_activation: bool = True) -> nn.Module:
+               final_activation: bool = True, activation: str = "relu") -> nn.Module:
     """An MLP bottom of ``width`` inputs, behind learned embeddings when the last ``len(codes)`` are codes."""
     layers = tuple(hidden)
-    return with_category_embeddings(width, codes, lambda w: MLP(w, layers, out, final_activation=final_activation))
+    return with_category_embeddings(
+        width, codes, lambda w: MLP(w, layers, out, activation=activation, final_activation=final_activation))
 
 
 def with_category_embeddings(width: int, cardinalities: Sequence[int],

@@ -87,6 +87,10 @@ class SplitMethod(Method[OptionsT]):
     def embedding_width(self) -> int:
         return self.config.embedding_dim
 
+    def combined_width(self, side: PartySide, own: bool) -> int:
+        """Width of the active party's combination: every passive embedding, plus its own if ``own``."""
+        return self.embedding_width() * (len(side.passives) + own)
+
     def top(self, side: PartySide, width: int) -> nn.Module:
         """The active party's top model: combined width -> class logits."""
         model = MLP(width, self.config.hidden, side.data.n_classes)
@@ -171,7 +175,7 @@ class SplitActive(PartySide):
     def build(self, ctx: PartyContext) -> None:
         method = self.method
         own = method.bottom(self).to(ctx.device) if self.data.n_features else None
-        width = method.embedding_width() * (len(self.passives) + (own is not None))
+        width = method.combined_width(self, own is not None)
         top = method.top(self, width).to(ctx.device)
         self.state.modules["top"] = top
         params = list(top.parameters())
