@@ -356,6 +356,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--mnist-epochs", type=int, default=10)
     parser.add_argument("--digits-epochs", type=int, default=30)
     parser.add_argument("--homo-mnist", action="store_true", help="also Table IV on mnist-5k (slow)")
+    parser.add_argument("--only", help="run only these tables, e.g. mnist-5k:homo,digits:hetero")
     parser.add_argument("--lrs-from", help="take the mnist-5k learning rates of an earlier run's JSON "
                                            "(to run parties / fig6 alone)")
     parser.add_argument("--sweep-epochs", type=int, default=5, help="epochs of the parties and fig6 runs")
@@ -384,6 +385,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         plan.append(("mnist-5k", "hetero", args.mnist_epochs))
         if args.homo_mnist:
             plan.append(("mnist-5k", "homo", args.mnist_epochs))
+    if args.only:
+        wanted = {tuple(x.split(":")) for x in args.only.split(",")}
+        plan = [p for p in plan + [("mnist-5k", m, args.mnist_epochs) for m in ("hetero", "homo")]
+                if (p[0], p[1]) in wanted]
+        plan = list(dict.fromkeys(plan))
     tables: list[dict[str, Any]] = []
     if sections & {"tables", "comm"}:
         for dataset, models, epochs in plan:
