@@ -20,19 +20,8 @@ from securevfl.errors import ConfigError
 from securevfl.methods.base import TrainConfig, register_method
 from securevfl.methods.engine import PartySide, SplitMethod
 from securevfl.models import MLP, StripCNN, init_parameters, mlp_bottom
-from securevfl.models.mlp import ACTIVATIONS
+from securevfl.models.mlp import ACTIVATIONS, parse_widths
 from securevfl.seeding import party_generator
-
-
-def parse_layer_widths(text: str, what: str) -> tuple[int, ...]:
-    """``"64,128"`` -> ``(64, 128)`` (``""`` -> ``()``), else a ConfigError naming ``what``."""
-    try:
-        widths = tuple(int(x) for x in str(text).split(",") if x.strip())
-    except ValueError:
-        raise ConfigError(f"{what} must be comma-separated layer widths, got {text!r}") from None
-    if any(w < 1 for w in widths):
-        raise ConfigError(f"{what} widths must be >= 1, got {text!r}")
-    return widths
 
 
 @dataclass(frozen=True)
@@ -61,15 +50,15 @@ class SplitNNOptions:
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
         for what in ("active_bottom", "passive_bottom", "top"):
-            parse_layer_widths(getattr(self, what), what)
+            parse_widths(getattr(self, what), what, allow_empty=True)
 
     def bottom_widths(self, active: bool, config: TrainConfig) -> tuple[tuple[int, ...], int]:
         """``(hidden widths, embedding width)`` of the active party's or a passive party's bottom."""
-        widths = parse_layer_widths(self.active_bottom if active else self.passive_bottom, "bottom")
+        widths = parse_widths(self.active_bottom if active else self.passive_bottom, "bottom", allow_empty=True)
         return (widths[:-1], widths[-1]) if widths else (tuple(config.hidden), config.embedding_dim)
 
     def top_widths(self, config: TrainConfig) -> tuple[int, ...]:
-        return parse_layer_widths(self.top, "top") if self.top else tuple(config.hidden)
+        return parse_widths(self.top, "top") if self.top else tuple(config.hidden)
 
 
 def build_bottom(data: PartyData, config: TrainConfig, kind: str, seed_name: str, *,

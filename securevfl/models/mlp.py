@@ -8,7 +8,20 @@ from typing import TypeVar
 import torch
 from torch import nn
 
+from securevfl.errors import ConfigError
+
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+def parse_widths(text: str, what: str, *, allow_empty: bool = False) -> tuple[int, ...]:
+    """``"64,128"`` -> ``(64, 128)``: layer widths from an option (``""`` -> ``()`` if ``allow_empty``)."""
+    try:
+        widths = tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"{what} must be comma-separated layer widths, got {text!r}") from None
+    if (not widths and not allow_empty) or any(w < 1 for w in widths):
+        raise ConfigError(f"{what} needs positive layer widths, got {text!r}")
+    return widths
+
 
 ACTIVATIONS = {"relu": nn.ReLU, "selu": nn.SELU, "tanh": nn.Tanh, "gelu": nn.GELU, "leaky_relu": nn.LeakyReLU}
 

@@ -19,20 +19,10 @@ from torch import nn
 from securevfl.errors import ConfigError
 from securevfl.methods.base import batch_plan
 from securevfl.models import init_parameters
+from securevfl.models.mlp import parse_widths
 from securevfl.seeding import party_generator
 
 DISTILL_LOSSES = ("mse", "mae")
-
-
-def parse_widths(text: str, what: str) -> tuple[int, ...]:
-    """``"64,128"`` -> ``(64, 128)``; the last width is the latent dimension."""
-    try:
-        widths = tuple(int(x) for x in str(text).split(",") if x.strip())
-    except ValueError:
-        raise ConfigError(f"{what} must be comma-separated layer widths, got {text!r}") from None
-    if not widths or any(w < 1 for w in widths):
-        raise ConfigError(f"{what} needs at least one positive width, got {text!r}")
-    return widths
 
 
 class SymmetricAutoencoder(nn.Module):
