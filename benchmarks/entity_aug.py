@@ -17,11 +17,13 @@ cross-entropy, the method's default when they were measured).
 misaligned, with both losses (``bce``, the paper's and the default; ``ce``).
 ``--table1``: the paper's Table 1 on ``mnist-5k``: 256 / 512 / 1024 / 2048 aligned training rows,
 the rest split evenly between 2 guests, the host labels all: Entity Augmentation vs standard VFL
-(SplitNN on the aligned rows, same epochs and equal optimiser steps). Few-shot VFL (Sun et al.
-2023) is not implemented here; its paper figures are printed for reference.
+(SplitNN on the aligned rows, same epochs and equal optimiser steps) vs few-shot and one-shot VFL
+(Sun et al. 2023, ``--method fewshot-vfl``; ``--table1-fewshot-epochs`` local epochs per round).
+``--table1-merge A.json B.json ...`` joins the Table 1 runs of several files (e.g. one per seed).
 
     .venv/bin/python benchmarks/entity_aug.py --quick --out out/entity_aug.json
     .venv/bin/python benchmarks/entity_aug.py --quick --only-new --handwritten --table1
+    .venv/bin/python benchmarks/entity_aug.py --only-new --table1 --table1-losses bce,ce --out out/t1.json
 """
 
 from __future__ import annotations
@@ -203,11 +205,15 @@ def handwritten(epochs: int, seeds: list[int], losses: list[str], console: Conso
 
 
 def table1(epochs: int, seeds: list[int], overlaps: list[int], console: Console, losses: list[str],
-           baselines: bool = True) -> list[dict]:
+           baselines: bool = True, fewshot_epochs: int = 0) -> list[dict]:
     """Table 1 on mnist-5k: fixed overlap; EA (aligned + the guests' other rows) vs SplitNN on the overlap.
 
-    ``entity_aug`` is the first loss of ``losses``; the others go to ``entity_aug_<loss>``.
+    ``entity_aug_<loss>`` per loss of ``losses``; ``splitnn`` / ``splitnn_equal_steps`` (standard VFL;
+    the equal-steps control needs an Entity Augmentation run); ``few_shot`` / ``one_shot`` (Sun et al.'s
+    one- and few-shot VFL, ``fewshot_epochs`` local epochs per round) when ``fewshot_epochs`` > 0.
     """
+    if baselines and not losses:
+        raise SystemExit("--table1: the SplitNN equal-steps control needs an Entity Augmentation loss")
     rows = []
     bs = SETUPS["mnist-5k"]["batch_size"]
     for overlap in overlaps:
@@ -215,13 +221,17 @@ def table1(epochs: int, seeds: list[int], overlaps: list[int], console: Console,
         runs: dict[str, list[float]] = {k: [] for k in keys}
         if baselines:
             runs.update({"splitnn": [], "splitnn_equal_steps": []})
-        sp_epochs = None
+        if fewshot_epochs:
+            runs.update({"few_shot": [], "one_shot": []})
+        sp_epochs = epoch_length = None
         for seed in seeds:
             scen = dict(aligned=overlap, unaligned="spread")
+            line = []
             for key, loss in zip(keys, losses, strict=True):
                 ea = train("entity-aug", "mnist-5k", seed=seed, epochs=epochs, options={"loss": loss}, **scen)
                 runs[key].append(ea.metrics["accuracy"])
-            line = ", ".join(f"EA {loss} {runs[k][-1]:.4f}" for k, loss in zip(keys, losses, strict=True))
+                epoch_length = ea.extra["entity_aug"]["epoch_length"]
+                line.append(f"EA {loss} {runs[key][-1]:.4f}")
             if baselines:
                 sp = train("splitnn", "mnist-5k", seed=seed, epochs=epochs, options={"bottom": "cnn"}, **scen)
                 ea_steps = epochs * ea.extra["entity_aug"]["steps_per_epoch"]
@@ -230,13 +240,42 @@ def table1(epochs: int, seeds: list[int], overlaps: list[int], console: Console,
                                 **scen)
                 runs["splitnn"].append(sp.metrics["accuracy"])
                 runs["splitnn_equal_steps"].append(sp_long.metrics["accuracy"])
-                line += (f", SplitNN {sp.metrics['accuracy']:.4f} (equal steps, {sp_epochs} epochs: "
-                         f"{sp_long.metrics['accuracy']:.4f})")
-            console.log(f"table 1, mnist-5k, overlap {overlap}, seed {seed}: {line}")
-        rows.append({"dataset": "mnist-5k", "overlap": overlap, "epochs": epochs,
-                     "epoch_length": ea.extra["entity_aug"]["epoch_length"], "splitnn_equal_steps_epochs": sp_epochs,
-                     **{k: summary(v) for k, v in runs.items()}, "losses": losses,
+                line.append(f"SplitNN {sp.metrics['accuracy']:.4f} (equal steps, {sp_epochs} epochs: "
+                            f"{sp_long.metrics['accuracy']:.4f})")
+            for variant in ("few-shot", "one-shot") if fewshot_epochs else ():
+                fs = train("fewshot-vfl", "mnist-5k", seed=seed, epochs=fewshot_epochs,
+                           options={"variant": variant}, **scen)
+                runs[variant.replace("-", "_")].append(fs.metrics["accuracy"])
+                kept = fs.extra["fewshot_vfl"].get("pseudo_labels")
+                line.append(f"{variant} {fs.metrics['accuracy']:.4f}"
+                            + (f" (pseudo-labelled {sum(v['rows'] for v in kept.values())})" if kept else ""))
+            console.log(f"table 1, mnist-5k, overlap {overlap}, seed {seed}: {', '.join(line)}")
+        rows.append({"dataset": "mnist-5k", "overlap": overlap, "epochs": epochs, "epoch_length": epoch_length,
+                     "splitnn_equal_steps_epochs": sp_epochs, "fewshot_local_epochs": fewshot_epochs or None,
+                     **{k: summary(v) for k, v in runs.items()}, "losses": losses, "seeds": seeds,
                      "paper": PAPER_TABLE1[overlap]})
+    return rows
+
+
+def merge_table1(paths: list[Path]) -> list[dict]:
+    """Table 1 rows of several runs (e.g. one per seed, or EA and few-shot apart), runs joined per overlap."""
+    merged: dict[int, dict[str, Any]] = {}
+    for path in paths:
+        for row in json.loads(path.read_text())["table1"] or []:
+            if "entity_aug" in row:  # runs written before the per-loss keys
+                row[f"entity_aug_{row.pop('loss', 'bce')}"] = row.pop("entity_aug")
+            into = merged.setdefault(row["overlap"], {k: v for k, v in row.items() if not isinstance(v, dict)
+                                                       or k == "paper"})
+            for key, value in row.items():
+                if isinstance(value, dict) and "runs" in value:
+                    into.setdefault(key, {"runs": []})["runs"] += value["runs"]
+                elif value is not None and key not in ("losses", "seeds"):
+                    into[key] = value if key != "paper" else into.get(key, value)
+            into["losses"] = sorted({*into.get("losses", []), *row.get("losses", [row.get("loss", "bce")])})
+    rows = []
+    for overlap in sorted(merged):
+        row = merged[overlap]
+        rows.append({k: summary(v["runs"]) if isinstance(v, dict) and "runs" in v else v for k, v in row.items()})
     return rows
 
 
@@ -259,16 +298,20 @@ def print_new(hw: dict[str, Any] | None, t1: list[dict], console: Console) -> No
     if t1:
         table = Table(title="Table 1 analogue: mnist-5k, fixed overlap, rest split between 2 guests (accuracy %)")
         losses = t1[0]["losses"]
-        for col in ("overlap", "EA epochs", *(f"Entity Aug. ({loss})" for loss in losses),
-                    "standard VFL (SplitNN), same epochs", "SplitNN, equal steps", "few-shot VFL",
+        for col in ("overlap", "seeds", "EA epochs", *(f"Entity Aug. ({loss})" for loss in losses),
+                    "standard VFL (SplitNN), same epochs", "SplitNN, equal steps", "few-shot VFL", "one-shot VFL",
                     "paper: EA / few-shot / standard"):
             table.add_column(col)
         for r in t1:
             p = r["paper"]
             base = ([fmt(r["splitnn"]), f"{fmt(r['splitnn_equal_steps'])} ({r['splitnn_equal_steps_epochs']} ep.)"]
                     if "splitnn" in r else ["not run", "not run"])
-            table.add_row(str(r["overlap"]), str(r["epochs"]), *(fmt(r[f"entity_aug_{loss}"]) for loss in losses),
-                          *base, "not implemented", f"{p['entity_aug']} / {p['few_shot']} / {p['standard']}")
+            shots = ([f"{fmt(r['few_shot'])} ({r['fewshot_local_epochs']} ep.)", fmt(r["one_shot"])]
+                     if "few_shot" in r else ["not run", "not run"])
+            table.add_row(str(r["overlap"]), str(len(r[f"entity_aug_{losses[0]}"]["runs"]) if losses else "-"),
+                          str(r["epochs"]), *(fmt(r[f"entity_aug_{loss}"]) if f"entity_aug_{loss}" in r else "-"
+                                              for loss in losses),
+                          *base, *shots, f"{p['entity_aug']} / {p['few_shot']} / {p['standard']}")
         console.print(table)
 
 
@@ -286,14 +329,26 @@ def main() -> None:
     parser.add_argument("--handwritten-epochs", type=int, default=20)
     parser.add_argument("--table1", action="store_true", help="Table 1 on mnist-5k (fixed overlap 256-2048)")
     parser.add_argument("--table1-epochs", type=int, default=5)
-    parser.add_argument("--table1-seeds", type=int, default=2, help="seeds 0..N-1 for Table 1")
+    parser.add_argument("--table1-seeds", type=int, default=3, help="seeds 0..N-1 for Table 1")
+    parser.add_argument("--table1-seed-list", help="Table 1 seeds as a list (e.g. 2 or 1,2), instead of 0..N-1")
     parser.add_argument("--table1-losses", default="bce", help="Entity Augmentation losses for Table 1 (bce,ce)")
-    parser.add_argument("--table1-no-baselines", action="store_true", help="Table 1: Entity Augmentation only")
+    parser.add_argument("--table1-no-baselines", action="store_true", help="Table 1: no SplitNN baselines")
+    parser.add_argument("--table1-fewshot-epochs", type=int, default=20,
+                        help="Table 1: local epochs per round of one-/few-shot VFL (0: skip them)")
+    parser.add_argument("--table1-merge", nargs="+", type=Path, metavar="FILE.json",
+                        help="print (and with --out write) the Table 1 of earlier runs' JSON files joined, and exit")
     parser.add_argument("--only-new", action="store_true",
                         help="run only the sections asked for with --handwritten / --table1")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    console = Console(width=170)
+    console = Console(width=190)
+    if args.table1_merge:
+        merged = merge_table1(args.table1_merge)
+        print_new(None, merged, console)
+        if args.out:
+            args.out.write_text(json.dumps({"benchmark": "entity_aug", "table1": merged,
+                                            "merged_from": [str(p) for p in args.table1_merge]}, indent=2))
+        return
     if args.quick:
         seeds, t4_epochs = [0, 1], 8
         t23_epochs = {"digits": 5, "breast-cancer": 15, "synthetic": 6}
@@ -307,11 +362,14 @@ def main() -> None:
     if args.handwritten:
         hw = (handwritten(2, [0], ["bce"], console, False) if args.quick
               else handwritten(args.handwritten_epochs, seeds, ["bce", "ce"], console, True))
+    table1_seeds = ([int(x) for x in args.table1_seed_list.split(",")] if args.table1_seed_list
+                    else list(range(args.table1_seeds)))
     if args.table1:
-        losses, baselines = args.table1_losses.split(","), not args.table1_no_baselines
-        t1 = (table1(1, [0], [256, 2048], console, losses, baselines) if args.quick
-              else table1(args.table1_epochs, list(range(args.table1_seeds)), [256, 512, 1024, 2048], console,
-                          losses, baselines))
+        losses = [x for x in args.table1_losses.split(",") if x]
+        baselines = not args.table1_no_baselines
+        t1 = (table1(1, [0], [256, 2048], console, losses, baselines, 2 if args.table1_fewshot_epochs else 0)
+              if args.quick else table1(args.table1_epochs, table1_seeds, [256, 512, 1024, 2048], console, losses,
+                                        baselines, args.table1_fewshot_epochs))
     t4 = [] if skip_old else table4("digits", t4_epochs, seeds, [0.05, 0.10], console, full)
     if (args.mnist or args.only_mnist) and not args.only_new:
         t4 += table4("mnist-5k", args.mnist_epochs, seeds[:1], [0.05, 0.10], console, full)
@@ -361,7 +419,7 @@ def main() -> None:
         args.out.write_text(json.dumps({
             "benchmark": "entity_aug", "quick": args.quick, "seeds": seeds, "table4": t4, "table23": t23, "drops": dr,
             "table3_handwritten": hw, "table1": t1,
-            "table1_seeds": None if not t1 else 1 if args.quick else args.table1_seeds,
+            "table1_seeds": None if not t1 else [0] if args.quick else table1_seeds,
             "total_s": total, "machine": {"platform": platform.platform(), "torch_threads": args.threads},
             "notes": ["scenario alignment is plaintext (simulation); the method's own host-guest "
                       "entity resolution runs pairwise ECDH PSI",

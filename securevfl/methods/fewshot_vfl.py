@@ -1,0 +1,509 @@
+"""One-shot and few-shot VFL (Sun et al., ICCV 2023): the baseline of Entity Augmentation's Table 1.
+
+Sun, Xu, Yang, Nath, Li, Zhao, Xu, Chen, Roth, "Communication-Efficient Vertical Federated Learning
+with Limited Overlapping Samples", ICCV 2023, pp. 5203-5212. The server (the active party, label
+holder, no features) knows the labels ``Y_o`` of the overlapping rows only; every client (passive
+party) holds its columns of the overlapping rows ``X_o^k`` and of its own unaligned rows ``X_u^k``.
+
+**One-shot VFL** (two uploads and one download per client):
+
+1. each client sends ``H_o^k = f_k(X_o^k)`` from its randomly initialised extractor ``f_k``;
+2. the server concatenates them, computes the loss of its classifier ``f_c`` against ``Y_o`` and
+   returns each client its partial gradient ``dL/dH_o^k`` and the class count ``C``;
+3. the client clusters its gradients with k-means into ``C`` clusters: the cluster indices are
+   temporary labels of its overlapping rows (gradients of one class point the same way);
+4. the client trains ``f_k`` with a local head semi-supervised (FixMatch): cross-entropy on
+   ``(X_o^k, cluster labels)`` plus ``lambda_u`` times the consistency loss on ``X_u^k``
+   (pseudo-label of a weak augmentation, kept above a confidence ``threshold``, as the target of a
+   strong augmentation);
+5. the client sends ``H_o^k' = f_k(X_o^k)``; the server trains ``f_c`` on them with ``Y_o``.
+
+**Few-shot VFL** (one more round): with the step-5 upload each client also sends ``H_u^k`` of
+its unaligned rows. For each such row the server estimates the other clients' missing
+representations with ``T(H_u^k, H_o^k, H_o^j) = softmax(H_u^k H_o^k^T / sqrt(d)) H_o^j`` (an
+attention over the overlapping rows), predicts the class with ``f_c`` on the completed row and
+with an auxiliary classifier ``f_c^k`` trained on ``H_o^k`` alone, and keeps the rows where both
+agree with confidence >= ``select_threshold``. It sends each client the positions and predicted
+classes of its kept rows; the client trains ``f_k`` again with them as extra labelled rows (a
+second head in the server's class space; the cluster head keeps the overlapping rows) and sends
+``H_o^k''`` and the kept rows' representations; the server retrains ``f_c`` on the overlapping
+rows (true labels) plus the kept rows (completed by ``T``, pseudo-labels).
+
+Where Sun et al. leave a choice open here, ours is stated (docs/entity_aug.md, "Few-shot VFL"):
+augmentations (tabular: the paper's mask-to-mean weak and mask + Gaussian noise strong; image
+strips: a random shift weak and shift + cutout + noise strong, in place of RandAugment), the
+attention form of ``T``, and fresh classifier weights for the final training.
+
+What each party learns: the server, every client's representations of its overlapping, unaligned
+and test rows; each client, the server's per-row gradients on its overlapping rows — which
+k-means turns into the overlapping rows' label classes up to a renaming (that is the method's
+design) — and, in few-shot VFL, the server's predicted classes of its kept unaligned rows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from securevfl.data.scenario import PartyData, Scenario
+from securevfl.errors import ConfigError, DataError, ProtocolError
+from securevfl.federation.runtime import PartyContext
+from securevfl.methods.base import (
+    ActiveOutcome,
+    Method,
+    Role,
+    TrainConfig,
+    as_tensor,
+    batch_plan,
+    predict_scores,
+    register_method,
+)
+from securevfl.methods.engine import checked_tensor
+from securevfl.models import MLP, StripCNN, init_parameters, mlp_bottom
+from securevfl.seeding import label_number, party_generator, simulation_rng, torch_generator
+
+ONE_SHOT, FEW_SHOT = "one-shot", "few-shot"
+VARIANTS = (ONE_SHOT, FEW_SHOT)
+OVERLAP = "fewshot.overlap_representations"
+GRADIENTS = "fewshot.partial_gradients"
+AFTER_SSL = "fewshot.representations_after_ssl"
+PSEUDO = "fewshot.pseudo_labels"
+FINAL = "fewshot.final_representations"
+TEST = "fewshot.test_representations"
+
+
+@dataclass(frozen=True)
+class FewShotOptions:
+    """Options of ``fewshot-vfl``.
+
+    ``variant``: ``few-shot`` (3 uploads, 2 downloads per client) or ``one-shot`` (2 uploads, 1
+    download). ``local_epochs``: epochs of each local semi-supervised training (0: the run's
+    ``--epochs``); an epoch is one pass over the client's unlabelled rows in batches of
+    ``mu * batch_size`` (or over its labelled rows, if longer). ``server_epochs``: epochs of the
+    server's classifier training. ``mu``, ``lambda_u``, ``threshold``: FixMatch's unlabelled batch
+    ratio, loss weight and confidence threshold (its defaults 7, 1, 0.95). ``select_threshold``:
+    the confidence both server classifiers need for a pseudo-label. ``mask_prob`` / ``noise_std``:
+    the tabular augmentations; ``shift``: the image weak augmentation's translation in pixels.
+    """
+
+    variant: str = FEW_SHOT
+    local_epochs: int = 0
+    server_epochs: int = 50
+    mu: int = 7
+    lambda_u: float = 1.0
+    threshold: float = 0.95
+    select_threshold: float = 0.9
+    mask_prob: float = 0.2
+    noise_std: float = 0.1
+    shift: int = 2
+    kmeans_init: int = 10
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ConfigError(f"variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
+        if self.local_epochs < 0 or self.server_epochs < 1 or self.mu < 1 or self.kmeans_init < 1:
+            raise ConfigError("local_epochs >= 0 (0: the run's epochs), server_epochs, mu and kmeans_init >= 1")
+        if self.lambda_u < 0 or not 0 < self.threshold <= 1 or not 0 < self.select_threshold <= 1:
+            raise ConfigError("lambda_u >= 0; threshold and select_threshold in (0, 1]")
+        if not 0 <= self.mask_prob < 1 or self.noise_std < 0 or self.shift < 0:
+            raise ConfigError("mask_prob in [0, 1), noise_std >= 0, shift >= 0")
+
+
+# -- pure pieces ---------------------------------------------------------------------------------
+
+def cluster_gradients(gradients: np.ndarray, n_clusters: int, *, seed: int, n_init: int = 10) -> np.ndarray:
+    """Step 3: k-means cluster index of every row's partial gradient (the temporary labels)."""
+    from sklearn.cluster import KMeans
+
+    if len(gradients) < n_clusters:
+        raise DataError(f"{len(gradients)} overlapping rows cannot form {n_clusters} clusters")
+    km = KMeans(n_clusters=n_clusters, n_init=n_init, random_state=seed)
+    return km.fit_predict(np.asarray(gradients, dtype=np.float64)).astype(np.int64)
+
+
+def estimate_missing(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``T``: another client's representation of unaligned rows, attention over the overlapping rows.
+
+    ``softmax(query keys^T / sqrt(d)) values``: ``query`` are a client's representations of its
+    unaligned rows, ``keys`` its representations of the overlapping rows, ``values`` the other
+    client's representations of the same overlapping rows.
+    """
+    if len(keys) != len(values):
+        raise ConfigError(f"keys and values must cover the same overlapping rows ({len(keys)} vs {len(values)})")
+    weights = torch.softmax(query @ keys.T / math.sqrt(keys.shape[1]), dim=1)
+    return weights @ values
+
+
+def select_pseudo_labels(joint: np.ndarray, auxiliary: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """Rows where both classifiers' class probabilities agree on the arg-max, each >= ``threshold``.
+
+    Returns the kept row positions and their classes.
+    """
+    a, b = joint.argmax(axis=1), auxiliary.argmax(axis=1)
+    keep = (a == b) & (joint.max(axis=1) >= threshold) & (auxiliary.max(axis=1) >= threshold)
+    rows = np.flatnonzero(keep)
+    return rows, a[rows].astype(np.int64)
+
+
+def fixmatch_loss(weak_logits: torch.Tensor, strong_logits: torch.Tensor, threshold: float) -> torch.Tensor:
+    """FixMatch's unlabelled loss: CE of the strong view against the confident weak-view arg-max."""
+    probs = torch.softmax(weak_logits.detach(), dim=1)
+    confidence, target = probs.max(dim=1)
+    mask = (confidence >= threshold).float()
+    return (F.cross_entropy(strong_logits, target, reduction="none") * mask).mean()
+
+
+@dataclass(frozen=True)
+class Augmenter:
+    """The weak and strong augmentations of one client's rows (image strips or tabular columns)."""
+
+    strip_shape: tuple[int, int] | None
+    means: torch.Tensor
+    mask_prob: float
+    noise_std: float
+    shift: int
+
+    def weak(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        if self.strip_shape is None:  # Sun et al.: alpha(x) = m * x + (1 - m) * column mean
+            keep = torch.rand(x.shape, generator=gen).to(x.device) >= self.mask_prob
+            return torch.where(keep, x, self.means.expand_as(x))
+        return self._shifted(x, gen)
+
+    def strong(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        out = self.weak(x, gen)
+        if self.strip_shape is not None:
+            out = self._cutout(out, gen)
+        return out + self.noise_std * torch.randn(out.shape, generator=gen).to(x.device)
+
+    def _shifted(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        assert self.strip_shape is not None
+        h, w = self.strip_shape
+        s = self.shift
+        if s == 0:
+            return x
+        img = F.pad(x.reshape(-1, 1, h, w), (s, s, s, s))
+        dy, dx = (int(v) for v in torch.randint(0, 2 * s + 1, (2,), generator=gen))
+        return img[:, :, dy : dy + h, dx : dx + w].reshape(len(x), -1)
+
+    def _cutout(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        assert self.strip_shape is not None
+        h, w = self.strip_shape
+        size_h, size_w = max(1, h // 3), max(1, w // 3)
+        y0 = int(torch.randint(0, h - size_h + 1, (1,), generator=gen))
+        x0 = int(torch.randint(0, w - size_w + 1, (1,), generator=gen))
+        img = x.reshape(-1, h, w).clone()
+        img[:, y0 : y0 + size_h, x0 : x0 + size_w] = 0.0
+        return img.reshape(len(x), -1)
+
+
+# -- training loops ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClassifierSettings:
+    """How the server trains a classifier on representations."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    seed: int
+
+
+def train_classifier(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, settings: ClassifierSettings,
+                     purpose: str) -> float:
+    """Supervised training of a server classifier on representations; returns the last epoch's mean loss."""
+    opt = torch.optim.Adam(model.parameters(), lr=settings.lr)
+    model.train()
+    loss_sum = 0.0
+    salt = 1000 * (label_number(purpose) & 0xFFFF)  # a batch order per classifier, agreed by nobody else
+    for epoch in range(settings.epochs):
+        loss_sum, n = 0.0, 0
+        for batch in batch_plan(len(features), settings.batch_size, settings.seed, salt + epoch):
+            idx = torch.as_tensor(batch, device=features.device)
+            loss = F.cross_entropy(model(features[idx]), labels[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss_sum, n = loss_sum + loss.item() * len(batch), n + len(batch)
+        loss_sum /= max(n, 1)
+    return loss_sum
+
+
+@dataclass
+class LabelledRows:
+    """A client's labelled rows for one local training: inputs, targets, and which head each uses."""
+
+    X: torch.Tensor
+    y: torch.Tensor
+    head: torch.Tensor  # 0: the cluster head (temporary labels), 1: the class head (server's pseudo-labels)
+
+
+def local_ssl(extractor: nn.Module, heads: nn.ModuleList, labelled: LabelledRows, X_u: torch.Tensor,
+              augment: Augmenter, options: FewShotOptions, *, epochs: int, batch_size: int, lr: float,
+              gen: torch.Generator, rng: np.random.Generator) -> dict[str, float]:
+    """Step 4: FixMatch on the client — supervised CE on ``labelled`` plus the consistency loss on ``X_u``.
+
+    The consistency loss uses the cluster head (head 0). Returns the last epoch's mean losses.
+    """
+    params = list(extractor.parameters()) + list(heads.parameters())
+    opt = torch.optim.Adam(params, lr=lr)
+    n_l, n_u = len(labelled.X), len(X_u)
+    u_batch = options.mu * batch_size
+    steps = max(math.ceil(n_u / u_batch) if n_u else 0, math.ceil(n_l / batch_size))
+    extractor.train()
+    heads.train()
+    stats = {"supervised": 0.0, "unlabelled": 0.0, "mask_rate": 0.0}
+    for _ in range(epochs):
+        l_order = np.concatenate([rng.permutation(n_l) for _ in range(math.ceil(steps * batch_size / n_l) + 1)])
+        u_order = (np.concatenate([rng.permutation(n_u) for _ in range(math.ceil(steps * u_batch / n_u) + 1)])
+                   if n_u else np.empty(0, dtype=np.int64))
+        sums = dict.fromkeys(stats, 0.0)
+        for step in range(steps):
+            li = torch.as_tensor(l_order[step * batch_size : (step + 1) * batch_size], device=labelled.X.device)
+            xs = augment.weak(labelled.X[li], gen)
+            z = extractor(xs)
+            logits = torch.stack([heads[0](z), heads[1](z)], dim=1)[torch.arange(len(li)), labelled.head[li]]
+            loss = F.cross_entropy(logits, labelled.y[li])
+            sums["supervised"] += loss.item()
+            if n_u and options.lambda_u > 0:
+                ui = torch.as_tensor(u_order[step * u_batch : (step + 1) * u_batch], device=X_u.device)
+                xu = X_u[ui]
+                weak_logits = heads[0](extractor(augment.weak(xu, gen)))
+                strong_logits = heads[0](extractor(augment.strong(xu, gen)))
+                unl = fixmatch_loss(weak_logits, strong_logits, options.threshold)
+                conf = torch.softmax(weak_logits.detach(), dim=1).max(dim=1).values
+                sums["mask_rate"] += float((conf >= options.threshold).float().mean())
+                sums["unlabelled"] += unl.item()
+                loss = loss + options.lambda_u * unl
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        stats = {k: v / steps for k, v in sums.items()}
+    return stats
+
+
+def _extractor(data: PartyData, config: TrainConfig, name: str) -> nn.Module:
+    """A client's feature extractor ``f_k``: a strip CNN for image strips, else an MLP, to ``embedding_dim``."""
+    if data.strip_shape is not None:
+        model: nn.Module = StripCNN(data.strip_shape, config.embedding_dim)
+    else:
+        model = mlp_bottom(data.n_features, data.codes, config.hidden, config.embedding_dim)
+    return init_parameters(model, party_generator(config.seed, f"{name}.extractor"))
+
+
+@torch.no_grad()
+def _represent(model: nn.Module, X: torch.Tensor, batch: int = 1024) -> torch.Tensor:
+    model.eval()
+    out = [model(X[i : i + batch]) for i in range(0, len(X), batch)] or [model(X[:0])]
+    return torch.cat(out).cpu()
+
+
+# -- roles ---------------------------------------------------------------------------------------
+
+def client_role(data: PartyData, config: TrainConfig, options: FewShotOptions) -> Role:
+    """A client (passive party): representations, k-means on gradients, local FixMatch."""
+
+    def role(ctx: PartyContext) -> dict[str, Any]:
+        device, server = ctx.device, ctx.active
+        epochs = options.local_epochs or config.epochs
+        X_o, X_u = as_tensor(data.X_train, device), as_tensor(data.X_unaligned, device)
+        extractor = _extractor(data, config, ctx.name).to(device)
+        ctx.stage = "send overlap representations"
+        ctx.send(server, OVERLAP, _represent(extractor, X_o))
+        ctx.stage = "cluster partial gradients"
+        message = ctx.recv(server, GRADIENTS)
+        if not (isinstance(message, tuple) and len(message) == 2):
+            raise ProtocolError(f"{server} sent a malformed gradient message")
+        grads, n_classes = checked_tensor(message[0], server, len(X_o), "gradient"), int(message[1])
+        with ctx.meter.compute():
+            clusters = cluster_gradients(grads.numpy(), n_classes, seed=config.seed, n_init=options.kmeans_init)
+        heads = nn.ModuleList([nn.Linear(config.embedding_dim, n_classes) for _ in range(2)])
+        init_parameters(heads, party_generator(config.seed, f"{ctx.name}.heads"))
+        heads.to(device)
+        gen = torch_generator(config.seed, ctx.name, "fewshot.augment")  # on the CPU; draws move to the device
+        rng = simulation_rng(config.seed, ctx.name, "fewshot.batches")
+        means = X_u.mean(dim=0) if len(X_u) else X_o.mean(dim=0)
+        augment = Augmenter(data.strip_shape, means, options.mask_prob, options.noise_std, options.shift)
+        labelled = LabelledRows(X_o, torch.as_tensor(clusters, device=device),
+                                torch.zeros(len(X_o), dtype=torch.long, device=device))
+        ctx.stage = "local semi-supervised training"
+        with ctx.meter.compute():
+            first = local_ssl(extractor, heads, labelled, X_u, augment, options, epochs=epochs,
+                              batch_size=config.batch_size, lr=config.lr, gen=gen, rng=rng)
+        ctx.progress(epoch=1, epochs=2 if options.variant == ONE_SHOT else 3, loss=first["supervised"])
+        ctx.stage = "send representations"
+        if options.variant == ONE_SHOT:
+            ctx.send(server, AFTER_SSL, _represent(extractor, X_o))
+            second: dict[str, float] = {}
+            kept = 0
+        else:
+            ctx.send(server, AFTER_SSL, (_represent(extractor, X_o), _represent(extractor, X_u)))
+            ctx.stage = "receive pseudo-labels"
+            rows, classes = _pseudo_message(ctx.recv(server, PSEUDO), server, len(X_u), n_classes)
+            kept = len(rows)
+            rest = np.setdiff1d(np.arange(len(X_u)), rows)
+            labelled = LabelledRows(
+                torch.cat([X_o, X_u[torch.as_tensor(rows, device=device)]]),
+                torch.cat([labelled.y, torch.as_tensor(classes, device=device)]),
+                torch.cat([labelled.head, torch.ones(kept, dtype=torch.long, device=device)]))
+            ctx.stage = "local semi-supervised training with pseudo-labels"
+            with ctx.meter.compute():
+                second = local_ssl(extractor, heads, labelled, X_u[torch.as_tensor(rest, device=device)], augment,
+                                   options, epochs=epochs, batch_size=config.batch_size, lr=config.lr, gen=gen,
+                                   rng=rng)
+            ctx.progress(epoch=2, epochs=3, loss=second["supervised"])
+            ctx.send(server, FINAL, (_represent(extractor, X_o),
+                                     _represent(extractor, X_u[torch.as_tensor(rows, device=device)])))
+        ctx.stage = "send test representations"
+        ctx.send(server, TEST, _represent(extractor, as_tensor(data.X_test, device)))
+        return {"overlap_rows": len(X_o), "unaligned_rows": len(X_u), "pseudo_labelled_rows": kept,
+                "ssl_first": first, "ssl_second": second}
+
+    return role
+
+
+def _pseudo_message(message: Any, sender: str, n_rows: int, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    if not (isinstance(message, tuple) and len(message) == 2):
+        raise ProtocolError(f"{sender} sent a malformed pseudo-label message")
+    rows, classes = (np.asarray(m, dtype=np.int64).reshape(-1) for m in message)
+    if len(rows) != len(classes) or len(np.unique(rows)) != len(rows) or (len(rows) and (
+            rows.min() < 0 or rows.max() >= n_rows or classes.min() < 0 or classes.max() >= n_classes)):
+        raise ProtocolError(f"{sender} sent pseudo-labels outside this client's {n_rows} rows or {n_classes} classes")
+    return rows, classes
+
+
+def server_role(data: PartyData, clients: tuple[str, ...], config: TrainConfig, options: FewShotOptions) -> Role:
+    """The server (active party): partial gradients, classifier training, few-shot pseudo-labels."""
+
+    def role(ctx: PartyContext) -> ActiveOutcome:
+        assert data.y_train is not None and data.y_test is not None  # the active party holds the labels
+        device, n_classes = ctx.device, data.n_classes
+        y_o = torch.as_tensor(data.y_train, dtype=torch.long, device=device)
+        n_o = len(y_o)
+        ctx.stage = "receive overlap representations"
+        H = {k: checked_tensor(ctx.recv(k, OVERLAP), k, n_o).to(device) for k in clients}
+        widths = {k: h.shape[1] for k, h in H.items()}
+
+        def classifier(width: int, purpose: str) -> nn.Module:
+            model = MLP(width, config.hidden, n_classes)
+            return init_parameters(model, party_generator(config.seed, f"{ctx.name}.{purpose}")).to(device)
+
+        top = classifier(sum(widths.values()), "classifier")
+        ctx.stage = "partial gradients"
+        with ctx.meter.compute():
+            parts = [H[k].clone().requires_grad_(True) for k in clients]
+            top.eval()
+            F.cross_entropy(top(torch.cat(parts, dim=1)), y_o, reduction="sum").backward()
+        for k, part in zip(clients, parts, strict=True):
+            assert part.grad is not None
+            ctx.send(k, GRADIENTS, (part.grad.detach().cpu(), n_classes))
+        ctx.stage = "receive representations"
+        unaligned: dict[str, torch.Tensor] = {}
+        for k in clients:
+            message = ctx.recv(k, AFTER_SSL)
+            if options.variant == FEW_SHOT:
+                if not (isinstance(message, tuple) and len(message) == 2):
+                    raise ProtocolError(f"{k} sent a malformed representation message")
+                message, h_u = message
+                unaligned[k] = checked_tensor(h_u, k, len(h_u), "unaligned representation").to(device)
+            H[k] = checked_tensor(message, k, n_o).to(device)
+        settings = ClassifierSettings(options.server_epochs, config.batch_size, config.lr, config.seed)
+        ctx.stage = "train classifier"
+        with ctx.meter.compute():
+            loss = train_classifier(top, torch.cat([H[k] for k in clients], dim=1), y_o, settings, "one-shot")
+        history = [{"stage": 1.0, "classifier_loss": loss}]
+        extra: dict[str, Any] = {"variant": options.variant, "overlap_rows": n_o}
+        if options.variant == FEW_SHOT:
+            top, loss, kept = _few_shot_round(ctx, clients, H, unaligned, top, classifier, y_o, options, settings)
+            history.append({"stage": 2.0, "classifier_loss": loss})
+            extra["pseudo_labels"] = kept
+        ctx.stage = "evaluate"
+        test = [checked_tensor(ctx.recv(k, TEST), k, len(data.y_test)).to(device) for k in clients]
+        with torch.no_grad():
+            top.eval()
+            scores = predict_scores(top(torch.cat(test, dim=1)))
+        ctx.progress(epoch=1, epochs=1, loss=loss)
+        extra["communication"] = {"uploads_per_client": 2 if options.variant == ONE_SHOT else 3,
+                                  "downloads_per_client": 1 if options.variant == ONE_SHOT else 2,
+                                  "plus": "one upload of test representations for evaluation"}
+        return ActiveOutcome(y_true=data.y_test, scores=scores, history=history, extra={"fewshot_vfl": extra})
+
+    return role
+
+
+def _few_shot_round(ctx: PartyContext, clients: tuple[str, ...], H: dict[str, torch.Tensor],
+                    unaligned: dict[str, torch.Tensor], top: nn.Module, classifier: Any, y_o: torch.Tensor,
+                    options: FewShotOptions, settings: ClassifierSettings) -> tuple[nn.Module, float, dict[str, Any]]:
+    """Pseudo-label every client's unaligned rows, send them, retrain on overlap + kept rows."""
+    ctx.stage = "pseudo-label unaligned rows"
+    kept: dict[str, Any] = {}
+    with ctx.meter.compute():
+        auxiliary = {}
+        for k in clients:
+            auxiliary[k] = classifier(H[k].shape[1], f"auxiliary.{k}")
+            train_classifier(auxiliary[k], H[k], y_o, settings, f"auxiliary.{k}")
+        selections = {}
+        top.eval()
+        with torch.no_grad():
+            for k in clients:
+                h_u = unaligned[k]
+                completed = torch.cat([h_u if j == k else estimate_missing(h_u, H[k], H[j]) for j in clients], dim=1)
+                auxiliary[k].eval()
+                selections[k] = select_pseudo_labels(predict_scores(top(completed)),
+                                                     predict_scores(auxiliary[k](h_u)), options.select_threshold)
+    for k in clients:
+        rows, classes = selections[k]
+        ctx.send(k, PSEUDO, (rows, classes))
+        kept[k] = {"rows": int(len(rows)), "of": int(len(unaligned[k]))}
+    ctx.stage = "receive final representations"
+    features, labels = [], [y_o]
+    finals = {}
+    for k in clients:
+        message = ctx.recv(k, FINAL)
+        if not (isinstance(message, tuple) and len(message) == 2):
+            raise ProtocolError(f"{k} sent a malformed representation message")
+        finals[k] = (checked_tensor(message[0], k, len(y_o)).to(ctx.device),
+                     checked_tensor(message[1], k, kept[k]["rows"], "kept-row representation").to(ctx.device))
+    features.append(torch.cat([finals[k][0] for k in clients], dim=1))
+    for k in clients:
+        h_s = finals[k][1]
+        if len(h_s):
+            features.append(torch.cat([h_s if j == k else estimate_missing(h_s, finals[k][0], finals[j][0])
+                                       for j in clients], dim=1))
+            labels.append(torch.as_tensor(selections[k][1], device=ctx.device))
+    ctx.stage = "train classifier on overlap + pseudo-labelled rows"
+    fresh = classifier(features[0].shape[1], "classifier.few-shot")
+    with ctx.meter.compute():
+        loss = train_classifier(fresh, torch.cat(features), torch.cat(labels), settings, "few-shot")
+    return fresh, loss, kept
+
+
+@register_method
+class FewShotVFL(Method[FewShotOptions]):
+    """One-shot / few-shot VFL: k-means on partial gradients, local FixMatch, server pseudo-labels."""
+
+    name = "fewshot-vfl"
+    summary = "one-/few-shot VFL (Sun et al. 2023): gradient k-means + local FixMatch, 2-3 uploads per client"
+
+    def roles(self, scenario: Scenario) -> dict[str, Role]:
+        clients = self.require_passives(scenario)
+        server = scenario.party_data(scenario.active)
+        if server.y_train is None:
+            raise DataError(f"the active party {scenario.active!r} must hold the labels")
+        if server.n_features:
+            raise ConfigError("fewshot-vfl's server holds labels only: use --active-features 0 "
+                              "(or --partition entity-aug)")
+        if scenario.n_classes < 2:
+            raise ConfigError("fewshot-vfl needs a classification task (k-means into one cluster per class)")
+        roles: dict[str, Role] = {k: client_role(scenario.party_data(k), self.config, self.options) for k in clients}
+        roles[scenario.active] = server_role(server, clients, self.config, self.options)
+        return roles
+
+
+__all__ = ["FewShotOptions", "FewShotVFL", "cluster_gradients", "estimate_missing", "fixmatch_loss",
+           "select_pseudo_labels"]
