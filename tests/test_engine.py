@@ -106,6 +106,24 @@ def test_resume_after_an_interrupted_run_gives_the_uninterrupted_metrics(tmp_pat
     assert resumed.history == uninterrupted.history
 
 
+@pytest.mark.parametrize("interrupt", [2, 4, 8])
+def test_resume_with_early_stopping_in_two_phases(tmp_path, interrupt):
+    # TabVFL: pretraining stops early after epoch 4 (best 3); finetuning runs epochs 7-12. Interrupted
+    # inside pretraining, at the epoch it stopped, and inside finetuning, the resumed run must end as the
+    # uninterrupted one: the same skipped epochs, best weights restored per phase, history and metrics.
+    kw = dict(parties=3, epochs=6, seed=3, patience=1, val_fraction=0.25, alignment="plaintext",
+              options={"pretrain_epochs": 6, "latent_quality": False})
+    uninterrupted = securevfl.train("tabvfl", **kw)
+    assert uninterrupted.extra["early_stopping"]["phases"]["pretrain"]["stopped_after_epoch"] == 4
+    with pytest.raises(PartyFailure, match=f"interrupted after epoch {interrupt}"):
+        securevfl.train("tabvfl", checkpoint_dir=tmp_path, progress=_interrupt_at(interrupt), **kw)
+    resumed = securevfl.train("tabvfl", checkpoint_dir=tmp_path, resume=True, **kw)
+    assert resumed.extra["resumed_from_epoch"] == interrupt
+    assert resumed.extra["early_stopping"] == uninterrupted.extra["early_stopping"]
+    assert resumed.history == uninterrupted.history
+    assert resumed.metrics == uninterrupted.metrics
+
+
 def test_resume_takes_the_last_epoch_every_party_completed(tmp_path):
     kw = dict(parties=3, epochs=3, seed=1, alignment="plaintext")
     uninterrupted = securevfl.train("splitnn", **kw)

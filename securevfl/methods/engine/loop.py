@@ -343,6 +343,7 @@ class _EarlyStopping:
         self.bad_epochs = 0
         self.best_weights: dict[str, dict[str, torch.Tensor]] | None = None
         self.done = False  # the phase has ended (stopped or trained out) and its best weights are restored
+        self.stopped_after: int | None = None  # the epoch after which it stopped early (None: trained out)
 
     def update(self, loss: float, epoch: int) -> tuple[bool, bool]:
         """(improved, stop) after an epoch whose validation loss is ``loss``."""
@@ -354,7 +355,7 @@ class _EarlyStopping:
 
     def state(self) -> dict[str, Any]:
         return {"best_loss": self.best_loss, "best_epoch": self.best_epoch or 0, "bad_epochs": self.bad_epochs,
-                "best_weights": self.best_weights or {}, "done": self.done}
+                "best_weights": self.best_weights or {}, "done": self.done, "stopped_after": self.stopped_after or 0}
 
     def load(self, state: Mapping[str, Any]) -> None:
         self.best_loss = float(state["best_loss"])
@@ -362,6 +363,7 @@ class _EarlyStopping:
         self.bad_epochs = int(state["bad_epochs"])
         self.best_weights = dict(state["best_weights"]) or None
         self.done = bool(state.get("done", False))
+        self.stopped_after = int(state.get("stopped_after", 0)) or None
 
 
 def _agree_resume(ctx: PartyContext, side: PartySide, store: CheckpointStore) -> int:
@@ -454,6 +456,12 @@ def _end_validated_phase(side: PartySide, stopper: _EarlyStopping) -> None:
         side.state.load_weights(stopper.best_weights)
 
 
+def _record_phase(record: EngineRecord, name: str, stopper: _EarlyStopping) -> None:
+    """Report a validated phase's best epoch and where it stopped (the last phase's go to the top level)."""
+    record.phases[name] = {"best_epoch": stopper.best_epoch, "stopped_after_epoch": stopper.stopped_after}
+    record.best_epoch, record.stopped_after_epoch = stopper.best_epoch, stopper.stopped_after
+
+
 def run_side(ctx: PartyContext, side: PartySide) -> Any:
     """Run one party's side of a split-learning method from set-up to its outcome."""
     config = side.config
@@ -486,6 +494,8 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
         first += phase.epochs
         stopper = stoppers.get(phase.name)
         if not epochs or (stopper is not None and stopper.done):
+            if stopper is not None:  # ended before the checkpoint this run resumed from
+                _record_phase(record, phase.name, stopper)
             continue
         ctx.meter.enter_phase(phase.name)
         side.phase = phase
@@ -503,6 +513,8 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
             if ctx.is_active:
                 history.append(entry)
             last = epoch + 1
+            if stopper is not None and stop and last < first:
+                stopper.stopped_after = last
             if stopper is not None and (stop or last == first):
                 _end_validated_phase(side, stopper)  # the checkpoint of a phase's last epoch holds its best weights
             save(last)
@@ -511,10 +523,7 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
             if stop:
                 break
         if stopper is not None:
-            record.phases[phase.name] = {"best_epoch": stopper.best_epoch,
-                                         "stopped_after_epoch": last if last < first else None}
-            record.best_epoch = stopper.best_epoch
-            record.stopped_after_epoch = last if last < first else None
+            _record_phase(record, phase.name, stopper)
         side.end_phase(ctx, phase)
     for stopper in stoppers.values():
         if not stopper.done:  # resumed after the phase's last epoch
