@@ -217,53 +217,136 @@ def sweep_cell(spec: dict[str, Any]) -> dict[str, Any]:
             "peak_rss_mb": peak / 2**20, "comm_mb": r["comm_mb"], "secagg": opts.get("secagg")}
 
 
-def parties_sweep(counts: list[int], epochs: int, seed: int, lrs: dict[str, float]) -> dict[str, Any]:
-    """Table VI: accuracy, wall time and added memory for C parties on mnist-5k (paper zoo).
+class CellCache:
+    """Finished sweep cells in a JSON file, keyed by their full spec, so an interrupted sweep resumes."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = Path(path) if path else None
+        self.cells: dict[str, Any] = json.loads(self.path.read_text()) if self.path and self.path.exists() else {}
+
+    @staticmethod
+    def key(spec: dict[str, Any]) -> str:
+        return json.dumps(spec, sort_keys=True)
+
+    def get(self, spec: dict[str, Any]) -> Any:
+        return self.cells.get(self.key(spec))
+
+    def put(self, spec: dict[str, Any], value: Any) -> None:
+        self.cells[self.key(spec)] = value
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps(self.cells, indent=1))
+
+    def seed_from(self, earlier: dict[str, Any]) -> int:
+        """Take the seed-0 cells of an earlier one-seed run (``parties`` / ``fig6`` sections); returns how many."""
+        added = 0
+        p = earlier.get("parties")
+        if p and "seed" in p:
+            for label, cells in p["rows"].items():
+                for c, cell in cells.items():
+                    spec = {"label": label, "parties": int(c), "epochs": p["epochs"], "lr": p["lr"].get(label, 1e-3),
+                            "seed": p["seed"]}
+                    if self.get(spec) is None:
+                        self.put(spec, cell)
+                        added += 1
+        f = earlier.get("fig6")
+        if f and f.get("seeds") == [0]:
+            for group, prefix in (("by_embedding_size", "embedding"), ("by_el_pl", "el_pl")):
+                for k, v in f[group].items():
+                    spec = {"fig6": f"{prefix} {k}", "epochs": f["epochs"], "lr": f["lr"], "seed": 0}
+                    if self.get(spec) is None:
+                        self.put(spec, {"accuracy": v["mean"]})
+                        added += 1
+        return added
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def parties_sweep(counts: list[int], epochs: int, seeds: list[int], lrs: dict[str, float],
+                  cache: CellCache) -> dict[str, Any]:
+    """Table VI: accuracy, wall time and added memory for C parties on mnist-5k (paper zoo), per seed.
 
     Every cell runs in a fresh process, so the peak resident memory is that run's own.
     """
     out: dict[str, Any] = {}
     for c in counts:
         for label in PAPER_TABLE6:
-            spec = {"label": label, "parties": c, "epochs": epochs, "lr": lrs.get(label, 1e-3), "seed": seed}
-            done = subprocess.run([sys.executable, __file__, "--cell", json.dumps(spec)], check=True,
-                                  capture_output=True, text=True)
-            cell = json.loads(done.stdout.strip().splitlines()[-1])
-            out.setdefault(label, {})[str(c)] = cell
-            console.log(f"parties {c} {label:12s} acc {cell['accuracy']:.4f} {cell['wall_s']:.1f} s "
-                        f"+{cell['added_memory_mb']:.0f} MB (peak {cell['peak_rss_mb']:.0f} MB)")
-    return {"dataset": "mnist-5k", "epochs": epochs, "seed": seed, "counts": counts, "lr": lrs, "rows": out,
-            "note": "EASTER at C = 2 runs with secagg=none (one passive party); otherwise dh",
+            runs = []
+            for seed in seeds:
+                spec = {"label": label, "parties": c, "epochs": epochs, "lr": lrs.get(label, 1e-3), "seed": seed}
+                cell = cache.get(spec)
+                if cell is None:
+                    done = subprocess.run([sys.executable, __file__, "--cell", json.dumps(spec)], check=True,
+                                          capture_output=True, text=True)
+                    cell = json.loads(done.stdout.strip().splitlines()[-1])
+                    cache.put(spec, cell)
+                    console.log(f"parties {c} {label:12s} seed {seed} acc {cell['accuracy']:.4f} "
+                                f"{cell['wall_s']:.1f} s +{cell['added_memory_mb']:.0f} MB "
+                                f"(peak {cell['peak_rss_mb']:.0f} MB)")
+                runs.append(cell)
+            acc, std = _mean_std([r["accuracy"] for r in runs])
+            out.setdefault(label, {})[str(c)] = {
+                "accuracy": acc, "accuracy_std": std, "accuracy_runs": [r["accuracy"] for r in runs],
+                "wall_s": float(np.mean([r["wall_s"] for r in runs])),
+                "added_memory_mb": float(np.mean([r["added_memory_mb"] for r in runs])),
+                "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+                "comm_mb": float(np.mean([r["comm_mb"] for r in runs])), "secagg": runs[0]["secagg"]}
+    return {"dataset": "mnist-5k", "epochs": epochs, "seeds": seeds, "counts": counts, "lr": lrs, "rows": out,
+            "note": "EASTER at C = 2 runs with secagg=none (one passive party); otherwise dh; wall s and MB are "
+                    "means over the seeds",
             "paper_cinic10_accuracy": {k: dict(zip(map(str, (2, 4, 6, 8, 10)), v, strict=True))
                                        for k, v in PAPER_TABLE6.items()}}
 
 
+def _seeds_of(section: dict[str, Any]) -> str:
+    seeds = section.get("seeds", [section.get("seed", 0)])
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+
+
+def _party_cell(cell: dict[str, Any], paper: float | None) -> str:
+    std = cell.get("accuracy_std")
+    acc = f"{100 * cell['accuracy']:.1f}" + (f" ± {100 * std:.1f}" if std else "")
+    return (f"{acc} / {cell['wall_s']:.0f} / {cell['added_memory_mb']:.0f}"
+            + (f" ({paper:.1f})" if paper is not None else ""))
+
+
 def print_parties(p: dict[str, Any]) -> None:
-    table = Table(title=f"Table VI analogue (mnist-5k, paper zoo, {p['epochs']} epochs, seed {p['seed']}): "
+    table = Table(title=f"Table VI analogue (mnist-5k, paper zoo, {p['epochs']} epochs, {_seeds_of(p)}): "
                         "accuracy % / wall s / MB added; paper CINIC-10 accuracy in brackets")
     table.add_column("Method")
     for c in p["counts"]:
         table.add_column(f"C = {c}", justify="right")
     for label, cells in p["rows"].items():
         paper = p["paper_cinic10_accuracy"].get(label, {})
-        table.add_row(label, *(f"{100 * cells[str(c)]['accuracy']:.1f} / {cells[str(c)]['wall_s']:.0f} / "
-                               f"{cells[str(c)]['added_memory_mb']:.0f}"
-                               + (f" ({paper[str(c)]:.1f})" if str(c) in paper else "")
-                               for c in p["counts"]))
+        table.add_row(label, *(_party_cell(cells[str(c)], paper.get(str(c))) for c in p["counts"]))
     console.print(table)
 
 
-def fig6(sizes: list[int], ratios: list[str], epochs: int, seeds: list[int], lr: float) -> dict[str, Any]:
+def fig6(sizes: list[int], ratios: list[str], epochs: int, seeds: list[int], lr: float,
+         cache: CellCache) -> dict[str, Any]:
     """Fig. 6: EASTER's mean accuracy for embedding sizes (paper zoo) and EL:PL ratios (MLPs)."""
-    scenarios = {s: scenario_for("mnist-5k", s) for s in seeds}
+    scenarios: dict[int, Scenario] = {}
 
-    def cell(options: dict[str, Any]) -> dict[str, float]:
-        accs = [train_once(scenarios[s], "easter", {"secagg": "none", **options}, {}, epochs=epochs, lr=lr, seed=s,
-                           select=False)["accuracy"] for s in seeds]
-        return {"mean": float(np.mean(accs)), "std": float(np.std(accs))}
+    def cell(name: str, options: dict[str, Any]) -> dict[str, Any]:
+        accs = []
+        for s in seeds:
+            spec = {"fig6": name, "epochs": epochs, "lr": lr, "seed": s}
+            done = cache.get(spec)
+            if done is None:
+                if s not in scenarios:
+                    scenarios[s] = scenario_for("mnist-5k", s)
+                done = {"accuracy": train_once(scenarios[s], "easter", {"secagg": "none", **options}, {},
+                                               epochs=epochs, lr=lr, seed=s, select=False)["accuracy"]}
+                cache.put(spec, done)
+                console.log(f"fig6 {name} seed {s}: {100 * done['accuracy']:.2f}")
+            accs.append(done["accuracy"])
+        mean, std = _mean_std(accs)
+        return {"mean": mean, "std": std, "runs": accs}
 
-    by_size = {str(e): cell({"zoo": "paper", "embedding_size": e}) for e in sizes}
-    by_ratio = {r: cell({"el_pl": r, "embedding_size": EMBEDDING}) for r in ratios}
+    by_size = {str(e): cell(f"embedding {e}", {"zoo": "paper", "embedding_size": e}) for e in sizes}
+    by_ratio = {r: cell(f"el_pl {r}", {"el_pl": r, "embedding_size": EMBEDDING}) for r in ratios}
     for k, v in {**by_size, **by_ratio}.items():
         console.log(f"fig6 {k}: {100 * v['mean']:.2f} ± {100 * v['std']:.2f}")
     return {"dataset": "mnist-5k", "epochs": epochs, "seeds": seeds, "lr": lr, "secagg": "none",
@@ -319,23 +402,22 @@ def markdown(figures: dict[str, Any]) -> str:
         out.append("")
     if "parties" in figures:
         p = figures["parties"]
-        out += [f"**Parties** (mnist-5k, paper zoo, {p['epochs']} epochs, seed {p['seed']}; accuracy % / wall s / "
-                "MB added; the paper's CINIC-10 accuracy in brackets)", "",
+        out += [f"**Parties** (mnist-5k, paper zoo, {p['epochs']} epochs, {_seeds_of(p)}; accuracy % (mean ± std) / "
+                "wall s / MB added (means); the paper's CINIC-10 accuracy in brackets)", "",
                 "| Method | " + " | ".join(f"C = {c}" for c in p["counts"]) + " |",
                 "|---|" + "---:|" * len(p["counts"])]
         for label, cells in p["rows"].items():
             paper = p["paper_cinic10_accuracy"].get(label, {})
-            out.append(f"| {label} | " + " | ".join(
-                f"{100 * cells[str(c)]['accuracy']:.1f} / {cells[str(c)]['wall_s']:.0f} / "
-                f"{cells[str(c)]['added_memory_mb']:.0f}" + (f" ({paper[str(c)]:.1f})" if str(c) in paper else "")
-                for c in p["counts"]) + " |")
+            out.append(f"| {label} | " + " | ".join(_party_cell(cells[str(c)], paper.get(str(c)))
+                                                   for c in p["counts"]) + " |")
         out.append("")
     if "fig6" in figures:
         f = figures["fig6"]
         out += [f"**Fig. 6** (mnist-5k, EASTER with `secagg=none`, {f['epochs']} epochs, seeds {f['seeds']}, lr "
                 f"{f['lr']:g}; mean accuracy of the parties' models %)", "", "| setting | accuracy |", "|---|---:|"]
-        out += [f"| embedding {k} (paper zoo) | {100 * v['mean']:.2f} |" for k, v in f["by_embedding_size"].items()]
-        out += [f"| EL:PL {k} (MLP) | {100 * v['mean']:.2f} |" for k, v in f["by_el_pl"].items()]
+        out += [f"| embedding {k} (paper zoo) | {100 * v['mean']:.2f} ± {100 * v['std']:.2f} |"
+                for k, v in f["by_embedding_size"].items()]
+        out += [f"| EL:PL {k} (MLP) | {100 * v['mean']:.2f} ± {100 * v['std']:.2f} |" for k, v in f["by_el_pl"].items()]
         out += ["", f"Best embedding size {f['best_embedding_size']} (paper: 128); best EL:PL {f['best_el_pl']} "
                 "(paper: 1:1).", ""]
     return "\n".join(out)
@@ -362,6 +444,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sweep-epochs", type=int, default=5, help="epochs of the parties and fig6 runs")
     parser.add_argument("--markdown", nargs="+", metavar="FILE.json",
                         help="print the docs tables of earlier runs' JSON files (merged in order) and exit")
+    parser.add_argument("--cache", help="keep every finished parties / fig6 cell in this JSON file (resumable)")
+    parser.add_argument("--reuse", help="take the seed-0 parties / fig6 cells of an earlier one-seed run's JSON "
+                                        "into the cache (same epochs and learning rates only)")
     parser.add_argument("--cell", help=argparse.SUPPRESS)  # one Table VI cell (JSON spec), in a child process
     args = parser.parse_args(argv)
     if args.cell:
@@ -408,13 +493,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         mnist = next((t for t in earlier.get("tables", []) if t["dataset"] == "mnist-5k" and t["models"] == "hetero"),
                      None)
     lrs = {k: r["lr"] for k, r in mnist["rows"].items()} if mnist else {}
+    cache = CellCache(args.cache)
+    if args.reuse:
+        console.log(f"reused {cache.seed_from(json.loads(Path(args.reuse).read_text()))} cells of {args.reuse}")
     if "parties" in sections and not args.quick:
-        figures["parties"] = parties_sweep([2, 4, 6, 8, 10], epochs=args.sweep_epochs, seed=0, lrs=lrs)
+        figures["parties"] = parties_sweep([2, 4, 6, 8, 10], epochs=args.sweep_epochs, seeds=seeds, lrs=lrs,
+                                           cache=cache)
         print_parties(figures["parties"])
         _write(args.out, figures)
     if "fig6" in sections and not args.quick:
-        figures["fig6"] = fig6([16, 32, 64, 128, 256], ["2:1", "1:1", "1:2"], epochs=args.sweep_epochs, seeds=[0],
-                               lr=lrs.get("EASTER", 1e-3))
+        figures["fig6"] = fig6([16, 32, 64, 128, 256], ["2:1", "1:1", "1:2"], epochs=args.sweep_epochs, seeds=seeds,
+                               lr=lrs.get("EASTER", 1e-3), cache=cache)
         print_fig6(figures["fig6"])
         _write(args.out, figures)
     return figures
