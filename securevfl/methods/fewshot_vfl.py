@@ -362,7 +362,7 @@ def client_role(data: PartyData, config: TrainConfig, options: FewShotOptions) -
         ctx.stage = "send test representations"
         ctx.send(server, TEST, _represent(extractor, as_tensor(data.X_test, device)))
         return {"overlap_rows": len(X_o), "unaligned_rows": len(X_u), "pseudo_labelled_rows": kept,
-                "ssl_first": first, "ssl_second": second}
+                "ssl_first": first, "ssl_second": second, "cluster_labels": clusters}
 
     return role
 
