@@ -335,7 +335,8 @@ def client_role(data: PartyData, config: TrainConfig, options: FewShotOptions) -
         with ctx.meter.compute():
             first = local_ssl(extractor, heads, labelled, X_u, augment, options, epochs=epochs,
                               batch_size=config.batch_size, lr=config.lr, gen=gen, rng=rng)
-        ctx.progress(epoch=1, epochs=2 if options.variant == ONE_SHOT else 3, loss=first["supervised"])
+        rounds = 1 if options.variant == ONE_SHOT else 2  # local trainings (clients), classifier trainings (server)
+        ctx.progress(epoch=1, epochs=rounds, loss=first["supervised"])
         ctx.stage = "send representations"
         if options.variant == ONE_SHOT:
             ctx.send(server, AFTER_SSL, _represent(extractor, X_o))
@@ -356,7 +357,7 @@ def client_role(data: PartyData, config: TrainConfig, options: FewShotOptions) -
                 second = local_ssl(extractor, heads, labelled, X_u[torch.as_tensor(rest, device=device)], augment,
                                    options, epochs=epochs, batch_size=config.batch_size, lr=config.lr, gen=gen,
                                    rng=rng)
-            ctx.progress(epoch=2, epochs=3, loss=second["supervised"])
+            ctx.progress(epoch=2, epochs=rounds, loss=second["supervised"])
             ctx.send(server, FINAL, (_represent(extractor, X_o),
                                      _represent(extractor, X_u[torch.as_tensor(rows, device=device)])))
         ctx.stage = "send test representations"
@@ -416,18 +417,20 @@ def server_role(data: PartyData, clients: tuple[str, ...], config: TrainConfig, 
         ctx.stage = "train classifier"
         with ctx.meter.compute():
             loss = train_classifier(top, torch.cat([H[k] for k in clients], dim=1), y_o, settings, "one-shot")
+        rounds = 1 if options.variant == ONE_SHOT else 2
+        ctx.progress(epoch=1, epochs=rounds, loss=loss)
         history = [{"stage": 1.0, "classifier_loss": loss}]
         extra: dict[str, Any] = {"variant": options.variant, "overlap_rows": n_o}
         if options.variant == FEW_SHOT:
             top, loss, kept = _few_shot_round(ctx, clients, H, unaligned, top, classifier, y_o, options, settings)
             history.append({"stage": 2.0, "classifier_loss": loss})
+            ctx.progress(epoch=2, epochs=rounds, loss=loss)
             extra["pseudo_labels"] = kept
         ctx.stage = "evaluate"
         test = [checked_tensor(ctx.recv(k, TEST), k, len(data.y_test)).to(device) for k in clients]
         with torch.no_grad():
             top.eval()
             scores = predict_scores(top(torch.cat(test, dim=1)))
-        ctx.progress(epoch=1, epochs=1, loss=loss)
         extra["communication"] = {"uploads_per_client": 2 if options.variant == ONE_SHOT else 3,
                                   "downloads_per_client": 1 if options.variant == ONE_SHOT else 2,
                                   "plus": "one upload of test representations for evaluation"}
