@@ -263,7 +263,8 @@ def merge_table1(paths: list[Path]) -> list[dict]:
     for path in paths:
         for row in json.loads(path.read_text())["table1"] or []:
             if "entity_aug" in row:  # runs written before the per-loss keys
-                row[f"entity_aug_{row.pop('loss', 'bce')}"] = row.pop("entity_aug")
+                row["losses"] = [row.pop("loss", "bce")]
+                row[f"entity_aug_{row['losses'][0]}"] = row.pop("entity_aug")
             into = merged.setdefault(row["overlap"], {k: v for k, v in row.items() if not isinstance(v, dict)
                                                        or k == "paper"})
             for key, value in row.items():
@@ -271,7 +272,7 @@ def merge_table1(paths: list[Path]) -> list[dict]:
                     into.setdefault(key, {"runs": []})["runs"] += value["runs"]
                 elif value is not None and key not in ("losses", "seeds"):
                     into[key] = value if key != "paper" else into.get(key, value)
-            into["losses"] = sorted({*into.get("losses", []), *row.get("losses", [row.get("loss", "bce")])})
+            into["losses"] = sorted({*into.get("losses", []), *row.get("losses", [])})
     rows = []
     for overlap in sorted(merged):
         row = merged[overlap]
