@@ -17,7 +17,7 @@ from typer.exceptions import TyperException
 from securevfl.cli_bench import bench_app
 from securevfl.cli_deploy import certs_command, launch_command, party_command
 from securevfl.cli_psi import psi_command
-from securevfl.errors import ConfigError, PartyFailure, SecureVFLError
+from securevfl.errors import ConfigError, MissingPackageError, PartyFailure, SecureVFLError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="securevfl: private set intersection and secure vertical federated learning. "
@@ -312,18 +312,21 @@ def attack(
 @app.command()
 def datasets() -> None:
     """List the bundled datasets with their shapes."""
+    from rich.markup import escape
+
     from securevfl.data import DatasetOptions, describe_datasets, load_dataset
 
     table = Table(title="datasets (also csv:PATH and parquet:PATH)")
     for col in ("name", "rows", "features", "classes", "description"):
         table.add_column(col)
     for name, desc in describe_datasets().items():
+        # descriptions are plain text: "[datasets]" in an install hint is not rich markup
         try:
             ds = load_dataset(name, DatasetOptions())
-        except ConfigError:  # an optional dataset whose package is not installed (its description says which)
-            table.add_row(name, "-", "-", "-", f"{desc} [not installed]")
+        except MissingPackageError:  # an optional dataset whose package is not installed (its description says which)
+            table.add_row(name, "-", "-", "-", escape(f"{desc} [not installed]"))
             continue
-        table.add_row(name, str(ds.n_rows), str(len(ds.feature_columns)), str(ds.n_classes), desc)
+        table.add_row(name, str(ds.n_rows), str(len(ds.feature_columns)), str(ds.n_classes), escape(desc))
     console.print(table)
 
 

@@ -30,6 +30,10 @@ class DataError(SecureVFLError, ValueError):
     """Input data is unusable: missing file or column, duplicate or missing IDs, bad labels."""
 
 
+class MissingPackageError(ConfigError, DataError):
+    """A dataset's files ship inside an optional package that is not installed (the message names it)."""
+
+
 class ProtocolError(SecureVFLError):
     """A protocol message is malformed, truncated, replayed, out of order or of the wrong session."""
 

