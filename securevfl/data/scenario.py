@@ -94,6 +94,15 @@ def training_rows(aligned: np.ndarray, train: np.ndarray, unaligned: np.ndarray)
     return np.concatenate([aligned[train], unaligned])
 
 
+def take_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``array[rows]``; a row-broadcast array (a deployed peer's placeholder) stays a view costing no memory."""
+    if array.ndim and array.strides[0] == 0 and len(array):
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(array)):
+            raise IndexError(f"row index out of range for {len(array)} rows")
+        return np.broadcast_to(array[:1], (len(rows), *array.shape[1:]))
+    return array[rows]
+
+
 def encode_table(table: PartyTable, fit_rows: np.ndarray, *, standardize: bool = True) -> EncodedColumns:
     """``table``'s model inputs: its own preprocessing fitted on ``fit_rows`` only, applied to every row.
 
@@ -218,8 +227,8 @@ class Scenario:
         y = t.labels
         return PartyData(
             name=name, feature_names=encoded.feature_names,
-            X_train=X[train_rows], X_test=X[test_rows], X_unaligned=X[rest],
-            ids_train=t.ids[train_rows], ids_unaligned=t.ids[rest],
+            X_train=take_rows(X, train_rows), X_test=take_rows(X, test_rows), X_unaligned=take_rows(X, rest),
+            ids_train=take_rows(t.ids, train_rows), ids_unaligned=take_rows(t.ids, rest),
             y_train=None if y is None else y[train_rows],
             y_test=None if y is None else y[test_rows],
             y_unaligned=None if y is None else y[rest],

@@ -22,6 +22,14 @@ fingerprint before any data frame), and then runs three phases over the same lin
 What the setup reveals beyond PSI: row counts (PSI reveals set sizes anyway), encoded feature counts
 (the width of each party's model input; not its columns, categories or statistics) and the number of
 classes, and the test positions (which agreed rows are held out).
+
+Sizes a peer sends are never trusted to size an allocation. Every party sizes its peers'
+placeholders by the aligned row count its own PSI produced (a peer's unaligned rows are never
+materialised anywhere but at that peer), and every count is checked before use: the aligned count
+against this party's PSI result, a passive party's row count against the set size the active party
+saw in PSI, a party's own entry in the plan against what it sent, feature counts against
+:data:`MAX_FEATURES` and class counts against :data:`MAX_CLASSES`. A count that fails is a
+:class:`ProtocolError` naming the sender and the field, before anything is allocated.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from securevfl.data.labels import REGRESSION, TASKS
 from securevfl.data.partition import PartyTable, split_train_test
 from securevfl.data.scenario import Alignment, Scenario, check_shared_classes, encode_table, training_rows
 from securevfl.deploy.federation import Federation, job_differences, job_fingerprint
-from securevfl.errors import ConfigError, DataError, ProtocolError, psi_errors
+from securevfl.errors import ConfigError, DataError, ProtocolError, SecureVFLError, psi_errors
 from securevfl.federation.meter import MeterSnapshot
 from securevfl.federation.network import TlsCredentials
 from securevfl.federation.runtime import PartyContext, run_party
@@ -51,6 +59,13 @@ TAG_SHAPE = "deploy.setup.shape"
 TAG_DIGEST = "deploy.setup.alignment_digest"
 TAG_PLAN = "deploy.setup.plan"
 TAG_COST = "deploy.end.cost"
+
+#: The most encoded feature columns (the width of one party's model input) a peer may announce.
+MAX_FEATURES = 100_000
+#: The most classes the active party may announce.
+MAX_CLASSES = 100_000
+#: Row counts beyond this are refused outright (PSI's own message limits bound them well below).
+MAX_ROWS = 2**40
 
 if TYPE_CHECKING:
     from securevfl.data.preprocess import EncodedColumns  # sklearn: imported where it is used
@@ -68,12 +83,29 @@ class PartyShape:
         return {"rows": self.rows, "aligned": self.aligned, "features": self.features}
 
     @classmethod
-    def from_wire(cls, message: Any, sender: str) -> PartyShape:
-        if not isinstance(message, dict) or set(message) != {"rows", "aligned", "features"} or not all(
-                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**40 for v in message.values()):
-            raise ProtocolError(f"malformed table shape from {sender}")
+    def from_wire(cls, message: Any, sender: str, party: str | None = None, *, aligned: int | None = None,
+                  rows: int | None = None) -> PartyShape:
+        """Validate a shape ``sender`` sent (about ``party``, itself by default) before anything is sized by it.
+
+        ``aligned``: the aligned row count the receiver's own PSI gave (the shape must agree);
+        ``rows``: the party's set size as the receiver saw it in PSI, when it saw it.
+        """
+        about = sender if party is None or party == sender else f"{party} (sent by {sender})"
+        if not isinstance(message, dict) or set(message) != {"rows", "aligned", "features"}:
+            raise ProtocolError(f"malformed table shape of {about}: expected the keys rows, aligned, features")
+        for key, limit in (("rows", MAX_ROWS), ("aligned", MAX_ROWS), ("features", MAX_FEATURES)):
+            value = message[key]
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit:
+                raise ProtocolError(f"table shape of {about}: {key} = {value!r} is not an integer in 0..{limit}")
         if message["aligned"] > message["rows"]:
-            raise ProtocolError(f"table shape from {sender}: more aligned rows than rows")
+            raise ProtocolError(f"table shape of {about}: aligned = {message['aligned']} exceeds rows = "
+                                f"{message['rows']}")
+        if aligned is not None and message["aligned"] != aligned:
+            raise ProtocolError(f"table shape of {about}: aligned = {message['aligned']}, but PSI aligned "
+                                f"{aligned} rows")
+        if rows is not None and message["rows"] != rows:
+            raise ProtocolError(f"table shape of {about}: rows = {message['rows']}, but its PSI set had "
+                                f"{rows} IDs")
         return cls(message["rows"], message["aligned"], message["features"])
 
 
@@ -146,8 +178,21 @@ def _ids_digest(items: list[str]) -> str:
     return h.hexdigest()
 
 
-def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContext], tuple[np.ndarray, int]]:
-    """The PSI part of the setup phase for one party; returns (aligned rows in the agreed order, size)."""
+@dataclass(frozen=True)
+class PsiResult:
+    """One party's PSI outcome.
+
+    Its aligned rows in the agreed order, their count, and at the active party the set size each
+    passive party showed in PSI (what it may later claim as its row count).
+    """
+
+    rows: np.ndarray
+    size: int
+    peer_sizes: Mapping[str, int] = field(default_factory=dict)
+
+
+def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContext], PsiResult]:
+    """The PSI part of the setup phase for one party."""
     from psi import CurveEngine, PSIConfig, PSIInitiator, PSIResponder, prepare_ids
     from psi.protocol import Mode, global_alignment
 
@@ -158,7 +203,7 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
         raise ConfigError(f"training needs psi_mode = 'both' (every party learns its rows), got {job.psi_mode!r}")
 
     @psi_errors()  # a bad PSI message is securevfl's ProtocolError, a bad ID its DataError
-    def role(ctx: PartyContext) -> tuple[np.ndarray, int]:
+    def role(ctx: PartyContext) -> PsiResult:
         ctx.stage = "PSI"
         prepared = prepare_ids(list(table.ids), config.normalize, source=f"party {ctx.name!r}")
         align = len(ctx.passives) > 1
@@ -205,7 +250,8 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
                                         "(different ID normalisation?)")
         else:
             ctx.send(ctx.active, TAG_DIGEST, digest)
-        return rows, len(items)
+        peer_sizes = {p: int(inits[p].peer_size) for p in ctx.passives} if ctx.is_active else {}
+        return PsiResult(rows, len(items), peer_sizes)
 
     return role
 
@@ -224,16 +270,16 @@ def _unaligned(n_rows: int, aligned: np.ndarray) -> np.ndarray:
 
 def align_over_network(transport: Any, federation: Federation, name: str, table: PartyTable) -> LocalAlignment:
     """Run the PSI phase alone (``securevfl psi --federation``); returns this party's alignment."""
-    (rows, size), meter = run_party(psi_role(table, federation), name=name, active=federation.active,
-                                    parties=data_party_order(federation), transport=transport)
-    return LocalAlignment(rows, _unaligned(table.n_rows, rows), size, meter.snapshot())
+    psi, meter = run_party(psi_role(table, federation), name=name, active=federation.active,
+                           parties=data_party_order(federation), transport=transport)
+    return LocalAlignment(psi.rows, _unaligned(table.n_rows, psi.rows), psi.size, meter.snapshot())
 
 
 # ------------------------------------------------------------------ phase 1b: the plan
 
 
 def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federation,
-              psi: Callable[[PartyContext], tuple[np.ndarray, int]]) -> Callable[[PartyContext], dict]:
+              psi: Callable[[PartyContext], PsiResult]) -> Callable[[PartyContext], dict]:
     """PSI, then shapes in and the plan out (see the module docstring)."""
     job = federation.job
 
@@ -243,7 +289,8 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
         return PartyShape(table.n_rows, len(rows), encoded.X.shape[1]), encoded
 
     def role(ctx: PartyContext) -> dict:
-        rows, size = psi(ctx)
+        psi_result = psi(ctx)
+        rows, size = psi_result.rows, psi_result.size
         ctx.stage = "plan"
         if not ctx.is_active:
             split = _parse_split(ctx.recv(ctx.active, TAG_SPLIT), ctx.active, size)
@@ -252,6 +299,9 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
             plan = _parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, (ctx.active, *ctx.passives), size)
             if not (np.array_equal(plan["train"], split["train"]) and np.array_equal(plan["test"], split["test"])):
                 raise ProtocolError(f"the plan from {ctx.active} has another train/test split than it announced")
+            if plan["shapes"][ctx.name] != own:
+                raise ProtocolError(f"the plan from {ctx.active} gives {ctx.name} the table shape "
+                                    f"{plan['shapes'][ctx.name].to_wire()}; {ctx.name} sent {own.to_wire()}")
             return {"rows": rows, "plan": plan, "encoded": encoded}
         if size < 10:
             raise DataError(f"only {size} rows are shared by all parties; at least 10 are needed to train and test")
@@ -262,8 +312,9 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
         ctx.broadcast(ctx.passives, TAG_SPLIT, split)
         own, encoded = encode(rows, split["train"])
         shapes = {ctx.name: own}
-        for p in ctx.passives:
-            shapes[p] = PartyShape.from_wire(ctx.recv(p, TAG_SHAPE), p)
+        for p in ctx.passives:  # checked against what PSI showed before anything is sized by it
+            shapes[p] = PartyShape.from_wire(ctx.recv(p, TAG_SHAPE), p, aligned=size,
+                                             rows=psi_result.peer_sizes.get(p))
         n_classes = 1 if table.task == REGRESSION else len(classes)  # the model's output width
         plan = {**split, "task": table.task, "n_classes": n_classes,
                 "shapes": {n: s.to_wire() for n, s in shapes.items()}}
@@ -325,15 +376,13 @@ def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], si
     task, n_classes = message["task"], message["n_classes"]
     if task not in TASKS:
         raise ProtocolError(f"{bad}: task")
-    low, high = (1, 1) if task == REGRESSION else (2, 100_000)
+    low, high = (1, 1) if task == REGRESSION else (2, MAX_CLASSES)
     if not isinstance(n_classes, int) or isinstance(n_classes, bool) or not low <= n_classes <= high:
         raise ProtocolError(f"{bad}: n_classes")
     shapes = message["shapes"]
     if not isinstance(shapes, dict) or set(shapes) != set(parties):
         raise ProtocolError(f"{bad}: shapes must name every party")
-    parsed = {n: PartyShape.from_wire(s, sender) for n, s in shapes.items()}
-    if any(s.aligned != size for s in parsed.values()):
-        raise ProtocolError(f"{bad}: aligned row counts differ from this party's ({size})")
+    parsed = {n: PartyShape.from_wire(s, sender, n, aligned=size) for n, s in shapes.items()}
     return {"train": train, "test": test, "task": task, "n_classes": n_classes, "shapes": parsed}
 
 
@@ -344,7 +393,9 @@ def local_scenario(name: str, federation: Federation, table: PartyTable | None, 
 
     Its own table is encoded by its own preprocessing, fitted on its training rows (``plan``'s split);
     ``encoded``: that encoding, when the plan already fitted it. A peer's placeholder has the peer's
-    encoded width and is used as it is.
+    encoded width and the aligned rows only (the count this party's own PSI agreed; a peer's unaligned
+    rows are its own business), and its zeros are one shared read-only value: it costs no memory per
+    row or column, so no count a peer announces sizes an allocation here.
     """
     parties = data_party_order(federation)
     tables: dict[str, PartyTable] = {}
@@ -360,14 +411,15 @@ def local_scenario(name: str, federation: Federation, table: PartyTable | None, 
             continue
         # The active party's placeholder carries placeholder labels (all class 0, or 0.0) so that methods
         # that check "the active party holds the labels" build every role; only this party's role ever runs.
+        n = shape.aligned  # == this party's own PSI size (checked when the shape was received)
         dtype = np.float64 if plan["task"] == REGRESSION else np.int64
-        labels = np.zeros(shape.rows, dtype) if party == federation.active else None
-        tables[party] = PartyTable(name=party, ids=np.array([f"#{i}" for i in range(shape.rows)], dtype=object),
-                                   features=np.zeros((shape.rows, shape.features), np.float32),
+        labels = np.zeros(n, dtype) if party == federation.active else None
+        tables[party] = PartyTable(name=party, ids=np.broadcast_to(np.array("#", dtype=object), (n,)),
+                                   features=np.broadcast_to(np.float32(0), (n, shape.features)),
                                    feature_names=tuple(f"{party}.f{i}" for i in range(shape.features)),
                                    labels=labels, columns=None)  # model inputs as they are: nothing to encode
-        aligned[party] = np.arange(shape.aligned, dtype=np.int64)
-        unaligned[party] = np.arange(shape.aligned, shape.rows, dtype=np.int64)
+        aligned[party] = np.arange(n, dtype=np.int64)
+        unaligned[party] = np.zeros(0, dtype=np.int64)
     if name != federation.active:
         classes = () if plan["task"] == REGRESSION else tuple(str(i) for i in range(n_classes))
     size = len(plan["train"]) + len(plan["test"])
@@ -468,7 +520,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
         result = DeployedResult(name, alignment, link_stats=transport.link_stats(),
                                 preprocessing=scenario.encoded(name).summary if table is not None else {})
         if is_active:
-            value, train_snapshots, setup_snapshots, links = outcome
+            value, train_snapshots, setup_snapshots, links, missing = outcome
             psi_total = MeterSnapshot()
             for snap in setup_snapshots.values():
                 psi_total = psi_total.merged(snap)
@@ -480,6 +532,14 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
             result.report = assemble_report(config, scenario, value, train_snapshots, method.describe(),
                                             wall_s=time.perf_counter() - started)
             result.report.cost["alignment"]["crypto_s"] = psi_total.crypto_s
+            for peer, shape in plan["shapes"].items():  # placeholders hold the aligned rows only
+                if peer != name and peer in result.report.parties:  # the counts PSI showed this party
+                    result.report.parties[peer].update(rows=shape.rows, unaligned=shape.rows - shape.aligned)
+            if missing:
+                result.report.cost["missing"] = missing
+                result.report.notes.append("warning: the costs of " + ", ".join(sorted(missing)) + " are missing "
+                                           "(lost after training; the metrics are complete): "
+                                           + "; ".join(f"{p}: {r}" for p, r in sorted(missing.items())))
             result.report.cost["wire"] = {
                 "what": "gRPC messages per directed link up to the cost summary (setup, PSI, training, ACKs, "
                         "heartbeats, resends); HTTP/2 and TLS framing add a few % (benchmarks/network.py)",
@@ -519,7 +579,8 @@ def _with_cost_exchange(role: Callable[[PartyContext], Any], setup: MeterSnapsho
     """Run ``role``, then gather costs at the active party.
 
     Every other party (passive parties and helpers) sends its meter snapshot and link counters:
-    costs, never data.
+    costs, never data. The training is over by then: a peer lost or misbehaving at this step costs
+    the report that peer's costs (named under ``missing``), never the finished run's metrics.
     """
 
     def wrapped(ctx: PartyContext) -> Any:
@@ -532,14 +593,20 @@ def _with_cost_exchange(role: Callable[[PartyContext], Any], setup: MeterSnapsho
         train = {ctx.name: ctx.meter.snapshot()}
         setups = {ctx.name: setup}
         links = dict(wire())
+        missing: dict[str, str] = {}
         for p in ctx.peers:
-            message = ctx.recv(p, TAG_COST)
-            if not isinstance(message, dict) or set(message) != {"train", "setup", "wire"}:
-                raise ProtocolError(f"malformed cost summary from {p}")
-            train[p] = MeterSnapshot.from_wire(message["train"], p)
-            setups[p] = MeterSnapshot.from_wire(message["setup"], p)
-            links.update(_parse_wire(message["wire"], p))
-        return value, train, setups, links
+            try:
+                message = ctx.recv(p, TAG_COST)
+                if not isinstance(message, dict) or set(message) != {"train", "setup", "wire"}:
+                    raise ProtocolError(f"malformed cost summary from {p}")
+                costs = (MeterSnapshot.from_wire(message["train"], p), MeterSnapshot.from_wire(message["setup"], p),
+                         _parse_wire(message["wire"], p))
+            except SecureVFLError as exc:  # a lost or aborting peer, a malformed summary
+                missing[p] = f"{type(exc).__name__}: {exc}"
+                continue
+            train[p], setups[p] = costs[0], costs[1]
+            links.update(costs[2])
+        return value, train, setups, links, missing
 
     return wrapped
 
