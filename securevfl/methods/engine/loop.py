@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from securevfl.errors import ConfigError, ProtocolError
+from securevfl.errors import ConfigError, ProtocolError, RunAborted
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import batch_plan
 from securevfl.methods.defenses import protect, randomized_response, secret_generator
@@ -74,6 +74,8 @@ GRADIENT_ROWS = "engine.gradient_rows"
 EMBEDDING_ROWS = "engine.embedding_rows"
 RUN_STATUS = "engine.run.status"
 RUN_DECISION = "engine.run.decision"
+RUN_REFUSED = "engine.run.refused"  # a passive party holds the refusal (the active party waits for every one)
+RUN_RELEASE = "engine.run.release"  # every party holds it: raise now
 #: Bounds on what the run agreement accepts from a peer.
 MAX_EPOCHS_SENT = 16
 MAX_REASON_CHARS = 8000
@@ -470,9 +472,11 @@ def _agree_run(ctx: PartyContext, side: PartySide, store: CheckpointStore, job: 
 
     Every party surveys its own directory and sends :func:`_status`; the active party decides
     (:func:`_decide`) and sends everyone either ``{"start", "run"}`` or ``{"refuse": reason}``;
-    on a refusal every party raises the same ConfigError. A passive party also checks the
-    decision against what it holds itself: an active party cannot make it resume an epoch or a
-    run it does not have, or start afresh over its checkpoints without ``checkpoint_overwrite``.
+    on a refusal every party raises the same ConfigError, once every passive party has
+    acknowledged it (so that no party's abort overtakes the refusal on its way to another).
+    A passive party also checks the decision against what it holds itself: an active party cannot
+    make it resume an epoch or a run it does not have, or start afresh over its checkpoints
+    without ``checkpoint_overwrite``.
     """
     config = side.config
     survey = store.survey(job, data)
@@ -484,6 +488,12 @@ def _agree_run(ctx: PartyContext, side: PartySide, store: CheckpointStore, job: 
         decided = _decide(statuses, ctx.name)
         if isinstance(decided, str):
             ctx.broadcast(side.passives, RUN_DECISION, {"refuse": decided})
+            try:  # raise only once every party holds the reason: a failure's abort may overtake a message
+                for p in side.passives:
+                    ctx.recv(p, RUN_REFUSED)
+                ctx.broadcast(side.passives, RUN_RELEASE, True)
+            except (RunAborted, ProtocolError):
+                pass  # a party that failed otherwise: this party still raises the reason it decided
             raise ConfigError(decided + where)
         start, run = decided
         ctx.broadcast(side.passives, RUN_DECISION, {"start": start, "run": run})
@@ -494,6 +504,11 @@ def _agree_run(ctx: PartyContext, side: PartySide, store: CheckpointStore, job: 
         reason = decision["refuse"]
         if not isinstance(reason, str) or not 0 < len(reason) <= MAX_REASON_CHARS or not reason.isprintable():
             raise ProtocolError(f"{ctx.active} sent a malformed refusal of the run")
+        ctx.send(ctx.active, RUN_REFUSED, True)
+        try:
+            ctx.recv(ctx.active, RUN_RELEASE)
+        except (RunAborted, ProtocolError):
+            pass  # the active party's abort overtook its release: the refusal is here all the same
         raise ConfigError(reason + where)
     if not isinstance(decision, dict) or set(decision) != {"start", "run"}:
         raise ProtocolError(f"{ctx.active} sent a malformed run decision")
