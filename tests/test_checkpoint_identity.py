@@ -133,3 +133,99 @@ def test_cli_train_twice_into_one_checkpoint_dir_is_one_line_and_exit_2(tmp_path
     assert len([line for line in err.splitlines() if line.strip()]) == 1, err
     assert "already" in err and "--overwrite-checkpoints" in err and "Traceback" not in err
     assert main([*args, "--overwrite-checkpoints"]) == 0
+
+
+# -- the agreement's messages: a peer's status is validated field by field -----------------------
+
+def _status(**changes):
+    status = {"mode": "resume", "overwrite": False, "epochs": [1, 2], "run": "ab" * 16, "job": "cd" * 32,
+              "problem": ""}
+    return {**status, **changes}
+
+
+@pytest.mark.parametrize("bad", [
+    None, [], {"mode": "resume"}, _status(mode="restart"), _status(overwrite=1), _status(epochs="1,2"),
+    _status(epochs=[2, 1]), _status(epochs=[True]), _status(epochs=[0]), _status(epochs=list(range(1, 40))),
+    _status(run="zz" * 16), _status(run="ab"), _status(job=7), _status(problem="because"),
+    {**_status(), "extra": 1},
+])
+def test_a_malformed_checkpoint_status_is_a_protocol_error(bad):
+    from securevfl.errors import ProtocolError
+    from securevfl.methods.engine.loop import _check_status
+
+    with pytest.raises(ProtocolError, match="shop sent a malformed checkpoint status"):
+        _check_status("shop", bad)
+
+
+def test_the_active_party_decides_for_everyone():
+    from securevfl.methods.engine.loop import _decide
+
+    run = "ab" * 16
+    ok = {"bank": _status(), "shop": _status(epochs=[2, 3])}
+    assert _decide(ok, "bank") == (2, run)
+    assert "shop's checkpoints were trained on other data" in _decide({**ok, "shop": _status(problem="data")}, "bank")
+    assert "different runs" in _decide({**ok, "shop": _status(run="ef" * 16)}, "bank")
+    assert "disagree on --resume" in _decide({**ok, "shop": _status(mode="fresh")}, "bank")
+    assert "another job" in _decide({**ok, "shop": _status(job="ee" * 32)}, "bank")
+    fresh = {p: _status(mode="fresh", epochs=[], run="") for p in ("bank", "shop")}
+    start, new_run = _decide(fresh, "bank")
+    assert start == 0 and re.fullmatch("[0-9a-f]{32}", new_run) and new_run != _decide(fresh, "bank")[1]
+    used = {**fresh, "shop": _status(mode="fresh")}
+    assert "shop has epochs [1, 2] of run abababab" in _decide(used, "bank")
+    assert _decide({**used, "shop": _status(mode="fresh", overwrite=True)}, "bank")[0] == 0
+
+
+def test_an_old_checkpoint_without_identity_is_refused_not_resumed(tmp_path):
+    with pytest.raises(PartyFailure, match="interrupted"):
+        securevfl.train("splitnn", checkpoint_dir=tmp_path, progress=_interrupt_at(2), **KW)
+    for party in ("active", "passive1"):  # as an older securevfl wrote them
+        store = CheckpointStore(tmp_path, party)
+        for epoch in store.completed_epochs():
+            state = store.load(epoch)
+            del state["identity"]
+            torch.save(state, store.path(epoch))
+    with pytest.raises(PartyFailure) as excinfo:
+        securevfl.train("splitnn", checkpoint_dir=tmp_path, resume=True, **KW)
+    assert "active's and passive1's checkpoints were written by an older securevfl" in _refusal(excinfo)
+
+
+class _Passive:
+    """A passive party's context that receives a scripted decision from the active party."""
+
+    def __init__(self, decision):
+        self.is_active, self.name, self.active, self.sent = False, "passive1", "active", []
+        self.decision = decision
+
+    def send(self, dst, tag, value):
+        self.sent.append((dst, tag, value))
+
+    def recv(self, src, tag):
+        return self.decision
+
+
+@pytest.mark.parametrize("decision, message", [
+    ({"start": 3, "run": None}, "malformed run decision"),
+    ({"start": "2", "run": "ab" * 16}, "malformed run decision"),
+    ({"start": 5, "run": "RUN"}, "malformed run decision"),
+    ({"start": 9, "run": "SAME"}, "asked passive1 to resume epoch 9"),  # an epoch it does not have
+    ({"start": 2, "run": "ab" * 16}, "asked passive1 to resume epoch 2 of run abababab"),  # another run
+    ({"refuse": "x" * 9000}, "malformed refusal"),
+    ({"refuse": "two\nlines"}, "malformed refusal"),
+    ({"start": 2}, "malformed run decision"),
+])
+def test_a_passive_party_checks_the_active_partys_decision_against_what_it_holds(tmp_path, decision, message):
+    from types import SimpleNamespace
+
+    from securevfl.errors import ProtocolError
+    from securevfl.methods.engine.loop import _agree_run
+
+    with pytest.raises(PartyFailure, match="interrupted"):
+        securevfl.train("splitnn", checkpoint_dir=tmp_path, progress=_interrupt_at(2), **KW)
+    store = CheckpointStore(tmp_path, "passive1")
+    stamp = store.load(2)["identity"]
+    if decision.get("run") == "SAME":
+        decision = {**decision, "run": stamp["run"]}
+    config = SimpleNamespace(resume=True, checkpoint_overwrite=False, checkpoint_dir=str(tmp_path))
+    side = SimpleNamespace(config=config, passives=())
+    with pytest.raises(ProtocolError, match=message):
+        _agree_run(_Passive(decision), side, store, stamp["job"], stamp["data"])
