@@ -235,6 +235,7 @@ def train(
     val_fraction: float = 0.2,
     checkpoint_dir: str | Path | None = None,
     resume: bool = False,
+    checkpoint_overwrite: bool = False,
     attacks: Sequence[str] = (),
     defenses: Mapping[str, float] | None = None,
     class_weight: str = "none",
@@ -254,7 +255,8 @@ def train(
     report says so. ``patience`` > 0 stops early on a ``val_fraction`` validation split of the
     aligned training rows (best weights restored); ``checkpoint_dir`` saves every party's own state
     at each epoch end and ``resume`` continues from the last epoch all parties completed
-    (split-learning methods). ``attacks`` (``securevfl.attacks.attack_names()``) tap the attacking
+    (split-learning methods); a new run refuses a used directory unless ``checkpoint_overwrite``
+    (the old files are moved aside). ``attacks`` (``securevfl.attacks.attack_names()``) tap the attacking
     party's channel and add a ``privacy`` section to the report: each attack's metric next to its
     random-guess baseline. ``defenses`` (``{"grad-noise": 0.5, "grad-sparsify": 0.9, "label-dp":
     1.0}``) perturb what the active party returns or trains on (securevfl.methods.defenses); the
@@ -285,7 +287,8 @@ def train(
                           embedding_dim=embedding_dim, hidden=tuple(hidden), options=dict(options or {}),
                           patience=patience, val_fraction=val_fraction,
                           checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
-                          defenses=dict(defenses or {}), class_weight=class_weight),
+                          checkpoint_overwrite=checkpoint_overwrite, defenses=dict(defenses or {}),
+                          class_weight=class_weight),
         device=device,
         network=NetworkModel(bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms),
         alignment=alignment,

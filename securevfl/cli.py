@@ -110,6 +110,8 @@ def train(
     checkpoint_dir: Path | None = typer.Option(
         None, help="Every party saves its own state here at each epoch end (DIR/<party>/)."),
     resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
+    overwrite_checkpoints: bool = typer.Option(
+        False, help="Start a new run in a used --checkpoint-dir: move the old files aside (DIR/<party>/previous-*/)."),
     attack: list[str] = typer.Option(
         [], "--attack", help="Measure leakage with an attack on what one party receives (repeatable): "
                              "label-norm, label-cosine, model-completion, feature-inversion, peer-inversion."),
@@ -148,6 +150,7 @@ def train(
             bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms, recv_timeout_s=recv_timeout,
             scheduler=scheduler, patience=early_stopping, val_fraction=val_fraction,
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
+            checkpoint_overwrite=overwrite_checkpoints,
             attacks=attack, defenses=_parse_pairs(defense, "--defense"), class_weight=class_weight,
             progress=on_progress)
     json_path, md_path = result.save(report)

@@ -63,6 +63,8 @@ def party_command(
     checkpoint_dir: Path | None = typer.Option(  # noqa: B008
         None, help="Save this party's own state here at each epoch end (split-learning methods)."),
     resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
+    overwrite_checkpoints: bool = typer.Option(
+        False, help="Start a new run in a used --checkpoint-dir: move the old files aside (previous-*/)."),
     categorical: str = typer.Option("", help="This party's integer columns to encode as categories (comma-separated)."),
     drop: str = typer.Option("", help="This party's columns to leave out (comma-separated)."),
     dates: str = typer.Option("", help="This party's date columns (comma-separated)."),
@@ -95,6 +97,7 @@ def party_command(
           f"({'plaintext, loopback' if fed.insecure else 'mutual TLS'})", file=sys.stderr, flush=True)
     result = run_deployed_party(fed, as_, data, device=device, progress=_epoch_printer(as_),
                                 checkpoint_dir=checkpoint_dir, resume=resume,
+                                checkpoint_overwrite=overwrite_checkpoints,
                                 columns=columns if fed.party(as_).data else None)
     print(f"[{as_}] {result.alignment.size} shared rows; done in {result.wall_s:.1f} s", file=sys.stderr, flush=True)
     if result.report is not None:
@@ -133,6 +136,8 @@ def launch_command(
     checkpoint_dir: Path | None = typer.Option(  # noqa: B008
         None, help="Every party saves its own state under DIR/<party>/ at each epoch end."),
     resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
+    overwrite_checkpoints: bool = typer.Option(
+        False, help="Start a new run in a used --checkpoint-dir: move the old files aside (previous-*/)."),
 ) -> None:
     """Start every party as its own local process (loopback), stream their output, stop on the first failure."""
     from securevfl.api import check_report_path
@@ -155,7 +160,7 @@ def launch_command(
         check_report_path(report)
     code = launch(federation, {**files, **dict.fromkeys(n for n in fed.parties if n not in files)},
                   active=fed.active, report=report, device=device, timeout=timeout or None, insecure=insecure,
-                  checkpoint_dir=checkpoint_dir, resume=resume)
+                  checkpoint_dir=checkpoint_dir, resume=resume, overwrite_checkpoints=overwrite_checkpoints)
     if code:
         raise typer.Exit(code)
 
@@ -171,7 +176,8 @@ def check_insecure(in_file: bool, on_command_line: bool) -> None:
 
 def launch(federation: Path, files: dict[str, Path | None], *, active: str, report: Path | None = None,
            device: str = "auto", timeout: float | None = None, python: str = sys.executable,
-           insecure: bool = False, checkpoint_dir: Path | None = None, resume: bool = False) -> int:
+           insecure: bool = False, checkpoint_dir: Path | None = None, resume: bool = False,
+           overwrite_checkpoints: bool = False) -> int:
     """Run every party as a child process; return 0, or the exit code of the first party that failed.
 
     ``files``: party -> its table, or ``None`` for a party without data (``data = false``).
@@ -192,7 +198,8 @@ def launch(federation: Path, files: dict[str, Path | None], *, active: str, repo
         if report is not None and name == active:
             cmd += ["--report", str(report)]
         if checkpoint_dir is not None:
-            cmd += ["--checkpoint-dir", str(checkpoint_dir)] + (["--resume"] if resume else [])
+            cmd += ["--checkpoint-dir", str(checkpoint_dir)] + (["--resume"] if resume else []) + (
+                ["--overwrite-checkpoints"] if overwrite_checkpoints else [])
         children[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                           env=env, start_new_session=True)
     pumps = [threading.Thread(target=_pump, args=(name, child), daemon=True) for name, child in children.items()]

@@ -313,6 +313,30 @@ def test_a_deployed_run_resumes_from_every_partys_own_checkpoints(tmp_path, file
     assert again.metrics == report.metrics and again.history == report.history
 
 
+def test_a_deployed_resume_that_cannot_continue_is_the_same_error_at_every_party(tmp_path, files, certs):
+    import shutil
+
+    from securevfl.errors import ConfigError, PartyFailure
+
+    def causes(errors):
+        return {p: e.cause if isinstance(e, PartyFailure) else e for p, e in errors.items()}
+
+    ckpt = tmp_path / "checkpoints"
+    fed = load_federation(federation_file(tmp_path, certs, "splitnn", epochs=2, peer_timeout=60.0))
+    _, errors = run_in_threads(fed, files, checkpoint_dir=ckpt)
+    assert not errors, errors
+    errors = causes(run_in_threads(fed, files, checkpoint_dir=ckpt)[1])  # a new run into the used directory
+    assert sorted(errors) == sorted(PARTIES) and all(isinstance(e, ConfigError) for e in errors.values()), errors
+    assert len({str(e) for e in errors.values()}) == 1 and "already holds checkpoints" in str(errors["shop"])
+    shutil.rmtree(ckpt / "shop")  # shop lost its checkpoints
+    started = time.monotonic()
+    errors = causes(run_in_threads(fed, files, checkpoint_dir=ckpt, resume=True)[1])
+    assert sorted(errors) == sorted(PARTIES) and all(isinstance(e, ConfigError) for e in errors.values()), errors
+    assert len({str(e) for e in errors.values()}) == 1  # every party raises the active party's refusal
+    assert "cannot resume: shop has no checkpoint" in str(errors["clinic"])
+    assert time.monotonic() - started < 50  # decided at once, nobody waits for the peer timeout
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["local", "cvfl", "aggvfl", "apcvfl", "apcvfl-ablation", "apcvfl-splitnn",
                                     "local-logreg", "tabvfl", "tabvfl-le", "tabnet-lt", "tabnet-ct", "entity-aug",

@@ -137,7 +137,7 @@ def test_resume_takes_the_last_epoch_every_party_completed(tmp_path):
 def test_resume_refuses_another_jobs_checkpoint(tmp_path):
     kw = dict(parties=2, epochs=2, alignment="plaintext")
     securevfl.train("splitnn", checkpoint_dir=tmp_path, seed=1, **kw)
-    with pytest.raises(PartyFailure, match="belongs to another job"):
+    with pytest.raises(PartyFailure, match="belong to another job"):
         securevfl.train("splitnn", checkpoint_dir=tmp_path, resume=True, seed=1, lr=0.01, **kw)
 
 

@@ -439,7 +439,7 @@ def local_scenario(name: str, federation: Federation, table: PartyTable | None, 
 
 
 def _method_and_config(federation: Federation, device: str, checkpoint_dir: str | Path | None = None,
-                       resume: bool = False):
+                       resume: bool = False, checkpoint_overwrite: bool = False):
     from securevfl.api import RunConfig
     from securevfl.data import DatasetOptions, PartitionSpec
     from securevfl.methods import TrainConfig, create_method
@@ -448,7 +448,8 @@ def _method_and_config(federation: Federation, device: str, checkpoint_dir: str 
     train = TrainConfig(epochs=job.epochs, batch_size=job.batch_size, lr=job.lr, seed=job.seed,
                         embedding_dim=job.embedding_dim, hidden=tuple(job.hidden), options=dict(job.options),
                         patience=job.early_stopping, val_fraction=job.val_fraction, class_weight=job.class_weight,
-                        checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume)
+                        checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
+                        checkpoint_overwrite=checkpoint_overwrite)
     config = RunConfig(method=job.method, dataset="federation",
                        dataset_options=DatasetOptions(id_column=job.id_column, label_column=job.label_column,
                                                       seed=job.seed),
@@ -461,13 +462,14 @@ def _method_and_config(federation: Federation, device: str, checkpoint_dir: str 
 def run_deployed_party(federation: Federation, name: str, data: str | Path | None, *, device: str = "auto",
                        progress: Callable[..., None] | None = None, transport: Any = None,
                        checkpoint_dir: str | Path | None = None, resume: bool = False,
-                       columns: ColumnSpec | None = None) -> DeployedResult:
+                       columns: ColumnSpec | None = None, checkpoint_overwrite: bool = False) -> DeployedResult:
     """Run party ``name`` of ``federation`` on its own ``data`` file, in this process, to the end.
 
     A party with ``data = false`` in the federation file (an arbiter, a key generator, a server) takes
     no ``data`` and no part in PSI; it receives the plan and runs its role. ``checkpoint_dir``: this
     party saves its own state there at each epoch end (``DIR/<name>/``); ``resume`` continues from the
-    last epoch every party completed (every party must be started with ``resume``). ``columns``: how
+    last epoch every party completed (every party must be started with ``resume``);
+    ``checkpoint_overwrite`` moves this party's old checkpoints aside for a new run. ``columns``: how
     this party reads and encodes its own file (default: its ``[parties.<name>.columns]`` section);
     the other parties never see it.
     """
@@ -479,7 +481,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     helper = not federation.party(name).data
     is_active = name == federation.active
     # refuse a bad method or option before connecting
-    method, config = _method_and_config(federation, device, checkpoint_dir, resume)
+    method, config = _method_and_config(federation, device, checkpoint_dir, resume, checkpoint_overwrite)
     table: PartyTable | None = None
     classes: tuple[str, ...] = ()
     if helper:

@@ -37,7 +37,11 @@ class TrainConfig:
 
     ``patience`` > 0 turns on early stopping on a ``val_fraction`` validation split of the aligned
     training rows (split-learning methods); ``checkpoint_dir`` makes every party save its own state
-    at each epoch end, and ``resume`` continues from the last epoch every party completed.
+    at each epoch end, and ``resume`` continues from the last epoch every party completed, of the
+    same run, job and data (anything else is refused, naming the party; so is a resume with no
+    checkpoint at any party: "nothing to resume"). A fresh run refuses a
+    directory that holds checkpoints; ``checkpoint_overwrite`` moves them aside instead (into
+    ``DIR/<party>/previous-<time>/``; nothing is deleted).
     """
 
     epochs: int = 50
@@ -51,6 +55,7 @@ class TrainConfig:
     val_fraction: float = 0.2
     checkpoint_dir: str | None = None
     resume: bool = False
+    checkpoint_overwrite: bool = False
     defenses: Mapping[str, float] = field(default_factory=dict)
     class_weight: str = "none"  # "balanced": cross-entropy weighted n / (C * count_c) (imbalanced classes)
 
@@ -71,6 +76,10 @@ class TrainConfig:
             raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         if self.resume and not self.checkpoint_dir:
             raise ConfigError("resume needs a checkpoint directory (--checkpoint-dir)")
+        if self.checkpoint_overwrite and not self.checkpoint_dir:
+            raise ConfigError("--overwrite-checkpoints needs a checkpoint directory (--checkpoint-dir)")
+        if self.checkpoint_overwrite and self.resume:
+            raise ConfigError("--overwrite-checkpoints starts a new run; it cannot be combined with --resume")
         object.__setattr__(self, "defenses", check_defenses(self.defenses))
         if self.class_weight not in CLASS_WEIGHTS:
             raise ConfigError(f"class_weight must be one of {', '.join(CLASS_WEIGHTS)}, got {self.class_weight!r}")

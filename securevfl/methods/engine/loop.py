@@ -15,9 +15,15 @@ to evaluate a set of rows); :func:`run_side` owns the rest:
   agree on (``Phase.stopping == "local"``) lets each party decide on its own validation loss.
   Each party keeps its own best weights of the phase and restores them when the phase ends
   (a later phase starts from them; the test evaluation uses the last phase's best);
-* **checkpoints and resume** (``TrainConfig.checkpoint_dir``, ``resume``): each party saves its own
-  :class:`TrainingState` at every epoch end (:mod:`.checkpoint`); on resume the parties exchange
-  the epochs they have and continue from the last one every party completed;
+* **checkpoints and resume** (``TrainConfig.checkpoint_dir``, ``resume``, ``checkpoint_overwrite``):
+  each party saves its own :class:`TrainingState` at every epoch end (:mod:`.checkpoint`), with the
+  run's identity (run id, job digest, a digest of its own data). Before the first epoch the parties
+  agree through the active party (:func:`_agree_run`): each sends what its directory holds and
+  whether that matches its own job and data; the active party decides for everyone and sends
+  either the run id and the epoch to start from (the last one every party completed) or a refusal
+  that every party raises alike. A fresh run refuses a directory that holds checkpoints (unless
+  ``checkpoint_overwrite``: they are moved aside); a resume refuses missing checkpoints, another
+  run's, another job's or another data set's, naming the party;
 * **evaluation**: the test rows go through the same :meth:`PartySide.evaluate` protocol.
 
 Engine messages use tags ``engine.<phase>.<what>``; a method's own use ``<method>.<phase>.<what>``.
@@ -37,11 +43,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from securevfl.errors import ConfigError, ProtocolError
+from securevfl.errors import ConfigError, ProtocolError, RunAborted
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import batch_plan
 from securevfl.methods.defenses import protect, randomized_response, secret_generator
-from securevfl.methods.engine.checkpoint import CheckpointStore
+from securevfl.methods.engine.checkpoint import (
+    PROBLEMS,
+    CheckpointStore,
+    Survey,
+    data_digest,
+    identity,
+    is_digest,
+    is_run_id,
+    new_run_id,
+)
 from securevfl.methods.objective import REGRESSION, Objective, make_objective
 from securevfl.seeding import simulation_rng
 
@@ -57,8 +72,13 @@ OWN_OUTPUTS = "engine.own_outputs.train"
 #: just received.
 GRADIENT_ROWS = "engine.gradient_rows"
 EMBEDDING_ROWS = "engine.embedding_rows"
-RESUME_HAVE = "engine.resume.have"
-RESUME_FROM = "engine.resume.from"
+RUN_STATUS = "engine.run.status"
+RUN_DECISION = "engine.run.decision"
+RUN_REFUSED = "engine.run.refused"  # a passive party holds the refusal (the active party waits for every one)
+RUN_RELEASE = "engine.run.release"  # every party holds it: raise now
+#: Bounds on what the run agreement accepts from a peer.
+MAX_EPOCHS_SENT = 16
+MAX_REASON_CHARS = 8000
 VALIDATION = "engine.validate.decision"
 
 Generator = torch.Generator | np.random.Generator
@@ -326,12 +346,19 @@ def validation_split(n_rows: int, fraction: float, seed: int) -> tuple[np.ndarra
     return np.sort(order[: n_rows - n_val]), np.sort(order[n_rows - n_val :])
 
 
-def _job_digest(side: PartySide, party: str) -> str:
-    """What a checkpoint must match to be resumed: method, options and training settings."""
+def job_digest(side: PartySide) -> str:
+    """The job fingerprint every checkpoint carries: method, options and training settings.
+
+    It is the same at every party (the party's own name and data are checked apart). The epoch
+    count is part of it: a resume continues exactly the run it interrupted (phase boundaries,
+    failure schedules and the best weights a validated phase's last checkpoint holds depend on
+    it), so training longer is a new run, not a resume. Device and checkpoint options are not.
+    """
     c = side.config
-    job = {"method": side.method.name, "party": party, "options": side.method.describe(), "seed": c.seed,
+    job = {"method": side.method.name, "options": side.method.describe(), "seed": c.seed, "epochs": c.epochs,
            "batch_size": c.batch_size, "lr": c.lr, "embedding_dim": c.embedding_dim, "hidden": list(c.hidden),
-           "patience": c.patience, "val_fraction": c.val_fraction}
+           "patience": c.patience, "val_fraction": c.val_fraction, "class_weight": c.class_weight,
+           "defenses": dict(sorted(c.defenses.items()))}
     return hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -366,44 +393,149 @@ class _EarlyStopping:
         self.stopped_after = int(state.get("stopped_after", 0)) or None
 
 
-def _agree_resume(ctx: PartyContext, side: PartySide, store: CheckpointStore) -> int:
-    """The last epoch every party has a checkpoint of (0: none), agreed through the active party."""
-    have = store.completed_epochs()
-    if not ctx.is_active:
-        ctx.send(ctx.active, RESUME_HAVE, have)
-        start = ctx.recv(ctx.active, RESUME_FROM)
-        if not isinstance(start, int) or (start and start not in have):
-            raise ProtocolError(f"{ctx.active} asked {ctx.name} to resume from epoch {start!r}; it has {have}")
-        return start
-    common = set(have)
-    for p in side.passives:
-        theirs = ctx.recv(p, RESUME_HAVE)
-        if not isinstance(theirs, list) or not all(isinstance(e, int) for e in theirs):
-            raise ProtocolError(f"{p} sent a malformed list of checkpointed epochs")
-        common &= set(theirs)
-    start = max(common, default=0)
-    ctx.broadcast(side.passives, RESUME_FROM, start)
-    return start
+def _status(config: TrainConfig, survey: Survey, job: str) -> dict[str, Any]:
+    """What a party tells the active party about its checkpoint directory (never its data digest)."""
+    return {"mode": "resume" if config.resume else "fresh", "overwrite": config.checkpoint_overwrite,
+            "epochs": survey.epochs[-MAX_EPOCHS_SENT:], "run": survey.run, "job": job, "problem": survey.problem}
 
 
-def _load_checkpoint(ctx: PartyContext, side: PartySide, store: CheckpointStore, digest: str,
-                     stoppers: Mapping[str, _EarlyStopping]) -> tuple[int, list[dict[str, float]]]:
-    """Agree on the epoch to resume from and restore this party's state; (0, []) when starting afresh."""
-    ctx.stage = "resume"
-    start = _agree_resume(ctx, side, store)
-    if not start:
-        return 0, []
+def _check_status(peer: str, status: Any) -> dict[str, Any]:
+    """A peer's :func:`_status`, validated field by field (a ProtocolError naming the peer otherwise)."""
+    keys = {"mode", "overwrite", "epochs", "run", "job", "problem"}
+    if not isinstance(status, dict) or set(status) != keys:
+        raise ProtocolError(f"{peer} sent a malformed checkpoint status")
+    epochs = status["epochs"]
+    if (status["mode"] not in ("resume", "fresh") or not isinstance(status["overwrite"], bool)
+            or not isinstance(epochs, list) or len(epochs) > MAX_EPOCHS_SENT
+            or not all(type(e) is int and 0 < e < 10**9 for e in epochs) or epochs != sorted(set(epochs))
+            or not (status["run"] == "" or is_run_id(status["run"])) or not is_digest(status["job"])
+            or not (status["problem"] == "" or status["problem"] in PROBLEMS)):
+        raise ProtocolError(f"{peer} sent a malformed checkpoint status")
+    return status
+
+
+def _holds(party: str, status: Mapping[str, Any]) -> str:
+    """``bank has epochs [29, 30] of run 3f2a1b2c`` (or ``bank has no checkpoint``)."""
+    if not status["epochs"]:
+        return f"{party} has no checkpoint"
+    run = f"run {status['run'][:8]}" if status["run"] else "no identified run"
+    return f"{party} has epochs {status['epochs']} of {run}"
+
+
+def _decide(statuses: Mapping[str, Mapping[str, Any]], active: str) -> tuple[int, str] | str:
+    """The active party's decision: ``(start epoch, run id)``, or the reason every party refuses the run."""
+    mine = statuses[active]
+    resuming = [p for p, s in statuses.items() if s["mode"] == "resume"]
+    if 0 < len(resuming) < len(statuses):
+        fresh = [p for p in statuses if p not in resuming]
+        return (f"the parties disagree on --resume: {', '.join(resuming)} resume(s), {', '.join(fresh)} start(s) "
+                "afresh; start every party with the same checkpoint options")
+    other_jobs = [p for p, s in statuses.items() if s["job"] != mine["job"]]
+    if other_jobs:
+        return (f"{', '.join(other_jobs)} run(s) another job than {active} (method, options or training settings "
+                "differ); start every party with the same job")
+    if mine["mode"] == "fresh":
+        used = [p for p, s in statuses.items() if s["epochs"] and not s["overwrite"]]
+        if used:
+            return ("cannot start a new run: the checkpoint directory already holds checkpoints: "
+                    + ", ".join(_holds(p, statuses[p]) for p in used)
+                    + "; continue that run with --resume, or move its files aside (into <party>/previous-<time>/) "
+                      "with --overwrite-checkpoints, or use another --checkpoint-dir")
+        return 0, new_run_id()
+    if not any(s["epochs"] for s in statuses.values()):
+        return "nothing to resume: no party has a checkpoint; start without --resume"
+    issues = []
+    for problem, text in PROBLEMS.items():
+        owners = [f"{p}'s" for p, s in statuses.items() if s["problem"] == problem]
+        if owners:
+            names = owners[0] if len(owners) == 1 else f"{', '.join(owners[:-1])} and {owners[-1]}"
+            issues.append(f"{names} checkpoints {text}")
+    issues += [f"{p} has no checkpoint" for p, s in statuses.items() if not s["epochs"]]
+    runs = {s["run"] for s in statuses.values() if s["epochs"] and not s["problem"]}
+    if len(runs) > 1:
+        issues.append("the parties' checkpoints belong to different runs")
+    common = set.intersection(*(set(s["epochs"]) for s in statuses.values()))
+    if not issues and not common:
+        issues.append("no epoch was completed by every party")
+    if issues:
+        found = ", ".join(_holds(p, s) for p, s in statuses.items() if s["epochs"])
+        reason = (f"cannot resume: {'; '.join(issues)} ({found}); start a new run with --overwrite-checkpoints "
+                  "(the old files are moved aside) or use another --checkpoint-dir")
+        return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 1] + "…"
+    (run,) = runs
+    return max(common), run
+
+
+def _agree_run(ctx: PartyContext, side: PartySide, store: CheckpointStore, job: str,
+               data: str) -> tuple[int, str]:
+    """Agree through the active party on the run: ``(epoch to resume from or 0, run id)``.
+
+    Every party surveys its own directory and sends :func:`_status`; the active party decides
+    (:func:`_decide`) and sends everyone either ``{"start", "run"}`` or ``{"refuse": reason}``;
+    on a refusal every party raises the same ConfigError, once every passive party has
+    acknowledged it (so that no party's abort overtakes the refusal on its way to another).
+    A passive party also checks the decision against what it holds itself: an active party cannot
+    make it resume an epoch or a run it does not have, or start afresh over its checkpoints
+    without ``checkpoint_overwrite``.
+    """
+    config = side.config
+    survey = store.survey(job, data)
+    where = f" (checkpoint directory {config.checkpoint_dir})"
+    if ctx.is_active:
+        statuses = {ctx.name: _status(config, survey, job)}
+        for p in side.passives:
+            statuses[p] = _check_status(p, ctx.recv(p, RUN_STATUS))
+        decided = _decide(statuses, ctx.name)
+        if isinstance(decided, str):
+            ctx.broadcast(side.passives, RUN_DECISION, {"refuse": decided})
+            try:  # raise only once every party holds the reason: a failure's abort may overtake a message
+                for p in side.passives:
+                    ctx.recv(p, RUN_REFUSED)
+                ctx.broadcast(side.passives, RUN_RELEASE, True)
+            except (RunAborted, ProtocolError):
+                pass  # a party that failed otherwise: this party still raises the reason it decided
+            raise ConfigError(decided + where)
+        start, run = decided
+        ctx.broadcast(side.passives, RUN_DECISION, {"start": start, "run": run})
+        return start, run
+    ctx.send(ctx.active, RUN_STATUS, _status(config, survey, job))
+    decision = ctx.recv(ctx.active, RUN_DECISION)
+    if isinstance(decision, dict) and set(decision) == {"refuse"}:
+        reason = decision["refuse"]
+        if not isinstance(reason, str) or not 0 < len(reason) <= MAX_REASON_CHARS or not reason.isprintable():
+            raise ProtocolError(f"{ctx.active} sent a malformed refusal of the run")
+        ctx.send(ctx.active, RUN_REFUSED, True)
+        try:
+            ctx.recv(ctx.active, RUN_RELEASE)
+        except (RunAborted, ProtocolError):
+            pass  # the active party's abort overtook its release: the refusal is here all the same
+        raise ConfigError(reason + where)
+    if not isinstance(decision, dict) or set(decision) != {"start", "run"}:
+        raise ProtocolError(f"{ctx.active} sent a malformed run decision")
+    start, run = decision["start"], decision["run"]
+    if type(start) is not int or not is_run_id(run):
+        raise ProtocolError(f"{ctx.active} sent a malformed run decision")
+    if config.resume and (start not in survey.epochs or survey.problem or run != survey.run):
+        raise ProtocolError(f"{ctx.active} asked {ctx.name} to resume epoch {start} of run {run[:8]}; "
+                            f"{_holds(ctx.name, _status(config, survey, job))}"
+                            + (f" whose checkpoints {PROBLEMS[survey.problem]}" if survey.problem else ""))
+    if not config.resume and (start or (survey.epochs and not config.checkpoint_overwrite)):
+        raise ProtocolError(f"{ctx.active} asked {ctx.name} to start a new run over its checkpoints "
+                            f"(epochs {survey.epochs}) without --overwrite-checkpoints")
+    return start, run
+
+
+def _load_checkpoint(ctx: PartyContext, side: PartySide, store: CheckpointStore, start: int, expected: dict[str, Any],
+                     stoppers: Mapping[str, _EarlyStopping]) -> list[dict[str, float]]:
+    """Restore this party's state from the agreed epoch ``start``; its identity must be ``expected``."""
     saved = store.load(start)
-    if saved.get("job") != digest:
-        raise ConfigError(f"the checkpoint {store.path(start)} belongs to another job (method, options "
-                          "or training settings differ); use a new --checkpoint-dir")
+    if saved.get("identity") != expected:
+        raise ConfigError(f"the checkpoint {store.path(start)} changed while the parties agreed to resume it")
     side.restore(saved["state"])
     states = saved["early_stopping"]
-    if "best_loss" in states and stoppers:  # written before stopping was per phase: one supervised phase
-        states = {list(stoppers)[-1]: states}
     for name, state in states.items():
         stoppers[name].load(state)
-    return start, list(saved["history"])
+    return list(saved["history"])
 
 
 def _validate(ctx: PartyContext, side: PartySide, phase: Phase, val_rows: np.ndarray, stopper: _EarlyStopping,
@@ -475,17 +607,24 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
     stoppers = {p.name: _EarlyStopping(config.patience) for p in phases
                 if config.patience and p.early_stopping != "none"}
     store = CheckpointStore(config.checkpoint_dir, ctx.name) if config.checkpoint_dir else None
-    digest = _job_digest(side, ctx.name)
     history: list[dict[str, float]] = []
     start = 0
-    if config.resume and store is not None:
-        start, history = _load_checkpoint(ctx, side, store, digest, stoppers)
+    stamp: dict[str, Any] = {}
+    if store is not None:
+        ctx.stage = "resume" if config.resume else "checkpoint agreement"
+        job, data = job_digest(side), data_digest(side.data)
+        start, run = _agree_run(ctx, side, store, job, data)
+        stamp = identity(run, job, data, ctx.name)
+        if start:
+            history = _load_checkpoint(ctx, side, store, start, stamp, stoppers)
+        elif config.checkpoint_overwrite:
+            store.move_aside()
     record = EngineRecord(history, resumed_from_epoch=start, validation_rows=len(val_rows))
     total_epochs = sum(p.epochs for p in phases)
 
     def save(epoch: int) -> None:
         if store is not None:
-            store.save(epoch, {"job": digest, "state": side.state.state_dict(), "history": history,
+            store.save(epoch, {"identity": stamp, "state": side.state.state_dict(), "history": history,
                                "early_stopping": {n: s.state() for n, s in stoppers.items()}})
 
     first = 0
