@@ -24,7 +24,12 @@ to evaluate a set of rows); :func:`run_side` owns the rest:
   that every party raises alike. A fresh run refuses a directory that holds checkpoints (unless
   ``checkpoint_overwrite``: they are moved aside); a resume refuses missing checkpoints, another
   run's, another job's or another data set's, naming the party;
-* **evaluation**: the test rows go through the same :meth:`PartySide.evaluate` protocol.
+* **evaluation**: the test rows go through the same :meth:`PartySide.evaluate` protocol;
+* **saved models and scoring** (issue 27): after training, :meth:`PartySide.saved` is what the party
+  keeps of its side (its modules' weights, and at the active party the fitted objective: a regression
+  target's scale); :func:`score_side` rebuilds the side, loads that, and scores new rows through the
+  same :meth:`PartySide.evaluate` protocol as the test rows, in batches. So scoring a run's held-out
+  rows reproduces its test predictions, and every privacy layer of the evaluation applies unchanged.
 
 Engine messages use tags ``engine.<phase>.<what>``; a method's own use ``<method>.<phase>.<what>``.
 """
@@ -43,7 +48,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from securevfl.errors import ConfigError, ProtocolError, RunAborted
+from securevfl.errors import ConfigError, ModelError, ProtocolError, RunAborted
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import batch_plan
 from securevfl.methods.defenses import protect, randomized_response, secret_generator
@@ -204,6 +209,18 @@ class EngineRecord:
 Losses = Mapping[str, float]
 
 
+@dataclass(frozen=True)
+class SavedSide:
+    """What one party keeps of its trained side.
+
+    Its modules' weights, and at the active party its fitted objective (the regression target's
+    scale; classification keeps nothing else).
+    """
+
+    weights: dict[str, dict[str, torch.Tensor]]
+    objective: Objective | None = None
+
+
 class PartySide(ABC):
     """One party's part in a split-learning method; :func:`run_side` calls its hooks."""
 
@@ -262,6 +279,23 @@ class PartySide(ABC):
     def restore(self, state: Mapping[str, Any]) -> None:
         """Load a checkpointed :meth:`TrainingState.state_dict` (a side that builds lazily builds first)."""
         self.state.load_state_dict(state)
+
+    def saved(self) -> SavedSide:
+        """What this party keeps of its side once trained (its own modules; never a peer's data)."""
+        return SavedSide(self.state.weights(), self.objective if self.data.y_train is not None else None)
+
+    def load_saved(self, saved: SavedSide) -> None:
+        """Load :meth:`saved` weights into the modules :meth:`build` made; a mismatch is a ModelError."""
+        own = {n: sorted(m.state_dict()) for n, m in self.state.modules.items()}
+        theirs = {n: sorted(w) for n, w in saved.weights.items()}
+        if own != theirs:
+            raise ModelError(f"{self.name}'s saved weights {sorted(theirs)} do not fit the model {self.method.name} "
+                             f"builds here ({sorted(own)}): another method or other options")
+        try:
+            self.state.load_weights(saved.weights)
+        except RuntimeError as exc:  # a tensor of another shape (another input width or option)
+            first = str(exc).strip().splitlines()[-1].strip()
+            raise ModelError(f"{self.name}'s saved weights do not fit its model here: {first}") from None
 
     def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> Any:
         """The role's return value (the active side builds its ActiveOutcome here)."""
@@ -674,3 +708,38 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
     # what the party can compute alone with its final model (an attack may use it; computed only then)
     ctx.observe(OWN_OUTPUTS, lambda: side.own_outputs(side.data.X_train))
     return side.outcome(ctx, evaluation, record)
+
+
+def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows: int) -> Evaluation | None:
+    """Score this party's scoring rows (``side.data.X_test``) with a saved side; the active party returns them.
+
+    The side is built as for training (set-up messages included), its saved weights loaded, and the
+    rows go through :meth:`PartySide.evaluate` — the test evaluation's protocol, privacy layer and
+    all — ``batch_rows`` at a time (every party cuts the same batches: the row count is agreed).
+    """
+    if batch_rows < 1:
+        raise ConfigError(f"the scoring batch size must be at least 1, got {batch_rows}")
+    ctx.stage = "setup"
+    side.name, side.device = ctx.name, ctx.device
+    if saved.objective is not None:
+        side.__dict__["objective"] = saved.objective  # the fitted one; never refitted on scoring rows
+    side.build(ctx)
+    side.load_saved(saved)
+    side.state.train(False)
+    ctx.meter.enter_phase("score")
+    X = side.data.X_test
+    total = len(X)
+    parts: list[Evaluation] = []
+    for start in range(0, total, batch_rows):
+        ctx.stage = f"score rows {start + 1}-{min(start + batch_rows, total)} of {total}"
+        evaluation = side.evaluate(ctx, X[start : start + batch_rows], TEST)
+        if evaluation is not None:
+            parts.append(evaluation)
+        if ctx.is_active:
+            ctx.progress(rows=min(start + batch_rows, total), total=total)
+    if not ctx.is_active:
+        return None
+    if not parts:
+        return Evaluation(np.zeros((0, side.data.n_classes)) if side.data.task != REGRESSION else np.zeros(0))
+    per_party = {p: np.concatenate([e.per_party[p] for e in parts]) for p in parts[0].per_party}
+    return Evaluation(np.concatenate([e.scores for e in parts]), per_party)

@@ -31,6 +31,7 @@ updates; the gradient a passive party receives is the one of the first step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,9 +56,23 @@ EMBEDDING = "embedding"
 GRADIENT = "gradient"
 
 
-def side_role(side: PartySide) -> Role:
+@dataclass(frozen=True)
+class SideRole:
+    """The runtime role that runs ``side`` through the engine.
+
+    The side stays reachable, so the party that ran it can save what it trained
+    (:meth:`PartySide.saved`) or score with it.
+    """
+
+    side: PartySide
+
+    def __call__(self, ctx: PartyContext) -> Any:
+        return run_side(ctx, self.side)
+
+
+def side_role(side: PartySide) -> SideRole:
     """The runtime role that runs ``side`` through the engine."""
-    return lambda ctx: run_side(ctx, side)
+    return SideRole(side)
 
 
 def checked_tensor(message: Any, sender: str, rows: int, what: str = "embedding") -> torch.Tensor:
@@ -227,4 +242,4 @@ class SplitActive(PartySide):
                              extra={**self.method.report(self), **record.extra()})
 
 
-__all__ = ["SplitActive", "SplitMethod", "SplitPassive", "TEST", "TRAIN", "checked_tensor", "side_role"]
+__all__ = ["SideRole", "SplitActive", "SplitMethod", "SplitPassive", "TEST", "TRAIN", "checked_tensor", "side_role"]
