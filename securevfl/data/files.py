@@ -78,8 +78,11 @@ def party_tables_from_files(files: Mapping[str, str | Path], *, id_column: str, 
 
 def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, label_column: str,
                           is_active: bool, columns: ColumnSpec | None = None,
-                          only_own_names: bool = False, task: str = AUTO) -> tuple[PartyTable, tuple[str, ...]]:
+                          only_own_names: bool = False, task: str = AUTO,
+                          label_optional: bool = False) -> tuple[PartyTable, tuple[str, ...]]:
     """One organisation's own table: IDs, feature columns, and (active party only) labels and classes.
+
+    ``label_optional``: the active party's file may lack the label column (new rows to score).
 
     ``columns`` is this party's spec; with ``only_own_names`` it may name columns of other files
     (a spec shared by every party), which are ignored here. A table of numbers only is streamed in
@@ -91,6 +94,8 @@ def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, la
     where = f"{path} (party {name})"
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
+    if is_active and label_optional and label_column not in table_columns(path, _kind(path)):
+        is_active = False  # scored without labels: read as a table of features only
     streamed = read_numeric_table(path, _kind(path), id_column=id_column, spec=spec,
                                   label_column=label_column if is_active else None,
                                   refuse=() if is_active else (label_column,))
@@ -137,6 +142,21 @@ def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, la
     table = PartyTable(name=name, ids=ids, features=X, feature_names=feature_names, labels=labels,
                        columns=spec, source=where, task=resolved)
     return table, classes
+
+
+def table_columns(path: Path, kind: str) -> list[str]:
+    """The column names of a CSV or Parquet file, read from its header only.
+
+    An unreadable file gives [] here: the reader proper says what is wrong.
+    """
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return [str(n) for n in pq.read_schema(path).names]
+        return [str(c) for c in pd.read_csv(path, nrows=0).columns]
+    except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError):
+        return []
 
 
 def _kind(path: Path) -> str:

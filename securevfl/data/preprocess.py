@@ -239,6 +239,8 @@ class EncodedColumns:
     X: np.ndarray
     feature_names: tuple[str, ...]
     summary: dict[str, Any]
+    #: the fitted encoder that made ``X`` (what a saved model keeps); None for a peer's placeholder
+    encoder: PartyEncoder | None = field(default=None, repr=False, compare=False)
 
     @property
     def codes(self) -> tuple[int, ...]:
@@ -259,7 +261,7 @@ def encode_columns(features: np.ndarray | pd.DataFrame, names: Sequence[str], sp
     frame = as_frame(features, names)
     encoder = fit_party_encoder(frame.iloc[np.asarray(fit_rows, dtype=np.int64)], spec, standardize=standardize,
                                 where=where)
-    return EncodedColumns(encoder.transform(frame), encoder.feature_names, encoder.summary)
+    return EncodedColumns(encoder.transform(frame), encoder.feature_names, encoder.summary, encoder)
 
 
 __all__ = ["CATEGORICAL", "DATE", "NUMERIC", "EncodedColumns", "Float32StandardScaler", "PartyEncoder",
