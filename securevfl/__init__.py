@@ -33,6 +33,8 @@ _LAZY = {
     "load_dataset": "securevfl.data",
     "method_names": "securevfl.methods",
     "dataset_names": "securevfl.data",
+    "load_model": "securevfl.model.scoring",
+    "predict": "securevfl.model.scoring",
 }
 
 

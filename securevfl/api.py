@@ -64,6 +64,10 @@ class RunConfig:
     attacks: tuple[str, ...] = ()
     #: How the parties of this process run (securevfl.federation.runtime.SCHEDULERS).
     scheduler: str = "cooperative"
+    #: Where every party saves its own part of the trained model (``DIR/<party>/``; issue 27).
+    model_dir: str | None = None
+    #: Replace a model already saved in ``model_dir``.
+    overwrite_model: bool = False
 
 
 ProgressCallback = Callable[..., None]
@@ -109,6 +113,12 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
 
         synchronize = lambda: torch.cuda.synchronize(device)  # noqa: E731
     roles = method.party_roles(scenario)
+    if config.model_dir:  # refused before any training, not after it
+        from securevfl.model.saving import check_model_dir, check_savable
+
+        check_savable(method, roles)
+        check_model_dir(config.model_dir, config.overwrite_model)
+    sides = dict(roles)
     planned: list[Any] = []
     if config.attacks:
         from securevfl.attacks import attach
@@ -124,7 +134,33 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
         from securevfl.attacks import evaluate
 
         report.privacy = [r.as_dict() for r in evaluate(planned, scenario, config.method, config.train)]
+    outcome = result.results[scenario.active]
+    active_rows = scenario.alignment.aligned[scenario.active][scenario.test]
+    report.test_predictions = {"ids": scenario.tables[scenario.active].ids[active_rows], "scores": outcome.scores}
+    if config.model_dir:
+        _save_model(config, method, scenario, sides, report)
     return report
+
+
+def _save_model(config: RunConfig, method: Any, scenario: Scenario, roles: Mapping[str, Any],
+                report: RunReport) -> None:
+    """Every party of this process saves its own part (its side, preprocessing and schema) under ``model_dir``."""
+    from securevfl.model.saving import model_fingerprint, party_schema, save_part, train_settings
+
+    settings = train_settings(config.train)
+    parties = {p: ("active" if p == scenario.active else "passive") for p in scenario.tables}
+    fingerprint = model_fingerprint(method.name, settings, parties)
+    card = report.to_dict()
+    opts = config.dataset_options
+    for party, role in roles.items():
+        table = scenario.tables[party]
+        encoder = scenario.encoded(party).encoder
+        schema = party_schema(encoder, table.columns, id_column=opts.id_column,
+                              label_column=opts.label_column if party == scenario.active else None)
+        save_part(config.model_dir or "", party=party, role=parties[party], side_saved=role.side.saved(),
+                  encoder=encoder, schema=schema, method=method, settings=settings, parties=parties,
+                  fingerprint=fingerprint, task=scenario.task, classes=scenario.classes,
+                  report=card if party == scenario.active else None, overwrite=config.overwrite_model)
 
 
 def assemble_report(config: RunConfig, scenario: Scenario, outcome: Any, snapshots: Mapping[str, Any],
@@ -241,6 +277,8 @@ def train(
     class_weight: str = "none",
     report: str | Path | None = None,
     progress: ProgressCallback | None = None,
+    model_dir: str | Path | None = None,
+    overwrite_model: bool = False,
 ) -> RunReport:
     """Train ``method`` on ``dataset`` cut into ``parties`` parties; same options as the CLI.
 
@@ -263,7 +301,10 @@ def train(
     same report shows what they cost. ``class_weight="balanced"`` weights the cross-entropy by
     inverse class frequency (imbalanced labels; securevfl.methods.objective). ``scheduler``: the
     parties run as greenlets of one thread (``"cooperative"``, default) or a thread each (``"threads"``);
-    the results and byte counts are the same.
+    the results and byte counts are the same. ``model_dir``: every party saves its own part of the
+    trained model under ``model_dir/<party>/`` (weights, fitted preprocessing, schema, manifest, model
+    card; :mod:`securevfl.model`), scored later by :func:`securevfl.predict`; a directory that holds a
+    model is refused unless ``overwrite_model``.
 
     Example::
 
@@ -296,6 +337,8 @@ def train(
         recv_timeout_s=recv_timeout_s,
         attacks=tuple(attacks),
         scheduler=scheduler,
+        model_dir=str(model_dir) if model_dir else None,
+        overwrite_model=overwrite_model,
     )
     result = run(config, progress=progress)
     if report is not None:

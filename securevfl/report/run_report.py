@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +54,14 @@ class RunReport:
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     privacy: list[dict[str, Any]] = field(default_factory=list)  # attack results (securevfl.attacks)
+    #: The active party's test predictions (``ids``, ``scores``) of an in-process run: for checking a
+    #: saved model against the run that made it. Never written to the report files.
+    test_predictions: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(replace(self, test_predictions=None))
+        del out["test_predictions"]
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=_jsonable)

@@ -1,0 +1,170 @@
+"""What each party saves of a trained model, and how a saved part becomes a scoring side again.
+
+A party's part (:mod:`securevfl.model.store` writes and verifies it) holds only what that party
+owns: its modules' weights (:data:`WEIGHTS`, safetensors), its fitted preprocessing
+(:data:`PREPROCESSING`, skops with a trusted-type list), its column schema, and at the active party
+the class names or the regression target's scale. The training settings that rebuild the method's
+sides travel in the manifest, so scoring builds exactly the sides training built.
+
+Methods whose parties run on the split-learning engine save and score (their roles are
+:class:`~securevfl.methods.engine.split.SideRole`); the others are refused with one line, before
+any training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from securevfl.data.columns import ColumnSpec
+from securevfl.data.preprocess import PartyEncoder
+from securevfl.errors import ConfigError, ModelError
+from securevfl.methods.base import Method, TrainConfig, method_class, method_names
+from securevfl.methods.engine.loop import SavedSide
+from securevfl.methods.engine.split import SideRole
+from securevfl.methods.objective import REGRESSION, Objective
+from securevfl.model.preprocessing import dump_encoder, load_encoder
+from securevfl.model.store import (
+    LoadedPart,
+    PartManifest,
+    flatten_state,
+    list_parts,
+    tensors_from_bytes,
+    tensors_to_bytes,
+    unflatten_state,
+    write_part,
+)
+
+WEIGHTS = "weights.safetensors"
+PREPROCESSING = "preprocessing.skops"
+
+#: TrainConfig fields that belong to one run, not to the model (where it checkpointed).
+_RUN_ONLY = ("checkpoint_dir", "resume", "checkpoint_overwrite")
+
+
+def check_savable(method: Method[Any], roles: Mapping[str, Any]) -> None:
+    """Refuse, before any training, a method whose parties cannot save their parts yet."""
+    if all(isinstance(r, SideRole) for r in roles.values()):
+        return
+    able = ", ".join(n for n in method_names() if method_class(n).uses_engine)
+    raise ConfigError(f"{method.name} cannot save a model yet (--model-dir): the methods whose parties run "
+                      f"on the split-learning engine can: {able}")
+
+
+def check_model_dir(directory: str | Path, overwrite: bool) -> None:
+    """Refuse, before any training, a model directory that holds a model unless ``overwrite``."""
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--model-dir {path} exists and is not a directory")
+    if overwrite or not path.is_dir():
+        return
+    present = list_parts(path)
+    if present:
+        first = next(iter(present.values()))
+        raise ModelError(f"{path} already holds a model ({first.method}, parts {', '.join(sorted(present))}, "
+                         f"created {first.created}); pass --overwrite to replace it")
+
+
+def train_settings(config: TrainConfig) -> dict[str, Any]:
+    """The training settings a saved model is rebuilt with (JSON values; run-only fields left out)."""
+    settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in _RUN_ONLY}
+    settings["hidden"] = list(config.hidden)
+    settings["options"] = dict(config.options)
+    settings["defenses"] = dict(config.defenses)
+    try:
+        json.dumps(settings)
+    except TypeError as exc:
+        raise ConfigError(f"the method options cannot be saved with the model: {exc}") from None
+    return settings
+
+
+def train_config_from(settings: Mapping[str, Any], where: str) -> TrainConfig:
+    """The :class:`TrainConfig` a manifest's ``extra["train"]`` describes; anything else is a ModelError."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)} - set(_RUN_ONLY)
+    if not isinstance(settings, Mapping) or not set(settings) <= known:
+        raise ModelError(f"{where}: the saved training settings are malformed")
+    values = dict(settings)
+    if "hidden" in values:
+        values["hidden"] = tuple(values["hidden"])
+    try:
+        return TrainConfig(**values)
+    except (ConfigError, TypeError) as exc:
+        raise ModelError(f"{where}: the saved training settings are invalid here: {exc}") from None
+
+
+def model_fingerprint(method: str, settings: Mapping[str, Any], parties: Mapping[str, str],
+                      model_id: str | None = None) -> str:
+    """A digest naming one trained model: the job (method, settings, parties) and a fresh id per run."""
+    model_id = model_id or secrets.token_hex(16)
+    text = json.dumps({"method": method, "train": settings, "parties": dict(parties), "model": model_id},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def party_schema(encoder: PartyEncoder | None, spec: ColumnSpec | None, *, id_column: str | None,
+                 label_column: str | None) -> dict[str, Any]:
+    """A party's input schema: how its file is read (ID column, column spec) and what its model takes."""
+    columns = dataclasses.asdict(spec) if spec is not None else None
+    return {"id_column": id_column, "label_column": label_column, "columns": columns,
+            "inputs": list(encoder.columns) if encoder is not None else [],
+            "kinds": dict(encoder.kinds) if encoder is not None else {},
+            "encoded_width": encoder.width if encoder is not None else 0}
+
+
+def save_part(directory: str | Path, *, party: str, role: str, side_saved: SavedSide, encoder: PartyEncoder | None,
+              schema: Mapping[str, Any], method: Method[Any], settings: Mapping[str, Any],
+              parties: Mapping[str, str], fingerprint: str, task: str, classes: tuple[str, ...] = (),
+              report: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
+    """Write party ``party``'s own part under ``directory/<party>/`` (atomically) and return that folder."""
+    files = {WEIGHTS: tensors_to_bytes(flatten_state(side_saved.weights))}
+    if encoder is not None:
+        files[PREPROCESSING] = dump_encoder(encoder)
+    objective = side_saved.objective
+    target_scale = None
+    if objective is not None and objective.task == REGRESSION:
+        target_scale = {"mean": objective.target_mean, "std": objective.target_std}
+    options = method.describe()
+    privacy = {"secagg": options.get("secagg", "none"), "defenses": dict(settings.get("defenses", {}))}
+    manifest = PartManifest(party=party, role=role, method=method.name, job_fingerprint=fingerprint,
+                            parties=dict(parties), task=task, schema=dict(schema), options=options, privacy=privacy,
+                            classes=list(classes) if role == "active" and task != REGRESSION else [],
+                            target_scale=target_scale,
+                            extra={"train": dict(settings), "labels": objective is not None})
+    return write_part(directory, manifest, files, report=report, overwrite=overwrite)
+
+
+def saved_side(part: LoadedPart) -> SavedSide:
+    """The :class:`SavedSide` a verified part holds (weights, and the active party's objective)."""
+    where = str(part.path)
+    if WEIGHTS not in part.files:
+        raise ModelError(f"{where}: no {WEIGHTS}")
+    weights = unflatten_state(tensors_from_bytes(part.files[WEIGHTS], f"{where}/{WEIGHTS}"), f"{where}/{WEIGHTS}")
+    manifest = part.manifest
+    objective = None
+    if manifest.extra.get("labels"):
+        scale = manifest.target_scale or {}
+        objective = (Objective(REGRESSION, target_mean=float(scale["mean"]), target_std=float(scale["std"]))
+                     if manifest.task == REGRESSION else Objective())
+    return SavedSide(weights, objective)
+
+
+def saved_encoder(part: LoadedPart) -> PartyEncoder | None:
+    """The fitted preprocessing a verified part holds (None for a party without columns of its own)."""
+    data = part.files.get(PREPROCESSING)
+    return None if data is None else load_encoder(data, where=f"{part.path}/{PREPROCESSING}")
+
+
+def saved_spec(part: LoadedPart) -> ColumnSpec:
+    """How this party's files are read (the column spec of its training)."""
+    columns = part.manifest.schema.get("columns")
+    if columns is None:
+        return ColumnSpec()
+    try:
+        return ColumnSpec(**columns)
+    except (ConfigError, TypeError) as exc:
+        raise ModelError(f"{part.path}: the saved column spec is invalid: {exc}") from None

@@ -1,0 +1,245 @@
+"""Scoring new rows with a saved model in one process: ``securevfl predict`` and :func:`securevfl.predict`.
+
+Every party of the model reads its own new file with the column spec of its training, checks it
+against its saved schema (a missing trained column, or a column of another type, is refused before
+any work), applies its saved preprocessing (an unseen category or a blank is encoded as in
+training, never an error), and the parties align their IDs with the same ECDH PSI as training:
+only the intersection is scored. The sides are then rebuilt from the saved parts and score the
+aligned rows through the test evaluation's protocol (:func:`~securevfl.methods.engine.loop.score_side`),
+so the same privacy layer protects scoring as training (EASTER's embeddings summed under its
+``secagg``, for instance). The active party's predictions come back in its file's row order.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from securevfl.data.alignment import create_aligner
+from securevfl.data.columns import column_kinds
+from securevfl.data.files import party_table_from_file
+from securevfl.data.partition import PartyTable
+from securevfl.data.preprocess import EncodedColumns, PartyEncoder, as_frame
+from securevfl.data.scenario import Scenario
+from securevfl.errors import ConfigError, DataError, ModelError
+from securevfl.methods import create_method
+from securevfl.methods.engine.loop import SavedSide, score_side
+from securevfl.methods.engine.split import SideRole
+from securevfl.methods.objective import REGRESSION
+from securevfl.model.saving import saved_encoder, saved_side, saved_spec, train_config_from
+from securevfl.model.store import LoadedPart, PartManifest, check_same_model, list_parts, read_part
+
+#: Rows scored per exchange unless told otherwise (``--batch-size``).
+DEFAULT_BATCH_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class SavedModel:
+    """A saved model whose every part is verified (digests, versions, one job): ready to score."""
+
+    directory: Path
+    parts: dict[str, LoadedPart]
+
+    @property
+    def manifests(self) -> dict[str, PartManifest]:
+        return {p: part.manifest for p, part in self.parts.items()}
+
+    @property
+    def active(self) -> str:
+        return next(p for p, m in self.manifests.items() if m.role == "active")
+
+    @property
+    def method(self) -> str:
+        return self.manifests[self.active].method
+
+    @property
+    def task(self) -> str:
+        return self.manifests[self.active].task
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return tuple(self.manifests[self.active].classes)
+
+    @property
+    def data_parties(self) -> tuple[str, ...]:
+        """The parties that score with a file of their own: the active party first."""
+        others = [p for p, m in self.manifests.items() if m.role == "passive"]
+        return (self.active, *others)
+
+
+def load_model(directory: str | Path) -> SavedModel:
+    """Read and verify every party's part under ``directory`` (one job, every part present)."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise ModelError(f"no model directory at {path}")
+    manifests = list_parts(path)
+    if not manifests:
+        raise ModelError(f"{path} holds no saved model part")
+    check_same_model(manifests)
+    first = next(iter(manifests.values()))
+    missing = sorted(set(first.parties) - set(manifests))
+    if missing:
+        raise ModelError(f"{path} lacks the part of {', '.join(missing)} (parts present: {', '.join(sorted(manifests))})")
+    parts = {p: read_part(path, p, job_fingerprint=first.job_fingerprint, method=first.method) for p in first.parties}
+    if [p for p, part in parts.items() if part.manifest.role == "active"] == []:
+        raise ModelError(f"{path}: no part is the active party's")
+    return SavedModel(path, parts)
+
+
+@dataclass
+class Scored:
+    """What scoring produced: the predictions in the active file's row order, and metrics when it had labels."""
+
+    predictions: pd.DataFrame
+    metrics: dict[str, Any] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)  # per party: rows in its file; "scored": the intersection
+    wall_s: float = 0.0
+
+
+def _check_schema(table: PartyTable, encoder: PartyEncoder, part: LoadedPart) -> None:
+    """Refuse a new file that lacks a trained column or holds one of another type, before any work."""
+    where = table.source or f"party {table.name!r}"
+    names = set(table.feature_names)
+    missing = [c for c in encoder.columns if c not in names]
+    if missing:
+        raise DataError(f"{where}: column {missing[0]!r} of the trained model is missing")
+    frame = as_frame(table.features, table.feature_names)[list(encoder.columns)]
+    kinds = column_kinds(frame, table.columns, where) if len(encoder.columns) else {}
+    for column, kind in encoder.kinds.items():
+        if kinds.get(column, kind) != kind:
+            raise DataError(f"{where}: column {column!r} was {kind} in training and is {kinds[column]} here "
+                            f"(model {part.path})")
+
+
+def _read_party(model: SavedModel, party: str, path: str | Path, id_column: str | None) -> tuple[
+        PartyTable, EncodedColumns | None, np.ndarray | None]:
+    """(table, its encoding with the saved preprocessing, the labels mapped to the saved classes or None)."""
+    part = model.parts[party]
+    schema = part.manifest.schema
+    id_col = id_column or schema.get("id_column")
+    if not id_col:
+        raise ConfigError("the model was trained without an ID column name: give --id-column")
+    label_column = model.manifests[model.active].schema.get("label_column") or "__label__"
+    is_active = party == model.active
+    table, classes = party_table_from_file(party, path, id_column=id_col, label_column=label_column,
+                                           is_active=is_active, columns=saved_spec(part),
+                                           task=model.task, label_optional=True)
+    labels = None
+    if table.labels is not None:
+        labels = table.labels
+        if model.task != REGRESSION:
+            saved = {c: i for i, c in enumerate(model.classes)}
+            unknown = [c for c in classes if c not in saved]
+            if unknown:
+                raise DataError(f"{table.source}: label {unknown[0]!r} is not a class of the model "
+                                f"({', '.join(model.classes)})")
+            labels = np.asarray([saved[c] for c in classes], dtype=np.int64)[table.labels]
+    encoder = saved_encoder(part)
+    encoded = None
+    if encoder is not None:
+        _check_schema(table, encoder, part)
+        frame = as_frame(table.features, table.feature_names)
+        encoded = EncodedColumns(encoder.transform(frame), encoder.feature_names, encoder.summary, encoder)
+    if is_active:  # the side's objective expects labels; scoring never reads them
+        dtype = np.float64 if model.task == REGRESSION else np.int64
+        placeholder = labels if labels is not None else np.zeros(table.n_rows, dtype)
+        table = PartyTable(name=table.name, ids=table.ids, features=table.features, feature_names=table.feature_names,
+                           labels=placeholder, strip_shape=table.strip_shape, columns=table.columns,
+                           source=table.source, task=model.task)
+    return table, encoded, labels
+
+
+def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_column: str | None = None,
+          batch_size: int = DEFAULT_BATCH_ROWS, device: str = "auto", alignment: str = "psi",
+          progress: Callable[..., None] | None = None) -> Scored:
+    """Score the rows every party's new file shares (``data``: party -> file) with a saved model, in one process."""
+    from securevfl.api import resolve_device
+    from securevfl.eval import task_metrics
+    from securevfl.federation.runtime import run_parties
+
+    started = time.perf_counter()
+    if not isinstance(model, SavedModel):
+        model = load_model(model)
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
+    wanted, given = set(model.data_parties), set(data)
+    if wanted != given:
+        extra, lacking = sorted(given - wanted), sorted(wanted - given)
+        raise ConfigError("the model's parties are " + ", ".join(model.data_parties)
+                          + (f"; no data for {', '.join(lacking)}" if lacking else "")
+                          + (f"; {', '.join(extra)} is not a party of the model" if extra else ""))
+    active = model.active
+    settings = model.manifests[active].extra.get("train")
+    config = train_config_from(settings, str(model.parts[active].path))
+    method = create_method(model.method, config)
+    torch_device = resolve_device(device)
+    tables: dict[str, PartyTable] = {}
+    encodings: dict[str, EncodedColumns] = {}
+    labels = None
+    for party in model.data_parties:
+        table, encoded, party_labels = _read_party(model, party, data[party], id_column)
+        tables[party] = table
+        if encoded is not None:
+            encodings[party] = encoded
+        if party == active:
+            labels = party_labels
+    aligned = create_aligner(alignment)(tables, active)
+    size = len(aligned.aligned[active])
+    if size == 0:
+        raise DataError("no row is shared by every party's file: nothing to score")
+    scenario = Scenario(tables=tables, active=active, classes=model.classes, alignment=aligned,
+                        train=np.zeros(0, np.int64), test=np.arange(size, dtype=np.int64), task=model.task,
+                        dataset="scoring: " + ", ".join(f"{p}={f}" for p, f in data.items()))
+    for party, encoded in encodings.items():
+        scenario.remember_encoding(party, encoded)
+    roles = method.party_roles(scenario)
+    saved: dict[str, SavedSide] = {p: saved_side(model.parts[p]) for p in roles}
+    scoring = {}
+    for party, role in roles.items():
+        if not isinstance(role, SideRole):
+            raise ModelError(f"{model.method} cannot score a saved model")
+        scoring[party] = functools.partial(score_side, side=role.side, saved=saved[party], batch_rows=batch_size)
+    result = run_parties(scoring, active=active, passives=scenario.passives, device=torch_device,
+                         seed=config.seed, progress=progress)
+    evaluation = result.results[active]
+    scores = evaluation.scores
+    active_rows = aligned.aligned[active]  # the active file's row of each scored position
+    metrics: dict[str, Any] = {}
+    if labels is not None:
+        metrics = task_metrics(model.task, labels[active_rows], scores)
+    order = np.argsort(active_rows, kind="stable")
+    id_name = id_column or model.manifests[active].schema.get("id_column") or "id"
+    frame = predictions_frame(tables[active].ids[active_rows][order], scores[order], model.task, model.classes, id_name)
+    rows = {p: t.n_rows for p, t in tables.items()}
+    rows["scored"] = size
+    return Scored(frame, metrics, rows, time.perf_counter() - started)
+
+
+def predictions_frame(ids: np.ndarray, scores: np.ndarray, task: str, classes: tuple[str, ...],
+                      id_column: str) -> pd.DataFrame:
+    """The ID, ``prediction`` (class name or value) and one ``proba_<class>`` column per class."""
+    if task == REGRESSION:
+        return pd.DataFrame({id_column: ids, "prediction": np.asarray(scores, dtype=np.float64)})
+    columns: dict[str, Any] = {id_column: ids,
+                               "prediction": np.asarray(classes, dtype=object)[np.argmax(scores, axis=1)]}
+    for j, name in enumerate(classes):
+        columns[f"proba_{name}"] = scores[:, j]
+    return pd.DataFrame(columns)
+
+
+def predict(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_column: str | None = None,
+            batch_size: int = DEFAULT_BATCH_ROWS, device: str = "auto") -> pd.DataFrame:
+    """The predictions of a saved model for the rows shared by every party's new file (see :func:`score`).
+
+    ``frame.attrs["metrics"]`` holds the metrics when the active party's file has the label column.
+    """
+    scored = score(model, data, id_column=id_column, batch_size=batch_size, device=device)
+    scored.predictions.attrs["metrics"] = scored.metrics
+    return scored.predictions
