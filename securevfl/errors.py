@@ -128,4 +128,9 @@ __all__ = [
     "PartyFailure",
     "from_psi",
     "psi_errors",
+    "ModelError",
 ]
+
+
+class ModelError(SecureVFLError, ValueError):
+    """A saved model (or a part of one) is unusable: tampered, truncated, incompatible or of another job."""
