@@ -128,6 +128,7 @@ __all__ = [
     "PartyFailure",
     "from_psi",
     "psi_errors",
+    "ModelError",
 ]
 
 
