@@ -129,3 +129,7 @@ __all__ = [
     "from_psi",
     "psi_errors",
 ]
+
+
+class ModelError(SecureVFLError, ValueError):
+    """A saved model (or a part of one) is unusable: tampered, truncated, incompatible or of another job."""
