@@ -1,0 +1,1 @@
+"""Models that outlive the run: each party's saved part (issue 27)."""
