@@ -145,6 +145,8 @@ def test_the_card_says_what_the_model_is(tmp_path: Path) -> None:
                  "privacy secagg: false"):
         assert text in card, text
     assert model_card(part.manifest, None).startswith("# securevfl model part: shop")
+    odd = model_card(replace(part.manifest, classes=["a|b", "c"]), None)
+    assert "| classes (output order) | a\\|b, c |" in odd
 
 
 # -- refusals -------------------------------------------------------------------------------
@@ -184,6 +186,15 @@ def test_a_file_over_the_bound_is_refused_before_reading(tmp_path: Path, monkeyp
     saved(tmp_path)
     monkeypatch.setattr(store, "MAX_FILE_BYTES", 10)
     with pytest.raises(ModelError, match=r"bank/\w+\.\w+ is [\d,]+ bytes, more than the 10 allowed"):
+        read_part(tmp_path, "bank")
+
+
+def test_a_listed_file_replaced_by_a_symlink_is_refused(tmp_path: Path) -> None:
+    folder = saved(tmp_path)
+    (tmp_path / "elsewhere.json").write_bytes((folder / "preprocess.json").read_bytes())
+    (folder / "preprocess.json").unlink()
+    (folder / "preprocess.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(ModelError, match=r"preprocess\.json is not a regular file"):
         read_part(tmp_path, "bank")
 
 

@@ -34,6 +34,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
@@ -440,16 +441,28 @@ def _existing_part(target: Path, overwrite: bool) -> bool:
 
 
 def _read_bounded(path: Path, limit: int, what: str) -> bytes:
-    """The bytes of a regular file no larger than ``limit``, checked before reading it whole."""
+    """The bytes of a regular file no larger than ``limit``, checked before reading it whole.
+
+    A symlink, FIFO or device is refused (it could point outside the part or never end); the
+    size is checked on the opened file itself, so a file swapped in after the check is caught too.
+    """
     try:
         info = path.lstat()
     except FileNotFoundError:
         raise ModelError(f"{path} is missing ({what})") from None
-    if not path.is_file() or path.is_symlink():
+    if not stat.S_ISREG(info.st_mode):
         raise ModelError(f"{path} is not a regular file ({what})")
-    if info.st_size > limit:
-        raise ModelError(f"{path} is {info.st_size:,} bytes, more than the {limit:,} allowed ({what})")
-    with open(path, "rb") as source:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        raise ModelError(f"{path} cannot be read ({what}): {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as source:
+        opened = os.fstat(source.fileno())
+        if not stat.S_ISREG(opened.st_mode):
+            raise ModelError(f"{path} is not a regular file ({what})")
+        if opened.st_size > limit:
+            raise ModelError(f"{path} is {opened.st_size:,} bytes, more than the {limit:,} allowed ({what})")
         data = source.read(limit + 1)
     if len(data) > limit:  # grew since the check
         raise ModelError(f"{path} is more than the {limit:,} bytes allowed ({what})")
@@ -568,17 +581,17 @@ def model_card(manifest: PartManifest, report: Mapping[str, Any] | None) -> str:
     lines = [f"# securevfl model part: {m.party} ({m.role})", ""]
     kind = "the active party's model alone (predicts without the passive parties)" if m.standalone \
         else "a vertical model split across the parties (predicting needs every party's part)"
-    lines += [f"A **{m.method}** {m.task} model, {kind}. This folder holds only {m.party}'s part: "
-              "its weights, its fitted preprocessing and its input schema"
-              + (", the top model and the class names." if m.role == "active" else "."), ""]
+    held = "its weights, its fitted preprocessing, its input schema" + (
+        ", the top model and the class names" if m.role == "active" else "")
+    lines += [f"A **{m.method}** {m.task} model, {kind}. This folder holds only {m.party}'s part: {held}.", ""]
     lines += ["| | |", "|---|---|", f"| method | {m.method} |", f"| task | {m.task} |",
               f"| job fingerprint | `{m.job_fingerprint}` |",
-              "| parties | " + ", ".join(f"{p} ({r})" for p, r in m.parties.items()) + " |"]
+              "| parties | " + ", ".join(f"{p} ({r})" for p, r in sorted(m.parties.items())) + " |"]
     if m.classes:
         shown = ", ".join(m.classes[:40]) + (f" ... ({len(m.classes)} in all)" if len(m.classes) > 40 else "")
-        lines.append(f"| classes (output order) | {shown} |")
+        lines.append(f"| classes (output order) | {_cell(shown)} |")
     if m.target_scale is not None:
-        lines.append(f"| target scale | {_inline(m.target_scale)} |")
+        lines.append(f"| target scale | {_cell(_inline(m.target_scale))} |")
     lines += ["", "## Options and privacy", ""]
     lines += [f"- {k}: {_inline(v)}" for k, v in m.options.items()] or ["- method defaults"]
     lines += [f"- privacy {k}: {_inline(v)}" for k, v in m.privacy.items()] or ["- privacy: none recorded"]
@@ -590,13 +603,15 @@ def model_card(manifest: PartManifest, report: Mapping[str, Any] | None) -> str:
                   "| party | rows | features | aligned |", "|---|---|---|---|"]
         for name, p in parties.items():
             if isinstance(p, Mapping):
-                lines.append(f"| {name} | {p.get('rows', '')} | {p.get('features', '')} | {p.get('aligned', '')} |")
+                lines.append("| " + " | ".join(_cell(str(v)) for v in (name, p.get("rows", ""), p.get("features", ""),
+                                                                       p.get("aligned", ""))) + " |")
     metrics = report.get("metrics") or {}
     if isinstance(metrics, Mapping):
         scalar = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if scalar:
             lines += ["", "## Test metrics", "", "| metric | value |", "|---|---|"]
-            lines += [f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in scalar.items()]
+            lines += [f"| {_cell(str(k))} | {v:.4f} |" if isinstance(v, float) else f"| {_cell(str(k))} | {v} |"
+                      for k, v in scalar.items()]
     learns = m.extra.get("learns")
     notes = [str(n) for n in report.get("notes") or [] if isinstance(n, str)]
     if isinstance(learns, str) and learns or notes:
@@ -612,8 +627,15 @@ def model_card(manifest: PartManifest, report: Mapping[str, Any] | None) -> str:
 
 
 def _inline(value: Any) -> str:
+    """A value on one line, at most 200 characters."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    text = " ".join(text.split())
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 __all__ = [
