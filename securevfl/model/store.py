@@ -377,8 +377,8 @@ def write_part(directory: str | os.PathLike[str], manifest: PartManifest, files:
             raise ModelError(f"cannot save the part of {party}: {problem}")
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise ModelError(f"cannot save the part of {party}: {name} is a {type(data).__name__}, not bytes")
-        if len(data) > MAX_FILE_BYTES:
-            raise ModelError(f"cannot save the part of {party}: {name} is {len(data):,} bytes, "
+        if memoryview(data).nbytes > MAX_FILE_BYTES:
+            raise ModelError(f"cannot save the part of {party}: {name} is {memoryview(data).nbytes:,} bytes, "
                              f"more than the {MAX_FILE_BYTES:,} allowed")
     final = replace(manifest,
                     files={name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
@@ -396,7 +396,7 @@ def write_part(directory: str | os.PathLike[str], manifest: PartManifest, files:
     partial.mkdir()
     try:
         for name, data in files.items():
-            _write_new(partial / name, bytes(data))
+            _write_new(partial / name, data)
         _write_new(partial / MANIFEST, final.to_json())
         _write_new(partial / CARD, card.encode())
         _fsync_dir(partial)
