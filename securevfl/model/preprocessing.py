@@ -93,7 +93,7 @@ def dump_encoder(encoder: PartyEncoder) -> bytes:
     header = {"format": FORMAT, "version": VERSION, "sklearn": sklearn.__version__,
               "columns": list(encoder.columns), "kinds": dict(encoder.kinds),
               "feature_names": list(encoder.feature_names), "where": encoder.where,
-              "summary": encoder.summary, "transformer": encoder.transformer is not None}
+              "summary": _json_clean(encoder.summary, "summary"), "transformer": encoder.transformer is not None}
     text = json.dumps(_json_clean(header, "header"), allow_nan=False, separators=(",", ":")).encode()
     if len(text) > MAX_HEADER_BYTES:
         raise ModelError(f"cannot save the preprocessing: its header is {len(text)} bytes, over {MAX_HEADER_BYTES}")
@@ -153,7 +153,8 @@ def _check_types(body: bytes, label: str) -> None:
                 module, name = node.get("__module__"), node.get("__class__")
                 full = f"{module}.{name}" if isinstance(module, str) and isinstance(name, str) else repr((module, name))
                 if full not in TRUSTED_TYPES:
-                    raise ModelError(f"{label}: the saved preprocessing holds the type {full}, which a party's "
+                    shown = full if full.isprintable() and len(full) <= 200 else repr(full[:200])  # one line
+                    raise ModelError(f"{label}: the saved preprocessing holds the type {shown}, which a party's "
                                      "preprocessing never uses; refusing to load it")
             stack.extend(node.values())
         elif isinstance(node, list):
