@@ -134,7 +134,8 @@ def save_part(directory: str | Path, *, party: str, role: str, side_saved: Saved
                             parties=dict(parties), task=task, schema=dict(schema), options=options, privacy=privacy,
                             classes=list(classes) if role == "active" and task != REGRESSION else [],
                             target_scale=target_scale,
-                            extra={"train": dict(settings), "labels": objective is not None})
+                            extra={"train": dict(settings), "labels": objective is not None,
+                                   "party_order": list(parties)})
     return write_part(directory, manifest, files, report=report, overwrite=overwrite)
 
 

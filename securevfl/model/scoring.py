@@ -69,9 +69,14 @@ class SavedModel:
 
     @property
     def data_parties(self) -> tuple[str, ...]:
-        """The parties that score with a file of their own: the active party first."""
-        others = [p for p, m in self.manifests.items() if m.role == "passive"]
-        return (self.active, *others)
+        """The parties that score with a file of their own, in training's order (the active party first).
+
+        The order matters: the active party combines the passive parties' outputs in it.
+        """
+        order = self.manifests[self.active].extra.get("party_order")
+        if not isinstance(order, list) or sorted(order) != sorted(self.parts):
+            raise ModelError(f"{self.directory}: the active party's manifest does not list the parties' order")
+        return tuple(p for p in order if self.manifests[p].role in ("active", "passive"))
 
 
 def load_model(directory: str | Path) -> SavedModel:
