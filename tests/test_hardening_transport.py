@@ -399,3 +399,32 @@ def test_the_receive_buffer_must_hold_one_whole_message():
     with pytest.raises(ConfigError, match="recv_buffer_mb .*at least max_message_mb"):
         NetworkSettings(max_message_mb=64, recv_buffer_mb=32)
     assert NetworkSettings(max_message_mb=64).recv_buffer_bytes == 64 * MB  # by default: one whole message
+
+
+def test_a_new_stream_from_the_same_peer_ends_the_old_one(federation):
+    fed = federation()
+    b = fed.start("b")
+    hello = fr.encode_frame(fr.Frame(fr.Kind.HELLO, src="a", dst="b", text="f", job={"epochs": 1}, chunk_kb=64,
+                                     max_message=FAST.max_message_bytes))
+    release = threading.Event()
+
+    def hello_then_idle():
+        yield hello
+        release.wait(10)
+
+    channel = raw_channel(fed.addresses["b"])
+    try:
+        stream = channel.stream_stream(METHOD, request_serializer=None, response_deserializer=None)
+        first = stream(hello_then_idle(), timeout=10)
+        assert fr.decode_frame(next(first), max_chunk=4096).kind == fr.Kind.HELLO_ACK
+        second = stream(hello_then_idle(), timeout=10)
+        assert fr.decode_frame(next(second), max_chunk=4096).kind == fr.Kind.HELLO_ACK
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as ended:  # the old stream's handler returned: its thread is free
+            next(first)
+        assert ended.value.code() == grpc.StatusCode.CANCELLED and time.monotonic() - started < 2
+        assert b._inboxes["a"].context is not None
+        second.cancel()
+    finally:
+        release.set()
+        channel.close()

@@ -8,7 +8,22 @@ stream to P's server and sends its envelopes to P on it as :mod:`~securevfl.fede
 (raw bytes, no protobuf); P answers with acknowledgements. So the directed link A -> B is A's
 stream to B, and each party receives on its server. Large payloads are cut into ``chunk_kb``
 chunks (gRPC's message limit never applies to a whole payload); ``max_message_mb`` bounds one
-message with a clear error at the sender and a :class:`ProtocolError` at the receiver.
+message with a clear error at the sender and a :class:`ProtocolError` at the receiver, which names
+the sender and both limits and refuses the link at once (the sender sees that refusal too). The
+HELLO carries the sender's ``chunk_kb`` and ``max_message_mb``: parties whose ``chunk_kb`` differ
+are refused at the handshake with both values.
+
+Bounds. What one party can make another hold is bounded per link: the sender keeps at most
+``send_window_mb`` unacknowledged; the receiver holds at most ``recv_buffer_mb`` (default
+``max_message_mb``; plus one chunk) of whole messages its role has not taken yet and the message in
+progress. Beyond that its server stops reading the link (back-pressure): the sender's window fills
+and its ``send`` blocks until the receiving role catches up; a message is never dropped. The server
+has ``STREAMS_PER_PEER`` threads per peer plus 4 and refuses a stream beyond them at once
+(``RESOURCE_EXHAUSTED``, retried by the client) instead of queueing it: a stream that sends no HELLO
+within ``HELLO_TIMEOUT_S`` is dropped, a peer (by its certificate) holds at most
+``STREAMS_PER_PEER`` streams, its newest replacing its oldest, and a reconnecting peer's new stream
+ends its old one. Every :class:`NetworkSettings` number lies in a sane range (a
+:class:`ConfigError` names the key and the range).
 
 Authentication. With TLS (the default and the only choice off loopback) the server requires a
 client certificate from the federation CA, and the client verifies the server's certificate against
@@ -16,7 +31,15 @@ the same CA with the *peer's party name* as the expected host name (``ssl_target
 a certificate for another party, or from another CA, fails the handshake before any frame flows. The
 server also checks that the party a stream claims to come from is the one its client certificate
 names. The first frame (HELLO) carries the job fingerprint; a mismatch is refused with the keys that
-differ, before any data frame.
+differ, before any data frame. A refused HELLO is charged to the party the client *certificate*
+names (its link fails at this party too), never to the party the HELLO merely claims, so a forged
+HELLO cannot break an honest party's link; on plaintext (loopback) links a refused HELLO is charged
+to nobody. A failed TLS handshake is reported by the side that failed it, saying why (unknown CA,
+name mismatch, expired, not yet valid) as far as gRPC's error detail tells.
+
+Logging. gRPC's C core prints its own lines (``Handshake failed ...``) to stderr; importing this
+module sets ``GRPC_VERBOSITY=NONE`` unless the variable is set already or grpc was imported before,
+so a party's terminal shows only securevfl's one-line errors (``securevfl --debug`` sets ``INFO``).
 
 Faults. Frames carrying data are numbered per link; the receiver acknowledges them cumulatively
 (every 32 frames or 8 MiB, on FIN and when the sender idles) and drops duplicates; the sender
