@@ -20,7 +20,7 @@ import psutil
 import pytest
 from net_helpers import free_port
 
-from securevfl.errors import ConfigError, ProtocolError
+from securevfl.errors import ConfigError, PeerTimeoutError, ProtocolError
 from securevfl.federation import frames as fr
 from securevfl.federation import grpc_transport as gt
 from securevfl.federation.grpc_transport import GrpcTransport, LinkRefusedError, NetworkSettings, TlsCredentials
@@ -137,6 +137,19 @@ def test_a_flooding_peer_is_held_back_by_the_receive_buffer(federation):
     assert [e.depth for e in got] == list(range(count))
     thread.join(5)
     assert not thread.is_alive() and len(sent) == count
+
+
+def test_a_sender_held_back_longer_than_the_receive_timeout_gets_a_named_error(federation):
+    fed = federation()
+    receiver = fed.start("b", settings=NetworkSettings(**FAST_KW, max_message_mb=1))
+    sender = fed.start("a", settings=NetworkSettings(**FAST_KW, send_window_mb=1, recv_timeout_s=1))
+    sender.wait_ready(), receiver.wait_ready()
+    started = time.monotonic()
+    with pytest.raises(PeerTimeoutError, match="a waited 1 s for b to take its messages") as held:
+        for i in range(64):  # b never receives: its buffer (1 MiB) and a's window (1 MiB) fill
+            sender.send(Envelope("a", "b", "flood", i, b"\1" * (512 * 1024)))
+    assert held.value.peer == "b" and time.monotonic() - started < 6
+    assert queued_bytes(receiver, "a") <= MB + 64 * 1024
 
 
 # ------------------------------------------------------------------ item 2: idle streams

@@ -185,7 +185,13 @@ class _OutLink:
         window = settings.send_window_mb * 1024 * 1024
         for i, part in enumerate(chunks):
             with self.cond:
+                blocked = time.monotonic()
                 while self.unacked_bytes > window and self.error is None and not self.owner.abort_reason:
+                    if time.monotonic() - blocked > settings.recv_timeout_s:  # the peer is alive but takes nothing
+                        raise PeerTimeoutError(self.peer, self.owner.party, settings.recv_timeout_s, (
+                            f"{self.owner.party} waited {settings.recv_timeout_s:g} s for {self.peer} to take its "
+                            f"messages: {self.peer} holds its recv_buffer_mb unread and this party's "
+                            "send_window_mb is full"))
                     self.cond.wait(0.1)  # back-pressure: the peer has not acknowledged enough yet
                 if self.error is not None:
                     raise self.error
