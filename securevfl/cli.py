@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -371,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # a global flag, accepted anywhere on the line
     argv = [a for a in argv if a != "--debug"]
+    if debug:  # gRPC's own log lines (TLS handshakes, ports); without --debug the transport silences them
+        os.environ.setdefault("GRPC_VERBOSITY", "INFO")
     try:
         code = app(args=argv, prog_name="securevfl", standalone_mode=False)
         return code if isinstance(code, int) else 0  # click hands back a typer.Exit's code here

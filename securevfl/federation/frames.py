@@ -7,7 +7,7 @@ functions, no I/O: :mod:`securevfl.federation.grpc_transport` moves the bytes.
 ========== ============ =====================================================================
 kind       sequenced    fields
 ========== ============ =====================================================================
-HELLO      no           src, dst, fingerprint, job (dict) — first frame of every stream
+HELLO      no           src, dst, fingerprint, job (dict), chunk_kb, max_message — first frame of a stream
 HELLO_ACK  no           next_seq (the first sequence number dst has not received)
 REFUSE     no           reason — dst refuses the link (wrong party, job mismatch); no data flows
 DATA       yes          seq, tag, depth, chunk index, chunk count, total length, payload part
@@ -66,6 +66,8 @@ class Frame:
     dst: str = ""
     text: str = ""  # REFUSE / ABORT reason, HELLO fingerprint
     job: dict[str, Any] = field(default_factory=dict)
+    chunk_kb: int = 0  # HELLO: the sender's chunk size and message limit (bytes); 0: not said (an older HELLO)
+    max_message: int = 0
 
 
 def encode_frame(frame: Frame) -> bytes:
@@ -73,7 +75,7 @@ def encode_frame(frame: Frame) -> bytes:
     body: list[Any] = [VERSION, int(frame.kind)]
     kind = frame.kind
     if kind == Kind.HELLO:
-        body += [frame.src, frame.dst, frame.text, frame.job]
+        body += [frame.src, frame.dst, frame.text, frame.job, frame.chunk_kb, frame.max_message]
     elif kind == Kind.HELLO_ACK or kind == Kind.ACK or kind == Kind.FIN:
         body += [frame.seq]
     elif kind == Kind.REFUSE or kind == Kind.ABORT:
@@ -116,13 +118,17 @@ def decode_frame(data: bytes, *, max_chunk: int) -> Frame:
     rest = body[2:]
     expected = {Kind.HELLO: 4, Kind.HELLO_ACK: 1, Kind.ACK: 1, Kind.FIN: 1, Kind.REFUSE: 1, Kind.ABORT: 1,
                 Kind.DATA: 7, Kind.HEARTBEAT: 0}[kind]
+    if kind == Kind.HELLO and len(rest) == 6:  # with the sender's sizes; 4 fields: a HELLO without them
+        expected = 6
     if len(rest) != expected:
         raise ProtocolError(f"malformed frame: {kind.name} has {len(rest)} fields, expected {expected}")
     if kind == Kind.HELLO:
         if not isinstance(rest[3], dict):
             raise ProtocolError("malformed frame: HELLO job must be a dictionary")
+        sizes = rest[4:] or [0, 0]
         return Frame(kind, src=_str(rest[0], "src"), dst=_str(rest[1], "dst"), text=_str(rest[2], "fingerprint"),
-                     job=rest[3])
+                     job=rest[3], chunk_kb=_int(sizes[0], "chunk_kb", 0, 1 << 30),
+                     max_message=_int(sizes[1], "max_message", 0, 1 << 50))
     if kind in (Kind.HELLO_ACK, Kind.ACK, Kind.FIN):
         return Frame(kind, seq=_int(rest[0], "seq"))
     if kind in (Kind.REFUSE, Kind.ABORT):
@@ -154,6 +160,11 @@ class Reassembly:
         self._parts: list[bytes] = []
         self._head: Frame | None = None
         self._size = 0
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of the message in progress received so far."""
+        return self._size
 
     def add(self, frame: Frame) -> tuple[str, int, bytes] | None:
         """Add one DATA chunk; returns ``(tag, depth, payload)`` once the message is complete."""

@@ -8,7 +8,22 @@ stream to P's server and sends its envelopes to P on it as :mod:`~securevfl.fede
 (raw bytes, no protobuf); P answers with acknowledgements. So the directed link A -> B is A's
 stream to B, and each party receives on its server. Large payloads are cut into ``chunk_kb``
 chunks (gRPC's message limit never applies to a whole payload); ``max_message_mb`` bounds one
-message with a clear error at the sender and a :class:`ProtocolError` at the receiver.
+message with a clear error at the sender and a :class:`ProtocolError` at the receiver, which names
+the sender and both limits and refuses the link at once (the sender sees that refusal too). The
+HELLO carries the sender's ``chunk_kb`` and ``max_message_mb``: parties whose ``chunk_kb`` differ
+are refused at the handshake with both values.
+
+Bounds. What one party can make another hold is bounded per link: the sender keeps at most
+``send_window_mb`` unacknowledged; the receiver holds at most ``recv_buffer_mb`` (default
+``max_message_mb``; plus one chunk) of whole messages its role has not taken yet and the message in
+progress. Beyond that its server stops reading the link (back-pressure): the sender's window fills
+and its ``send`` blocks until the receiving role catches up; a message is never dropped. The server
+has ``STREAMS_PER_PEER`` threads per peer plus 4 and refuses a stream beyond them at once
+(``RESOURCE_EXHAUSTED``, retried by the client) instead of queueing it: a stream that sends no HELLO
+within ``HELLO_TIMEOUT_S`` is dropped, a peer (by its certificate) holds at most
+``STREAMS_PER_PEER`` streams, its newest replacing its oldest, and a reconnecting peer's new stream
+ends its old one. Every :class:`NetworkSettings` number lies in a sane range (a
+:class:`ConfigError` names the key and the range).
 
 Authentication. With TLS (the default and the only choice off loopback) the server requires a
 client certificate from the federation CA, and the client verifies the server's certificate against
@@ -16,7 +31,15 @@ the same CA with the *peer's party name* as the expected host name (``ssl_target
 a certificate for another party, or from another CA, fails the handshake before any frame flows. The
 server also checks that the party a stream claims to come from is the one its client certificate
 names. The first frame (HELLO) carries the job fingerprint; a mismatch is refused with the keys that
-differ, before any data frame.
+differ, before any data frame. A refused HELLO is charged to the party the client *certificate*
+names (its link fails at this party too), never to the party the HELLO merely claims, so a forged
+HELLO cannot break an honest party's link; on plaintext (loopback) links a refused HELLO is charged
+to nobody. A failed TLS handshake is reported by the side that failed it, saying why (unknown CA,
+name mismatch, expired, not yet valid) as far as gRPC's error detail tells.
+
+Logging. gRPC's C core prints its own lines (``Handshake failed ...``) to stderr; importing this
+module sets ``GRPC_VERBOSITY=NONE`` unless the variable is set already or grpc was imported before,
+so a party's terminal shows only securevfl's one-line errors (``securevfl --debug`` sets ``INFO``).
 
 Faults. Frames carrying data are numbered per link; the receiver acknowledges them cumulatively
 (every 32 frames or 8 MiB, on FIN and when the sender idles) and drops duplicates; the sender
@@ -30,6 +53,8 @@ raised in the receiving party's role, never a crash.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections import deque
@@ -38,9 +63,12 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
-import grpc
+if "grpc" not in sys.modules:  # the C core reads it once, at start: keep its log lines off the terminal
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
-from securevfl.errors import (
+import grpc  # noqa: E402
+
+from securevfl.errors import (  # noqa: E402
     ConfigError,
     PeerFinishedError,
     PeerTimeoutError,
@@ -48,15 +76,20 @@ from securevfl.errors import (
     RunAborted,
     SecureVFLError,
 )
-from securevfl.federation import frames as fr
-from securevfl.federation.network import NetworkSettings, TlsCredentials, is_loopback
-from securevfl.federation.transport import Envelope, Transport
+from securevfl.federation import frames as fr  # noqa: E402
+from securevfl.federation.network import NetworkSettings, TlsCredentials, is_loopback  # noqa: E402
+from securevfl.federation.transport import Envelope, Transport  # noqa: E402
 
 _METHOD = "/securevfl.Link/Exchange"
 #: The receiver acknowledges cumulatively: after this many frames or bytes, on FIN and on a heartbeat.
 ACK_EVERY_FRAMES = 32
 ACK_EVERY_BYTES = 8 * 1024 * 1024
 _SERVICE = "securevfl.Link"
+#: A stream must send its HELLO within this many seconds, or the server drops it (and frees its thread).
+HELLO_TIMEOUT_S = 5.0
+#: Streams one authenticated peer may hold open at a party's server at once; a newer one replaces the oldest.
+STREAMS_PER_PEER = 2
+_MIB = 1024 * 1024
 
 
 class PeerLostError(ProtocolError):
@@ -71,10 +104,14 @@ class PeerLostError(ProtocolError):
 class LinkRefusedError(SecureVFLError, ConnectionError):
     """A peer refused the link (wrong party, job mismatch) or its TLS handshake failed."""
 
-    def __init__(self, peer: str, reason: str):
+    def __init__(self, peer: str, reason: str, message: str = ""):
         self.peer = peer
         self.reason = reason
-        super().__init__(f"link to {peer} refused: {reason}")
+        super().__init__(message or f"link to {peer} refused: {reason}")
+
+
+class _Refusal(ProtocolError):
+    """A frame the receiver refuses for a reason both ends should read as is (not "malformed")."""
 
 
 @dataclass
@@ -106,6 +143,7 @@ class _OutLink:
         self.high_water = 0  # highest frame number ever put on a stream (resends are counted below it)
         self.generation = 0  # stream attempts; a stale request iterator ends when this moves on
         self.handshaken = -1  # generation whose HELLO_ACK arrived
+        self.probed = False  # a heartbeat asked for an acknowledgement since the last one (the window is full)
         self.urgent: deque[bytes] = deque()  # ABORT
         self.closing = False
         self.error: BaseException | None = None
@@ -147,7 +185,13 @@ class _OutLink:
         window = settings.send_window_mb * 1024 * 1024
         for i, part in enumerate(chunks):
             with self.cond:
+                blocked = time.monotonic()
                 while self.unacked_bytes > window and self.error is None and not self.owner.abort_reason:
+                    if time.monotonic() - blocked > settings.recv_timeout_s:  # the peer is alive but takes nothing
+                        raise PeerTimeoutError(self.peer, self.owner.party, settings.recv_timeout_s, (
+                            f"{self.owner.party} waited {settings.recv_timeout_s:g} s for {self.peer} to take its "
+                            f"messages: {self.peer} holds its recv_buffer_mb unread and this party's "
+                            "send_window_mb is full"))
                     self.cond.wait(0.1)  # back-pressure: the peer has not acknowledged enough yet
                 if self.error is not None:
                     raise self.error
@@ -208,8 +252,10 @@ class _OutLink:
     def _requests(self, generation: int) -> Iterator[bytes]:
         owner = self.owner
         yield fr.encode_frame(fr.Frame(fr.Kind.HELLO, src=owner.party, dst=self.peer, text=owner.fingerprint,
-                                       job=owner.job))
+                                       job=owner.job, chunk_kb=self.settings.chunk_kb,
+                                       max_message=self.settings.max_message_bytes))
         heartbeat = self.settings.heartbeat_s
+        window = self.settings.send_window_mb * _MIB
         while True:
             with self.cond:
                 deadline = time.monotonic() + heartbeat
@@ -227,7 +273,9 @@ class _OutLink:
                         self.high_water = max(self.high_water, self.send_pos)
                         break
                     left = deadline - time.monotonic()
-                    if left <= 0:
+                    full = self.unacked_bytes > window and not self.probed and self.handshaken == generation
+                    if left <= 0 or full:  # idle, or blocked by the window: a heartbeat makes the peer acknowledge
+                        self.probed = self.probed or full
                         data = _HEARTBEAT
                         break
                     self.cond.wait(left)
@@ -269,9 +317,9 @@ class _OutLink:
             with self.cond:
                 self.handshaken = -1
             self.last_error = last_error
-            reason = _tls_failure(last_error, self.peer, self.address)
-            if reason:  # permanent: retrying cannot make a certificate valid
-                self._fail(LinkRefusedError(self.peer, reason))
+            reason = _permanent_failure(last_error, self.peer, self.address, self.owner.party)
+            if reason:  # permanent: retrying cannot make a certificate valid or a frame smaller
+                self._fail(LinkRefusedError(self.peer, reason, reason))
                 return
             limit = settings.peer_timeout_s if self.ever_connected else settings.connect_timeout_s
             if time.monotonic() - down_since > limit:
@@ -312,6 +360,7 @@ class _OutLink:
             if data is not None:
                 self.unacked_bytes -= len(data)
         self.acked = max(self.acked, upto)
+        self.probed = False
         self.cond.notify_all()
 
     def _fail(self, error: BaseException) -> None:
@@ -325,13 +374,33 @@ class _OutLink:
 _HEARTBEAT = fr.encode_frame(fr.Frame(fr.Kind.HEARTBEAT))
 
 
-def _tls_failure(detail: str, peer: str, address: str) -> str:
-    """A readable reason when a gRPC error is a failed TLS check of the peer; "" otherwise."""
+def _permanent_failure(detail: str, peer: str, address: str, party: str) -> str:
+    """A readable reason, naming the side that failed, when a gRPC error cannot pass on retry; "" otherwise.
+
+    ``party`` opened the link to ``peer``; gRPC's detail says which TLS check failed on this side, or
+    which alert the peer's side sent when it rejected ``party``'s certificate.
+    """
     upper = detail.upper()
     if "HOSTNAME VERIFICATION" in upper or "PEER NAME" in upper:
-        return f"the certificate presented at {address} does not name {peer!r}"
+        return (f"{party} rejected the certificate presented at {address} for {peer}: it does not name {peer!r} "
+                "(name mismatch)")
     if "CERTIFICATE_VERIFY_FAILED" in upper or "CERTIFICATE VERIFY" in upper:
-        return f"the certificate presented at {address} is not signed by the federation CA"
+        if "EXPIRED" in upper:
+            why = "it has expired (issue a new one from the federation CA)"
+        elif "NOT YET VALID" in upper:
+            why = "it is not valid yet (check both machines' clocks)"
+        else:
+            why = (f"it is not signed by the federation CA that {party} trusts (unknown CA: {peer}'s certificate or "
+                   f"{party}'s [tls] ca comes from another federation)")
+        return f"{party} rejected the certificate of {peer} at {address}: {why}"
+    for alert, why in (("ALERT_UNKNOWN_CA", "not signed by the federation CA that it trusts (unknown CA)"),
+                       ("ALERT_CERTIFICATE_EXPIRED", "expired"), ("ALERT_BAD_CERTIFICATE", "a bad certificate"),
+                       ("ALERT_CERTIFICATE_REQUIRED", "no certificate")):
+        if alert in upper:
+            return f"{peer} at {address} rejected the certificate of {party}: {why}"
+    if "LARGER THAN MAX" in upper:
+        return (f"{peer} at {address} refused a frame from {party} as larger than its limit "
+                "(set the same [network] chunk_kb for every party)")
     return ""  # anything else (a reset during the handshake, a proxy up before its server) may pass: retry
 
 
@@ -352,6 +421,14 @@ class _Inbox:
     reassembly: fr.Reassembly | None = None  # survives reconnects: a resend continues at the next chunk
     unacked_frames: int = 0
     unacked_bytes: int = 0
+    queued_bytes: int = 0  # payload bytes of the whole messages in ``envelopes``
+    held_back: int = 0  # times the server stopped reading this link because it held recv_buffer_mb
+    peer_max_message: int = 0  # the peer's max_message (bytes) from its HELLO; 0 if it did not say
+    context: Any = None  # the server context of the stream now carrying this link
+
+    def held_bytes(self) -> int:
+        """What the link holds: whole messages not yet taken by recv and the message in progress."""
+        return self.queued_bytes + (self.reassembly.pending_bytes if self.reassembly is not None else 0)
 
 
 class GrpcTransport(Transport):
@@ -382,6 +459,7 @@ class GrpcTransport(Transport):
         self.abort_reason: str | None = None
         self._server: grpc.Server | None = None
         self._links: dict[str, _OutLink] = {}
+        self._streams: dict[str, deque[Any]] = {}  # open server streams per authenticated peer, oldest first
         self.received_frame_bytes: dict[str, int] = dict.fromkeys(self.peers, 0)
         self.started_at = time.monotonic()
 
@@ -393,22 +471,29 @@ class GrpcTransport(Transport):
         handler = grpc.method_handlers_generic_handler(_SERVICE, {
             "Exchange": grpc.stream_stream_rpc_method_handler(self._serve, request_deserializer=None,
                                                               response_serializer=None)})
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2 * len(self.peers) + 4,
-                                                        thread_name_prefix=f"rx-{self.party}"),
-                             handlers=(handler,),
+        workers = STREAMS_PER_PEER * len(self.peers) + 4
+        # Every stream holds a thread for its life: beyond ``workers`` a stream is refused at once
+        # (RESOURCE_EXHAUSTED, the client retries) instead of waiting for a thread that never frees.
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"rx-{self.party}"),
+                             handlers=(handler,), maximum_concurrent_rpcs=workers,
                              options=[("grpc.max_receive_message_length", settings.chunk_bytes + 65536),
                                       ("grpc.so_reuseport", 0),
                                       ("grpc.keepalive_permit_without_calls", 1),
                                       ("grpc.http2.min_ping_interval_without_data_ms", 1000)])
         address = self.addresses[self.party]
-        if self.tls is None:
-            port = server.add_insecure_port(address)
-        else:
-            credentials = grpc.ssl_server_credentials([(self.tls.private_key, self.tls.cert_chain)],
-                                                      root_certificates=self.tls.root_ca, require_client_auth=True)
-            port = server.add_secure_port(address, credentials)
+        try:  # the pinned grpcio raises RuntimeError where older ones returned 0
+            if self.tls is None:
+                port = server.add_insecure_port(address)
+            else:
+                credentials = grpc.ssl_server_credentials([(self.tls.private_key, self.tls.cert_chain)],
+                                                          root_certificates=self.tls.root_ca,
+                                                          require_client_auth=True)
+                port = server.add_secure_port(address, credentials)
+        except RuntimeError:
+            port = 0
         if port == 0:
-            raise ConfigError(f"{self.party} cannot listen on {address} (address in use or not local?)")
+            raise ConfigError(f"{self.party} cannot listen on {address}: the address is in use or not on this "
+                              "machine (its [parties] address in the federation file)")
         server.start()
         self._server = server
         self.started_at = time.monotonic()
@@ -432,8 +517,11 @@ class GrpcTransport(Transport):
                         raise RunAborted(self.abort_reason)
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        hint = (" (the peer closed the connection: it may have refused this party's certificate)"
-                                if "Socket closed" in link.last_error else
+                        hint = (f" ({peer} closed the connection during the handshake: {peer} probably rejected the "
+                                f"certificate of {self.party}; is it signed by the federation CA?)"
+                                if "Socket closed" in link.last_error and self.tls is not None else
+                                f" ({peer} refused the stream: every stream slot of its server is taken, by other "
+                                f"connections to {peer})" if "Concurrent RPC limit" in link.last_error else
                                 f" (last error: {link.last_error})" if link.last_error else "")
                         raise PeerLostError(peer, self.party, f"{self.party}: no handshake with {peer} at "
                                                               f"{link.address} within {limit:g} s{hint}")
@@ -503,7 +591,10 @@ class GrpcTransport(Transport):
                 if abort.is_set():
                     raise RunAborted(f"{dst} stopped waiting for {src}: the run was aborted")
                 if inbox.envelopes:
-                    return inbox.envelopes.popleft()
+                    envelope = inbox.envelopes.popleft()
+                    inbox.queued_bytes -= len(envelope.payload) if isinstance(envelope.payload, bytes) else 0
+                    self._cond.notify_all()  # the link's server thread may wait for room in the buffer
+                    return envelope
                 if inbox.error is not None:
                     raise inbox.error
                 if self.abort_reason is not None:
@@ -525,11 +616,43 @@ class GrpcTransport(Transport):
     # -- the server side: one call per incoming stream
 
     def _serve(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        """One incoming stream: at most ``STREAMS_PER_PEER`` per authenticated peer, a HELLO within the timeout."""
+        certified = self._certified(context)
+        if certified is not None:  # a newer stream from the same peer replaces its oldest: one thread each
+            with self._cond:
+                streams = self._streams.setdefault(certified, deque())
+                streams.append(context)
+                stale = [streams.popleft() for _ in range(len(streams) - STREAMS_PER_PEER)]
+            for old in stale:
+                old.cancel()
+        timer = threading.Timer(HELLO_TIMEOUT_S, context.cancel)  # a stream that sends no HELLO frees its thread
+        timer.daemon = True
+        timer.start()
+        try:
+            yield from self._exchange(requests, context, timer, certified)
+        finally:
+            timer.cancel()
+            if certified is not None:
+                with self._cond:
+                    streams = self._streams.get(certified, deque())
+                    if context in streams:
+                        streams.remove(context)
+
+    def _certified(self, context: grpc.ServicerContext) -> str | None:
+        """The peer the client certificate of a stream names (TLS only), or None."""
+        if self.tls is None:
+            return None
+        names = [i.decode("utf-8", "replace") for i in (context.peer_identities() or [])]
+        return next((n for n in names if n in self._inboxes), None)
+
+    def _exchange(self, requests: Iterator[bytes], context: grpc.ServicerContext, timer: threading.Timer,
+                  certified: str | None) -> Iterator[bytes]:
         settings = self.settings
         try:
             first = next(requests)
-        except StopIteration:
+        except (StopIteration, grpc.RpcError):  # closed, or dropped for sending no HELLO
             return
+        timer.cancel()
         try:
             hello = fr.decode_frame(first, max_chunk=settings.chunk_bytes)
         except ProtocolError as exc:
@@ -537,25 +660,45 @@ class GrpcTransport(Transport):
             return
         refusal = self._check_hello(hello, context)
         if refusal:
-            if hello.src in self._inboxes and hello.dst == self.party:  # this party cannot go on either
+            # This party cannot go on with the peer its certificate names either; a claim alone (a plaintext
+            # stream, another party's name) must not break an honest party's link.
+            if certified is not None:
                 with self._cond:
-                    self._inboxes[hello.src].error = LinkRefusedError(hello.src, f"refused its link: {refusal}")
+                    self._inboxes[certified].error = LinkRefusedError(
+                        certified, refusal, f"{self.party} refused the link from {certified}: {refusal}")
                     self._cond.notify_all()
             yield fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal))
             return
         src = hello.src
         inbox = self._inboxes[src]
+        bound = settings.recv_buffer_bytes
         with self._cond:
             inbox.generation += 1
             generation = inbox.generation
             inbox.hello_seen = True
             inbox.last_seen = time.monotonic()
+            inbox.peer_max_message = hello.max_message
             if inbox.reassembly is None:
                 inbox.reassembly = fr.Reassembly(settings.max_message_bytes)
             expected = inbox.expected
+            previous, inbox.context = inbox.context, context
             self._cond.notify_all()
+        if previous is not None and previous is not context:
+            previous.cancel()  # the peer reconnected: its old stream ends and frees its thread
         yield fr.encode_frame(fr.Frame(fr.Kind.HELLO_ACK, seq=expected))
-        for data in requests:
+        while True:
+            with self._cond:  # back-pressure: stop reading while the link holds recv_buffer_mb
+                if inbox.envelopes and inbox.held_bytes() >= bound:
+                    inbox.held_back += 1
+                while (inbox.envelopes and inbox.held_bytes() >= bound and inbox.generation == generation
+                       and self.abort_reason is None and context.is_active()):
+                    inbox.last_seen = time.monotonic()  # the peer is not silent: this party holds it back
+                    self._cond.wait(0.1)
+                inbox.last_seen = time.monotonic()
+            try:
+                data = next(requests)
+            except (StopIteration, grpc.RpcError):  # closed, or replaced by a newer stream
+                return
             with self._cond:
                 if inbox.generation != generation:  # a newer stream from the same peer took over
                     return
@@ -564,6 +707,12 @@ class GrpcTransport(Transport):
             try:
                 frame = fr.decode_frame(data, max_chunk=settings.chunk_bytes)
                 ack = self._on_frame(src, inbox, frame)
+            except _Refusal as exc:
+                with self._cond:
+                    inbox.error = ProtocolError(str(exc))
+                    self._cond.notify_all()
+                yield fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=str(exc)))
+                return
             except ProtocolError as exc:
                 with self._cond:
                     inbox.error = ProtocolError(f"{self.party} received a malformed frame from {src}: {exc}")
@@ -585,6 +734,11 @@ class GrpcTransport(Transport):
             if hello.src not in identities:
                 return (f"the client certificate names {identities or 'nobody'}, but the stream claims to come "
                         f"from {hello.src}")
+        mine = self.settings.chunk_kb
+        if hello.chunk_kb and hello.chunk_kb != mine:  # the larger side's frames cannot pass the smaller's limit
+            big, small = (hello.src, self.party) if hello.chunk_kb > mine else (self.party, hello.src)
+            return (f"{big} sends chunks of {max(mine, hello.chunk_kb)} KiB but {small} accepts "
+                    f"{min(mine, hello.chunk_kb)} KiB: set the same [network] chunk_kb for every party")
         if hello.text != self.fingerprint:
             differing = (self._differences(self.job, hello.job) if self._differences else []) or ["(fingerprint only)"]
             return (f"job mismatch between {hello.src} and {self.party}; differing keys: "
@@ -612,10 +766,19 @@ class GrpcTransport(Transport):
                 inbox.finished = True
             else:
                 assert inbox.reassembly is not None
+                limit = self.settings.max_message_bytes
+                if frame.total > limit:
+                    theirs = inbox.peer_max_message
+                    hint = (f" ({src}'s is {theirs / _MIB:g}): set the same [network] max_message_mb for every party"
+                            if theirs and theirs != limit else "")
+                    raise _Refusal(f"{self.party} refused a message from {src}: {frame.tag!r} of {frame.total:,} "
+                                   f"bytes exceeds {self.party}'s max_message_mb = {self.settings.max_message_mb:g}"
+                                   + hint)
                 done = inbox.reassembly.add(frame)
                 if done is not None:
                     tag, depth, payload = done
                     inbox.envelopes.append(Envelope(src, self.party, tag, depth, payload))
+                    inbox.queued_bytes += len(payload)
             inbox.expected += 1
             inbox.unacked_frames += 1
             inbox.unacked_bytes += len(frame.payload)

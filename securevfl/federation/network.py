@@ -19,12 +19,6 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _positive_float(where: str, value: Any) -> float:
-    if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{where} must be a positive number, got {value!r}")
-    return float(value)
-
-
 def split_address(address: str) -> tuple[str, int]:
     """Split ``host:port`` (IPv6 as ``[::1]:7101``) into host and port, or raise :class:`ConfigError`."""
     if not isinstance(address, str):
@@ -64,13 +58,39 @@ def is_loopback(address: str) -> bool:
         return False
 
 
+#: The range every ``[network]`` number must lie in (``chunk_kb``: an integer, checked on its own).
+LIMITS: dict[str, tuple[float, float]] = {
+    "peer_timeout_s": (0.1, 86400.0),
+    "heartbeat_s": (0.05, 3600.0),
+    "max_message_mb": (0.001, 4096.0),
+    "connect_timeout_s": (0.1, 86400.0),
+    "reconnect_backoff_s": (0.001, 3600.0),
+    "max_backoff_s": (0.001, 3600.0),
+    "send_window_mb": (0.001, 4096.0),
+    "recv_timeout_s": (0.1, 86400.0),
+    "recv_buffer_mb": (0.001, 16384.0),
+}
+
+
+def _bounded(key: str, value: Any) -> float:
+    low, high = LIMITS[key]
+    where = f"[network] {key}"
+    if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value) or not low <= value <= high:
+        raise ConfigError(f"{where} must be a positive number in {low:g}..{high:g}, got {value!r}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class NetworkSettings:
     """Timeouts and sizes of the network links (the ``[network]`` section; every key optional).
 
     Reconnection waits ``reconnect_backoff_s``, doubling after each failed attempt up to
     ``max_backoff_s``. ``recv_timeout_s`` bounds one wait for a message from a live peer (a peer
-    that stops heartbeating is reported after ``peer_timeout_s`` already).
+    that stops heartbeating is reported after ``peer_timeout_s`` already). ``send_window_mb``
+    bounds what a party keeps unacknowledged per outgoing link; ``recv_buffer_mb`` (default:
+    ``max_message_mb``, at least that) bounds what one incoming link may queue before the local
+    role takes it: beyond it the receiver stops reading that link, so the sender blocks. Every
+    number must lie in :data:`LIMITS`.
     """
 
     peer_timeout_s: float = 30.0
@@ -82,11 +102,13 @@ class NetworkSettings:
     max_backoff_s: float = 5.0
     send_window_mb: float = 256.0
     recv_timeout_s: float = 600.0
+    recv_buffer_mb: float | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if f.name != "chunk_kb":
-                object.__setattr__(self, f.name, _positive_float(f"[network] {f.name}", getattr(self, f.name)))
+            value = getattr(self, f.name)
+            if f.name != "chunk_kb" and not (f.name == "recv_buffer_mb" and value is None):
+                object.__setattr__(self, f.name, _bounded(f.name, value))
         if not _is_int(self.chunk_kb) or not 1 <= self.chunk_kb <= 16 * 1024:
             raise ConfigError(f"[network] chunk_kb must be an integer in 1..16384, got {self.chunk_kb!r}")
         if self.heartbeat_s >= self.peer_timeout_s:
@@ -95,6 +117,9 @@ class NetworkSettings:
         if self.max_backoff_s < self.reconnect_backoff_s:
             raise ConfigError(f"[network] max_backoff_s ({self.max_backoff_s:g}) must be at least "
                               f"reconnect_backoff_s ({self.reconnect_backoff_s:g})")
+        if self.recv_buffer_mb is not None and self.recv_buffer_mb < self.max_message_mb:
+            raise ConfigError(f"[network] recv_buffer_mb ({self.recv_buffer_mb:g}) must be at least max_message_mb "
+                              f"({self.max_message_mb:g}): a link must be able to hold one whole message")
 
     @property
     def chunk_bytes(self) -> int:
@@ -103,6 +128,12 @@ class NetworkSettings:
     @property
     def max_message_bytes(self) -> int:
         return int(self.max_message_mb * 1024 * 1024)
+
+    @property
+    def recv_buffer_bytes(self) -> int:
+        """What one incoming link may hold (whole messages not yet taken, and the one in progress)."""
+        mb = self.max_message_mb if self.recv_buffer_mb is None else self.recv_buffer_mb
+        return int(mb * 1024 * 1024)
 
 
 @dataclass(frozen=True)
@@ -118,4 +149,4 @@ class TlsCredentials:
                 f"root_ca=<{len(self.root_ca)} bytes>)")
 
 
-__all__ = ["NetworkSettings", "TlsCredentials", "is_loopback", "split_address"]
+__all__ = ["LIMITS", "NetworkSettings", "TlsCredentials", "is_loopback", "split_address"]
