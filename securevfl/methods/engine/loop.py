@@ -714,8 +714,10 @@ def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows:
     """Score this party's scoring rows (``side.data.X_test``) with a saved side; the active party returns them.
 
     The side is built as for training (set-up messages included), its saved weights loaded, and the
-    rows go through :meth:`PartySide.evaluate` — the test evaluation's protocol, privacy layer and
-    all — ``batch_rows`` at a time (every party cuts the same batches: the row count is agreed).
+    rows go through :meth:`PartySide.evaluate` — the evaluation protocol of the validation rows,
+    privacy layer and all (the test evaluation's may add extras about the training rows, such as
+    TabVFL's latent quality) — ``batch_rows`` at a time (every party cuts the same batches: the row
+    count is agreed).
     """
     if batch_rows < 1:
         raise ConfigError(f"the scoring batch size must be at least 1, got {batch_rows}")
@@ -724,6 +726,8 @@ def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows:
     if saved.objective is not None:
         side.__dict__["objective"] = saved.objective  # the fitted one; never refitted on scoring rows
     side.build(ctx)
+    if not side.takes_part:  # it contributed at set-up only (a centralised reference's raw columns)
+        return None
     side.load_saved(saved)
     side.state.train(False)
     ctx.meter.enter_phase("score")
@@ -732,7 +736,7 @@ def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows:
     parts: list[Evaluation] = []
     for start in range(0, total, batch_rows):
         ctx.stage = f"score rows {start + 1}-{min(start + batch_rows, total)} of {total}"
-        evaluation = side.evaluate(ctx, X[start : start + batch_rows], TEST)
+        evaluation = side.evaluate(ctx, X[start : start + batch_rows], VALIDATE)
         if evaluation is not None:
             parts.append(evaluation)
         if ctx.is_active:
