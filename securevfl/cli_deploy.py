@@ -13,13 +13,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 
-from securevfl.errors import ConfigError
+from securevfl.errors import ConfigError, Interrupted
 
 console = Console()
 err_console = Console(stderr=True)
@@ -52,6 +54,45 @@ def _epoch_printer(name: str) -> Any:
     return update
 
 
+#: After SIGTERM / SIGINT a party has this long to tell its peers and close its links before it exits anyway.
+STOP_GRACE_S = 10.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextmanager
+def stop_on_signals(party: str, grace: float = STOP_GRACE_S) -> Iterator[None]:
+    """SIGTERM (systemctl stop, docker stop) and SIGINT (Ctrl-C) raise :class:`Interrupted` in the main thread.
+
+    The exception unwinds the party's role like any failure, so the party sends ABORT with the reason
+    to every peer (who stop at once instead of waiting for a lost link) and closes its links; the CLI
+    then exits with 143 / 130. Checkpoints are written atomically, so an interrupted epoch leaves the
+    last complete one. A watchdog ends the process with the same code if the cleanup takes longer
+    than ``grace`` seconds (a main thread stuck in a long native call), and a second signal ends it at
+    once. Outside the main thread (an embedding program) nothing is installed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        code = 128 + signum
+        if fired:  # the second signal: the user insists
+            os._exit(code)
+        fired.append(signum)
+        watchdog = threading.Timer(grace, os._exit, args=(code,))
+        watchdog.daemon = True
+        watchdog.start()
+        raise Interrupted(signum, party)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
 def party_command(
     federation: Path = typer.Option(..., help="The federation file (TOML, docs/deploy.md)."),  # noqa: B008
     as_: str = typer.Option(..., "--as", help="Which party of the federation this process is."),
@@ -81,7 +122,6 @@ def party_command(
     from securevfl.api import check_report_path
     from securevfl.data.columns import spec_from_text
     from securevfl.deploy.federation import load_federation
-    from securevfl.deploy.party import run_deployed_party
 
     if report is not None:
         check_report_path(report)
@@ -91,6 +131,14 @@ def party_command(
     if not fed.party(as_).data and columns != fed.party(as_).columns:
         raise ConfigError(f"{as_} has data = false in the federation file: it takes no column options")
     check_insecure(fed.insecure, insecure)
+    with stop_on_signals(as_):
+        _run_party(fed, as_, data, report, device, checkpoint_dir, resume, columns)
+
+
+def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, device: str,
+               checkpoint_dir: Path | None, resume: bool, columns: Any) -> None:
+    from securevfl.deploy.party import run_deployed_party
+
     print(f"[{as_}] connecting to {', '.join(p for p in fed.parties if p != as_)} "
           f"({'plaintext, loopback' if fed.insecure else 'mutual TLS'})", file=sys.stderr, flush=True)
     result = run_deployed_party(fed, as_, data, device=device, progress=_epoch_printer(as_),
@@ -178,7 +226,9 @@ def launch(federation: Path, files: dict[str, Path | None], *, active: str, repo
 
     The children's output is streamed with a ``[party]`` prefix. When one fails, the others get
     SIGTERM after a short grace period (they normally stop by themselves within the peer timeout)
-    and SIGKILL if they ignore it; no child outlives this call.
+    and SIGKILL if they ignore it; no child outlives this call. SIGTERM or SIGINT sent to this
+    process is passed on to every party (each aborts its peers and exits); the call then returns
+    128 + the signal (143, 130).
     """
     children: dict[str, subprocess.Popen] = {}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -200,6 +250,25 @@ def launch(federation: Path, files: dict[str, Path | None], *, active: str, repo
         pump.start()
     started = time.monotonic()
     first_failure: tuple[str, int] | None = None
+    signalled: list[int] = []
+    previous: dict[int, Any] = {}
+
+    def forward(signum: int, frame: Any) -> None:
+        """SIGTERM / SIGINT to launch go to every party, which aborts its peers and exits 143 / 130."""
+        if signalled:  # a second signal: stop everything now
+            _stop(children, grace=0.0)
+            return
+        signalled.append(signum)
+        err_console.print(f"launch: got {signal.Signals(signum).name}; passing it on to every party")
+        for child in children.values():
+            if child.poll() is None:
+                try:
+                    os.killpg(child.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
     try:
         while any(c.poll() is None for c in children.values()):
             for name, child in children.items():
@@ -217,8 +286,13 @@ def launch(federation: Path, files: dict[str, Path | None], *, active: str, repo
         raise
     finally:
         _stop(children, grace=0.0)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         for pump in pumps:
             pump.join(timeout=2)
+    if signalled:
+        err_console.print(f"launch: stopped by {signal.Signals(signalled[0]).name}")
+        return 128 + signalled[0]
     if first_failure is None:
         failed = [(n, c.returncode) for n, c in children.items() if c.returncode]
         first_failure = failed[0] if failed else None
