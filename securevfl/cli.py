@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 from typer.exceptions import TyperException
 
+from psi import atomic
 from securevfl.cli_bench import bench_app
 from securevfl.cli_deploy import certs_command, launch_command, party_command
 from securevfl.cli_psi import psi_command
@@ -304,7 +305,8 @@ def attack(
                       *("n/a" if p["attacks"].get(n) is None else f"{p['attacks'][n]:.3f}" for n in attacks))
     console.print(table)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "attack.json").write_text(json.dumps({"method": method, "dataset": dataset, "points": points}, indent=2))
+    atomic.write_text(out / "attack.json",
+                      json.dumps({"method": method, "dataset": dataset, "points": points}, indent=2))
     png = plot_privacy_utility(points, out / "privacy_utility.png", f"{method} on {dataset}: {defense}")
     console.print(f"results: {out / 'attack.json'} and {png}")
 
@@ -364,8 +366,10 @@ def report_error(exc: SecureVFLError | Interrupted, debug: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the app; a SecureVFLError becomes one clear line on stderr and its exit code (2; 143 / 130 for a
-    party stopped by SIGTERM / SIGINT)."""
+    """Run the app; a SecureVFLError becomes one clear line on stderr and its exit code.
+
+    The code is 2, or 143 / 130 for a party stopped by SIGTERM / SIGINT.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # a global flag, accepted anywhere on the line
     argv = [a for a in argv if a != "--debug"]

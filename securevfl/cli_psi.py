@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from psi import atomic
 from securevfl.checks import validate_party_name
 from securevfl.errors import ConfigError, psi_errors
 
@@ -139,10 +140,11 @@ def _psi_as_party(federation: Path, name: str, data: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for kind, rows in (("aligned", result.aligned), ("unaligned", result.unaligned)):
         frame = pd.DataFrame({"position": rows, job.id_column: table.ids[rows]})
-        frame.to_csv(out / f"{name}_{kind}.csv", index=False)
+        with atomic.atomic_path(out / f"{name}_{kind}.csv") as tmp:
+            frame.to_csv(tmp, index=False)
     snap = result.snapshot
     report = {"party": name, "intersection_size": result.size, "input_size": table.n_rows,
               "bytes_sent": dict(snap.bytes), "messages_sent": dict(snap.messages), "crypto_s": snap.crypto_s}
-    (out / f"{name}_psi_report.json").write_text(json.dumps(report, indent=2))
+    atomic.write_text(out / f"{name}_psi_report.json", json.dumps(report, indent=2))
     Console().print(f"[bold]|intersection| = {result.size}[/bold] ({name}: {table.n_rows} rows); "
                     f"wrote {out}/{name}_aligned.csv, {name}_unaligned.csv, {name}_psi_report.json")
