@@ -21,6 +21,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from psi import atomic
 from securevfl.errors import ConfigError, Interrupted
 
 console = Console()
@@ -29,7 +30,8 @@ err_console = Console(stderr=True)
 
 def certs_command(
     parties: str = typer.Option(..., help="Comma-separated party names, e.g. bank,shop,clinic."),
-    out: Path = typer.Option(Path("certs"), help="Folder for ca.pem, ca.key, <party>.pem, <party>.key."),  # noqa: B008
+    out: Path = typer.Option(  # noqa: B008
+        Path("certs"), help="Folder for ca.pem, <party>.pem, <party>.key, and ca/ca.key (the CA key, mode 0600)."),
     days: int = typer.Option(365, help="Validity of the certificates in days."),
     overwrite: bool = typer.Option(False, help="Replace existing files."),
 ) -> None:
@@ -38,10 +40,12 @@ def certs_command(
 
     names = [p.strip() for p in parties.split(",") if p.strip()]
     pki = make_dev_pki(names, out, days=days, overwrite=overwrite)
-    console.print(f"CA: {pki.ca_cert}")
+    console.print(f"CA: {pki.ca_cert}", highlight=False, soft_wrap=True)
+    console.print(f"CA key: {pki.ca_key} (mode 0600, in its own folder, mode 0700)", highlight=False, soft_wrap=True)
     for name in names:
-        console.print(f"{name}: {pki.certs[name]} (key {pki.keys[name]}, mode 0600)")
-    console.print("keep ca.key offline; give each party only its own .key, and everyone ca.pem")
+        console.print(f"{name}: {pki.certs[name]} (key {pki.keys[name]}, mode 0600)", highlight=False, soft_wrap=True)
+    console.print(f"keep {pki.ca_key.parent}/ offline and off the parties' machines; give each party only its own "
+                  ".pem and .key, and everyone ca.pem", highlight=False, soft_wrap=True)
 
 
 def _epoch_printer(name: str) -> Any:
@@ -157,7 +161,7 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
 
         json_path, _ = report_paths(report)
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(_passive_report(result), indent=2))
+        atomic.write_text(json_path, json.dumps(_passive_report(result), indent=2))
         console.print(f"report: {json_path}")
 
 
