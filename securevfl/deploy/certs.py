@@ -115,8 +115,9 @@ def make_dev_pki(parties: Sequence[str], out_dir: Path, *, days: int = 365, over
     The CA key lives in its own folder ``ca/`` (mode 0700), apart from the party files that are
     copied to each organisation. Keys are ECDSA P-256, written with mode 0600 (every file
     atomically); certificates are valid from ``now`` minus five minutes for ``days`` days and
-    name the party in the subject CN and a SAN DNS name. Keep ``ca.key`` private: whoever holds it can issue certificates for any party. Refuses to replace
-    existing files unless ``overwrite``. ``now`` (default: the current UTC time) is for tests.
+    name the party in the subject CN and a SAN DNS name. Keep ``ca.key`` private: whoever holds
+    it can issue certificates for any party. Refuses to replace existing files unless
+    ``overwrite``. ``now`` (default: the current UTC time) is for tests.
     """
     if isinstance(parties, str):
         raise ConfigError("parties must be a list of names, not one string")
