@@ -164,9 +164,9 @@ def _fast_path(ids: Sequence[object], options: Sequence[str], source: str) -> Pr
     """
     if options or not all(type(v) is str for v in ids):
         return None
-    distinct = set(ids)
-    if len(distinct) != len(ids) or any(map(is_blank, distinct)):
-        return None  # the slow path reports the exact rows
     items = cast("list[str]", list(ids))  # every item is a str: checked above
+    distinct = set(items)
+    if len(distinct) != len(items) or any(map(is_blank, distinct)):
+        return None  # the slow path reports the exact rows
     _check_encodable(items, source)
     return PreparedIDs(items, np.arange(len(items), dtype=np.int64), len(items))
