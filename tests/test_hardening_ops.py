@@ -62,12 +62,12 @@ def _loopback_federation(directory: Path, parties: tuple[str, ...], epochs: int)
 class _Party:
     """One ``securevfl party`` process with its output collected line by line."""
 
-    def __init__(self, fed: Path, name: str, data: Path) -> None:
+    def __init__(self, fed: Path, name: str, data: Path, checkpoints: Path) -> None:
         self.name = name
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "securevfl.cli", "party", "--federation", str(fed), "--as", name,
-             "--data", str(data), "--device", "cpu", "--insecure"],
+             "--data", str(data), "--device", "cpu", "--insecure", "--checkpoint-dir", str(checkpoints)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_child_env(), start_new_session=True)
         self.pump = threading.Thread(target=self._read, daemon=True)
         self.pump.start()
@@ -97,7 +97,8 @@ def test_a_signalled_party_aborts_its_peers_and_exits_at_once(tmp_path, sig, cod
     parties = ("bank", "shop", "clinic")
     files = _tables(tmp_path, parties)
     fed = _loopback_federation(tmp_path, parties, epochs=500)
-    procs = {p: _Party(fed, p, files[p]) for p in parties}
+    checkpoints = tmp_path / "checkpoints"
+    procs = {p: _Party(fed, p, files[p], checkpoints) for p in parties}
     try:
         deadline = time.monotonic() + 120
         while not any("epoch 2/" in line for line in procs["bank"].lines):
@@ -124,6 +125,13 @@ def test_a_signalled_party_aborts_its_peers_and_exits_at_once(tmp_path, sig, cod
         errors = [line for line in procs[p].lines if line.startswith("error:")]
         assert len(errors) == 1 and "bank stopped" in errors[0] and word in errors[0], outputs
         assert "Traceback" not in outputs[p]
+    from securevfl.methods.engine.checkpoint import CheckpointStore
+
+    for p in parties:  # every checkpoint left behind is complete (written to a temporary file, then renamed)
+        store = CheckpointStore(checkpoints, p)
+        assert store.completed_epochs(), p
+        for epoch in store.completed_epochs():
+            assert store.load(epoch)["epoch"] == epoch
 
 
 def test_launch_forwards_sigterm_to_every_party(tmp_path):
