@@ -132,11 +132,14 @@ def _psi_as_party(federation: Path, name: str, data: Path, out: Path) -> None:
     job = fed.job
     table, _ = party_table_from_file(name, data, id_column=job.id_column, label_column=job.label_column,
                                      is_active=name == fed.active, columns=fed.party(name).columns)
-    transport = open_transport(fed, name)
-    try:
-        result = align_over_network(transport, fed, name, table)
-    finally:
-        transport.close()
+    from securevfl.cli_deploy import stop_on_signals
+
+    with stop_on_signals(name):  # SIGTERM / SIGINT: ABORT to the peers with the reason, exit 143 / 130
+        transport = open_transport(fed, name)
+        try:
+            result = align_over_network(transport, fed, name, table)
+        finally:
+            transport.close()
     out.mkdir(parents=True, exist_ok=True)
     for kind, rows in (("aligned", result.aligned), ("unaligned", result.unaligned)):
         frame = pd.DataFrame({"position": rows, job.id_column: table.ids[rows]})
