@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 import securevfl
+from psi.atomic import write_text
 from securevfl.methods.apcvfl import apc_footprint_bytes
 
 PAPER_TABLE2 = {  # Table 2, Breast Cancer Wisconsin (accuracy, #comm, cost MB), mean / std
@@ -128,7 +129,7 @@ class Runner:
                                "formula_bytes": r.extra["communication"].get("paper_footprint_bytes", 0)}
             if self.file is not None:  # every finished run, so an interrupted sweep resumes where it stopped
                 entries = [{"key": list(k), "result": v} for k, v in self.cache.items()]
-                self.file.write_text(json.dumps(entries, default=list))
+                write_text(self.file, json.dumps(entries, default=list))
         return self.cache[key]
 
 
@@ -313,7 +314,7 @@ def main() -> None:
                    "limited_alignment": limited, "reduced_alignment": reduced, "lambda_sweep": lambdas,
                    "ratios": headline, "wall_s": wall}
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(payload, indent=2, default=str))
+        write_text(args.out, json.dumps(payload, indent=2, default=str))
         console.print(f"wrote {args.out}")
 
 

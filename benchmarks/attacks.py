@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 import securevfl
+from psi.atomic import write_text
 from securevfl.attacks.suite import plot_privacy_utility, privacy_utility
 
 console = Console(width=150)
@@ -134,7 +135,7 @@ def main() -> None:
         console.print(f"plot: {args.plot}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(figures, indent=2, default=float))
+        write_text(args.out, json.dumps(figures, indent=2, default=float))
         console.print(f"figures: {args.out}")
 
 

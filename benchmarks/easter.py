@@ -41,6 +41,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from psi.atomic import write_text  # noqa: E402
 from securevfl.api import RunConfig, build_scenario, run  # noqa: E402
 from securevfl.data import DatasetOptions, PartitionSpec  # noqa: E402
 from securevfl.federation.runtime import run_parties  # noqa: E402
@@ -324,9 +325,9 @@ def main(argv: list[str] | None = None) -> dict:
         figures["secagg_overhead_fraction"] = overhead["secagg_overhead_fraction"]
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(figures, indent=2, default=str))
+        write_text(args.out, json.dumps(figures, indent=2, default=str))
         if "accuracy" in figures:
-            args.out.with_suffix(".md").write_text(markdown_tables(figures["accuracy"], epochs, seeds))
+            write_text(args.out.with_suffix(".md"), markdown_tables(figures["accuracy"], epochs, seeds))
         console.print(f"wrote {args.out}")
     return figures
 

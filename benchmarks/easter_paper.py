@@ -43,6 +43,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from psi.atomic import write_text  # noqa: E402
 from securevfl.api import RunConfig, build_scenario, run  # noqa: E402
 from securevfl.data import DatasetOptions, PartitionSpec  # noqa: E402
 from securevfl.data.scenario import Scenario  # noqa: E402
@@ -235,7 +236,7 @@ class CellCache:
         self.cells[self.key(spec)] = value
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps(self.cells, indent=1))
+            write_text(self.path, json.dumps(self.cells, indent=1))
 
     def seed_from(self, earlier: dict[str, Any]) -> int:
         """Take the seed-0 cells of an earlier one-seed run (``parties`` / ``fig6`` sections); returns how many."""
@@ -426,7 +427,7 @@ def markdown(figures: dict[str, Any]) -> str:
 def _write(path: str | None, figures: dict[str, Any]) -> None:
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(figures, indent=2, default=str))
+        write_text(Path(path), json.dumps(figures, indent=2, default=str))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import securevfl  # noqa: E402
+from psi.atomic import write_text  # noqa: E402
 from securevfl.methods.base import n_batches  # noqa: E402
 
 # Paper (Amalanshu et al. 2024), test accuracy in %.
@@ -347,7 +348,7 @@ def main() -> None:
         merged = merge_table1(args.table1_merge)
         print_new(None, merged, console)
         if args.out:
-            args.out.write_text(json.dumps({"benchmark": "entity_aug", "table1": merged,
+            write_text(args.out, json.dumps({"benchmark": "entity_aug", "table1": merged,
                                             "merged_from": [str(p) for p in args.table1_merge]}, indent=2))
         return
     if args.quick:
@@ -417,7 +418,7 @@ def main() -> None:
                   "thread(s) per party (shared machine: timings are indicative)")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
+        write_text(args.out, json.dumps({
             "benchmark": "entity_aug", "quick": args.quick, "seeds": seeds, "table4": t4, "table23": t23, "drops": dr,
             "table3_handwritten": hw, "table1": t1,
             "table1_seeds": None if not t1 else [0] if args.quick else table1_seeds,

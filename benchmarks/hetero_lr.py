@@ -32,6 +32,7 @@ from sklearn.linear_model import LogisticRegression
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from psi.atomic import write_text  # noqa: E402
 from securevfl.api import RunConfig, build_scenario, run  # noqa: E402
 from securevfl.data import PartitionSpec  # noqa: E402
 from securevfl.methods import TrainConfig  # noqa: E402
@@ -174,7 +175,7 @@ def main() -> None:
     }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2, sort_keys=True))
+        write_text(args.out, json.dumps(results, indent=2, sort_keys=True))
         console.print(f"wrote {args.out}")
 
 

@@ -41,6 +41,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from psi.atomic import write_text
 from securevfl.api import RunConfig, run
 from securevfl.data.alignment import align_with_psi
 from securevfl.data.files import party_tables_from_files
@@ -217,7 +218,7 @@ def main() -> None:
                   f"accuracy {figures['accuracy']:.3f}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(figures, indent=2))
+        write_text(args.out, json.dumps(figures, indent=2))
         console.print(f"figures: {args.out}")
 
 

@@ -62,6 +62,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from psi.atomic import write_text  # noqa: E402
 from securevfl.bench import wire  # noqa: E402
 from securevfl.bench.wire import run_inprocess, run_network, write_federation  # noqa: E402
 from securevfl.federation.loopback import LoopbackProxy, free_port  # noqa: E402
@@ -560,7 +561,7 @@ def main() -> None:
                       "changes float sums, not the transport. Walls include PSI and start-up.")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(figures, indent=2, default=str))
+        write_text(args.out, json.dumps(figures, indent=2, default=str))
         console.print(f"figures: {args.out}")
 
 

@@ -25,6 +25,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from psi.atomic import write_text  # noqa: E402
 from psi.executors import ExecutorConfig  # noqa: E402
 from securevfl.bench.primitives import PaillierCounts, paillier_core  # noqa: E402
 from securevfl.bench.timing import best_rate as rate  # noqa: E402
@@ -206,7 +207,7 @@ def main() -> None:
     )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2, sort_keys=True))
+        write_text(args.out, json.dumps(results, indent=2, sort_keys=True))
         console.print(f"wrote {args.out}")
 
 

@@ -41,6 +41,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psi  # noqa: E402
+from psi.atomic import write_text  # noqa: E402
 
 # Worker processes (forkserver/spawn) re-import this script's top level: keep it light. rich and
 # securevfl.bench (which loads matplotlib) cost about a CPU second per worker, so they are imported
@@ -363,7 +364,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(figures, indent=2))
+        write_text(args.out, json.dumps(figures, indent=2))
     return figures
 
 

@@ -35,6 +35,7 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
+from psi.atomic import write_text
 from securevfl.api import RunConfig, build_scenario
 from securevfl.data import DatasetOptions, PartitionSpec
 from securevfl.federation.runtime import run_parties
@@ -205,7 +206,7 @@ def main() -> None:
                     f"runtime over the split loop {coop['seconds'] / sp:.2f}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(figures, indent=2))
+        write_text(args.out, json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

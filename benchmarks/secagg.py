@@ -27,6 +27,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from psi.atomic import write_text  # noqa: E402
 from securevfl.bench.primitives import key_agreement_samples, mask_expansion_samples  # noqa: E402
 from securevfl.bench.scaling import mask_scaling  # noqa: E402
 from securevfl.bench.timing import time_calls  # noqa: E402
@@ -296,7 +297,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     bench_easter_overhead(args.quick, figures)
     if args.out:
-        args.out.write_text(json.dumps(figures, indent=2))
+        write_text(args.out, json.dumps(figures, indent=2))
         console.print(f"wrote {args.out}")
     return figures
 

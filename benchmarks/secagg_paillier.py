@@ -38,6 +38,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from psi.atomic import write_text  # noqa: E402
 from securevfl.api import RunConfig, build_scenario  # noqa: E402
 from securevfl.bench.scaling import aggregation_rounds  # noqa: E402
 from securevfl.data import PartitionSpec  # noqa: E402
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(figures, indent=2))
+        write_text(args.out, json.dumps(figures, indent=2))
     return figures
 
 

@@ -38,6 +38,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from psi.atomic import write_text
+
 DESIGNS = ("tabnet-ct", "tabnet-lt", "tabvfl-le", "tabvfl")
 LABELS = {"tabnet-ct": "CT (central)", "tabnet-lt": "LT", "tabvfl-le": "TabVFL-LE", "tabvfl": "TabVFL"}
 FAIL_PROBS = (0.2, 0.35, 0.5)
@@ -438,7 +440,7 @@ def latent_sweep(setup: Setup, dims: list[int], out: Path | None) -> int:
     console.print(f"total {time.perf_counter() - started:.0f} s")
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"setup": setup.__dict__, "latent_dims": sweep, "paper_table3": PAPER_TABLE3,
+        write_text(out, json.dumps({"setup": setup.__dict__, "latent_dims": sweep, "paper_table3": PAPER_TABLE3,
                                    "paper_summary": summary, "wall_s": time.perf_counter() - started},
                                   indent=2, default=float))
     return 0
@@ -480,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             figures = {"setup": setup.__dict__, "efficiency": efficiency}
-            args.out.write_text(json.dumps(figures, indent=2, default=float))
+            write_text(args.out, json.dumps(figures, indent=2, default=float))
         return 0
     started = time.perf_counter()
     results: dict[str, Any] = {"setup": setup.__dict__ | {"mode": "quick" if args.quick else "full"}}
@@ -502,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"plot: {args.plot}; total {results['wall_s']:.0f} s")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2, default=float))
+        write_text(args.out, json.dumps(results, indent=2, default=float))
         console.print(f"figures: {args.out}")
     return 0
 

@@ -4,12 +4,20 @@ Every party must apply the *same* normalisation, or equal people will not match;
 therefore part of the protocol parameters and checked in the first message. Options, always
 applied in this fixed order whatever order they are given in:
 
-``strip``     remove leading/trailing whitespace (``str.strip()``)
+``strip``     remove leading/trailing whitespace: every Unicode white-space character (space, tab,
+              newlines, no-break space U+00A0, ideographic space, ...) and the byte order mark
+              U+FEFF (:func:`strip_id`)
 ``casefold``  Unicode case folding (``str.casefold()``: "Straße" -> "strasse")
 ``nfc``       Unicode NFC normalisation, so "é" as one code point equals "e" + combining accent
 
-Integers become their decimal string; ``None``/NaN and empty strings are errors, as are duplicate
-IDs within one party unless ``duplicates="keep_first"`` (then the first row wins).
+Integers become their decimal string; ``None``/NaN and blank IDs (empty, or only the characters
+``strip`` removes) are errors, with or without ``strip``, as are duplicate IDs within one party
+unless ``duplicates="keep_first"`` (then the first row wins). Without options an ID is matched
+exactly as written.
+
+This is the one rule for IDs: ``securevfl psi`` reads them with it, and ``securevfl train`` /
+``securevfl party`` read a party's ID column with it too (``securevfl.data.datasets.validate_ids``),
+so the same file gives the same IDs on every path.
 """
 
 from __future__ import annotations
@@ -46,10 +54,26 @@ def normalize_bits(options: Sequence[str]) -> int:
     return sum(1 << NORMALIZATIONS.index(n) for n in parse_normalize(options))
 
 
+#: What ``strip`` removes at both ends of an ID: Unicode white space (``str.isspace``: space, tab,
+#: newlines, U+00A0 no-break space, U+2000-U+200A, U+3000, ...) and U+FEFF, the byte order mark /
+#: zero-width no-break space that spreadsheet exports leave in front of a value.
+STRIP_CHARACTERS: str = "".join(chr(c) for c in range(0x3001) if chr(c).isspace()) + "\ufeff"
+
+
+def strip_id(value: str) -> str:
+    """``value`` without leading and trailing :data:`STRIP_CHARACTERS` (the ``strip`` option)."""
+    return value.strip(STRIP_CHARACTERS)
+
+
+def is_blank(value: str) -> bool:
+    """An ID that is empty, or only characters ``strip`` removes: refused on every path."""
+    return not strip_id(value)
+
+
 def normalize_id(value: str, options: Sequence[str]) -> str:
     """Apply the normalisation options to one ID (order: strip, casefold, nfc)."""
     if "strip" in options:
-        value = value.strip()
+        value = strip_id(value)
     if "casefold" in options:
         value = value.casefold()
     if "nfc" in options:
@@ -117,8 +141,9 @@ def prepare_ids(
             raise PSIDataError(f"{source}: null ID at row {row}")
         if options:
             value = normalize_id(value, options)
-        if not value:
-            raise PSIDataError(f"{source}: empty ID at row {row}")
+        if is_blank(value):
+            raise PSIDataError(f"{source}: empty ID at row {row}" if not value else
+                               f"{source}: empty ID at row {row} (only white space)")
         first = seen.setdefault(value, row)
         if first != row:
             if duplicates == "error":
@@ -139,9 +164,9 @@ def _fast_path(ids: Sequence[object], options: Sequence[str], source: str) -> Pr
     """
     if options or not all(type(v) is str for v in ids):
         return None
-    distinct = set(ids)
-    if len(distinct) != len(ids) or "" in distinct:
-        return None  # the slow path reports the exact rows
     items = cast("list[str]", list(ids))  # every item is a str: checked above
+    distinct = set(items)
+    if len(distinct) != len(items) or any(map(is_blank, distinct)):
+        return None  # the slow path reports the exact rows
     _check_encodable(items, source)
     return PreparedIDs(items, np.arange(len(items), dtype=np.int64), len(items))

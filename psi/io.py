@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import atomic
 from .checks import check_output_dir, validate_party_name
 from .errors import PSIDataError
 from .executors import ExecutorConfig
@@ -132,13 +133,14 @@ def write_outputs(
         ids = np.asarray(raw_ids[party], dtype=object)
         for kind, positions in (("aligned", rows), ("unaligned", result.unaligned[party])):
             path = out / f"{party}_{kind}.csv"
-            pd.DataFrame({"position": positions, id_column: ids[positions]}).to_csv(path, index=False)
+            with atomic.atomic_path(path) as tmp:  # never half a file, even on a crash or a full disk
+                pd.DataFrame({"position": positions, id_column: ids[positions]}).to_csv(tmp, index=False)
             written[f"{party}_{kind}"] = path
     report = result.report()
     report.update(extra_report or {})
     report["files"] = {k: str(v) for k, v in written.items()}
     path = out / "psi_report.json"
-    path.write_text(json.dumps(report, indent=2, sort_keys=True))
+    atomic.write_text(path, json.dumps(report, indent=2, sort_keys=True))
     written["report"] = path
     return written
 

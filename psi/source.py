@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .errors import PSIDataError
-from .ids import normalize_id, parse_normalize
+from .ids import STRIP_CHARACTERS, normalize_id, parse_normalize
 
 
 @dataclass(frozen=True)
@@ -96,11 +96,11 @@ def _arrow_chunk(column: Any, normalize: tuple[str, ...], where: str, first_row:
         column = pc.cast(column, pa.string())
     elif not pa.types.is_string(column.type):
         raise PSIDataError(f"{where}: unsupported ID column type {column.type} (use text or integers)")
+    trimmed = np.asarray(pc.utf8_length(pc.utf8_trim(column, characters=STRIP_CHARACTERS)))
+    if len(trimmed) and not trimmed.all():  # empty, or white space only: refused on every path (psi.ids)
+        raise PSIDataError(f"{where}: empty ID at row {first_row + int(np.flatnonzero(trimmed == 0)[0])}")
     if normalize:
         return encode_chunk([normalize_id(v, normalize) for v in column.to_pylist()])
-    lengths = np.asarray(pc.utf8_length(column))
-    if len(lengths) and not lengths.all():
-        raise PSIDataError(f"{where}: empty ID at row {first_row + int(np.flatnonzero(lengths == 0)[0])}")
     offsets = np.frombuffer(column.buffers()[1], dtype=np.int32)[column.offset : column.offset + len(column) + 1]
     start, stop = int(offsets[0]), int(offsets[-1])
     data = column.buffers()[2]

@@ -12,6 +12,7 @@ report or output folder that cannot be written.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -63,23 +64,60 @@ def check_output_file(path: str | os.PathLike[str], what: str = "output file") -
 
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
     "MAX_PARTY_NAME_LENGTH",
     "PARTY_NAME_CHARACTERS",
     "check_output_dir",
     "check_output_file",
+    "read_local_file",
     "validate_party_name",
     "validate_party_names",
 ]
 
 
-def read_local_file(path: str | os.PathLike[str], what: str) -> bytes:
-    """The bytes of a file this party reads (TLS material, the federation file): one clear error otherwise."""
+#: The largest configuration file (federation file, certificate, key) this party reads: 1 MiB.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def read_local_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_CONFIG_BYTES) -> bytes:
+    """The bytes of a file this party reads (TLS material, the federation file): one clear error otherwise.
+
+    Only a regular file of at most ``max_bytes`` is read (``/dev/zero``, a FIFO or a huge file would
+    exhaust memory or block): anything else is a :class:`ConfigError` naming the file and the limit.
+    """
     path = Path(path)
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
     except FileNotFoundError:
         raise ConfigError(f"{what} file {str(path)!r} does not exist") from None
     except IsADirectoryError:
         raise ConfigError(f"{what} file {str(path)!r} is a directory") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {what} file {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ConfigError(f"{what} file {str(path)!r} is a directory")
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{what} file {str(path)!r} is not a regular file (a device, pipe or socket)")
+        if info.st_size > max_bytes:
+            raise ConfigError(f"{what} file {str(path)!r} is larger than {_size(max_bytes)} "
+                              f"({info.st_size:,} bytes); a configuration file is never that big")
+        chunks, left = [], max_bytes + 1
+        while left > 0:  # the size may change while reading: never read more than the limit
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        if left <= 0:
+            raise ConfigError(f"{what} file {str(path)!r} is larger than {_size(max_bytes)}")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} file {str(path)!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n:,} bytes"

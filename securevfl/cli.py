@@ -15,10 +15,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 from typer.exceptions import TyperException
 
+from psi import atomic
 from securevfl.cli_bench import bench_app
 from securevfl.cli_deploy import certs_command, launch_command, party_command
 from securevfl.cli_psi import psi_command
-from securevfl.errors import ConfigError, MissingPackageError, PartyFailure, SecureVFLError
+from securevfl.errors import ConfigError, Interrupted, MissingPackageError, PartyFailure, SecureVFLError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="securevfl: private set intersection and secure vertical federated learning. "
@@ -308,7 +309,8 @@ def attack(
                       *("n/a" if p["attacks"].get(n) is None else f"{p['attacks'][n]:.3f}" for n in attacks))
     console.print(table)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "attack.json").write_text(json.dumps({"method": method, "dataset": dataset, "points": points}, indent=2))
+    atomic.write_text(out / "attack.json",
+                      json.dumps({"method": method, "dataset": dataset, "points": points}, indent=2))
     png = plot_privacy_utility(points, out / "privacy_utility.png", f"{method} on {dataset}: {defense}")
     console.print(f"results: {out / 'attack.json'} and {png}")
 
@@ -352,14 +354,14 @@ def methods() -> None:
     console.print(table)
 
 
-def report_error(exc: SecureVFLError, debug: bool) -> None:
+def report_error(exc: SecureVFLError | Interrupted, debug: bool) -> None:
     """Print a SecureVFLError as one clear line (and its traceback with --debug)."""
     if debug:
         if isinstance(exc, PartyFailure) and exc.traceback_text:
             err_console.print(exc.traceback_text, markup=False, highlight=False)
         else:
             err_console.print("".join(traceback.format_exception(exc)), markup=False, highlight=False)
-    if isinstance(exc, PartyFailure) and isinstance(exc.cause, SecureVFLError):
+    if isinstance(exc, PartyFailure) and isinstance(exc.cause, SecureVFLError | Interrupted):
         message = f"{exc.cause} (party {exc.party}, during {exc.stage})"
     else:
         message = str(exc)
@@ -368,7 +370,10 @@ def report_error(exc: SecureVFLError, debug: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the app; a SecureVFLError becomes one clear line on stderr and exit code 2."""
+    """Run the app; a SecureVFLError becomes one clear line on stderr and its exit code.
+
+    The code is 2, or 143 / 130 for a party stopped by SIGTERM / SIGINT.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # a global flag, accepted anywhere on the line
     argv = [a for a in argv if a != "--debug"]
@@ -379,9 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         return code if isinstance(code, int) else 0  # click hands back a typer.Exit's code here
     except typer.Exit as exc:
         return exc.exit_code
-    except SecureVFLError as exc:
+    except (SecureVFLError, Interrupted) as exc:  # Interrupted: SIGTERM / SIGINT (securevfl party)
         report_error(exc, debug)
-        return 2
+        return exc.exit_code
     except typer.Abort:
         err_console.print("aborted")
         return 130

@@ -13,13 +13,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 
-from securevfl.errors import ConfigError
+from psi import atomic
+from securevfl.errors import ConfigError, Interrupted
 
 console = Console()
 err_console = Console(stderr=True)
@@ -27,7 +30,8 @@ err_console = Console(stderr=True)
 
 def certs_command(
     parties: str = typer.Option(..., help="Comma-separated party names, e.g. bank,shop,clinic."),
-    out: Path = typer.Option(Path("certs"), help="Folder for ca.pem, ca.key, <party>.pem, <party>.key."),  # noqa: B008
+    out: Path = typer.Option(  # noqa: B008
+        Path("certs"), help="Folder for ca.pem, <party>.pem, <party>.key, and ca/ca.key (the CA key, mode 0600)."),
     days: int = typer.Option(365, help="Validity of the certificates in days."),
     overwrite: bool = typer.Option(False, help="Replace existing files."),
 ) -> None:
@@ -36,10 +40,12 @@ def certs_command(
 
     names = [p.strip() for p in parties.split(",") if p.strip()]
     pki = make_dev_pki(names, out, days=days, overwrite=overwrite)
-    console.print(f"CA: {pki.ca_cert}")
+    console.print(f"CA: {pki.ca_cert}", highlight=False, soft_wrap=True)
+    console.print(f"CA key: {pki.ca_key} (mode 0600, in its own folder, mode 0700)", highlight=False, soft_wrap=True)
     for name in names:
-        console.print(f"{name}: {pki.certs[name]} (key {pki.keys[name]}, mode 0600)")
-    console.print("keep ca.key offline; give each party only its own .key, and everyone ca.pem")
+        console.print(f"{name}: {pki.certs[name]} (key {pki.keys[name]}, mode 0600)", highlight=False, soft_wrap=True)
+    console.print(f"keep {pki.ca_key.parent}/ offline and off the parties' machines; give each party only its own "
+                  ".pem and .key, and everyone ca.pem", highlight=False, soft_wrap=True)
 
 
 def _epoch_printer(name: str) -> Any:
@@ -50,6 +56,45 @@ def _epoch_printer(name: str) -> Any:
         print(f"[{name}] epoch {epoch}/{epochs} {text}".rstrip(), file=sys.stderr, flush=True)
 
     return update
+
+
+#: After SIGTERM / SIGINT a party has this long to tell its peers and close its links before it exits anyway.
+STOP_GRACE_S = 10.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextmanager
+def stop_on_signals(party: str, grace: float = STOP_GRACE_S) -> Iterator[None]:
+    """SIGTERM (systemctl stop, docker stop) and SIGINT (Ctrl-C) raise :class:`Interrupted` in the main thread.
+
+    The exception unwinds the party's role like any failure, so the party sends ABORT with the reason
+    to every peer (who stop at once instead of waiting for a lost link) and closes its links; the CLI
+    then exits with 143 / 130. Checkpoints are written atomically, so an interrupted epoch leaves the
+    last complete one. A watchdog ends the process with the same code if the cleanup takes longer
+    than ``grace`` seconds (a main thread stuck in a long native call), and a second signal ends it at
+    once. Outside the main thread (an embedding program) nothing is installed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        code = 128 + signum
+        if fired:  # the second signal: the user insists
+            os._exit(code)
+        fired.append(signum)
+        watchdog = threading.Timer(grace, os._exit, args=(code,))
+        watchdog.daemon = True
+        watchdog.start()
+        raise Interrupted(signum, party)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
 
 
 def party_command(
@@ -83,7 +128,6 @@ def party_command(
     from securevfl.api import check_report_path
     from securevfl.data.columns import spec_from_text
     from securevfl.deploy.federation import load_federation
-    from securevfl.deploy.party import run_deployed_party
 
     if report is not None:
         check_report_path(report)
@@ -93,6 +137,14 @@ def party_command(
     if not fed.party(as_).data and columns != fed.party(as_).columns:
         raise ConfigError(f"{as_} has data = false in the federation file: it takes no column options")
     check_insecure(fed.insecure, insecure)
+    with stop_on_signals(as_):
+        _run_party(fed, as_, data, report, device, checkpoint_dir, resume, columns)
+
+
+def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, device: str,
+               checkpoint_dir: Path | None, resume: bool, columns: Any) -> None:
+    from securevfl.deploy.party import run_deployed_party
+
     print(f"[{as_}] connecting to {', '.join(p for p in fed.parties if p != as_)} "
           f"({'plaintext, loopback' if fed.insecure else 'mutual TLS'})", file=sys.stderr, flush=True)
     result = run_deployed_party(fed, as_, data, device=device, progress=_epoch_printer(as_),
@@ -112,7 +164,7 @@ def party_command(
 
         json_path, _ = report_paths(report)
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(_passive_report(result), indent=2))
+        atomic.write_text(json_path, json.dumps(_passive_report(result), indent=2))
         console.print(f"report: {json_path}")
 
 
@@ -184,7 +236,9 @@ def launch(federation: Path, files: dict[str, Path | None], *, active: str, repo
 
     The children's output is streamed with a ``[party]`` prefix. When one fails, the others get
     SIGTERM after a short grace period (they normally stop by themselves within the peer timeout)
-    and SIGKILL if they ignore it; no child outlives this call.
+    and SIGKILL if they ignore it; no child outlives this call. SIGTERM or SIGINT sent to this
+    process is passed on to every party (each aborts its peers and exits); the call then returns
+    128 + the signal (143, 130).
     """
     children: dict[str, subprocess.Popen] = {}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -207,6 +261,25 @@ def launch(federation: Path, files: dict[str, Path | None], *, active: str, repo
         pump.start()
     started = time.monotonic()
     first_failure: tuple[str, int] | None = None
+    signalled: list[int] = []
+    previous: dict[int, Any] = {}
+
+    def forward(signum: int, frame: Any) -> None:
+        """SIGTERM / SIGINT to launch go to every party, which aborts its peers and exits 143 / 130."""
+        if signalled:  # a second signal: stop everything now
+            _stop(children, grace=0.0)
+            return
+        signalled.append(signum)
+        err_console.print(f"launch: got {signal.Signals(signum).name}; passing it on to every party")
+        for child in children.values():
+            if child.poll() is None:
+                try:
+                    os.killpg(child.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
     try:
         while any(c.poll() is None for c in children.values()):
             for name, child in children.items():
@@ -224,8 +297,13 @@ def launch(federation: Path, files: dict[str, Path | None], *, active: str, repo
         raise
     finally:
         _stop(children, grace=0.0)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         for pump in pumps:
             pump.join(timeout=2)
+    if signalled:
+        err_console.print(f"launch: stopped by {signal.Signals(signalled[0]).name}")
+        return 128 + signalled[0]
     if first_failure is None:
         failed = [(n, c.returncode) for n, c in children.items() if c.returncode]
         first_failure = failed[0] if failed else None

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from psi import atomic
 from securevfl.checks import validate_party_name
 from securevfl.errors import ConfigError, psi_errors
 
@@ -131,18 +132,22 @@ def _psi_as_party(federation: Path, name: str, data: Path, out: Path) -> None:
     job = fed.job
     table, _ = party_table_from_file(name, data, id_column=job.id_column, label_column=job.label_column,
                                      is_active=name == fed.active, columns=fed.party(name).columns)
-    transport = open_transport(fed, name)
-    try:
-        result = align_over_network(transport, fed, name, table)
-    finally:
-        transport.close()
+    from securevfl.cli_deploy import stop_on_signals
+
+    with stop_on_signals(name):  # SIGTERM / SIGINT: ABORT to the peers with the reason, exit 143 / 130
+        transport = open_transport(fed, name)
+        try:
+            result = align_over_network(transport, fed, name, table)
+        finally:
+            transport.close()
     out.mkdir(parents=True, exist_ok=True)
     for kind, rows in (("aligned", result.aligned), ("unaligned", result.unaligned)):
         frame = pd.DataFrame({"position": rows, job.id_column: table.ids[rows]})
-        frame.to_csv(out / f"{name}_{kind}.csv", index=False)
+        with atomic.atomic_path(out / f"{name}_{kind}.csv") as tmp:
+            frame.to_csv(tmp, index=False)
     snap = result.snapshot
     report = {"party": name, "intersection_size": result.size, "input_size": table.n_rows,
               "bytes_sent": dict(snap.bytes), "messages_sent": dict(snap.messages), "crypto_s": snap.crypto_s}
-    (out / f"{name}_psi_report.json").write_text(json.dumps(report, indent=2))
+    atomic.write_text(out / f"{name}_psi_report.json", json.dumps(report, indent=2))
     Console().print(f"[bold]|intersection| = {result.size}[/bold] ({name}: {table.n_rows} rows); "
                     f"wrote {out}/{name}_aligned.csv, {name}_unaligned.csv, {name}_psi_report.json")

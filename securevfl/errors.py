@@ -21,6 +21,9 @@ from psi import errors as _psi
 class SecureVFLError(Exception):
     """Root of every error securevfl raises on purpose."""
 
+    #: The command line's exit status for this error (the CLI prints it as one line).
+    exit_code: int = 2
+
 
 class ConfigError(SecureVFLError, ValueError):
     """A configuration value is invalid (unknown name, out-of-range number, conflicting options)."""
@@ -78,6 +81,28 @@ class RunAborted(SecureVFLError):
     """Raised inside a party when another party failed and the run is being torn down."""
 
 
+class Interrupted(BaseException):
+    """The process got SIGTERM or SIGINT: the party stops, tells its peers why, and exits 128 + the signal.
+
+    Like :class:`KeyboardInterrupt` it is not an :class:`Exception`: it is raised asynchronously (by a
+    signal handler, wherever the main thread is), and an ``except Exception`` on the way (a message
+    decoder that reports "malformed message") must not turn it into another error.
+    """
+
+    def __init__(self, signum: int, party: str = ""):
+        import signal
+
+        self.signum = int(signum)
+        self.party = party
+        self.exit_code = 128 + self.signum  # 143 for SIGTERM, 130 for SIGINT, as a shell reports them
+        try:
+            name = signal.Signals(self.signum).name
+        except ValueError:
+            name = f"signal {self.signum}"
+        verb = "interrupted" if self.signum == signal.SIGINT else "terminated"
+        super().__init__(f"{verb} by {name}")
+
+
 class PartyFailure(SecureVFLError):
     """A party's role raised; carries the party, the stage it was in and its traceback text."""
 
@@ -86,6 +111,7 @@ class PartyFailure(SecureVFLError):
         self.stage = stage
         self.cause = cause
         self.traceback_text = traceback_text
+        self.exit_code = cause.exit_code if isinstance(cause, SecureVFLError | Interrupted) else 2
         super().__init__(f"party {party!r} failed during {stage}: {type(cause).__name__}: {cause}")
 
 
@@ -125,6 +151,7 @@ __all__ = [
     "CryptoError",
     "EncodingOverflowError",
     "RunAborted",
+    "Interrupted",
     "PartyFailure",
     "from_psi",
     "psi_errors",

@@ -121,15 +121,16 @@ def test_file_modes(pki: DevPKI) -> None:
 
 def test_refuses_to_overwrite_unless_asked(tmp_path: Path) -> None:
     first = make_dev_pki(["bank", "shop"], tmp_path, days=2)
-    before = {p: _read(p) for p in tmp_path.iterdir()}
+    before = {p: _read(p) for p in tmp_path.rglob("*") if p.is_file()}
     with pytest.raises(ConfigError, match=r"ca\.pem already exists"):
         make_dev_pki(["bank", "shop"], tmp_path)
     (tmp_path / "ca.pem").unlink()
-    (tmp_path / "ca.key").unlink()
+    (tmp_path / "ca" / "ca.key").unlink()
     with pytest.raises(ConfigError, match=r"bank\.pem already exists"):
         make_dev_pki(["bank", "shop"], tmp_path)
     assert not (tmp_path / "ca.pem").exists()  # nothing written when refusing
-    assert {p: _read(p) for p in tmp_path.iterdir()} == {p: b for p, b in before.items() if p.exists()}
+    assert {p: _read(p) for p in tmp_path.rglob("*") if p.is_file()} == {
+        p: b for p, b in before.items() if p.exists()}
 
     os.chmod(first.keys["bank"], 0o644)
     second = make_dev_pki(["bank", "shop"], tmp_path, overwrite=True)

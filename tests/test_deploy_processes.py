@@ -400,8 +400,9 @@ def test_certs_command_writes_a_pki_and_refuses_to_overwrite(tmp_path, capsys):
 
     out = tmp_path / "certs"
     assert main(["certs", "--parties", "bank,shop", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["bank.key", "bank.pem", "ca.key", "ca.pem", "shop.key",
+    assert sorted(p.name for p in out.iterdir()) == ["bank.key", "bank.pem", "ca", "ca.pem", "shop.key",
                                                      "shop.pem"]
+    assert [p.name for p in (out / "ca").iterdir()] == ["ca.key"]
     verify_party_certificate((out / "shop.pem").read_bytes(), (out / "ca.pem").read_bytes(), "shop")
     assert oct((out / "bank.key").stat().st_mode & 0o777) == "0o600"
     assert main(["certs", "--parties", "bank,shop", "--out", str(out)]) == 2  # never overwrites silently

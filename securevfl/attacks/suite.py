@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from psi import atomic
 from securevfl.attacks.base import attack_names
 
 
@@ -52,7 +53,8 @@ def plot_privacy_utility(points: Sequence[Mapping[str, Any]], path: Path, title:
     ax.set_title(title)
     ax.legend(fontsize=7)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    with atomic.atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure as MplFigure
 
+from psi import atomic
 from securevfl.bench.timing import Figure
 
 DPI = 110
@@ -24,7 +25,8 @@ COLORS = {"ours": "#1f77b4", "peer": "#ff7f0e", "floor": "#7f7f7f", "packed": "#
 
 def _save(fig: MplFigure, path: Path) -> str:
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    with atomic.atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=DPI)
     return path.name
 
 

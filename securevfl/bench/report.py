@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from psi import atomic
 from securevfl.bench.results import Results
 
 HEADLINE_LABELS = {
@@ -220,7 +221,7 @@ def write(results: Results, out_dir: Path) -> dict[str, Path]:
     """Write results.json, report.md and report.html into ``out_dir`` (the PNGs are already there)."""
     data = results.to_dict()
     paths = {"json": out_dir / "results.json", "md": out_dir / "report.md", "html": out_dir / "report.html"}
-    paths["json"].write_text(results.to_json())
-    paths["md"].write_text(to_markdown(data))
-    paths["html"].write_text(to_html(data, out_dir))
+    atomic.write_text(paths["json"], results.to_json())
+    atomic.write_text(paths["md"], to_markdown(data))
+    atomic.write_text(paths["html"], to_html(data, out_dir))
     return paths

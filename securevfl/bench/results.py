@@ -81,14 +81,21 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+#: The largest results.json :func:`load_results` reads (a real one is a few hundred KiB).
+MAX_RESULTS_BYTES = 64 << 20
+
+
 def load_results(path: str | Path) -> dict[str, Any]:
     """Read a ``results.json`` written by ``securevfl bench``; a ConfigError names what is wrong."""
+    from securevfl.checks import read_local_file
+
     path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"no such results file: {path}")
+    text = read_local_file(path, "results", max_bytes=MAX_RESULTS_BYTES)  # never /dev/zero or a huge file
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"no such results file: {path}") from None
-    except (OSError, json.JSONDecodeError) as exc:
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read {path} as JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("figures"), dict):
         raise ConfigError(f"{path} is not a results.json written by `securevfl bench` (schema {SCHEMA})")

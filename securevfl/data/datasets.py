@@ -28,7 +28,7 @@ from securevfl.data.columns import (
     replace_markers,
 )
 from securevfl.data.labels import AUTO, REGRESSION, check_task, regression_targets, resolve_task
-from securevfl.errors import ConfigError, DataError, MissingPackageError
+from securevfl.errors import ConfigError, DataError, MissingPackageError, psi_errors
 
 ID = "id"
 LABEL = "label"
@@ -437,7 +437,8 @@ def read_frame(path: Path, kind: str, *, id_column: str | None = None,
     CSV must be UTF-8. A row with more fields than the header is refused (pandas would otherwise
     take the first column as an index and silently shift every column by one); the ID column is
     read as text, so ``007`` stays ``007`` as in ``securevfl psi``. Cells equal to one of
-    ``missing_markers`` (blank, ``NA``, ``?``, ``null``, ... by default) are read as missing.
+    ``missing_markers`` (blank, ``NA``, ``?``, ``null``, ... by default) are read as missing; in the
+    ID column only a blank cell is (an ID ``NA`` is an ID, as in ``securevfl psi``).
     """
     import warnings
 
@@ -445,12 +446,17 @@ def read_frame(path: Path, kind: str, *, id_column: str | None = None,
         if kind == "parquet":
             frame = pd.read_parquet(path)
         else:
+            sep = "\t" if path.suffix.lower() == ".tsv" else ","
+            markers = list(dict.fromkeys(("", *missing_markers)))
+            na_values: list[str] | dict[str, list[str]] = markers
+            if id_column:  # an ID is text as written (psi.ids): only a blank cell is a missing ID, never "NA"
+                header = pd.read_csv(path, index_col=False, encoding="utf-8", sep=sep, nrows=0).columns
+                na_values = {str(c): [""] if c == id_column else markers for c in header}
             with warnings.catch_warnings():
                 warnings.simplefilter("error", pd.errors.ParserWarning)
-                frame = pd.read_csv(path, index_col=False, encoding="utf-8",
-                                    sep="\t" if path.suffix.lower() == ".tsv" else ",",
+                frame = pd.read_csv(path, index_col=False, encoding="utf-8", sep=sep,
                                     dtype={id_column: str} if id_column else None,
-                                    keep_default_na=False, na_values=list(dict.fromkeys(("", *missing_markers))))
+                                    keep_default_na=False, na_values=na_values)
     except UnicodeDecodeError as exc:
         raise DataError(f"cannot read {path}: not UTF-8 text (invalid byte 0x{exc.object[exc.start]:02x}); "
                         "save it as a UTF-8 CSV file") from None
@@ -469,16 +475,19 @@ def read_frame(path: Path, kind: str, *, id_column: str | None = None,
 
 
 def validate_ids(ids: pd.Series, where: str) -> pd.Series:
-    """IDs as strings; missing or duplicate IDs are a DataError naming ``where``."""
+    """IDs as strings by the one rule of :mod:`psi.ids` (as ``securevfl psi`` reads them); a DataError names ``where``.
+
+    Text is kept exactly as written (no stripping: the federation's ``normalize`` options, applied
+    in the PSI, say what is ignored); integers become their decimal string. Missing, blank
+    (empty or white space only), duplicate and non-integer numeric IDs are refused.
+    """
+    from psi.ids import prepare_ids
+
     if ids.isna().any():
         raise DataError(f"{where}: ID column {ids.name!r} has {int(ids.isna().sum())} missing values")
-    as_str = ids.astype(str).str.strip()
-    if (as_str == "").any():
-        raise DataError(f"{where}: ID column {ids.name!r} has empty values")
-    dup = as_str[as_str.duplicated()]
-    if len(dup):
-        raise DataError(f"{where}: ID column {ids.name!r} has {len(dup)} duplicate values, e.g. {dup.iloc[0]!r}")
-    return as_str
+    with psi_errors():
+        prepared = prepare_ids(ids.tolist(), (), source=f"{where}: ID column {ids.name!r}")
+    return pd.Series(prepared.items, index=ids.index, name=ids.name, dtype=object)
 
 
 def present_labels(labels: pd.Series, where: str, markers: tuple[str, ...] = DEFAULT_MISSING_MARKERS) -> pd.Series:

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from psi import atomic
 from securevfl.checks import read_local_file
 from securevfl.deploy.federation import check_party_name
 from securevfl.errors import ConfigError
@@ -33,6 +34,8 @@ from securevfl.federation.network import TlsCredentials
 
 CA_NAME = "securevfl development CA"
 _BACKDATE = dt.timedelta(minutes=5)  # tolerate clocks a little behind this one
+#: The sub-folder (mode 0700) of the output folder that holds ``ca.key``, apart from the party files.
+CA_KEY_FOLDER = "ca"
 _MAX_CHAIN = 8
 
 
@@ -60,13 +63,9 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
-    """Write ``data`` with permissions ``mode``, set at creation so a key is never readable by others."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)  # an existing file (overwrite=True) keeps its old mode otherwise
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+    """Write ``data`` atomically with permissions ``mode``, set at creation so a key is never readable by others."""
+    atomic.write_bytes(path, data, mode)
+    os.chmod(path, mode)  # whatever the umask: a key 0600, a certificate 0644
 
 
 def _ca_certificate(key: ec.EllipticCurvePrivateKey, start: dt.datetime, end: dt.datetime) -> x509.Certificate:
@@ -111,12 +110,14 @@ def _party_certificate(party: str, key: ec.EllipticCurvePrivateKey, ca_cert: x50
 
 def make_dev_pki(parties: Sequence[str], out_dir: Path, *, days: int = 365, overwrite: bool = False,
                  now: dt.datetime | None = None) -> DevPKI:
-    """Write a development CA (``ca.pem``, ``ca.key``) and ``<party>.pem`` / ``<party>.key`` per party.
+    """Write a development CA (``ca.pem``, ``ca/ca.key``) and ``<party>.pem`` / ``<party>.key`` per party.
 
-    Keys are ECDSA P-256, written with mode 0600; certificates are valid from ``now`` minus five
-    minutes for ``days`` days and name the party in the subject CN and a SAN DNS name. Keep
-    ``ca.key`` private: whoever holds it can issue certificates for any party. Refuses to replace
-    existing files unless ``overwrite``. ``now`` (default: the current UTC time) is for tests.
+    The CA key lives in its own folder ``ca/`` (mode 0700), apart from the party files that are
+    copied to each organisation. Keys are ECDSA P-256, written with mode 0600 (every file
+    atomically); certificates are valid from ``now`` minus five minutes for ``days`` days and
+    name the party in the subject CN and a SAN DNS name. Keep ``ca.key`` private: whoever holds
+    it can issue certificates for any party. Refuses to replace existing files unless
+    ``overwrite``. ``now`` (default: the current UTC time) is for tests.
     """
     if isinstance(parties, str):
         raise ConfigError("parties must be a list of names, not one string")
@@ -134,7 +135,8 @@ def make_dev_pki(parties: Sequence[str], out_dir: Path, *, days: int = 365, over
         raise ConfigError(f"days must be a positive integer, got {days!r}")
 
     out_dir = Path(out_dir)
-    targets = [out_dir / "ca.pem", out_dir / "ca.key"]
+    ca_dir = out_dir / CA_KEY_FOLDER
+    targets = [out_dir / "ca.pem", ca_dir / "ca.key"]
     for name in names:
         targets += [out_dir / f"{name}.pem", out_dir / f"{name}.key"]
     if not overwrite:
@@ -143,8 +145,10 @@ def make_dev_pki(parties: Sequence[str], out_dir: Path, *, days: int = 365, over
                 raise ConfigError(f"{path} already exists; refusing to overwrite it (pass overwrite=True)")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+        ca_dir.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(ca_dir, 0o700)  # only the owner may list or enter the CA key's folder
     except OSError as exc:
-        raise ConfigError(f"cannot create directory {out_dir}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot create directory {ca_dir}: {exc.strerror or exc}") from None
 
     now = now or dt.datetime.now(dt.timezone.utc)
     start, end = now - _BACKDATE, now + dt.timedelta(days=days)
@@ -152,7 +156,7 @@ def make_dev_pki(parties: Sequence[str], out_dir: Path, *, days: int = 365, over
     ca_cert = _ca_certificate(ca_key, start, end)
     files: dict[Path, tuple[bytes, int]] = {
         out_dir / "ca.pem": (ca_cert.public_bytes(serialization.Encoding.PEM), 0o644),
-        out_dir / "ca.key": (_pem_key(ca_key), 0o600),
+        ca_dir / "ca.key": (_pem_key(ca_key), 0o600),
     }
     for name in names:
         key = ec.generate_private_key(ec.SECP256R1())
@@ -164,7 +168,7 @@ def make_dev_pki(parties: Sequence[str], out_dir: Path, *, days: int = 365, over
             _write(path, data, mode)
         except OSError as exc:
             raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return DevPKI(directory=out_dir, ca_cert=out_dir / "ca.pem", ca_key=out_dir / "ca.key",
+    return DevPKI(directory=out_dir, ca_cert=out_dir / "ca.pem", ca_key=ca_dir / "ca.key",
                   certs={n: out_dir / f"{n}.pem" for n in names}, keys={n: out_dir / f"{n}.key" for n in names})
 
 

@@ -36,6 +36,7 @@ from typing import Any, Generic, TypeVar
 from securevfl.errors import (
     ConfigError,
     DeadlockError,
+    Interrupted,
     PartyFailure,
     PeerFinishedError,
     PeerTimeoutError,
@@ -379,7 +380,8 @@ def run_party(
     except RunAborted:
         raise
     except BaseException as exc:
-        transport.abort(f"{name} failed during {ctx.stage}: {type(exc).__name__}: {exc}")
+        transport.abort(f"{name} stopped: {exc}" if isinstance(exc, Interrupted)  # SIGTERM / SIGINT: no failure
+                        else f"{name} failed during {ctx.stage}: {type(exc).__name__}: {exc}")
         raise PartyFailure(name, ctx.stage, exc, traceback.format_exc()) from exc
     if finish:
         transport.finish(name)

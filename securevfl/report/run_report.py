@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from psi import atomic
 from securevfl.federation.meter import MeterSnapshot, NetworkModel, critical_path
 
 
@@ -123,8 +124,8 @@ class RunReport:
         """Write ``path`` (JSON) and the same name with ``.md``; returns both paths."""
         json_path, md_path = report_paths(path)
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(self.to_json())
-        md_path.write_text(self.to_markdown())
+        atomic.write_text(json_path, self.to_json())  # never half a report, even on a crash or a full disk
+        atomic.write_text(md_path, self.to_markdown())
         return json_path, md_path
 
 

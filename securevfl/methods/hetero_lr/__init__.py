@@ -124,8 +124,7 @@ class HeteroLROptions:
             raise ConfigError(f"backend must be one of {', '.join(available_backends())}, got {self.backend!r}")
         if self.key_bits not in SECURE_KEY_BITS:
             if not self.insecure_allow_small_key:
-                raise ConfigError(f"key_bits must be one of {SECURE_KEY_BITS} "
-                                  "(insecure_allow_small_key=true admits smaller keys for tests only)")
+                raise ConfigError(f"key_bits must be one of {SECURE_KEY_BITS}")
             if self.key_bits < MIN_TEST_KEY_BITS or self.key_bits % 2:
                 raise ConfigError(f"key_bits must be even and >= {MIN_TEST_KEY_BITS}, got {self.key_bits}")
         if not 8 <= self.frac_bits <= 64:

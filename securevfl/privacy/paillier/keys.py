@@ -293,8 +293,7 @@ def generate_keypair(
     if bits not in SECURE_KEY_BITS:
         if not insecure_allow_small_key:
             raise ConfigError(
-                f"key size {bits} is not allowed; use one of {SECURE_KEY_BITS} "
-                "(insecure_allow_small_key=True exists for tests only)"
+                f"key size {bits} is not allowed; use one of {SECURE_KEY_BITS}"
             )
         if bits < MIN_TEST_KEY_BITS:
             raise ConfigError(f"key size must be >= {MIN_TEST_KEY_BITS} even for tests")
