@@ -136,7 +136,8 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
         report.privacy = [r.as_dict() for r in evaluate(planned, scenario, config.method, config.train)]
     outcome = result.results[scenario.active]
     active_rows = scenario.alignment.aligned[scenario.active][scenario.test]
-    report.test_predictions = {"ids": scenario.tables[scenario.active].ids[active_rows], "scores": outcome.scores}
+    report.test_predictions = {"ids": scenario.tables[scenario.active].ids[active_rows], "scores": outcome.scores,
+                               "y_true": outcome.y_true}
     if config.model_dir:
         _save_model(config, method, scenario, sides, report)
     return report

@@ -18,6 +18,7 @@ from typer.exceptions import TyperException
 from psi import atomic
 from securevfl.cli_bench import bench_app
 from securevfl.cli_deploy import certs_command, launch_command, party_command
+from securevfl.cli_predict import predict_command
 from securevfl.cli_psi import psi_command
 from securevfl.errors import ConfigError, Interrupted, MissingPackageError, PartyFailure, SecureVFLError
 
@@ -28,6 +29,7 @@ console = Console(stderr=False)
 err_console = Console(stderr=True)
 
 app.command("psi")(psi_command)
+app.command("predict")(predict_command)
 app.command("certs")(certs_command)
 app.command("party")(party_command)
 app.command("launch")(launch_command)
@@ -122,9 +124,12 @@ def train(
     class_weight: str = typer.Option(
         "none", help="none | balanced: weight the loss by inverse class frequency (imbalanced labels)."),
     report: Path = typer.Option(Path("out/run.json"), help="Where to write the JSON report (+ .md)."),
+    model_dir: Path | None = typer.Option(
+        None, help="Every party saves its own part of the trained model here (DIR/<party>/), for predict."),
+    overwrite: bool = typer.Option(False, help="Replace a model already saved in --model-dir."),
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
-    """Train a VFL model and write a report (JSON + Markdown)."""
+    """Train a VFL model and write a report (JSON + Markdown); with --model-dir, keep the model."""
     from securevfl.api import check_report_path
     from securevfl.api import train as api_train
     from securevfl.data.columns import spec_from_text
@@ -154,10 +159,12 @@ def train(
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
             checkpoint_overwrite=overwrite_checkpoints,
             attacks=attack, defenses=_parse_pairs(defense, "--defense"), class_weight=class_weight,
-            progress=on_progress)
+            progress=on_progress, model_dir=model_dir, overwrite_model=overwrite)
     json_path, md_path = result.save(report)
     print_summary(result)
     console.print(f"report: {json_path} and {md_path}")
+    if model_dir is not None:
+        console.print(f"model: {model_dir}/<party>/ (one part per party; score with securevfl predict)")
 
 
 def _print_parties(parties: dict[str, Any]) -> None:

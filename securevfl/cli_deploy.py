@@ -138,11 +138,11 @@ def party_command(
         raise ConfigError(f"{as_} has data = false in the federation file: it takes no column options")
     check_insecure(fed.insecure, insecure)
     with stop_on_signals(as_):
-        _run_party(fed, as_, data, report, device, checkpoint_dir, resume, columns)
+        _run_party(fed, as_, data, report, device, checkpoint_dir, resume, overwrite_checkpoints, columns)
 
 
 def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, device: str,
-               checkpoint_dir: Path | None, resume: bool, columns: Any) -> None:
+               checkpoint_dir: Path | None, resume: bool, overwrite_checkpoints: bool, columns: Any) -> None:
     from securevfl.deploy.party import run_deployed_party
 
     print(f"[{as_}] connecting to {', '.join(p for p in fed.parties if p != as_)} "

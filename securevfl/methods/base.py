@@ -165,6 +165,9 @@ class Method(ABC, Generic[OptionsT]):
     supports_objectives: ClassVar[bool] = False
     #: Whether its bottom models learn embeddings of category codes (``ColumnSpec(embed=True)``).
     supports_category_embeddings: ClassVar[bool] = False
+    #: Why its parties cannot save a model (``--model-dir``) yet; "" where they can (the engine's
+    #: methods save and score through :mod:`securevfl.model`).
+    cannot_save: ClassVar[str] = ""
     options: OptionsT
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

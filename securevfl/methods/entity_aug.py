@@ -615,6 +615,9 @@ class EntityAugActive(SplitActive):
 class EntityAugmentation(SplitMethod[EntityAugOptions]):
     """Guests send activations of any labelled entities; the host trains on interpolated labels."""
 
+    cannot_save = ("its host builds the top model from the widths its guests' activations show during training, "
+                   "and resolves entities at set-up; saving that layout and scoring without entity resolution "
+                   "are not implemented yet")
     name = "entity-aug"
     summary = ("Entity Augmentation (Amalanshu et al. 2024): no alignment needed, "
                "labels mixed by activation width")

@@ -47,13 +47,20 @@ PREPROCESSING = "preprocessing.skops"
 _RUN_ONLY = ("checkpoint_dir", "resume", "checkpoint_overwrite")
 
 
+def savable_methods() -> list[str]:
+    """The registered methods whose parties save their parts and score with them."""
+    return [n for n in method_names() if method_class(n).uses_engine and not method_class(n).cannot_save]
+
+
 def check_savable(method: Method[Any], roles: Mapping[str, Any]) -> None:
     """Refuse, before any training, a method whose parties cannot save their parts yet."""
+    if method.cannot_save:
+        raise ConfigError(f"{method.name} cannot save a model yet (--model-dir): {method.cannot_save}; "
+                          f"these methods can: {', '.join(savable_methods())}")
     if all(isinstance(r, SideRole) for r in roles.values()):
         return
-    able = ", ".join(n for n in method_names() if method_class(n).uses_engine)
-    raise ConfigError(f"{method.name} cannot save a model yet (--model-dir): the methods whose parties run "
-                      f"on the split-learning engine can: {able}")
+    raise ConfigError(f"{method.name} cannot save a model yet (--model-dir): its parties do not run on the "
+                      f"split-learning engine; these methods can: {', '.join(savable_methods())}")
 
 
 def check_model_dir(directory: str | Path, overwrite: bool) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from securevfl.data.alignment import create_aligner
-from securevfl.data.columns import column_kinds
+from securevfl.data.columns import ColumnSpec, column_kinds
 from securevfl.data.files import party_table_from_file
 from securevfl.data.partition import PartyTable
 from securevfl.data.preprocess import EncodedColumns, PartyEncoder, as_frame
@@ -46,6 +46,9 @@ class SavedModel:
 
     directory: Path
     parts: dict[str, LoadedPart]
+    #: per party: its fitted preprocessing and its saved side, decoded when the model was loaded
+    encoders: dict[str, PartyEncoder | None] = field(default_factory=dict)
+    sides: dict[str, SavedSide] = field(default_factory=dict)
 
     @property
     def manifests(self) -> dict[str, PartManifest]:
@@ -91,11 +94,14 @@ def load_model(directory: str | Path) -> SavedModel:
     first = next(iter(manifests.values()))
     missing = sorted(set(first.parties) - set(manifests))
     if missing:
-        raise ModelError(f"{path} lacks the part of {', '.join(missing)} (parts present: {', '.join(sorted(manifests))})")
+        raise ModelError(f"{path} lacks the part of {', '.join(missing)} "
+                         f"(parts present: {', '.join(sorted(manifests))})")
     parts = {p: read_part(path, p, job_fingerprint=first.job_fingerprint, method=first.method) for p in first.parties}
     if [p for p, part in parts.items() if part.manifest.role == "active"] == []:
         raise ModelError(f"{path}: no part is the active party's")
-    return SavedModel(path, parts)
+    # every file decoded now (weights, preprocessing): a bad part is refused before any data is read
+    return SavedModel(path, parts, encoders={p: saved_encoder(part) for p, part in parts.items()},
+                      sides={p: saved_side(part) for p, part in parts.items()})
 
 
 @dataclass
@@ -116,7 +122,7 @@ def _check_schema(table: PartyTable, encoder: PartyEncoder, part: LoadedPart) ->
     if missing:
         raise DataError(f"{where}: column {missing[0]!r} of the trained model is missing")
     frame = as_frame(table.features, table.feature_names)[list(encoder.columns)]
-    kinds = column_kinds(frame, table.columns, where) if len(encoder.columns) else {}
+    kinds = column_kinds(frame, table.columns or ColumnSpec(), where) if len(encoder.columns) else {}
     for column, kind in encoder.kinds.items():
         if kinds.get(column, kind) != kind:
             raise DataError(f"{where}: column {column!r} was {kind} in training and is {kinds[column]} here "
@@ -146,7 +152,7 @@ def _read_party(model: SavedModel, party: str, path: str | Path, id_column: str 
                 raise DataError(f"{table.source}: label {unknown[0]!r} is not a class of the model "
                                 f"({', '.join(model.classes)})")
             labels = np.asarray([saved[c] for c in classes], dtype=np.int64)[table.labels]
-    encoder = saved_encoder(part)
+    encoder = model.encoders[party]
     encoded = None
     if encoder is not None:
         _check_schema(table, encoder, part)
@@ -181,8 +187,7 @@ def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_
                           + (f"; no data for {', '.join(lacking)}" if lacking else "")
                           + (f"; {', '.join(extra)} is not a party of the model" if extra else ""))
     active = model.active
-    settings = model.manifests[active].extra.get("train")
-    config = train_config_from(settings, str(model.parts[active].path))
+    config = train_config_from(model.manifests[active].extra.get("train", {}), str(model.parts[active].path))
     method = create_method(model.method, config)
     torch_device = resolve_device(device)
     tables: dict[str, PartyTable] = {}
@@ -205,15 +210,15 @@ def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_
     for party, encoded in encodings.items():
         scenario.remember_encoding(party, encoded)
     roles = method.party_roles(scenario)
-    saved: dict[str, SavedSide] = {p: saved_side(model.parts[p]) for p in roles}
     scoring = {}
     for party, role in roles.items():
-        if not isinstance(role, SideRole):
+        if not isinstance(role, SideRole) or party not in model.sides:
             raise ModelError(f"{model.method} cannot score a saved model")
-        scoring[party] = functools.partial(score_side, side=role.side, saved=saved[party], batch_rows=batch_size)
+        scoring[party] = functools.partial(score_side, side=role.side, saved=model.sides[party], batch_rows=batch_size)
     result = run_parties(scoring, active=active, passives=scenario.passives, device=torch_device,
                          seed=config.seed, progress=progress)
     evaluation = result.results[active]
+    assert evaluation is not None  # the active party's score_side returns its scores
     scores = evaluation.scores
     active_rows = aligned.aligned[active]  # the active file's row of each scored position
     metrics: dict[str, Any] = {}

@@ -70,8 +70,8 @@ class SideRole:
         return run_side(ctx, self.side)
 
 
-def side_role(side: PartySide) -> SideRole:
-    """The runtime role that runs ``side`` through the engine."""
+def side_role(side: PartySide) -> Role:
+    """The runtime role that runs ``side`` through the engine (a :class:`SideRole`)."""
     return SideRole(side)
 
 
