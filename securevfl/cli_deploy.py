@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -119,11 +119,20 @@ def party_command(
     embed_categories: bool | None = typer.Option(
         None, "--embed-categories/--no-embed-categories",
         help="This party's categorical columns as codes its bottom model learns embeddings of."),
+    model_dir: Path | None = typer.Option(  # noqa: B008
+        None, help="Save this party's own part of the trained model here (DIR/<party>/); with --predict, "
+                   "score with it."),
+    overwrite_model: bool = typer.Option(False, help="Replace a part already saved in --model-dir."),
+    predict: bool = typer.Option(False, help="Score new rows (--data) with this party's part (--model-dir)."),
+    out: Path | None = typer.Option(  # noqa: B008
+        None, help="With --predict at the active party: where to write the predictions (CSV)."),
+    batch_size: int = typer.Option(4096, help="With --predict: rows scored per exchange."),
 ) -> None:
     """Run one party: load only its own table, PSI with its peers, then its role of the method.
 
     The column options describe this party's own file (they override its [parties.NAME.columns]
-    section); no other party sees them.
+    section); no other party sees them. With --predict the party scores its new rows with its own
+    part of a saved model instead (the columns are read as in training).
     """
     from securevfl.api import check_report_path
     from securevfl.data.columns import spec_from_text
@@ -137,12 +146,86 @@ def party_command(
     if not fed.party(as_).data and columns != fed.party(as_).columns:
         raise ConfigError(f"{as_} has data = false in the federation file: it takes no column options")
     check_insecure(fed.insecure, insecure)
+    if predict:
+        _check_predict_options(fed, as_, data, model_dir, out, checkpoint_dir)
+        with stop_on_signals(as_):
+            _score_party(fed, as_, data, model_dir, out, report, device, batch_size)  # type: ignore[arg-type]
+        return
+    if out is not None:
+        raise ConfigError("--out is for --predict (the training writes --report and, with --model-dir, the model)")
     with stop_on_signals(as_):
-        _run_party(fed, as_, data, report, device, checkpoint_dir, resume, overwrite_checkpoints, columns)
+        _run_party(fed, as_, data, report, device, checkpoint_dir, resume, overwrite_checkpoints, columns,
+                   model_dir, overwrite_model)
+
+
+def _check_predict_options(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
+                           checkpoint_dir: Path | None) -> None:
+    """--predict needs this party's new rows and its part; only the active party writes predictions."""
+    from securevfl.checks import check_output_file
+
+    if model_dir is None or data is None:
+        raise ConfigError("--predict needs --model-dir (this party's saved part) and --data (its new rows)")
+    if checkpoint_dir is not None:
+        raise ConfigError("--checkpoint-dir is for training, not --predict")
+    if as_ == fed.active:
+        check_output_file(out or DEFAULT_PREDICTIONS, "predictions file")
+    elif out is not None:
+        raise ConfigError(f"only the active party ({fed.active}) writes predictions: {as_} takes no --out")
+
+
+#: Where the active party writes its predictions unless told (--out).
+DEFAULT_PREDICTIONS = Path("out/predictions.csv")
+
+
+def _score_party(fed: Any, as_: str, data: Path, model_dir: Path, out: Path | None, report: Path | None,
+                 device: str, batch_size: int) -> None:
+    from securevfl.deploy.scoring import run_deployed_scoring
+
+    print(f"[{as_}] scoring with {model_dir}/{as_}; connecting to {', '.join(p for p in fed.parties if p != as_)} "
+          f"({'plaintext, loopback' if fed.insecure else 'mutual TLS'})", file=sys.stderr, flush=True)
+    result = run_deployed_scoring(fed, as_, data, model_dir, batch_size=batch_size, device=device,
+                                  progress=_row_printer(as_))
+    print(f"[{as_}] {result.rows} shared rows scored in {result.wall_s:.1f} s", file=sys.stderr, flush=True)
+    for peer, reason in sorted(result.missing_costs.items()):
+        err_console.print(f"[bold yellow]warning: the costs of {peer} are missing: {reason}[/]", highlight=False)
+    if result.predictions is not None:
+        target = out or DEFAULT_PREDICTIONS
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(target, result.predictions.to_csv(index=False))
+        for key, value in result.metrics.items():
+            if isinstance(value, float):
+                console.print(f"{key}: {value:.4f}", highlight=False)
+        console.print(f"predictions: {target}")
+    if report is not None:
+        from securevfl.report.run_report import report_paths
+
+        json_path, _ = report_paths(report)
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        snap = result.snapshots.get(as_)
+        body = {"party": as_, "kind": "predict", "role": "active" if as_ == fed.active else "passive",
+                "scored_rows": result.rows, "wall_s": result.wall_s, "metrics": result.metrics,
+                "compute_s": snap.compute_s if snap else None, "crypto_s": snap.crypto_s if snap else None,
+                "bytes_sent": dict(snap.bytes) if snap else {}, "missing_costs": result.missing_costs}
+        atomic.write_text(json_path, json.dumps(body, indent=2, default=float))
+        console.print(f"report: {json_path}")
+
+
+def _row_printer(name: str) -> Any:
+    """Scoring progress as plain lines, at most one per second (readable under launch and in logs)."""
+    last = [0.0]
+
+    def update(rows: int, total: int, **_: Any) -> None:
+        now = time.monotonic()
+        if rows >= total or now - last[0] >= 1.0:
+            last[0] = now
+            print(f"[{name}] scored {rows}/{total} rows", file=sys.stderr, flush=True)
+
+    return update
 
 
 def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, device: str,
-               checkpoint_dir: Path | None, resume: bool, overwrite_checkpoints: bool, columns: Any) -> None:
+               checkpoint_dir: Path | None, resume: bool, overwrite_checkpoints: bool, columns: Any,
+               model_dir: Path | None = None, overwrite_model: bool = False) -> None:
     from securevfl.deploy.party import run_deployed_party
 
     print(f"[{as_}] connecting to {', '.join(p for p in fed.parties if p != as_)} "
@@ -150,7 +233,8 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
     result = run_deployed_party(fed, as_, data, device=device, progress=_epoch_printer(as_),
                                 checkpoint_dir=checkpoint_dir, resume=resume,
                                 checkpoint_overwrite=overwrite_checkpoints,
-                                columns=columns if fed.party(as_).data else None)
+                                columns=columns if fed.party(as_).data else None,
+                                model_dir=model_dir, overwrite_model=overwrite_model)
     print(f"[{as_}] {result.alignment.size} shared rows; done in {result.wall_s:.1f} s", file=sys.stderr, flush=True)
     if result.report is not None:
         from securevfl.cli import print_summary
@@ -166,6 +250,8 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
         json_path.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_text(json_path, json.dumps(_passive_report(result), indent=2))
         console.print(f"report: {json_path}")
+    if model_dir is not None:
+        console.print(f"model part: {model_dir}/{as_}/")
 
 
 def _passive_report(result: Any) -> dict[str, Any]:
@@ -190,6 +276,12 @@ def launch_command(
     resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
     overwrite_checkpoints: bool = typer.Option(
         False, help="Start a new run in a used --checkpoint-dir: move the old files aside (previous-*/)."),
+    model_dir: Path | None = typer.Option(  # noqa: B008
+        None, help="Every party saves its own part of the model under DIR/<party>/; with --predict, scores with it."),
+    overwrite_model: bool = typer.Option(False, help="Replace parts already saved in --model-dir."),
+    predict: bool = typer.Option(False, help="Score new rows (--data) with the saved model (--model-dir)."),
+    out: Path | None = typer.Option(None, help="With --predict: where the active party writes predictions."),  # noqa: B008
+    batch_size: int = typer.Option(4096, help="With --predict: rows scored per exchange."),
 ) -> None:
     """Start every party as its own local process (loopback), stream their output, stop on the first failure."""
     from securevfl.api import check_report_path
@@ -210,9 +302,19 @@ def launch_command(
             raise ConfigError(f"--data {name}={path}: file not found")
     if report is not None:
         check_report_path(report)
+    extra: dict[str, list[str]] = {n: [] for n in fed.parties}
+    if predict:
+        _check_predict_options(fed, fed.active, files.get(fed.active), model_dir, out, checkpoint_dir)
+        for name in files:
+            extra[name] += ["--predict", "--model-dir", str(model_dir), "--batch-size", str(batch_size)]
+        extra[fed.active] += ["--out", str(out or DEFAULT_PREDICTIONS)]
+    elif model_dir is not None:
+        for name in fed.parties:
+            extra[name] += ["--model-dir", str(model_dir)] + (["--overwrite-model"] if overwrite_model else [])
     code = launch(federation, {**files, **dict.fromkeys(n for n in fed.parties if n not in files)},
                   active=fed.active, report=report, device=device, timeout=timeout or None, insecure=insecure,
-                  checkpoint_dir=checkpoint_dir, resume=resume, overwrite_checkpoints=overwrite_checkpoints)
+                  checkpoint_dir=checkpoint_dir, resume=resume, overwrite_checkpoints=overwrite_checkpoints,
+                  extra=extra)
     if code:
         raise typer.Exit(code)
 
@@ -229,10 +331,11 @@ def check_insecure(in_file: bool, on_command_line: bool) -> None:
 def launch(federation: Path, files: dict[str, Path | None], *, active: str, report: Path | None = None,
            device: str = "auto", timeout: float | None = None, python: str = sys.executable,
            insecure: bool = False, checkpoint_dir: Path | None = None, resume: bool = False,
-           overwrite_checkpoints: bool = False) -> int:
+           overwrite_checkpoints: bool = False, extra: Mapping[str, Sequence[str]] | None = None) -> int:
     """Run every party as a child process; return 0, or the exit code of the first party that failed.
 
-    ``files``: party -> its table, or ``None`` for a party without data (``data = false``).
+    ``files``: party -> its table, or ``None`` for a party without data (``data = false``); ``extra``:
+    more ``securevfl party`` arguments per party.
 
     The children's output is streamed with a ``[party]`` prefix. When one fails, the others get
     SIGTERM after a short grace period (they normally stop by themselves within the peer timeout)
@@ -254,6 +357,7 @@ def launch(federation: Path, files: dict[str, Path | None], *, active: str, repo
         if checkpoint_dir is not None:
             cmd += ["--checkpoint-dir", str(checkpoint_dir)] + (["--resume"] if resume else []) + (
                 ["--overwrite-checkpoints"] if overwrite_checkpoints else [])
+        cmd += list((extra or {}).get(name, ()))
         children[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                           env=env, start_new_session=True)
     pumps = [threading.Thread(target=_pump, args=(name, child), daemon=True) for name, child in children.items()]

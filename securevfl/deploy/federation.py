@@ -407,21 +407,25 @@ def _leaf(value: Any) -> str:
         return f"{type(value).__name__}:{value!r}"
 
 
-def job_fingerprint(federation: Federation) -> tuple[str, dict[str, Any]]:
+def job_fingerprint(federation: Federation, phase: str = "train") -> tuple[str, dict[str, Any]]:
     """What all parties must agree on, and its SHA-256 hex digest.
 
     The dictionary mirrors the file: ``federation.active``, ``parties.<name>.address`` and the
     ``job`` section with every default filled in. Network settings and file paths are local and not
     part of it. The digest is over canonical JSON (sorted keys, no whitespace), so it does not
-    depend on key order or formatting in the file.
+    depend on key order or formatting in the file. ``phase``: ``train``, or ``predict`` for parties
+    scoring a saved model (marked in the dictionary, so a scoring party and a training one refuse
+    each other at the first frame).
     """
-    canonical = {
+    canonical: dict[str, Any] = {
         "format": FINGERPRINT_FORMAT,
         "federation": {"active": federation.active},
         "parties": {name: {"address": spec.address, **({} if spec.data else {"data": False})}
                     for name, spec in federation.parties.items()},
         "job": federation.job.as_dict(),
     }
+    if phase != "train":
+        canonical["phase"] = phase
     digest = hashlib.sha256(_canonical_json(canonical).encode("ascii")).hexdigest()
     return digest, canonical
 

@@ -35,6 +35,8 @@ saw in PSI, a party's own entry in the plan against what it sent, feature counts
 from __future__ import annotations
 
 import hashlib
+import re
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -135,8 +137,11 @@ class DeployedResult:
 # ------------------------------------------------------------------ transport
 
 
-def open_transport(federation: Federation, name: str) -> Any:
-    """Start this party's gRPC transport (TLS material checked first) and wait for every handshake."""
+def open_transport(federation: Federation, name: str, phase: str = "train") -> Any:
+    """Start this party's gRPC transport (TLS material checked first) and wait for every handshake.
+
+    ``phase``: ``train`` or ``predict`` (part of the job fingerprint every peer must match).
+    """
     from securevfl.deploy.certs import load_tls_material, verify_party_certificate
     from securevfl.federation.grpc_transport import GrpcTransport
 
@@ -146,7 +151,7 @@ def open_transport(federation: Federation, name: str) -> Any:
         assert federation.tls is not None and spec.cert is not None and spec.key is not None
         tls = load_tls_material(spec.cert, spec.key, federation.tls.ca)
         verify_party_certificate(tls.cert_chain, tls.root_ca, name)
-    digest, job = job_fingerprint(federation)
+    digest, job = job_fingerprint(federation, phase)
     transport = GrpcTransport(name, ordered_addresses(federation), tls=tls, fingerprint=digest, job=job,
                               settings=federation.limits, insecure=federation.insecure,
                               differences=job_differences)
@@ -317,7 +322,8 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
                                              rows=psi_result.peer_sizes.get(p))
         n_classes = 1 if table.task == REGRESSION else len(classes)  # the model's output width
         plan = {**split, "task": table.task, "n_classes": n_classes,
-                "shapes": {n: s.to_wire() for n, s in shapes.items()}}
+                "shapes": {n: s.to_wire() for n, s in shapes.items()},
+                "model": secrets.token_hex(16)}  # names the model every party may save (--model-dir)
         ctx.broadcast((*ctx.passives, *helper_parties(federation)), TAG_PLAN, plan)
         return {"rows": rows, "plan": {**plan, "shapes": shapes}, "encoded": encoded}
 
@@ -369,8 +375,12 @@ def _check_positions(train: Any, test: Any, bad: str, size: int | None) -> int:
 def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], size: int | None) -> dict:
     """Validate the active party's plan; ``size``: this party's aligned rows (``None`` for a helper)."""
     bad = f"malformed plan from {sender}"
-    if not isinstance(message, dict) or set(message) != {"train", "test", "task", "n_classes", "shapes"}:
+    keys = {"train", "test", "task", "n_classes", "shapes"}
+    if not isinstance(message, dict) or set(message) not in (keys, keys | {"model"}):
         raise ProtocolError(bad)
+    model = message.get("model")
+    if model is not None and not (isinstance(model, str) and re.fullmatch(r"[0-9a-f]{32}", model)):
+        raise ProtocolError(f"{bad}: model id")
     train, test = message["train"], message["test"]
     size = _check_positions(train, test, bad, size)
     task, n_classes = message["task"], message["n_classes"]
@@ -383,7 +393,8 @@ def _parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], si
     if not isinstance(shapes, dict) or set(shapes) != set(parties):
         raise ProtocolError(f"{bad}: shapes must name every party")
     parsed = {n: PartyShape.from_wire(s, sender, n, aligned=size) for n, s in shapes.items()}
-    return {"train": train, "test": test, "task": task, "n_classes": n_classes, "shapes": parsed}
+    return {"train": train, "test": test, "task": task, "n_classes": n_classes, "shapes": parsed,
+            **({"model": model} if model is not None else {})}
 
 
 def local_scenario(name: str, federation: Federation, table: PartyTable | None, classes: tuple[str, ...],
@@ -462,7 +473,8 @@ def _method_and_config(federation: Federation, device: str, checkpoint_dir: str 
 def run_deployed_party(federation: Federation, name: str, data: str | Path | None, *, device: str = "auto",
                        progress: Callable[..., None] | None = None, transport: Any = None,
                        checkpoint_dir: str | Path | None = None, resume: bool = False,
-                       columns: ColumnSpec | None = None, checkpoint_overwrite: bool = False) -> DeployedResult:
+                       columns: ColumnSpec | None = None, checkpoint_overwrite: bool = False,
+                       model_dir: str | Path | None = None, overwrite_model: bool = False) -> DeployedResult:
     """Run party ``name`` of ``federation`` on its own ``data`` file, in this process, to the end.
 
     A party with ``data = false`` in the federation file (an arbiter, a key generator, a server) takes
@@ -471,7 +483,9 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     last epoch every party completed (every party must be started with ``resume``);
     ``checkpoint_overwrite`` moves this party's old checkpoints aside for a new run. ``columns``: how
     this party reads and encodes its own file (default: its ``[parties.<name>.columns]`` section);
-    the other parties never see it.
+    the other parties never see it. ``model_dir``: this party saves its own part of the trained
+    model under ``DIR/<name>/`` (:mod:`securevfl.model`; ``overwrite_model`` replaces one there);
+    ``securevfl party --predict`` scores with it (:mod:`securevfl.deploy.scoring`).
     """
     from securevfl.api import assemble_report, resolve_device
     from securevfl.data.files import party_table_from_file
@@ -482,6 +496,11 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     is_active = name == federation.active
     # refuse a bad method or option before connecting
     method, config = _method_and_config(federation, device, checkpoint_dir, resume, checkpoint_overwrite)
+    if model_dir is not None:
+        from securevfl.model.saving import check_model_dir, check_savable
+
+        check_savable(method)
+        check_model_dir(model_dir, overwrite_model, party=name)
     table: PartyTable | None = None
     classes: tuple[str, ...] = ()
     if helper:
@@ -551,6 +570,9 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
             }
         else:
             result.snapshots = {name: meter.snapshot()}
+        if model_dir is not None:
+            _save_own_part(model_dir, name, federation, method, config.train, role, scenario, table, classes,
+                           plan, result.report, overwrite_model)
     except BaseException as exc:
         transport.abort(f"{name} stopped: {type(exc).__name__}: {exc}")  # peers stop now, not at a timeout
         raise
@@ -559,6 +581,28 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
             transport.close()
     result.wall_s = time.perf_counter() - started
     return result
+
+
+def _save_own_part(model_dir: str | Path, name: str, federation: Federation, method: Any, train: Any, role: Any,
+                   scenario: Scenario, table: PartyTable | None, classes: tuple[str, ...], plan: Mapping[str, Any],
+                   report: Any, overwrite: bool) -> None:
+    """Save the own part of the trained model, and nothing of any other party's (issue 27)."""
+    from securevfl.model.saving import check_savable, model_fingerprint, party_schema, save_part, train_settings
+
+    check_savable(method, {name: role})
+    if table is None:
+        raise ConfigError(f"{name} holds no data: the methods that save models have no such party")
+    job = federation.job
+    settings = train_settings(train)
+    parties = {p: ("active" if p == federation.active else "passive") for p in data_party_order(federation)}
+    fingerprint = model_fingerprint(method.name, settings, parties, plan["model"])
+    encoder = scenario.encoded(name).encoder
+    schema = party_schema(encoder, table.columns, id_column=job.id_column,
+                          label_column=job.label_column if name == federation.active else None)
+    save_part(model_dir, party=name, role=parties[name], side_saved=role.side.saved(), encoder=encoder,
+              schema=schema, method=method, settings=settings, parties=parties, fingerprint=fingerprint,
+              task=scenario.task, classes=classes, report=report.to_dict() if report is not None else None,
+              overwrite=overwrite)
 
 
 def check_roles(method: str, roles: Mapping[str, Any], parties: tuple[str, ...]) -> None:

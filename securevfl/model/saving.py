@@ -52,25 +52,29 @@ def savable_methods() -> list[str]:
     return [n for n in method_names() if method_class(n).uses_engine and not method_class(n).cannot_save]
 
 
-def check_savable(method: Method[Any], roles: Mapping[str, Any]) -> None:
-    """Refuse, before any training, a method whose parties cannot save their parts yet."""
+def check_savable(method: Method[Any], roles: Mapping[str, Any] | None = None) -> None:
+    """Refuse, before any training, a method whose parties cannot save their parts yet (``roles``: check them too)."""
     if method.cannot_save:
         raise ConfigError(f"{method.name} cannot save a model yet (--model-dir): {method.cannot_save}; "
                           f"these methods can: {', '.join(savable_methods())}")
-    if all(isinstance(r, SideRole) for r in roles.values()):
+    if roles is None and method.uses_engine or roles is not None and all(
+            isinstance(r, SideRole) for r in roles.values()):
         return
     raise ConfigError(f"{method.name} cannot save a model yet (--model-dir): its parties do not run on the "
                       f"split-learning engine; these methods can: {', '.join(savable_methods())}")
 
 
-def check_model_dir(directory: str | Path, overwrite: bool) -> None:
-    """Refuse, before any training, a model directory that holds a model unless ``overwrite``."""
+def check_model_dir(directory: str | Path, overwrite: bool, party: str | None = None) -> None:
+    """Refuse, before any training, a model directory that holds a model unless ``overwrite``.
+
+    ``party``: only that party's part counts (a deployed party writes only its own).
+    """
     path = Path(directory)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--model-dir {path} exists and is not a directory")
     if overwrite or not path.is_dir():
         return
-    present = list_parts(path)
+    present = {p: m for p, m in list_parts(path).items() if party is None or p == party}
     if present:
         first = next(iter(present.values()))
         raise ModelError(f"{path} already holds a model ({first.method}, parts {', '.join(sorted(present))}, "

@@ -129,41 +129,43 @@ def _check_schema(table: PartyTable, encoder: PartyEncoder, part: LoadedPart) ->
                             f"(model {part.path})")
 
 
-def _read_party(model: SavedModel, party: str, path: str | Path, id_column: str | None) -> tuple[
+def read_new_rows(part: LoadedPart, encoder: PartyEncoder | None, path: str | Path, *, id_column: str | None,
+                  label_column: str | None, classes: tuple[str, ...], task: str, is_active: bool) -> tuple[
         PartyTable, EncodedColumns | None, np.ndarray | None]:
-    """(table, its encoding with the saved preprocessing, the labels mapped to the saved classes or None)."""
-    part = model.parts[party]
+    """One party's new file, read as in training and checked against its saved schema.
+
+    Returns the table (at the active party with labels: the file's, mapped to the saved classes, or
+    placeholders when it has none), its encoding by the saved preprocessing, and the labels or None.
+    """
+    party = part.manifest.party
     schema = part.manifest.schema
     id_col = id_column or schema.get("id_column")
     if not id_col:
         raise ConfigError("the model was trained without an ID column name: give --id-column")
-    label_column = model.manifests[model.active].schema.get("label_column") or "__label__"
-    is_active = party == model.active
-    table, classes = party_table_from_file(party, path, id_column=id_col, label_column=label_column,
-                                           is_active=is_active, columns=saved_spec(part),
-                                           task=model.task, label_optional=True)
+    table, found = party_table_from_file(party, path, id_column=id_col, label_column=label_column or "__label__",
+                                         is_active=is_active, columns=saved_spec(part), task=task,
+                                         label_optional=True)
     labels = None
     if table.labels is not None:
         labels = table.labels
-        if model.task != REGRESSION:
-            saved = {c: i for i, c in enumerate(model.classes)}
-            unknown = [c for c in classes if c not in saved]
+        if task != REGRESSION:
+            saved = {c: i for i, c in enumerate(classes)}
+            unknown = [c for c in found if c not in saved]
             if unknown:
                 raise DataError(f"{table.source}: label {unknown[0]!r} is not a class of the model "
-                                f"({', '.join(model.classes)})")
-            labels = np.asarray([saved[c] for c in classes], dtype=np.int64)[table.labels]
-    encoder = model.encoders[party]
+                                f"({', '.join(classes)})")
+            labels = np.asarray([saved[c] for c in found], dtype=np.int64)[table.labels]
     encoded = None
     if encoder is not None:
         _check_schema(table, encoder, part)
         frame = as_frame(table.features, table.feature_names)
         encoded = EncodedColumns(encoder.transform(frame), encoder.feature_names, encoder.summary, encoder)
     if is_active:  # the side's objective expects labels; scoring never reads them
-        dtype = np.float64 if model.task == REGRESSION else np.int64
+        dtype = np.float64 if task == REGRESSION else np.int64
         placeholder = labels if labels is not None else np.zeros(table.n_rows, dtype)
         table = PartyTable(name=table.name, ids=table.ids, features=table.features, feature_names=table.feature_names,
                            labels=placeholder, strip_shape=table.strip_shape, columns=table.columns,
-                           source=table.source, task=model.task)
+                           source=table.source, task=task)
     return table, encoded, labels
 
 
@@ -193,8 +195,12 @@ def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_
     tables: dict[str, PartyTable] = {}
     encodings: dict[str, EncodedColumns] = {}
     labels = None
+    label_column = model.manifests[active].schema.get("label_column")
     for party in model.data_parties:
-        table, encoded, party_labels = _read_party(model, party, data[party], id_column)
+        table, encoded, party_labels = read_new_rows(model.parts[party], model.encoders[party], data[party],
+                                                     id_column=id_column, label_column=label_column,
+                                                     classes=model.classes, task=model.task,
+                                                     is_active=party == active)
         tables[party] = table
         if encoded is not None:
             encodings[party] = encoded

@@ -1,0 +1,202 @@
+"""One organisation's process scoring new rows with its own part of a saved model (``party --predict``).
+
+Each party holds only its own part (``DIR/<party>/`` of a training's ``--model-dir``) and its own
+new file. The phases mirror training's (:mod:`securevfl.deploy.party`) over the same mutually
+authenticated links, with the job fingerprint marked ``phase = predict`` so a scoring party never
+talks to a training one:
+
+1. **Setup** (tags ``deploy.score.*``): ECDH PSI on the new IDs, exactly as training's; every
+   passive party sends the active party its table shape and the fingerprint of the model its part
+   belongs to; the active party checks both (the shape against what PSI showed, the fingerprint
+   against its own part's: parts of two models never score together) and sends the plan: every
+   aligned row is scored, none trained.
+2. **Scoring**: each party rebuilds its side from its part and the rows go through the method's
+   evaluation protocol (:func:`~securevfl.methods.engine.loop.score_side`), so the privacy layer of
+   training protects scoring too (EASTER's embeddings summed under its ``secagg``).
+3. **Costs**: as in training, the active party gathers the meters. Only the active party writes
+   predictions; the passive parties learn what PSI tells them and nothing of the result.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from securevfl.deploy.federation import Federation
+from securevfl.deploy.party import (
+    TAG_PLAN,
+    LocalAlignment,
+    PartyShape,
+    _parse_plan,
+    _unaligned,
+    _with_cost_exchange,
+    data_party_order,
+    local_scenario,
+    open_transport,
+    psi_role,
+)
+from securevfl.errors import ConfigError, DataError, ModelError, ProtocolError
+from securevfl.federation.meter import MeterSnapshot
+from securevfl.federation.runtime import PartyContext, run_party
+
+TAG_PART = "deploy.score.part"
+_HEX = re.compile(r"^[0-9a-f]{8,128}$")
+
+
+@dataclass
+class DeployedScoring:
+    """What one party's scoring process produced; ``predictions`` and ``metrics`` only at the active party."""
+
+    party: str
+    alignment: LocalAlignment
+    predictions: pd.DataFrame | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    rows: int = 0
+    snapshots: dict[str, MeterSnapshot] = field(default_factory=dict)
+    missing_costs: dict[str, str] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+def _check_part(federation: Federation, name: str, manifest: Any) -> None:
+    """Refuse a part that does not belong to this federation's job: method, parties and roles."""
+    job = federation.job
+    if manifest.method != job.method:
+        raise ModelError(f"the part in the model directory is a {manifest.method} model; the federation's job "
+                         f"trains {job.method}")
+    parties = data_party_order(federation)
+    if sorted(manifest.parties) != sorted(parties):
+        raise ModelError(f"the model's parties are {', '.join(sorted(manifest.parties))}; the federation's "
+                         f"data parties are {', '.join(sorted(parties))}")
+    role = "active" if name == federation.active else "passive"
+    if manifest.role != role:
+        raise ModelError(f"{name}'s part was saved as the {manifest.role} party's; in this federation "
+                         f"{name} is {role}")
+
+
+def scoring_plan_role(table: Any, size_check: Callable[..., Any], fingerprint: str, encoded_width: int,
+                      federation: Federation, n_classes: int, task: str) -> Callable[[PartyContext], dict]:
+    """PSI, then shapes and model fingerprints in, and the plan (every aligned row scored) out."""
+    psi = psi_role(table, federation)
+
+    def role(ctx: PartyContext) -> dict:
+        result = psi(ctx)
+        rows, size = result.rows, result.size
+        ctx.stage = "plan"
+        own = PartyShape(table.n_rows, size, encoded_width)
+        if not ctx.is_active:
+            ctx.send(ctx.active, TAG_PART, {"shape": own.to_wire(), "model": fingerprint})
+            plan = _parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, (ctx.active, *ctx.passives), size)
+            if len(plan["train"]) or plan["shapes"][ctx.name] != own:
+                raise ProtocolError(f"the scoring plan from {ctx.active} does not score every shared row of "
+                                    f"{ctx.name} as it announced them")
+            return {"rows": rows, "plan": plan}
+        size_check(size)
+        shapes = {ctx.name: own}
+        for p in ctx.passives:
+            message = ctx.recv(p, TAG_PART)
+            if not isinstance(message, dict) or set(message) != {"shape", "model"} or not isinstance(
+                    message["model"], str) or not _HEX.match(message["model"]):
+                raise ProtocolError(f"malformed model part announcement from {p}")
+            if message["model"] != fingerprint:
+                raise ModelError(f"{p} holds a part of another model (model {message['model'][:12]}…; "
+                                 f"{ctx.name}'s part is of model {fingerprint[:12]}…): every party must score "
+                                 "with its part of one saved model")
+            shapes[p] = PartyShape.from_wire(message["shape"], p, aligned=size, rows=result.peer_sizes.get(p))
+        plan = {"train": np.zeros(0, np.int64), "test": np.arange(size, dtype=np.int64), "task": task,
+                "n_classes": n_classes, "shapes": {n: s.to_wire() for n, s in shapes.items()}}
+        ctx.broadcast(ctx.passives, TAG_PLAN, plan)
+        return {"rows": rows, "plan": {**plan, "shapes": shapes}}
+
+    return role
+
+
+def run_deployed_scoring(federation: Federation, name: str, data: str | Path, model_dir: str | Path, *,
+                         batch_size: int = 4096, device: str = "auto", progress: Callable[..., None] | None = None,
+                         transport: Any = None) -> DeployedScoring:
+    """Score party ``name``'s new ``data`` with its own part under ``model_dir``, with its peers, to the end."""
+    from securevfl.api import resolve_device
+    from securevfl.eval import task_metrics
+    from securevfl.methods import create_method
+    from securevfl.methods.engine.loop import score_side
+    from securevfl.methods.engine.split import SideRole
+    from securevfl.methods.objective import REGRESSION
+    from securevfl.model.saving import saved_encoder, saved_side, train_config_from
+    from securevfl.model.scoring import predictions_frame, read_new_rows
+    from securevfl.model.store import read_part
+
+    started = time.perf_counter()
+    if not federation.party(name).data:
+        raise ConfigError(f"{name} has data = false: the methods that score saved models have no such party")
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
+    # everything local is checked before connecting: the part (digests, version), the method, the new file
+    part = read_part(model_dir, name)
+    manifest = part.manifest
+    _check_part(federation, name, manifest)
+    encoder, saved = saved_encoder(part), saved_side(part)
+    config = train_config_from(manifest.extra.get("train", {}), str(part.path))
+    method = create_method(manifest.method, config)
+    is_active = name == federation.active
+    job = federation.job
+    classes = tuple(manifest.classes)
+    table, encoded, labels = read_new_rows(part, encoder, data, id_column=job.id_column,
+                                           label_column=job.label_column,
+                                           classes=classes, task=manifest.task, is_active=is_active)
+    n_classes = 1 if manifest.task == REGRESSION else len(classes)
+    torch_device = resolve_device(device)
+    passives = data_party_order(federation)[1:]
+
+    def size_check(size: int) -> None:
+        if size == 0:
+            raise DataError("no row is shared by every party's new file: nothing to score")
+
+    own_transport = transport is None
+    transport = transport or open_transport(federation, name, phase="predict")
+    try:
+        setup_role = scoring_plan_role(table, size_check, manifest.job_fingerprint,
+                                       encoder.width if encoder is not None else 0, federation, n_classes,
+                                       manifest.task)
+        setup, setup_meter = run_party(setup_role, name=name, active=federation.active,
+                                       parties=data_party_order(federation), passives=passives, transport=transport,
+                                       finish=False, recv_timeout=federation.limits.recv_timeout_s)
+        rows, plan = setup["rows"], setup["plan"]
+        size = len(plan["test"])
+        alignment = LocalAlignment(rows, _unaligned(table.n_rows, rows), size, setup_meter.snapshot())
+        scenario = local_scenario(name, federation, table, classes, rows, plan, cost={}, encoded=encoded)
+        roles = method.party_roles(scenario)
+        role = roles.get(name)
+        if not isinstance(role, SideRole):
+            raise ModelError(f"{manifest.method} cannot score a saved model")
+        scoring = functools.partial(score_side, side=role.side, saved=saved, batch_rows=batch_size)
+        outcome, meter = run_party(_with_cost_exchange(scoring, alignment.snapshot, transport.link_stats), name=name,
+                                   active=federation.active, parties=tuple(roles), passives=passives,
+                                   transport=transport, device=torch_device, seed=config.seed, progress=progress,
+                                   recv_timeout=federation.limits.recv_timeout_s)
+        result = DeployedScoring(name, alignment, rows=size)
+        if is_active:
+            evaluation, snapshots, _setups, _links, missing = outcome
+            scores = evaluation.scores
+            order = np.argsort(rows, kind="stable")  # rows: this file's row of each scored position
+            result.predictions = predictions_frame(table.ids[rows][order], scores[order], manifest.task, classes,
+                                                   job.id_column)
+            if labels is not None:
+                result.metrics = task_metrics(manifest.task, labels[rows], scores)
+            result.snapshots, result.missing_costs = snapshots, missing
+        else:
+            result.snapshots = {name: meter.snapshot()}
+    except BaseException as exc:
+        transport.abort(f"{name} stopped: {type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if own_transport:
+            transport.close()
+    result.wall_s = time.perf_counter() - started
+    return result

@@ -1,0 +1,134 @@
+"""Saved models across processes: each organisation saves and scores with its own part only.
+
+Three party processes on 127.0.0.1 (``securevfl launch``, plaintext loopback to keep the test short;
+the links are the same gRPC transport as with TLS). A model trained deployed scores the same in one
+process as deployed, and a model trained in one process scores the same deployed.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from net_helpers import free_port
+from sklearn.datasets import load_breast_cancer
+
+import securevfl
+from securevfl.cli import main
+
+PARTIES = ("bank", "shop", "clinic")
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory) -> tuple[dict[str, Path], dict[str, Path]]:
+    """(training files, new files): new rows are other customers' and a few of the training ones."""
+    out = tmp_path_factory.mktemp("tables")
+    data = load_breast_cancer(as_frame=True)
+    ids = np.array([f"c{i:04d}" for i in range(len(data.frame))])
+    columns = list(data.data.columns)
+    split = {"bank": columns[:5], "shop": columns[5:18], "clinic": columns[18:]}
+    rng = np.random.default_rng(3)
+    new_rows = rng.random(len(ids)) < 0.25
+    train, new = {}, {}
+    for name, cols in split.items():
+        frame = data.data[cols].copy()
+        frame.insert(0, "customer_id", ids)
+        if name == "bank":
+            frame["churn"] = np.where(data.target == 1, "yes", "no")
+        keep = rng.random(len(frame)) < 0.92
+        train[name], new[name] = out / f"{name}.csv", out / f"new_{name}.csv"
+        frame[keep & ~new_rows].to_csv(train[name], index=False)
+        frame[keep & new_rows].sample(frac=1.0, random_state=1).to_csv(new[name], index=False)
+    return train, new
+
+
+def _federation(directory: Path, method: str, options: str = "") -> Path:
+    parties = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{free_port()}"' for p in PARTIES)
+    path = directory / f"fed-{method}.toml"
+    path.write_text(f"""[federation]
+active = "bank"
+insecure = true
+
+{parties}
+
+[network]
+peer_timeout_s = 10
+heartbeat_s = 0.5
+
+[job]
+method = "{method}"
+epochs = 2
+batch_size = 64
+seed = 0
+id_column = "customer_id"
+label_column = "churn"
+
+[job.options]
+{options}
+""")
+    return path
+
+
+def _launch(fed: Path, files: dict[str, Path], *args: str) -> int:
+    data = [a for p in PARTIES for a in ("--data", f"{p}={files[p]}")]
+    return main(["launch", str(fed), "--insecure", "--device", "cpu", "--timeout", "180", *data, *args])
+
+
+def _probabilities(frame: pd.DataFrame) -> np.ndarray:
+    return frame[[c for c in frame.columns if c.startswith("proba_")]].to_numpy()
+
+
+@pytest.mark.parametrize("method, options", [("splitnn", ""), ("easter", 'secagg = "dh"\nembedding_size = 16')],
+                         ids=["splitnn", "easter-dh"])
+def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_path, tables, method, options,
+                                                                           monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    train, new = tables
+    fed = _federation(tmp_path, method, options)
+    model = tmp_path / "model"
+    assert _launch(fed, train, "--model-dir", str(model)) == 0
+    assert sorted(p.name for p in model.iterdir()) == sorted(PARTIES)
+    out = tmp_path / "predictions.csv"
+    assert _launch(fed, new, "--predict", "--model-dir", str(model), "--out", str(out), "--batch-size", "50") == 0
+    deployed = pd.read_csv(out)
+    local = securevfl.predict(model, data={p: str(new[p]) for p in PARTIES}, device="cpu", batch_size=50)
+    assert deployed.customer_id.tolist() == local.customer_id.tolist()
+    assert deployed.customer_id.tolist() == [i for i in pd.read_csv(new["bank"]).customer_id
+                                             if i in set(local.customer_id)]  # the active file's order
+    np.testing.assert_allclose(_probabilities(deployed), _probabilities(local), atol=1e-6, rtol=0)
+    assert (deployed.prediction == local.prediction).all()
+
+
+def test_a_model_trained_in_one_process_scores_alike_deployed(tmp_path, tables, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    train, new = tables
+    model = tmp_path / "model"
+    securevfl.train("splitnn", data_files={p: str(train[p]) for p in PARTIES}, id_column="customer_id",
+                    label_column="churn", epochs=2, batch_size=64, seed=0, device="cpu", model_dir=model)
+    local = securevfl.predict(model, data={p: str(new[p]) for p in PARTIES}, device="cpu")
+    out = tmp_path / "predictions.csv"
+    assert _launch(_federation(tmp_path, "splitnn"), new, "--predict", "--model-dir", str(model),
+                   "--out", str(out)) == 0
+    deployed = pd.read_csv(out)
+    assert deployed.customer_id.tolist() == local.customer_id.tolist()
+    np.testing.assert_allclose(_probabilities(deployed), _probabilities(local), atol=1e-6, rtol=0)
+
+
+def test_parts_of_two_models_never_score_together(tmp_path, tables, capfd):
+    train, new = tables
+    one, two = tmp_path / "one", tmp_path / "two"
+    for model in (one, two):
+        securevfl.train("splitnn", data_files={p: str(train[p]) for p in PARTIES}, id_column="customer_id",
+                        label_column="churn", epochs=1, batch_size=64, seed=0, device="cpu", model_dir=model)
+    shutil.rmtree(one / "shop")
+    shutil.copytree(two / "shop", one / "shop")
+    code = _launch(_federation(tmp_path, "splitnn"), new, "--predict", "--model-dir", str(one),
+                   "--out", str(tmp_path / "p.csv"))
+    assert code == 2
+    output = capfd.readouterr()
+    errors = [line for line in (output.out + output.err).splitlines() if "error:" in line]
+    assert errors and any("shop holds a part of another model" in line for line in errors), errors
+    assert not (tmp_path / "p.csv").exists()
