@@ -169,7 +169,9 @@ def test_a_row_count_lie_is_named_at_once_and_allocates_nothing(tmp_path, files)
 
 def test_a_party_lost_at_the_cost_summary_leaves_the_finished_report(tmp_path, files):
     report = tmp_path / "run.json"
-    crash = "party.MeterSnapshot.to_wire = lambda self: os._exit(9)  # dies after training, before its costs"
+    # dies after training, before its costs: once what it sent last has had time to leave (a crash at
+    # once could take its last evaluation message with it, which is a loss during evaluation)
+    crash = "import time\nparty.MeterSnapshot.to_wire = lambda self: (time.sleep(2.0), os._exit(9))"
     runs = _run(_federation(tmp_path), files, liar="clinic", patch=crash, report=report)
     code, output, _, _ = runs["bank"]
     assert code == 0, output[-3000:]
