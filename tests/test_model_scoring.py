@@ -80,7 +80,7 @@ def _probabilities(frame: pd.DataFrame) -> np.ndarray:
 #: the oracle is checked with one batch carrying every held-out row, as the run's test evaluation.
 ENGINE_METHODS = [("splitnn", {}, 37), ("cvfl", {}, 4096), ("aggvfl", {}, 37),
                   ("easter", {"secagg": "dh", "embedding_size": 16}, 37), ("pyvertical", {}, 37),
-                  ("tabvfl", {}, 4096), ("tabnet-lt", {}, 37)]
+                  ("tabvfl", {}, 4096), ("tabnet-lt", {}, 37), ("entity-aug", {}, 37)]
 
 
 @pytest.mark.parametrize("method, options, batch", ENGINE_METHODS, ids=[m for m, _, _ in ENGINE_METHODS])
@@ -181,7 +181,7 @@ def _copy(saved: Path, tmp_path: Path) -> Path:
 
 
 def test_methods_that_cannot_save_yet_are_refused_before_training(tmp_path, files):
-    for method in ("hetero-lr", "entity-aug", "local"):
+    for method in ("hetero-lr", "apcvfl", "local"):
         with pytest.raises(ConfigError, match=f"{method} cannot save a model"):
             _train(files, tmp_path / method, method)
         assert not (tmp_path / method).exists()
