@@ -4,7 +4,9 @@ A party's part (:mod:`securevfl.model.store` writes and verifies it) holds only 
 owns: its modules' weights (:data:`WEIGHTS`, safetensors), its fitted preprocessing
 (:data:`PREPROCESSING`, skops with a trusted-type list), its column schema, and at the active party
 the class names or the regression target's scale. The training settings that rebuild the method's
-sides travel in the manifest, so scoring builds exactly the sides training built.
+sides travel in the manifest, so scoring builds exactly the sides training built, and so does a
+side's small model state beyond its weights (``extra["side"]``, JSON: Entity Augmentation's host
+keeps the activation widths its top model was built for).
 
 Methods whose parties run on the split-learning engine save and score (their roles are
 :class:`~securevfl.methods.engine.split.SideRole`); the others are refused with one line, before
