@@ -81,8 +81,8 @@ def _probabilities(frame: pd.DataFrame) -> np.ndarray:
     return frame[[c for c in frame.columns if c.startswith("proba_")]].to_numpy()
 
 
-@pytest.mark.parametrize("method, options", [("splitnn", ""), ("easter", 'secagg = "dh"\nembedding_size = 16')],
-                         ids=["splitnn", "easter-dh"])
+@pytest.mark.parametrize("method, options", [("splitnn", ""), ("easter", 'secagg = "dh"\nembedding_size = 16'),
+                                             ("entity-aug", "")], ids=["splitnn", "easter-dh", "entity-aug"])
 def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_path, tables, method, options,
                                                                            monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

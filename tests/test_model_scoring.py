@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 import securevfl
 from securevfl.cli import app, main
-from securevfl.errors import ConfigError, DataError, ModelError
+from securevfl.errors import ConfigError, DataError, ModelError, PartyFailure, ProtocolError
 from securevfl.eval import task_metrics
 from securevfl.model.scoring import load_model, score
 from securevfl.model.store import MANIFEST
@@ -80,7 +80,7 @@ def _probabilities(frame: pd.DataFrame) -> np.ndarray:
 #: the oracle is checked with one batch carrying every held-out row, as the run's test evaluation.
 ENGINE_METHODS = [("splitnn", {}, 37), ("cvfl", {}, 4096), ("aggvfl", {}, 37),
                   ("easter", {"secagg": "dh", "embedding_size": 16}, 37), ("pyvertical", {}, 37),
-                  ("tabvfl", {}, 4096), ("tabnet-lt", {}, 37)]
+                  ("tabvfl", {}, 4096), ("tabnet-lt", {}, 37), ("entity-aug", {}, 37)]
 
 
 @pytest.mark.parametrize("method, options, batch", ENGINE_METHODS, ids=[m for m, _, _ in ENGINE_METHODS])
@@ -103,6 +103,39 @@ def test_scoring_the_held_out_rows_reproduces_the_runs_test_predictions(tmp_path
     # the active party's file order, class names as written in the label column
     assert predictions.customer_id.tolist() == pd.read_csv(new["bank"]).customer_id.tolist()
     assert set(predictions.prediction) <= {"no", "yes"}
+
+
+def test_entity_aug_saves_its_widths_not_its_queues_and_scores_a_label_only_host(tmp_path, files):
+    """The host's top model is built from the guests' activation widths (2 with the paper's Credit Card
+    shapes): the manifest keeps them; no activation queue or entity key is saved; forged widths are refused."""
+    frames = {p: pd.read_csv(files[p]) for p in PARTIES}
+    frames["bank"] = frames["bank"][["customer_id", "churn"]]  # labels only: the paper's host
+    paths = {}
+    for p, f in frames.items():
+        paths[p] = tmp_path / f"{p}.csv"
+        f.to_csv(paths[p], index=False)
+    report = _train(paths, tmp_path / "model", "entity-aug", {"arch": "credit-card"})
+    model = load_model(tmp_path / "model")
+    assert model.manifests["bank"].extra["side"] == {"widths": {"shop": 2, "clinic": 2}}
+    assert model.manifests["shop"].extra["side"] == {}
+    assert sorted(model.sides["bank"].weights) == ["top"]  # no bottom without features, no queue
+    assert sorted(model.sides["shop"].weights) == ["bottom"]
+    new = _rows(paths, tmp_path / "new", report.test_predictions["ids"])
+    predictions = securevfl.predict(model, data=new, device="cpu", batch_size=37)
+    expected = dict(zip(report.test_predictions["ids"], report.test_predictions["scores"], strict=True))
+    np.testing.assert_allclose(_probabilities(predictions), np.stack([expected[i] for i in predictions.customer_id]),
+                               atol=1e-6, rtol=0)
+    manifest_path = tmp_path / "model" / "bank" / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    for widths, match, error in (
+            ({"shop": 2}, "positive activation width for each of clinic, shop", ModelError),
+            ({"shop": 2, "clinic": 3}, "saved weights do not fit its model here", ModelError),
+            ({"shop": 1, "clinic": 3}, "shop sent an embedding of width 2; its activations had 1", ProtocolError)):
+        manifest["extra"]["side"] = {"widths": widths}
+        manifest_path.write_text(json.dumps(manifest))
+        with pytest.raises(PartyFailure, match=match) as failed:
+            score(tmp_path / "model", new, device="cpu")
+        assert isinstance(failed.value.cause, error) and failed.value.party == "bank"
 
 
 def test_each_party_saves_only_its_own_part(tmp_path, files):
@@ -181,7 +214,7 @@ def _copy(saved: Path, tmp_path: Path) -> Path:
 
 
 def test_methods_that_cannot_save_yet_are_refused_before_training(tmp_path, files):
-    for method in ("hetero-lr", "entity-aug", "local"):
+    for method in ("hetero-lr", "apcvfl", "local"):
         with pytest.raises(ConfigError, match=f"{method} cannot save a model"):
             _train(files, tmp_path / method, method)
         assert not (tmp_path / method).exists()

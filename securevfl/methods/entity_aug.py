@@ -48,7 +48,7 @@ from torch import nn
 from securevfl.data.datasets import Dataset
 from securevfl.data.partition import PartitionSpec, register_preset
 from securevfl.data.scenario import PartyData, Scenario
-from securevfl.errors import ConfigError, DataError, ProtocolError, psi_errors
+from securevfl.errors import ConfigError, DataError, ModelError, ProtocolError, psi_errors
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import ActiveOutcome, Role, TrainConfig, as_tensor, register_method
 from securevfl.methods.defenses import randomized_response
@@ -63,7 +63,7 @@ from securevfl.methods.engine import (
     checked_tensor,
     side_role,
 )
-from securevfl.methods.engine.loop import EMBEDDING_ROWS, GRADIENT_ROWS, Losses
+from securevfl.methods.engine.loop import EMBEDDING_ROWS, GRADIENT_ROWS, Losses, SavedSide
 from securevfl.models import MLP, StripCNN, init_parameters, mlp_bottom
 from securevfl.seeding import party_generator, simulation_rng
 
@@ -416,6 +416,10 @@ class EntityAugPassive(SplitPassive):
         self.drops = self.state.generators["drops"] = drops
         self.counts = self.state.others["steps"] = _StepCounts()
 
+    def build_for_scoring(self, ctx: PartyContext) -> None:
+        """Only the bottom model: no entity resolution and no schedule (scoring rows are aligned by PSI)."""
+        self.state.modules["bottom"] = self.method.bottom(self).to(ctx.device)
+
     def batches(self, epoch: int) -> Iterator[np.ndarray]:
         order = entity_schedule(len(self.rows), self.n_extra, self.length, seed=self.config.seed, epoch=epoch,
                                 party=self.name, misalign=self.method.options.misalign)
@@ -503,6 +507,40 @@ class EntityAugActive(SplitActive):
         self.layout = self.state.others["layout"] = _HostLayout(widths)
         self.queues = {g: ActivationQueue() for g in passives}
         self.state.others.update({f"queue:{g}": q for g, q in self.queues.items()})
+
+    def build_for_scoring(self, ctx: PartyContext) -> None:
+        """Only the models: the own bottom (if the host holds features); the top once the saved widths load.
+
+        No entity resolution, no plan and no queues: scoring rows are the parties' PSI intersection,
+        and the evaluation exchanges only the guests' embeddings of those rows (as the guests'
+        :meth:`EntityAugPassive.build_for_scoring`, which sends nothing at set-up either).
+        """
+        widths = {g: 0 for g in self.passives}
+        if self.data.n_features:
+            own = self.method.bottom(self).to(ctx.device)
+            self.state.modules["bottom"] = own
+            widths[ctx.name] = output_width(own, self.data)
+        self.layout = _HostLayout(widths)
+
+    def model_state(self) -> dict[str, Any]:
+        """The activation width of every part: what the lazily built top model was built for."""
+        return {"widths": {str(k): int(v) for k, v in self.layout.widths.items()}}
+
+    def load_saved(self, saved: SavedSide) -> None:
+        """Rebuild the top model for the saved widths, then load the saved weights."""
+        widths = saved.state.get("widths")
+        expected = set(self.layout.widths)
+        if (not isinstance(widths, dict) or set(widths) != expected
+                or not all(type(w) is int and w > 0 for w in widths.values())):
+            raise ModelError(f"{self.name}'s saved model state does not give a positive activation width for "
+                             f"each of {', '.join(sorted(expected))} (another method, or other parties)")
+        own = self.layout.widths.get(self.name)
+        if own is not None and widths[self.name] != own:
+            raise ModelError(f"{self.name}'s saved own activation width {widths[self.name]} is not its "
+                             f"model's here ({own}): other options")
+        self.layout.widths = dict(widths)
+        self._build_top()
+        super().load_saved(saved)
 
     def _ids_active(self, ctx: PartyContext, passive: str, labelled_ids: list[str]) -> np.ndarray:
         """Plaintext stand-in: receive a guest's IDs, answer which are labelled; return the labelled rows."""
@@ -615,9 +653,6 @@ class EntityAugActive(SplitActive):
 class EntityAugmentation(SplitMethod[EntityAugOptions]):
     """Guests send activations of any labelled entities; the host trains on interpolated labels."""
 
-    cannot_save = ("its host builds the top model from the widths its guests' activations show during training, "
-                   "and resolves entities at set-up; saving that layout and scoring without entity resolution "
-                   "are not implemented yet")
     name = "entity-aug"
     summary = ("Entity Augmentation (Amalanshu et al. 2024): no alignment needed, "
                "labels mixed by activation width")
@@ -626,6 +661,15 @@ class EntityAugmentation(SplitMethod[EntityAugOptions]):
 
     def bottom(self, side: PartySide) -> nn.Module:
         return build_passive_model(side.data, self.config, self.options, side.name)
+
+    def decode(self, side: PartySide, message: Any, sender: str, rows: int, phase: str) -> torch.Tensor:
+        """A guest's evaluation embedding: ``rows`` rows of the width its training activations had."""
+        h = checked_tensor(message, sender, rows)
+        layout = getattr(side, "layout", None)
+        width = layout.widths.get(sender, 0) if layout is not None else 0
+        if width and h.shape[1] != width:
+            raise ProtocolError(f"{sender} sent an embedding of width {h.shape[1]}; its activations had {width}")
+        return h
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         """Return a guest role per passive party and the host role for the active party."""

@@ -4,7 +4,9 @@ A party's part (:mod:`securevfl.model.store` writes and verifies it) holds only 
 owns: its modules' weights (:data:`WEIGHTS`, safetensors), its fitted preprocessing
 (:data:`PREPROCESSING`, skops with a trusted-type list), its column schema, and at the active party
 the class names or the regression target's scale. The training settings that rebuild the method's
-sides travel in the manifest, so scoring builds exactly the sides training built.
+sides travel in the manifest, so scoring builds exactly the sides training built, and so does a
+side's small model state beyond its weights (``extra["side"]``, JSON: Entity Augmentation's host
+keeps the activation widths its top model was built for).
 
 Methods whose parties run on the split-learning engine save and score (their roles are
 :class:`~securevfl.methods.engine.split.SideRole`); the others are refused with one line, before
@@ -136,6 +138,10 @@ def save_part(directory: str | Path, *, party: str, role: str, side_saved: Saved
     if encoder is not None:
         files[PREPROCESSING] = dump_encoder(encoder)
     objective = side_saved.objective
+    try:
+        json.dumps(side_saved.state, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ModelError(f"{party}'s model state cannot be saved ({exc})") from None
     target_scale = None
     if objective is not None and objective.task == REGRESSION:
         target_scale = {"mean": objective.target_mean, "std": objective.target_std}
@@ -146,12 +152,12 @@ def save_part(directory: str | Path, *, party: str, role: str, side_saved: Saved
                             classes=list(classes) if role == "active" and task != REGRESSION else [],
                             target_scale=target_scale,
                             extra={"train": dict(settings), "labels": objective is not None,
-                                   "party_order": list(parties)})
+                                   "party_order": list(parties), "side": dict(side_saved.state)})
     return write_part(directory, manifest, files, report=report, overwrite=overwrite)
 
 
 def saved_side(part: LoadedPart) -> SavedSide:
-    """The :class:`SavedSide` a verified part holds (weights, and the active party's objective)."""
+    """The :class:`SavedSide` a verified part holds (weights, the active party's objective, the side's model state)."""
     where = str(part.path)
     if WEIGHTS not in part.files:
         raise ModelError(f"{where}: no {WEIGHTS}")
@@ -162,7 +168,10 @@ def saved_side(part: LoadedPart) -> SavedSide:
         scale = manifest.target_scale or {}
         objective = (Objective(REGRESSION, target_mean=float(scale["mean"]), target_std=float(scale["std"]))
                      if manifest.task == REGRESSION else Objective())
-    return SavedSide(weights, objective)
+    state = manifest.extra.get("side", {})
+    if not isinstance(state, dict):
+        raise ModelError(f"{where}: the saved model state is malformed")
+    return SavedSide(weights, objective, dict(state))
 
 
 def saved_encoder(part: LoadedPart) -> PartyEncoder | None:

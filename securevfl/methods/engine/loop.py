@@ -26,9 +26,11 @@ to evaluate a set of rows); :func:`run_side` owns the rest:
   run's, another job's or another data set's, naming the party;
 * **evaluation**: the test rows go through the same :meth:`PartySide.evaluate` protocol;
 * **saved models and scoring** (issue 27): after training, :meth:`PartySide.saved` is what the party
-  keeps of its side (its modules' weights, and at the active party the fitted objective: a regression
-  target's scale); :func:`score_side` rebuilds the side, loads that, and scores new rows through the
-  same :meth:`PartySide.evaluate` protocol as the test rows, in batches. So scoring a run's held-out
+  keeps of its side (its modules' weights, at the active party the fitted objective: a regression
+  target's scale, and :meth:`PartySide.model_state`: small JSON state such as a lazily built model's
+  widths); :func:`score_side` rebuilds the side (:meth:`PartySide.build_for_scoring`), loads that, and
+  scores new rows through the same :meth:`PartySide.evaluate` protocol as the test rows, in batches.
+  So scoring a run's held-out
   rows reproduces its test predictions, and every privacy layer of the evaluation applies unchanged.
 
 Engine messages use tags ``engine.<phase>.<what>``; a method's own use ``<method>.<phase>.<what>``.
@@ -213,12 +215,15 @@ Losses = Mapping[str, float]
 class SavedSide:
     """What one party keeps of its trained side.
 
-    Its modules' weights, and at the active party its fitted objective (the regression target's
-    scale; classification keeps nothing else).
+    Its modules' weights, at the active party its fitted objective (the regression target's
+    scale; classification keeps nothing else), and ``state``: the side's own small model state
+    beyond the weights (:meth:`PartySide.model_state`; JSON values, saved in the part's manifest),
+    such as the widths a lazily built model was built for. Never training data.
     """
 
     weights: dict[str, dict[str, torch.Tensor]]
     objective: Objective | None = None
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 class PartySide(ABC):
@@ -255,6 +260,15 @@ class PartySide(ABC):
     def build(self, ctx: PartyContext) -> None:
         """Create the models and optimisers (registered in :attr:`state`); may exchange set-up messages."""
 
+    def build_for_scoring(self, ctx: PartyContext) -> None:
+        """Create what scoring with a saved side needs (by default: :meth:`build`).
+
+        A side whose :meth:`build` does training-only work (resolving training entities, queues of
+        training data) builds only its models here; every party of the method must exchange the
+        same set-up messages (if any) here, as scoring's evaluation protocol is then run in step.
+        """
+        self.build(ctx)
+
     def batches(self, epoch: int) -> Iterable[Any]:
         """The epoch's batches: by default the agreed order of :attr:`rows`, one index array per batch."""
         return agreed_batches(self.rows, self.config, epoch)
@@ -280,12 +294,21 @@ class PartySide(ABC):
         """Load a checkpointed :meth:`TrainingState.state_dict` (a side that builds lazily builds first)."""
         self.state.load_state_dict(state)
 
+    def model_state(self) -> dict[str, Any]:
+        """Small JSON-safe model state beyond the weights, kept with a saved side (by default nothing).
+
+        What :meth:`load_saved` needs to rebuild a model that :meth:`build_for_scoring` cannot build
+        alone (the widths of a lazily built top model, say); never rows of training data.
+        """
+        return {}
+
     def saved(self) -> SavedSide:
         """What this party keeps of its side once trained (its own modules; never a peer's data)."""
-        return SavedSide(self.state.weights(), self.objective if self.data.y_train is not None else None)
+        return SavedSide(self.state.weights(), self.objective if self.data.y_train is not None else None,
+                         self.model_state())
 
     def load_saved(self, saved: SavedSide) -> None:
-        """Load :meth:`saved` weights into the modules :meth:`build` made; a mismatch is a ModelError."""
+        """Load :meth:`saved` weights into the modules :meth:`build_for_scoring` made; a mismatch is a ModelError."""
         own = {n: sorted(m.state_dict()) for n, m in self.state.modules.items()}
         theirs = {n: sorted(w) for n, w in saved.weights.items()}
         if own != theirs:
@@ -713,7 +736,8 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
 def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows: int) -> Evaluation | None:
     """Score this party's scoring rows (``side.data.X_test``) with a saved side; the active party returns them.
 
-    The side is built as for training (set-up messages included), its saved weights loaded, and the
+    The side is built for scoring (:meth:`PartySide.build_for_scoring`: by default as for training,
+    set-up messages included), its saved weights (and model state) loaded, and the
     rows go through :meth:`PartySide.evaluate` — the evaluation protocol of the validation rows,
     privacy layer and all (the test evaluation's may add extras about the training rows, such as
     TabVFL's latent quality) — ``batch_rows`` at a time (every party cuts the same batches: the row
@@ -725,7 +749,7 @@ def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows:
     side.name, side.device = ctx.name, ctx.device
     if saved.objective is not None:
         side.__dict__["objective"] = saved.objective  # the fitted one; never refitted on scoring rows
-    side.build(ctx)
+    side.build_for_scoring(ctx)
     if not side.takes_part:  # it contributed at set-up only (a centralised reference's raw columns)
         return None
     side.load_saved(saved)
