@@ -38,7 +38,8 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -163,6 +164,24 @@ def open_transport(federation: Federation, name: str, phase: str = "train") -> A
         transport.close()
         raise
     return transport
+
+
+@contextmanager
+def party_links(federation: Federation, name: str, transport: Any = None, phase: str = "train") -> Iterator[Any]:
+    """The links of party ``name`` for one run, opened here unless given, and closed here if opened here.
+
+    On any failure every peer is told at once (ABORT with the reason), so they stop now, not at a timeout.
+    """
+    own = transport is None
+    transport = transport or open_transport(federation, name, phase)
+    try:
+        yield transport
+    except BaseException as exc:
+        transport.abort(f"{name} stopped: {type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if own:
+            transport.close()
 
 
 def ordered_addresses(federation: Federation) -> dict[str, str]:
@@ -515,9 +534,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     torch_device = resolve_device(device)
     data_parties = data_party_order(federation)
     passives = data_parties[1:]  # the passive data parties; helpers are peers, not passives
-    own_transport = transport is None
-    transport = transport or open_transport(federation, name)
-    try:
+    with party_links(federation, name, transport) as transport:
         if table is None:
             setup_role, setup_parties = helper_plan_role(federation), (*data_parties, name)
         else:
@@ -573,12 +590,6 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
         if model_dir is not None:
             _save_own_part(model_dir, name, federation, method, config.train, role, scenario, table, classes,
                            plan, result.report, overwrite_model)
-    except BaseException as exc:
-        transport.abort(f"{name} stopped: {type(exc).__name__}: {exc}")  # peers stop now, not at a timeout
-        raise
-    finally:
-        if own_transport:
-            transport.close()
     result.wall_s = time.perf_counter() - started
     return result
 

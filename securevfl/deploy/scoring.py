@@ -40,7 +40,7 @@ from securevfl.deploy.party import (
     _with_cost_exchange,
     data_party_order,
     local_scenario,
-    open_transport,
+    party_links,
     psi_role,
 )
 from securevfl.errors import ConfigError, DataError, ModelError, ProtocolError
@@ -158,9 +158,7 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path, mo
         if size == 0:
             raise DataError("no row is shared by every party's new file: nothing to score")
 
-    own_transport = transport is None
-    transport = transport or open_transport(federation, name, phase="predict")
-    try:
+    with party_links(federation, name, transport, phase="predict") as transport:
         setup_role = scoring_plan_role(table, size_check, manifest.job_fingerprint,
                                        encoder.width if encoder is not None else 0, federation, n_classes,
                                        manifest.task)
@@ -192,11 +190,5 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path, mo
             result.snapshots, result.missing_costs = snapshots, missing
         else:
             result.snapshots = {name: meter.snapshot()}
-    except BaseException as exc:
-        transport.abort(f"{name} stopped: {type(exc).__name__}: {exc}")
-        raise
-    finally:
-        if own_transport:
-            transport.close()
     result.wall_s = time.perf_counter() - started
     return result
