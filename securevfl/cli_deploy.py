@@ -184,7 +184,6 @@ DEFAULT_PREDICTIONS = Path("out/predictions.csv")
 def _score_party(fed: Any, as_: str, data: Path, model_dir: Path, out: Path | None, report: Path | None,
                  device: str, batch_size: int) -> None:
     from securevfl.deploy.scoring import run_deployed_scoring
-
     from securevfl.methods.base import method_class
 
     if method_class(fed.job.method).standalone:

@@ -67,8 +67,10 @@ def check_savable(method: Method[Any], roles: Mapping[str, Any] | None = None) -
 
 
 def model_parties(method: Method[Any], parties: Mapping[str, str]) -> dict[str, str]:
-    """The parties a saved model lists (party -> role): all of the run's, or the active party alone
-    for a standalone method (only it saves a part)."""
+    """The parties a saved model lists (party -> role): the run's, or the active party alone if standalone.
+
+    A standalone method's model is the active party's alone: only that party saves a part.
+    """
     if method.standalone:
         return {p: r for p, r in parties.items() if r == "active"}
     return dict(parties)

@@ -4,12 +4,14 @@ Every party of the model reads its own new file with the column spec of its trai
 against its saved schema (a missing trained column, or a column of another type, is refused before
 any work), applies its saved preprocessing (an unseen category or a blank is encoded as in
 training, never an error), and the parties align their IDs with the same ECDH PSI as training:
-only the intersection is scored. (A **standalone** model, ``local``'s, is the active party's alone:
-only its file is read, every row of it is scored in file order, and there is no PSI and no other
-party; a passive party's file is refused, so no one believes it changed the predictions.) The sides are then rebuilt from the saved parts and score the
+only the intersection is scored. The sides are then rebuilt from the saved parts and score the
 aligned rows through the test evaluation's protocol (:func:`~securevfl.methods.engine.loop.score_side`),
 so the same privacy layer protects scoring as training (EASTER's embeddings summed under its
 ``secagg``, for instance). The active party's predictions come back in its file's row order.
+
+A **standalone** model (``local``'s) is the active party's alone: only its file is read, every row
+of it is scored in file order, with no PSI and no other party. A passive party's file is refused
+(one line), so no one believes it changed the predictions.
 """
 
 from __future__ import annotations
