@@ -145,15 +145,20 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
 
 def _save_model(config: RunConfig, method: Any, scenario: Scenario, roles: Mapping[str, Any],
                 report: RunReport) -> None:
-    """Every party of this process saves its own part (its side, preprocessing and schema) under ``model_dir``."""
-    from securevfl.model.saving import model_fingerprint, party_schema, save_part, train_settings
+    """Every party of this process saves its own part (its side, preprocessing and schema) under ``model_dir``.
+
+    A standalone method's model is the active party's alone: only that party saves a part.
+    """
+    from securevfl.model.saving import model_fingerprint, model_parties, party_schema, save_part, train_settings
 
     settings = train_settings(config.train)
-    parties = {p: ("active" if p == scenario.active else "passive") for p in scenario.tables}
+    parties = model_parties(method, {p: ("active" if p == scenario.active else "passive") for p in scenario.tables})
     fingerprint = model_fingerprint(method.name, settings, parties)
     card = report.to_dict()
     opts = config.dataset_options
     for party, role in roles.items():
+        if party not in parties:
+            continue
         table = scenario.tables[party]
         encoder = scenario.encoded(party).encoder
         schema = party_schema(encoder, table.columns, id_column=opts.id_column,

@@ -164,7 +164,14 @@ def train(
     print_summary(result)
     console.print(f"report: {json_path} and {md_path}")
     if model_dir is not None:
-        console.print(f"model: {model_dir}/<party>/ (one part per party; score with securevfl predict)")
+        from securevfl.methods.base import method_class
+
+        if method_class(result.method).standalone:
+            active = next(p for p, e in result.parties.items() if e.get("labels"))
+            console.print(f"model: {model_dir}/{active}/ (standalone: the active party's alone; score with "
+                          f"securevfl predict and {active}'s file only)")
+        else:
+            console.print(f"model: {model_dir}/<party>/ (one part per party; score with securevfl predict)")
 
 
 def _print_parties(parties: dict[str, Any]) -> None:

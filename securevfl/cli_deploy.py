@@ -162,7 +162,11 @@ def _check_predict_options(fed: Any, as_: str, data: Path | None, model_dir: Pat
                            checkpoint_dir: Path | None) -> None:
     """--predict needs this party's new rows and its part; only the active party writes predictions."""
     from securevfl.checks import check_output_file
+    from securevfl.deploy.scoring import standalone_refusal
 
+    refusal = standalone_refusal(fed, as_)
+    if refusal:
+        raise ConfigError(refusal)
     if model_dir is None or data is None:
         raise ConfigError("--predict needs --model-dir (this party's saved part) and --data (its new rows)")
     if checkpoint_dir is not None:
@@ -180,8 +184,13 @@ DEFAULT_PREDICTIONS = Path("out/predictions.csv")
 def _score_party(fed: Any, as_: str, data: Path, model_dir: Path, out: Path | None, report: Path | None,
                  device: str, batch_size: int) -> None:
     from securevfl.deploy.scoring import run_deployed_scoring
+    from securevfl.methods.base import method_class
 
-    print(f"[{as_}] scoring with {model_dir}/{as_}; connecting to {', '.join(p for p in fed.parties if p != as_)} "
+    if method_class(fed.job.method).standalone:
+        print(f"[{as_}] scoring with {model_dir}/{as_}, alone (a standalone model: no other party, no link)",
+              file=sys.stderr, flush=True)
+    else:
+        print(f"[{as_}] scoring with {model_dir}/{as_}; connecting to {', '.join(p for p in fed.parties if p != as_)} "
           f"({'plaintext, loopback' if fed.insecure else 'mutual TLS'})", file=sys.stderr, flush=True)
     result = run_deployed_scoring(fed, as_, data, model_dir, batch_size=batch_size, device=device,
                                   progress=_row_printer(as_))
@@ -251,7 +260,12 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
         atomic.write_text(json_path, json.dumps(_passive_report(result), indent=2))
         console.print(f"report: {json_path}")
     if model_dir is not None:
-        console.print(f"model part: {model_dir}/{as_}/")
+        from securevfl.methods.base import method_class
+
+        if method_class(fed.job.method).standalone and as_ != fed.active:
+            console.print(f"model part: none (the {fed.job.method} model is {fed.active}'s alone)")
+        else:
+            console.print(f"model part: {model_dir}/{as_}/")
 
 
 def _passive_report(result: Any) -> dict[str, Any]:
@@ -305,6 +319,11 @@ def launch_command(
     extra: dict[str, list[str]] = {n: [] for n in fed.parties}
     if predict:
         _check_predict_options(fed, fed.active, files.get(fed.active), model_dir, out, checkpoint_dir)
+        from securevfl.methods.base import method_class
+
+        if method_class(fed.job.method).standalone:
+            raise ConfigError(f"the {fed.job.method} model is the active party's alone: score it without launch, "
+                              f"with securevfl party --predict --as {fed.active} (or securevfl predict)")
         for name in files:
             extra[name] += ["--predict", "--model-dir", str(model_dir), "--batch-size", str(batch_size)]
         extra[fed.active] += ["--out", str(out or DEFAULT_PREDICTIONS)]

@@ -132,3 +132,31 @@ def test_parts_of_two_models_never_score_together(tmp_path, tables, capfd):
     errors = [line for line in (output.out + output.err).splitlines() if "error:" in line]
     assert errors and any("shop holds a part of another model" in line for line in errors), errors
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_a_standalone_model_is_saved_and_scored_by_the_active_party_alone(tmp_path, tables, capsys, monkeypatch):
+    """``local`` deployed: only the bank saves a part; the bank scores alone, without connecting."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    train, new = tables
+    fed = _federation(tmp_path, "local")
+    model = tmp_path / "model"
+    assert _launch(fed, train, "--model-dir", str(model)) == 0
+    assert [p.name for p in model.iterdir()] == ["bank"]  # the shop and the clinic hold nothing of it
+    capsys.readouterr()
+    out = tmp_path / "predictions.csv"
+    # no peer is running: the bank scores on its own
+    assert main(["party", "--federation", str(fed), "--as", "bank", "--insecure", "--device", "cpu", "--predict",
+                 "--model-dir", str(model), "--data", str(new["bank"]), "--out", str(out), "--batch-size", "50"]) == 0
+    deployed = pd.read_csv(out)
+    local = securevfl.predict(model, data={"bank": str(new["bank"])}, device="cpu")
+    assert deployed.customer_id.tolist() == pd.read_csv(new["bank"]).customer_id.tolist()  # every row, file order
+    np.testing.assert_allclose(_probabilities(deployed), _probabilities(local), atol=1e-6, rtol=0)
+    capsys.readouterr()
+    refusals = [["party", "--federation", str(fed), "--as", "shop", "--insecure", "--predict", "--model-dir",
+                 str(model), "--data", str(new["shop"])],
+                ["launch", str(fed), "--insecure", "--predict", "--model-dir", str(model),
+                 *[a for p in PARTIES for a in ("--data", f"{p}={new[p]}")]]]
+    for args in refusals:
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "the local model is the active party's alone" in err[0], err

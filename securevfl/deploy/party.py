@@ -503,7 +503,8 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     ``checkpoint_overwrite`` moves this party's old checkpoints aside for a new run. ``columns``: how
     this party reads and encodes its own file (default: its ``[parties.<name>.columns]`` section);
     the other parties never see it. ``model_dir``: this party saves its own part of the trained
-    model under ``DIR/<name>/`` (:mod:`securevfl.model`; ``overwrite_model`` replaces one there);
+    model under ``DIR/<name>/`` (:mod:`securevfl.model`; ``overwrite_model`` replaces one there;
+    a standalone method's passive parties save nothing: the model is the active party's alone);
     ``securevfl party --predict`` scores with it (:mod:`securevfl.deploy.scoring`).
     """
     from securevfl.api import assemble_report, resolve_device
@@ -515,6 +516,8 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     is_active = name == federation.active
     # refuse a bad method or option before connecting
     method, config = _method_and_config(federation, device, checkpoint_dir, resume, checkpoint_overwrite)
+    if model_dir is not None and method.standalone and not is_active:
+        model_dir = None  # the model is the active party's alone: this party saves nothing
     if model_dir is not None:
         from securevfl.model.saving import check_model_dir, check_savable
 
@@ -598,14 +601,22 @@ def _save_own_part(model_dir: str | Path, name: str, federation: Federation, met
                    scenario: Scenario, table: PartyTable | None, classes: tuple[str, ...], plan: Mapping[str, Any],
                    report: Any, overwrite: bool) -> None:
     """Save the own part of the trained model, and nothing of any other party's (issue 27)."""
-    from securevfl.model.saving import check_savable, model_fingerprint, party_schema, save_part, train_settings
+    from securevfl.model.saving import (
+        check_savable,
+        model_fingerprint,
+        model_parties,
+        party_schema,
+        save_part,
+        train_settings,
+    )
 
     check_savable(method, {name: role})
     if table is None:
         raise ConfigError(f"{name} holds no data: the methods that save models have no such party")
     job = federation.job
     settings = train_settings(train)
-    parties = {p: ("active" if p == federation.active else "passive") for p in data_party_order(federation)}
+    parties = model_parties(method, {p: ("active" if p == federation.active else "passive")
+                                     for p in data_party_order(federation)})
     fingerprint = model_fingerprint(method.name, settings, parties, plan["model"])
     encoder = scenario.encoded(name).encoder
     schema = party_schema(encoder, table.columns, id_column=job.id_column,

@@ -46,6 +46,7 @@ from securevfl.deploy.party import (
 from securevfl.errors import ConfigError, DataError, ModelError, ProtocolError
 from securevfl.federation.meter import MeterSnapshot
 from securevfl.federation.runtime import PartyContext, run_party
+from securevfl.methods.base import method_class
 
 TAG_PART = "deploy.score.part"
 _HEX = re.compile(r"^[0-9a-f]{8,128}$")
@@ -65,13 +66,19 @@ class DeployedScoring:
     wall_s: float = 0.0
 
 
-def _check_part(federation: Federation, name: str, manifest: Any) -> None:
-    """Refuse a part that does not belong to this federation's job: method, parties and roles."""
+def _check_part(federation: Federation, name: str, manifest: Any, standalone: bool = False) -> None:
+    """Refuse a part that does not belong to this federation's job: method, parties and roles.
+
+    ``standalone``: the model is the active party's alone, so its part lists that party alone.
+    """
     job = federation.job
     if manifest.method != job.method:
         raise ModelError(f"the part in the model directory is a {manifest.method} model; the federation's job "
                          f"trains {job.method}")
-    parties = data_party_order(federation)
+    if manifest.standalone != standalone:
+        raise ModelError(f"{name}'s part is {'' if manifest.standalone else 'not '}a standalone model; "
+                         f"{job.method} models are {'' if standalone else 'not '}standalone")
+    parties = [federation.active] if standalone else data_party_order(federation)
     if sorted(manifest.parties) != sorted(parties):
         raise ModelError(f"the model's parties are {', '.join(sorted(manifest.parties))}; the federation's "
                          f"data parties are {', '.join(sorted(parties))}")
@@ -118,6 +125,36 @@ def scoring_plan_role(table: Any, size_check: Callable[..., Any], fingerprint: s
     return role
 
 
+def standalone_refusal(federation: Federation, name: str) -> str | None:
+    """Why party ``name`` takes no part in scoring the federation's model, or None where it does."""
+    if method_class(federation.job.method).standalone and name != federation.active:
+        return (f"the {federation.job.method} model is the active party's alone: only {federation.active} scores "
+                f"(securevfl party --predict --as {federation.active}, no other party needed)")
+    return None
+
+
+def _score_standalone(federation: Federation, name: str, data: str | Path, model_dir: str | Path, batch_size: int,
+                      device: str, progress: Callable[..., None] | None, started: float) -> DeployedScoring:
+    """The active party scores every row of its own file with its standalone part, without connecting."""
+    from securevfl.model.saving import saved_encoder, saved_side
+    from securevfl.model.scoring import SavedModel, score
+    from securevfl.model.store import read_part
+
+    refusal = standalone_refusal(federation, name)
+    if refusal:
+        raise ConfigError(refusal)
+    part = read_part(model_dir, name)
+    _check_part(federation, name, part.manifest, standalone=True)
+    model = SavedModel(Path(model_dir), {name: part}, encoders={name: saved_encoder(part)},
+                       sides={name: saved_side(part)})
+    scored = score(model, {name: data}, id_column=federation.job.id_column, batch_size=batch_size, device=device,
+                   progress=progress)
+    rows = np.arange(scored.rows["scored"], dtype=np.int64)
+    alignment = LocalAlignment(rows, np.zeros(0, np.int64), len(rows), MeterSnapshot())
+    return DeployedScoring(name, alignment, predictions=scored.predictions, metrics=scored.metrics, rows=len(rows),
+                           wall_s=time.perf_counter() - started)
+
+
 def run_deployed_scoring(federation: Federation, name: str, data: str | Path, model_dir: str | Path, *,
                          batch_size: int = 4096, device: str = "auto", progress: Callable[..., None] | None = None,
                          transport: Any = None) -> DeployedScoring:
@@ -137,6 +174,8 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path, mo
         raise ConfigError(f"{name} has data = false: the methods that score saved models have no such party")
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
+    if method_class(federation.job.method).standalone:
+        return _score_standalone(federation, name, data, model_dir, batch_size, device, progress, started)
     # everything local is checked before connecting: the part (digests, version), the method, the new file
     part = read_part(model_dir, name)
     manifest = part.manifest

@@ -168,6 +168,9 @@ class Method(ABC, Generic[OptionsT]):
     #: Why its parties cannot save a model (``--model-dir``) yet; "" where they can (the engine's
     #: methods save and score through :mod:`securevfl.model`).
     cannot_save: ClassVar[str] = ""
+    #: Whether its final model is the active party's alone (``local``): only the active party saves a
+    #: part, marked standalone, and scoring needs no passive party (no PSI, no network).
+    standalone: ClassVar[bool] = False
     options: OptionsT
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -1,61 +1,82 @@
-"""Local: the active party alone on its own features — the baseline every VFL paper reports."""
+"""Local: the active party alone on its own features — the baseline every VFL paper reports.
+
+It runs on the split-learning engine (:mod:`securevfl.methods.engine`) with one side that trains
+alone: the active party's MLP (the shape of a SplitNN bottom + top) on its own aligned rows, in
+the agreed batch order; the passive parties take no part. So it has the engine's early stopping,
+checkpoints and resume, and saves and scores like the engine's other methods — but its final model
+is the active party's alone, so the saved model is **standalone** (:attr:`Local.standalone`): only
+the active party saves a part, and scoring needs no passive party, no PSI and no network.
+"""
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
+import numpy as np
 import torch
 
-from securevfl.data.scenario import PartyData, Scenario
+from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods.base import (
-    ActiveOutcome,
-    Method,
-    NoOptions,
-    Role,
-    TrainConfig,
-    as_tensor,
-    batch_plan,
-    register_method,
-)
-from securevfl.methods.objective import make_objective
+from securevfl.methods.base import ActiveOutcome, Method, NoOptions, Role, as_tensor, register_method
+from securevfl.methods.engine.loop import EngineRecord, Evaluation, Losses, PartySide
+from securevfl.methods.engine.split import side_role
 from securevfl.models import init_parameters, mlp_bottom
 from securevfl.seeding import party_generator
 
 
-def local_mlp_role(data: PartyData, config: TrainConfig) -> Role:
-    """Train an MLP (same shape as a SplitNN bottom + top) on the active party's aligned rows."""
+class LocalActive(PartySide):
+    """The active party's model on its own features: one module ``model``, Adam, no message ever."""
 
-    def role(ctx: PartyContext) -> ActiveOutcome:
+    def build(self, ctx: PartyContext) -> None:
+        data, config = self.data, self.config
         if data.n_features == 0:
             raise ConfigError("local needs the active party to hold features")
-        assert data.y_train is not None and data.y_test is not None  # the active party holds the labels
-        device = ctx.device
         hidden = (*config.hidden, config.embedding_dim, *config.hidden)
         model = init_parameters(mlp_bottom(data.n_features, data.codes, hidden, data.n_classes,
-                                           final_activation=False), party_generator(config.seed, ctx.name)).to(device)
-        opt = torch.optim.Adam(model.parameters(), lr=config.lr)
-        objective = make_objective(data.task, data.y_train, data.n_classes, config.class_weight)
-        X = as_tensor(data.X_train, device)
-        y = objective.targets(data.y_train, device)
-        history = []
-        for epoch in range(config.epochs):
-            ctx.stage = f"train epoch {epoch + 1}"
-            total = 0.0
-            for idx in batch_plan(len(X), config.batch_size, config.seed, epoch):
-                with ctx.meter.compute():
-                    loss = objective.loss(model(X[idx]), y[idx])
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-                    total += float(loss.detach()) * len(idx)
-            history.append({"epoch": epoch + 1, "train_loss": total / len(X)})
-            ctx.progress(epoch=epoch + 1, epochs=config.epochs, loss=history[-1]["train_loss"])
-        ctx.stage = "evaluate"
-        with ctx.meter.compute(), torch.no_grad():
-            scores = objective.predictions(model.eval()(as_tensor(data.X_test, device)))
-        return ActiveOutcome(y_true=data.y_test, scores=scores, history=history)
+                                           final_activation=False), party_generator(config.seed, ctx.name))
+        self.state.modules["model"] = model.to(ctx.device)
+        self.state.optimizers["model"] = torch.optim.Adam(model.parameters(), lr=config.lr)
 
-    return role
+    @functools.cached_property
+    def train_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training rows and targets on the party's device (made at the first batch; scoring never needs them)."""
+        return as_tensor(self.data.X_train, self.device), self.training_targets()
+
+    def train_batch(self, ctx: PartyContext, batch: Any) -> tuple[Losses, int]:
+        X, y = self.train_tensors
+        model, opt = self.state.modules["model"], self.state.optimizers["model"]
+        with ctx.meter.compute():
+            loss = self.objective.loss(model(X[batch]), y[batch])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return {"loss": float(loss.detach())}, len(batch)
+
+    def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation:
+        with ctx.meter.compute(), torch.no_grad():
+            return Evaluation(self.objective.predictions(self.state.modules["model"](as_tensor(X, self.device))))
+
+    def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> ActiveOutcome:
+        assert evaluation is not None and self.data.y_test is not None  # the active party holds the labels
+        return ActiveOutcome(y_true=self.data.y_test, scores=evaluation.scores, history=record.history,
+                             extra=record.extra())
+
+
+class LocalIdle(PartySide):
+    """A passive party of ``local``: it takes no part (and keeps nothing of the model)."""
+
+    takes_part = False
+
+    def build(self, ctx: PartyContext) -> None:
+        return None
+
+    def train_batch(self, ctx: PartyContext, batch: Any) -> None:  # pragma: no cover - never called
+        return None
+
+    def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> None:  # pragma: no cover - never called
+        return None
 
 
 def idle_role(ctx: PartyContext) -> None:
@@ -69,10 +90,12 @@ class Local(Method[NoOptions]):
 
     name = "local"
     summary = "active party alone on its own features (baseline)"
+    uses_engine = True
+    standalone = True
     supports_objectives = True
     supports_category_embeddings = True
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
-        roles: dict[str, Role] = {p: idle_role for p in scenario.passives}
-        roles[scenario.active] = local_mlp_role(scenario.party_data(scenario.active), self.config)
+        roles: dict[str, Role] = {p: side_role(LocalIdle(self, scenario.party_data(p))) for p in scenario.passives}
+        roles[scenario.active] = side_role(LocalActive(self, scenario.party_data(scenario.active)))
         return roles

@@ -10,7 +10,9 @@ keeps the activation widths its top model was built for).
 
 Methods whose parties run on the split-learning engine save and score (their roles are
 :class:`~securevfl.methods.engine.split.SideRole`); the others are refused with one line, before
-any training.
+any training. A **standalone** method (:attr:`~securevfl.methods.base.Method.standalone`: ``local``)
+trains the active party's model alone: only the active party saves a part, its manifest lists that
+party alone (``standalone = true``), and the passive parties save nothing (they hold nothing of it).
 """
 
 from __future__ import annotations
@@ -64,6 +66,16 @@ def check_savable(method: Method[Any], roles: Mapping[str, Any] | None = None) -
         return
     raise ConfigError(f"{method.name} cannot save a model yet (--model-dir): its parties do not run on the "
                       f"split-learning engine; these methods can: {', '.join(savable_methods())}")
+
+
+def model_parties(method: Method[Any], parties: Mapping[str, str]) -> dict[str, str]:
+    """The parties a saved model lists (party -> role): the run's, or the active party alone if standalone.
+
+    A standalone method's model is the active party's alone: only that party saves a part.
+    """
+    if method.standalone:
+        return {p: r for p, r in parties.items() if r == "active"}
+    return dict(parties)
 
 
 def check_model_dir(directory: str | Path, overwrite: bool, party: str | None = None) -> None:
@@ -133,7 +145,10 @@ def save_part(directory: str | Path, *, party: str, role: str, side_saved: Saved
               schema: Mapping[str, Any], method: Method[Any], settings: Mapping[str, Any],
               parties: Mapping[str, str], fingerprint: str, task: str, classes: tuple[str, ...] = (),
               report: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
-    """Write party ``party``'s own part under ``directory/<party>/`` (atomically) and return that folder."""
+    """Write party ``party``'s own part under ``directory/<party>/`` (atomically) and return that folder.
+
+    ``parties``: the model's parties (:func:`model_parties`: the active party alone for a standalone method).
+    """
     files = {WEIGHTS: tensors_to_bytes(flatten_state(side_saved.weights))}
     if encoder is not None:
         files[PREPROCESSING] = dump_encoder(encoder)
@@ -147,12 +162,16 @@ def save_part(directory: str | Path, *, party: str, role: str, side_saved: Saved
         target_scale = {"mean": objective.target_mean, "std": objective.target_std}
     options = method.describe()
     privacy = {"secagg": options.get("secagg", "none"), "defenses": dict(settings.get("defenses", {}))}
+    extra: dict[str, Any] = {"train": dict(settings), "labels": objective is not None, "party_order": list(parties),
+                             "side": dict(side_saved.state)}
+    if method.standalone:
+        extra["learns"] = (f"{party} trained this model alone on its own columns; the passive parties took no "
+                           "part in training, saved nothing and take no part in scoring.")
     manifest = PartManifest(party=party, role=role, method=method.name, job_fingerprint=fingerprint,
                             parties=dict(parties), task=task, schema=dict(schema), options=options, privacy=privacy,
+                            standalone=method.standalone,
                             classes=list(classes) if role == "active" and task != REGRESSION else [],
-                            target_scale=target_scale,
-                            extra={"train": dict(settings), "labels": objective is not None,
-                                   "party_order": list(parties), "side": dict(side_saved.state)})
+                            target_scale=target_scale, extra=extra)
     return write_part(directory, manifest, files, report=report, overwrite=overwrite)
 
 

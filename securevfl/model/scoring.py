@@ -8,6 +8,10 @@ only the intersection is scored. The sides are then rebuilt from the saved parts
 aligned rows through the test evaluation's protocol (:func:`~securevfl.methods.engine.loop.score_side`),
 so the same privacy layer protects scoring as training (EASTER's embeddings summed under its
 ``secagg``, for instance). The active party's predictions come back in its file's row order.
+
+A **standalone** model (``local``'s) is the active party's alone: only its file is read, every row
+of it is scored in file order, with no PSI and no other party. A passive party's file is refused
+(one line), so no one believes it changed the predictions.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from securevfl.data.columns import ColumnSpec, column_kinds
 from securevfl.data.files import party_table_from_file
 from securevfl.data.partition import PartyTable
 from securevfl.data.preprocess import EncodedColumns, PartyEncoder, as_frame
-from securevfl.data.scenario import Scenario
+from securevfl.data.scenario import Scenario, align_none
 from securevfl.errors import ConfigError, DataError, ModelError
 from securevfl.methods import create_method
 from securevfl.methods.engine.loop import SavedSide, score_side
@@ -90,6 +94,7 @@ def load_model(directory: str | Path) -> SavedModel:
     manifests = list_parts(path)
     if not manifests:
         raise ModelError(f"{path} holds no saved model part")
+    manifests = _standalone_parts(path, manifests)
     check_same_model(manifests)
     first = next(iter(manifests.values()))
     missing = sorted(set(first.parties) - set(manifests))
@@ -102,6 +107,23 @@ def load_model(directory: str | Path) -> SavedModel:
     # every file decoded now (weights, preprocessing): a bad part is refused before any data is read
     return SavedModel(path, parts, encoders={p: saved_encoder(part) for p, part in parts.items()},
                       sides={p: saved_side(part) for p, part in parts.items()})
+
+
+def _standalone_parts(path: Path, manifests: dict[str, PartManifest]) -> dict[str, PartManifest]:
+    """The parts of the model under ``path``: a standalone model's active part alone, else all of them.
+
+    A standalone model (``local``) is the active party's alone; other parties' folders beside it are
+    not of it (left by an earlier model that ``--overwrite`` replaced) and are not read. A standalone
+    part beside another model's active part is refused: which model is meant is then unclear.
+    """
+    alone = {p: m for p, m in manifests.items() if m.standalone}
+    if not alone:
+        return manifests
+    actives = sorted(p for p, m in manifests.items() if m.role == "active")
+    if len(alone) > 1 or len(actives) > 1:
+        raise ModelError(f"{path} holds parts of more than one model (active parts: {', '.join(actives)}; "
+                         f"standalone: {', '.join(sorted(alone))}); keep one model per folder")
+    return alone
 
 
 @dataclass
@@ -172,7 +194,10 @@ def read_new_rows(part: LoadedPart, encoder: PartyEncoder | None, path: str | Pa
 def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_column: str | None = None,
           batch_size: int = DEFAULT_BATCH_ROWS, device: str = "auto", alignment: str = "psi",
           progress: Callable[..., None] | None = None) -> Scored:
-    """Score the rows every party's new file shares (``data``: party -> file) with a saved model, in one process."""
+    """Score the rows every party's new file shares (``data``: party -> file) with a saved model, in one process.
+
+    A standalone model takes the active party's file alone (``{active: file}``) and scores all its rows.
+    """
     from securevfl.api import resolve_device
     from securevfl.eval import task_metrics
     from securevfl.federation.runtime import run_parties
@@ -183,6 +208,12 @@ def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
     wanted, given = set(model.data_parties), set(data)
+    standalone = model.manifests[model.active].standalone
+    if standalone and wanted != given:
+        extra = sorted(given - wanted)
+        raise ConfigError(f"the {model.method} model is {model.active}'s alone (standalone): give only "
+                          f"{model.active}'s file" + (f"; {', '.join(extra)} take(s) no part in scoring"
+                                                      if extra else ""))
     if wanted != given:
         extra, lacking = sorted(given - wanted), sorted(wanted - given)
         raise ConfigError("the model's parties are " + ", ".join(model.data_parties)
@@ -206,7 +237,10 @@ def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_
             encodings[party] = encoded
         if party == active:
             labels = party_labels
-    aligned = create_aligner(alignment)(tables, active)
+    if standalone:  # nothing to align: every row of the active party's file, in file order
+        aligned = align_none(tables, active)
+    else:
+        aligned = create_aligner(alignment)(tables, active)
     size = len(aligned.aligned[active])
     if size == 0:
         raise DataError("no row is shared by every party's file: nothing to score")

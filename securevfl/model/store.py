@@ -95,8 +95,9 @@ class PartManifest:
     are stored as JSON: they are normalised on construction (tuples become lists, keys strings),
     so a manifest equals the one read back.
 
-    ``standalone`` means the final model is the active party's alone (e.g. a distilled student):
-    prediction then runs without the passive parties. ``classes`` is the active party's class
+    ``standalone`` means the final model is the active party's alone (``local``; a distilled
+    student): only the active party saves a part, its ``parties`` lists that party alone, and
+    prediction runs without the passive parties. ``classes`` is the active party's class
     names in output order (classification only; ``[]`` at every other party), ``target_scale``
     the regression target's mean/std at the active party (else ``None``).
     """
@@ -214,6 +215,8 @@ def _manifest_problem(m: PartManifest) -> str | None:
         return f"field 'parties' must name exactly one active party (it names {len(actives)})"
     if not isinstance(m.standalone, bool):
         return "field 'standalone' must be true or false"
+    if m.standalone and (m.role != "active" or len(m.parties) != 1):
+        return "a standalone model is the active party's alone: its one part lists only that party"
     for name in ("schema", "options", "privacy", "extra"):
         if not isinstance(getattr(m, name), dict):
             return f"field {name!r} must be a JSON object"
