@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from net_helpers import free_port
-from sklearn.datasets import load_breast_cancer
+from org_tables import organisation_frames, write_tables
 
 from securevfl.data.partition import PartyTable
 from securevfl.data.scenario import take_rows
@@ -51,22 +51,7 @@ party.PartyShape.to_wire = lambda self: {**honest(self), "rows": 2**35}
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("tables")
-    data = load_breast_cancer(as_frame=True)
-    ids = [f"c{i:04d}" for i in range(len(data.frame))]
-    columns = list(data.data.columns)
-    split = {"bank": columns[:5], "shop": columns[5:18], "clinic": columns[18:]}
-    rng = np.random.default_rng(11)
-    paths = {}
-    for name, cols in split.items():
-        frame = data.data[cols].copy()
-        frame.insert(0, "customer_id", ids)
-        if name == "bank":
-            frame["churn"] = np.where(data.target == 1, "yes", "no")
-        frame = frame[rng.random(len(frame)) < 0.9]
-        paths[name] = out / f"{name}.csv"
-        frame.to_csv(paths[name], index=False)
-    return paths
+    return write_tables(organisation_frames(11), tmp_path_factory.mktemp("tables"))
 
 
 def _federation(directory: Path, recv_timeout: float = 20.0) -> Path:

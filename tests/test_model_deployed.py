@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from net_helpers import free_port
-from sklearn.datasets import load_breast_cancer
+from org_tables import organisation_frames, probabilities, write_tables
 
 import securevfl
 from securevfl.cli import main
@@ -24,24 +24,13 @@ PARTIES = ("bank", "shop", "clinic")
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory) -> tuple[dict[str, Path], dict[str, Path]]:
-    """(training files, new files): new rows are other customers' and a few of the training ones."""
+    """(training files, new files): the new rows are a quarter of the customers, none trained on."""
     out = tmp_path_factory.mktemp("tables")
-    data = load_breast_cancer(as_frame=True)
-    ids = np.array([f"c{i:04d}" for i in range(len(data.frame))])
-    columns = list(data.data.columns)
-    split = {"bank": columns[:5], "shop": columns[5:18], "clinic": columns[18:]}
-    rng = np.random.default_rng(3)
-    new_rows = rng.random(len(ids)) < 0.25
-    train, new = {}, {}
-    for name, cols in split.items():
-        frame = data.data[cols].copy()
-        frame.insert(0, "customer_id", ids)
-        if name == "bank":
-            frame["churn"] = np.where(data.target == 1, "yes", "no")
-        keep = rng.random(len(frame)) < 0.92
-        train[name], new[name] = out / f"{name}.csv", out / f"new_{name}.csv"
-        frame[keep & ~new_rows].to_csv(train[name], index=False)
-        frame[keep & new_rows].sample(frac=1.0, random_state=1).to_csv(new[name], index=False)
+    frames = organisation_frames(3, keep=0.92)
+    new_ids = set(f"c{i:04d}" for i in np.random.default_rng(4).choice(569, 142, replace=False))
+    train = write_tables({p: f[~f.customer_id.isin(new_ids)] for p, f in frames.items()}, out)
+    new = write_tables({p: f[f.customer_id.isin(new_ids)].sample(frac=1.0, random_state=1)
+                        for p, f in frames.items()}, out, prefix="new_")
     return train, new
 
 
@@ -77,10 +66,6 @@ def _launch(fed: Path, files: dict[str, Path], *args: str) -> int:
     return main(["launch", str(fed), "--insecure", "--device", "cpu", "--timeout", "180", *data, *args])
 
 
-def _probabilities(frame: pd.DataFrame) -> np.ndarray:
-    return frame[[c for c in frame.columns if c.startswith("proba_")]].to_numpy()
-
-
 @pytest.mark.parametrize("method, options", [("splitnn", ""), ("easter", 'secagg = "dh"\nembedding_size = 16'),
                                              ("entity-aug", "")], ids=["splitnn", "easter-dh", "entity-aug"])
 def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_path, tables, method, options,
@@ -98,7 +83,7 @@ def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_p
     assert deployed.customer_id.tolist() == local.customer_id.tolist()
     assert deployed.customer_id.tolist() == [i for i in pd.read_csv(new["bank"]).customer_id
                                              if i in set(local.customer_id)]  # the active file's order
-    np.testing.assert_allclose(_probabilities(deployed), _probabilities(local), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(probabilities(deployed), probabilities(local), atol=1e-6, rtol=0)
     assert (deployed.prediction == local.prediction).all()
 
 
@@ -114,7 +99,7 @@ def test_a_model_trained_in_one_process_scores_alike_deployed(tmp_path, tables, 
                    "--out", str(out)) == 0
     deployed = pd.read_csv(out)
     assert deployed.customer_id.tolist() == local.customer_id.tolist()
-    np.testing.assert_allclose(_probabilities(deployed), _probabilities(local), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(probabilities(deployed), probabilities(local), atol=1e-6, rtol=0)
 
 
 def test_parts_of_two_models_never_score_together(tmp_path, tables, capfd):
@@ -150,7 +135,7 @@ def test_a_standalone_model_is_saved_and_scored_by_the_active_party_alone(tmp_pa
     deployed = pd.read_csv(out)
     local = securevfl.predict(model, data={"bank": str(new["bank"])}, device="cpu")
     assert deployed.customer_id.tolist() == pd.read_csv(new["bank"]).customer_id.tolist()  # every row, file order
-    np.testing.assert_allclose(_probabilities(deployed), _probabilities(local), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(probabilities(deployed), probabilities(local), atol=1e-6, rtol=0)
     capsys.readouterr()
     refusals = [["party", "--federation", str(fed), "--as", "shop", "--insecure", "--predict", "--model-dir",
                  str(model), "--data", str(new["shop"])],

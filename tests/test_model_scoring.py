@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.datasets import load_breast_cancer
+from org_tables import organisation_frames, probabilities, rows_of, write_tables
 from typer.testing import CliRunner
 
 import securevfl
@@ -30,25 +30,8 @@ PARTIES = ("bank", "shop", "clinic")
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
-    """Breast Cancer as three organisations' tables; the shop also has a text column, the clinic a date."""
-    out = tmp_path_factory.mktemp("tables")
-    data = load_breast_cancer(as_frame=True)
-    ids = [f"c{i:04d}" for i in range(len(data.frame))]
-    columns = list(data.data.columns)
-    split = {"bank": columns[:5], "shop": columns[5:18], "clinic": columns[18:]}
-    rng = np.random.default_rng(5)
-    paths = {}
-    for name, cols in split.items():
-        frame = data.data[cols].copy()
-        frame.insert(0, "customer_id", ids)
-        if name == "bank":
-            frame["churn"] = np.where(data.target == 1, "yes", "no")
-        if name == "shop":
-            frame["segment"] = rng.choice(["gold", "silver", "bronze"], len(frame))
-        frame = frame[rng.random(len(frame)) < 0.9]
-        paths[name] = out / f"{name}.csv"
-        frame.to_csv(paths[name], index=False)
-    return paths
+    """Three organisations' tables; the shop also has a text column."""
+    return write_tables(organisation_frames(5, categories={"shop": "segment"}), tmp_path_factory.mktemp("tables"))
 
 
 def _train(files, model_dir, method="splitnn", options=None, **kwargs):
@@ -59,19 +42,10 @@ def _train(files, model_dir, method="splitnn", options=None, **kwargs):
 
 def _rows(files, directory: Path, ids, drop: dict[str, list[str]] | None = None, parties=PARTIES) -> dict[str, str]:
     """Each party's file cut to ``ids`` (the held-out rows), in a shuffled order of its own."""
-    directory.mkdir(parents=True, exist_ok=True)
-    out = {}
-    for i, p in enumerate(parties):
-        frame = pd.read_csv(files[p])
-        frame = frame[frame.customer_id.isin(set(ids))].sample(frac=1.0, random_state=i)
-        frame = frame.drop(columns=(drop or {}).get(p, []))
-        out[p] = str(directory / f"{p}.csv")
-        frame.to_csv(out[p], index=False)
-    return out
-
-
-def _probabilities(frame: pd.DataFrame) -> np.ndarray:
-    return frame[[c for c in frame.columns if c.startswith("proba_")]].to_numpy()
+    new = rows_of(files, directory, ids, parties)
+    for p, columns in (drop or {}).items():
+        pd.read_csv(new[p]).drop(columns=columns).to_csv(new[p], index=False)
+    return new
 
 
 #: (method, options, scoring batch). 37 rows: batches that do not divide the held-out rows. C-VFL
@@ -92,7 +66,7 @@ def test_scoring_the_held_out_rows_reproduces_the_runs_test_predictions(tmp_path
                                     batch_size=batch)
     assert len(predictions) == len(held_out["ids"])
     expected = dict(zip(held_out["ids"], held_out["scores"], strict=True))
-    got = _probabilities(predictions)
+    got = probabilities(predictions)
     np.testing.assert_allclose(got, np.stack([expected[i] for i in predictions.customer_id]), atol=1e-6, rtol=0)
     # the run's metrics of these scores (EASTER's headline averages every party's own model instead)
     expected_metrics = task_metrics("classification", held_out["y_true"], held_out["scores"])
@@ -123,7 +97,7 @@ def test_entity_aug_saves_its_widths_not_its_queues_and_scores_a_label_only_host
     new = _rows(paths, tmp_path / "new", report.test_predictions["ids"])
     predictions = securevfl.predict(model, data=new, device="cpu", batch_size=37)
     expected = dict(zip(report.test_predictions["ids"], report.test_predictions["scores"], strict=True))
-    np.testing.assert_allclose(_probabilities(predictions), np.stack([expected[i] for i in predictions.customer_id]),
+    np.testing.assert_allclose(probabilities(predictions), np.stack([expected[i] for i in predictions.customer_id]),
                                atol=1e-6, rtol=0)
     manifest_path = tmp_path / "model" / "bank" / MANIFEST
     manifest = json.loads(manifest_path.read_text())
@@ -175,7 +149,7 @@ def test_new_categories_blanks_and_rows_outside_the_intersection_are_handled(tmp
     assert set(scored.predictions.customer_id) == shared
     assert "zz-1" not in set(scored.predictions.customer_id) and scored.rows["bank"] == len(bank) + 2
     assert scored.metrics == {} and scored.rows["scored"] == len(shared)
-    assert np.isfinite(_probabilities(scored.predictions)).all()
+    assert np.isfinite(probabilities(scored.predictions)).all()
 
 
 def test_a_regression_model_predicts_values_on_the_training_scale(tmp_path, files):

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.datasets import load_breast_cancer
+from org_tables import organisation_frames, probabilities, write_tables
 from typer.testing import CliRunner
 
 import securevfl
@@ -30,22 +30,8 @@ PARTIES = ("bank", "shop")
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     """Breast Cancer as two organisations' tables; the bank holds the labels and a category column."""
-    out = tmp_path_factory.mktemp("tables")
-    data = load_breast_cancer(as_frame=True)
-    ids = [f"c{i:04d}" for i in range(len(data.frame))]
-    columns = list(data.data.columns)
-    rng = np.random.default_rng(3)
-    paths = {}
-    for name, cols in {"bank": columns[:8], "shop": columns[8:]}.items():
-        frame = data.data[cols].copy()
-        frame.insert(0, "customer_id", ids)
-        if name == "bank":
-            frame["tier"] = rng.choice(["a", "b", "c"], len(frame))
-            frame["churn"] = np.where(data.target == 1, "yes", "no")
-        frame = frame[rng.random(len(frame)) < 0.9]
-        paths[name] = out / f"{name}.csv"
-        frame.to_csv(paths[name], index=False)
-    return paths
+    frames = organisation_frames(3, split={"bank": slice(0, 8), "shop": slice(8, 30)}, categories={"bank": "tier"})
+    return write_tables(frames, tmp_path_factory.mktemp("tables"))
 
 
 def _train(files, model_dir, method="local", **kwargs):
@@ -67,10 +53,6 @@ def _bank_rows(files, path: Path, ids) -> str:
     return str(path)
 
 
-def _probabilities(frame: pd.DataFrame) -> np.ndarray:
-    return frame[[c for c in frame.columns if c.startswith("proba_")]].to_numpy()
-
-
 @pytest.mark.parametrize("batch", [37, 4096])
 def test_the_active_file_alone_reproduces_the_runs_test_predictions(tmp_path, files, trained, batch):
     directory, report = trained
@@ -78,7 +60,7 @@ def test_the_active_file_alone_reproduces_the_runs_test_predictions(tmp_path, fi
     new = _bank_rows(files, tmp_path / "bank.csv", held_out["ids"])
     predictions = securevfl.predict(directory, data={"bank": new}, device="cpu", batch_size=batch)
     expected = dict(zip(held_out["ids"], held_out["scores"], strict=True))
-    np.testing.assert_allclose(_probabilities(predictions), np.stack([expected[i] for i in predictions.customer_id]),
+    np.testing.assert_allclose(probabilities(predictions), np.stack([expected[i] for i in predictions.customer_id]),
                                atol=1e-6, rtol=0)
     metrics = task_metrics("classification", held_out["y_true"], held_out["scores"])
     for key in ("accuracy", "auc", "f1"):
@@ -108,7 +90,7 @@ def test_every_row_of_the_active_file_is_scored_without_labels_or_any_other_part
     scored = score(directory, {"bank": tmp_path / "bank.csv"}, device="cpu")
     assert scored.rows == {"bank": len(bank), "scored": len(bank)} and scored.metrics == {}
     assert scored.predictions.customer_id.tolist() == bank.customer_id.tolist()
-    assert np.allclose(_probabilities(scored.predictions).sum(axis=1), 1.0)
+    assert np.allclose(probabilities(scored.predictions).sum(axis=1), 1.0)
 
 
 def test_a_passive_file_is_refused_with_one_line(tmp_path, files, trained):

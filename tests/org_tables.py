@@ -1,0 +1,62 @@
+"""Breast Cancer Wisconsin cut into organisations' own tables (the bank holds the label), for the tests.
+
+Each organisation's table has the ``customer_id`` column and its own feature columns; the bank's
+also ``churn`` ("yes" / "no"). Each misses about ``1 - keep`` of the customers (its own draw), so PSI
+has something to find. ``categories`` adds a text column of three levels to the named party.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.datasets import load_breast_cancer
+
+#: Three organisations and their columns of the 30 (by position).
+THREE = {"bank": slice(0, 5), "shop": slice(5, 18), "clinic": slice(18, 30)}
+
+
+def organisation_frames(seed: int, *, split: Mapping[str, slice] = THREE, keep: float = 0.9,
+                        categories: Mapping[str, str] | None = None) -> dict[str, pd.DataFrame]:
+    """Every organisation's table (``categories``: party -> name of a text column to add)."""
+    data = load_breast_cancer(as_frame=True)
+    ids = [f"c{i:04d}" for i in range(len(data.frame))]
+    columns = list(data.data.columns)
+    rng = np.random.default_rng(seed)
+    frames = {}
+    for name, cols in split.items():
+        frame = data.data[columns[cols]].copy()
+        frame.insert(0, "customer_id", ids)
+        if name in (categories or {}):
+            frame[(categories or {})[name]] = rng.choice(["gold", "silver", "bronze"], len(frame))
+        if name == "bank":
+            frame["churn"] = np.where(data.target == 1, "yes", "no")
+        frames[name] = frame[rng.random(len(frame)) < keep]
+    return frames
+
+
+def write_tables(frames: Mapping[str, pd.DataFrame], directory: Path, prefix: str = "") -> dict[str, Path]:
+    """Each frame as ``directory/<prefix><party>.csv``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, frame in frames.items():
+        paths[name] = directory / f"{prefix}{name}.csv"
+        frame.to_csv(paths[name], index=False)
+    return paths
+
+
+def rows_of(files: Mapping[str, Path], directory: Path, ids, parties=None) -> dict[str, str]:
+    """Each party's file cut to ``ids``, in a shuffled order of its own, as new files."""
+    keep = set(ids)
+    frames = {}
+    for i, p in enumerate(parties or files):
+        frame = pd.read_csv(files[p])
+        frames[p] = frame[frame.customer_id.isin(keep)].sample(frac=1.0, random_state=i)
+    return {p: str(path) for p, path in write_tables(frames, directory).items()}
+
+
+def probabilities(frame: pd.DataFrame) -> np.ndarray:
+    """The ``proba_<class>`` columns of a predictions frame, as a matrix."""
+    return frame[[c for c in frame.columns if c.startswith("proba_")]].to_numpy()
