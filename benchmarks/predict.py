@@ -369,6 +369,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                         batch_sizes=batch_sizes, repeats=repeats, psi=not args.no_psi,
                                         deployed=not args.no_deployed and (not args.quick or key == methods[0]),
                                         timeout=args.timeout, log=log)
+            if args.out:  # what is measured so far, in case a long run is stopped
+                from psi.atomic import write_text
+
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                write_text(args.out, json.dumps({**figures, "partial": True}, indent=2, default=float))
         if args.profile:
             key = methods[0]
             log(f"profiling in-process scoring of {key}")
