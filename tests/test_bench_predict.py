@@ -45,3 +45,15 @@ def test_the_predict_benchmark_measures_the_deployed_parties(tmp_path, monkeypat
     assert deployed["rows"] == 800 and deployed["wall_s"] > 0
     assert set(deployed["peak_rss_mb"]) == {"bank", "shop", "clinic"}
     assert all(v > 50 for v in deployed["peak_rss_mb"].values())
+
+
+def test_the_bench_command_has_a_predict_section(tmp_path):
+    from securevfl.cli import main
+
+    out = tmp_path / "bench"
+    assert main(["bench", "--tiny", "--sections", "predict", "--methods", "splitnn", "--quiet", "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    assert list(data["sections"]) == ["predict", "environment"]
+    assert data["figures"]["predict.splitnn.score_rows_per_s"]["min"] > 0
+    assert data["figures"]["predict.splitnn.ratio_scoring_phase"]["repetitions"] == 2
+    assert "Batch scoring of a saved model" in (out / "report.md").read_text()

@@ -259,3 +259,83 @@ def agreement(floor: Mapping[str, Any], scored: pd.DataFrame, id_column: str = "
 def public(figures: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON-able figures (without the ``_``-prefixed arrays)."""
     return {k: v for k, v in figures.items() if not k.startswith("_")}
+
+
+# --- the ``predict`` section of ``securevfl bench`` -------------------------------------------------------------
+
+
+def measure(directory: Path, rows: int, methods: tuple[str, ...], repeats: int,
+            tick: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Each method with a floor (SplitNN; EASTER with DH secagg) on ``rows`` generated rows.
+
+    ``score()`` with PSI once, then plaintext scoring and the floor interleaved ``repeats`` times
+    (torch: one thread, for both).
+    """
+    keys = [k for k, (m, _) in METHODS.items() if m in methods]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train = generate(directory / "train", max(500, min(5000, rows // 2)), seed=1)
+        files = generate(directory / "new", rows, seed=2)
+        out: dict[str, Any] = {"rows": rows, "batch_size": 4096, "repeats": repeats, "methods": {}}
+        for key in keys:
+            if tick:
+                tick(f"scoring {rows:,} rows with a saved {key} model against the floor")
+            model_dir = directory / f"model-{key}"
+            train_model(train, key, model_dir)
+            psi = measure_in_process(model_dir, files, batch_size=4096, alignment="psi")
+            plain, floor = [], []
+            for _ in range(max(1, repeats)):
+                plain.append(measure_in_process(model_dir, files, batch_size=4096, alignment="plaintext"))
+                floor.append(measure_floor(model_dir, files, batch_size=4096))
+            out["methods"][key] = {"psi": public(psi), "plaintext": [public(p) for p in plain],
+                                   "floor": [public(f) for f in floor],
+                                   "max_abs_diff": agreement(floor[0], psi["_predictions"])}
+        return out
+    finally:
+        torch.set_num_threads(threads)
+
+
+def figures(data: Mapping[str, Any]) -> list[Any]:
+    """``predict.<method>.*``: rows/s of scoring and of the floor, and their ratios (paired repetitions)."""
+    from securevfl.bench.timing import HIGHER, Figure
+
+    out = []
+    for key, m in data["methods"].items():
+        k = f"predict.{key}"
+        plain, floor = m["plaintext"], m["floor"]
+        out += [Figure(f"{k}.score_rows_per_s", "rows/s", tuple(p["score_rows_per_s"] for p in plain), HIGHER,
+                       note="scoring phase, plaintext alignment"),
+                Figure(f"{k}.floor_rows_per_s", "rows/s", tuple(f["forward_rows_per_s"] for f in floor), HIGHER,
+                       note="plain torch forward pass, same weights"),
+                Figure(f"{k}.ratio_scoring_phase", "x", tuple(p["score_s"] / f["forward_s"]
+                                                              for p, f in zip(plain, floor, strict=True))),
+                Figure(f"{k}.in_process_rows_per_s", "rows/s", (m["psi"]["rows_per_s"],), HIGHER,
+                       note="score() end to end with PSI"),
+                Figure(f"{k}.ratio_end_to_end", "x", (m["psi"]["wall_s"] / min(f["wall_s"] for f in floor),))]
+    return out
+
+
+def section(data: Mapping[str, Any]) -> Any:
+    """The report section: one row per method, scoring against the floor."""
+    from securevfl.bench.results import Section, Table
+
+    s = Section("predict", f"4b. Batch scoring of a saved model ({data['rows']:,} generated rows, 3 parties)",
+                text=__doc__ or "")
+    t = Table("score() against the floor (minimum over repetitions; torch: one thread)",
+              ["method", "scoring phase (rows/s)", "floor forward (rows/s)", "phase / floor", "score() with PSI (s)",
+               "of which PSI (s)", "plaintext score() (s)", "floor end to end (s)", "with PSI / floor",
+               "max |diff|"])
+    for key, m in data["methods"].items():
+        plain = min(m["plaintext"], key=lambda p: p["score_s"])
+        floor = min(m["floor"], key=lambda f: f["forward_s"])
+        floor_wall = min(f["wall_s"] for f in m["floor"])
+        t.add(key, f"{plain['score_rows_per_s']:,.0f}", f"{floor['forward_rows_per_s']:,.0f}",
+              f"{plain['score_s'] / floor['forward_s']:.2f}x", f"{m['psi']['wall_s']:.2f}", f"{m['psi']['psi_s']:.2f}",
+              f"{min(p['wall_s'] for p in m['plaintext']):.2f}", f"{floor_wall:.2f}",
+              f"{m['psi']['wall_s'] / floor_wall:.1f}x", f"{m['max_abs_diff']:.1e}")
+    t.note = "the goal (issue 27): batch scoring within 2x of the floor in one process; benchmarks/predict.py " \
+             "adds the deployed run, batch sizes and a profile"
+    s.tables.append(t)
+    s.data = dict(data)
+    return s
