@@ -30,7 +30,8 @@ are the minimum over ``--repeats`` runs, the plaintext scoring and the floor int
 with PSI and the deployed ones: one run each). Torch runs one thread in this process by default
 (``--threads``), for scoring and floor alike: on a shared 2-core machine two threads made the same
 forward pass vary 8x between repetitions; ``launch`` gives each party process one thread too.
-``--profile`` adds cProfile's top functions of one in-process plaintext scoring of SplitNN.
+``--profile`` adds cProfile's top functions of one in-process plaintext scoring of each method (the
+calling thread, and the worker thread the parties run in as greenlets).
 Online latency (p50 / p99 of 1 and 1,000 rows) needs a serving mode that is not built: the JSON
 says ``"online": {"status": "not built"}``.
 """
@@ -143,32 +144,55 @@ def measure_deployed(fed: Path, model_dir: Path, files: dict[str, Path], out: Pa
                     "scoring, predictions CSV; one torch thread per party (launch's OMP_NUM_THREADS)"}
 
 
-def profile_scoring(model_dir: Path, files: dict[str, Path], batch_size: int, top: int = 25) -> dict[str, Any]:
-    """cProfile of one in-process scoring (plaintext alignment): the top functions by own time and cumulative."""
-    import cProfile
-    import io
+def _top(profiler: Any, top: int) -> dict[str, Any]:
+    """A profile's top functions by own time and by cumulative time."""
     import pstats
 
-    from securevfl.model.scoring import score
-
-    profiler = cProfile.Profile()
-    profiler.enable()
-    score(model_dir, {p: str(f) for p, f in files.items()}, batch_size=batch_size, device="cpu",
-          alignment="plaintext")
-    profiler.disable()
     stats = pstats.Stats(profiler)
-    out: dict[str, Any] = {"batch_size": batch_size, "total_s": stats.total_tt}  # type: ignore[attr-defined]
-    for key in ("tottime", "cumulative"):
-        buffer = io.StringIO()
-        pstats.Stats(profiler, stream=buffer).sort_stats(key).print_stats(top)
+    out: dict[str, Any] = {"total_s": stats.total_tt}  # type: ignore[attr-defined]
+    for key, column in (("tottime", 2), ("cumulative", 3)):
         rows = []
-        for (filename, line, name), (_cc, calls, tottime, cumtime, _callers) in sorted(
-                stats.stats.items(), key=lambda kv: -kv[1][2 if key == "tottime" else 3])[:top]:  # type: ignore[attr-defined]
+        for (filename, line, name), values in sorted(stats.stats.items(),  # type: ignore[attr-defined]
+                                                     key=lambda kv: -kv[1][column])[:top]:
             where = filename.split("site-packages/")[-1].split("wt-bench/")[-1]
-            rows.append({"function": f"{where}:{line}({name})", "calls": calls, "tottime_s": round(tottime, 4),
-                         "cumtime_s": round(cumtime, 4)})
+            rows.append({"function": f"{where}:{line}({name})", "calls": values[1],
+                         "tottime_s": round(values[2], 4), "cumtime_s": round(values[3], 4)})
         out[f"by_{key}"] = rows
     return out
+
+
+def profile_scoring(model_dir: Path, files: dict[str, Path], batch_size: int, top: int = 25) -> dict[str, Any]:
+    """cProfile of one in-process scoring (plaintext alignment).
+
+    Two profiles: the calling thread (reading, preprocessing, alignment, the predictions frame) and
+    the thread the parties run in (``run_parties``' cooperative scheduler runs every party as a
+    greenlet of one worker thread, which a profiler of the calling thread does not see).
+    """
+    import cProfile
+
+    from securevfl.federation.cooperative import CooperativeTransport
+    from securevfl.model.scoring import score
+
+    main_profile, parties_profile = cProfile.Profile(), cProfile.Profile()
+    original = CooperativeTransport.run
+
+    def profiled_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        parties_profile.enable()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            parties_profile.disable()
+
+    CooperativeTransport.run = profiled_run  # type: ignore[method-assign]
+    try:
+        main_profile.enable()
+        score(model_dir, {p: str(f) for p, f in files.items()}, batch_size=batch_size, device="cpu",
+              alignment="plaintext")
+        main_profile.disable()
+    finally:
+        CooperativeTransport.run = original  # type: ignore[method-assign]
+    return {"batch_size": batch_size, "calling_thread": _top(main_profile, top),
+            "parties_thread": _top(parties_profile, top)}
 
 
 def _best(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
@@ -297,15 +321,18 @@ def print_tables(figures: dict[str, Any]) -> None:
         console.print(f"floor predictions vs score(): max |diff| = {fl['max_abs_diff']:.2e}; within 2x of the floor: "
                       + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in f["within_2x_of_floor"].items()))
     console.print("online latency (p50/p99 of 1 and 1,000 rows): not built (no --serve yet)")
-    prof = figures.get("profile")
-    if prof:
-        table = Table(title=f"cProfile: in-process scoring, plaintext, batch {prof['batch_size']} "
-                            f"({prof['method']}, {n:,} rows), top by own time")
-        for col in ("function", "calls", "own s", "cumulative s"):
-            table.add_column(col, justify="right" if col != "function" else "left")
-        for row in prof["by_tottime"][:15]:
-            table.add_row(row["function"], str(row["calls"]), f"{row['tottime_s']:.3f}", f"{row['cumtime_s']:.3f}")
-        console.print(table)
+    for prof in figures.get("profile", {}).values():
+        for thread in ("calling_thread", "parties_thread"):
+            part = prof[thread]
+            table = Table(title=f"cProfile, {thread.replace('_', ' ')} ({part['total_s']:.2f} s): in-process "
+                                f"scoring, plaintext, batch {prof['batch_size']} ({prof['method']}, {n:,} rows), "
+                                "top by own time")
+            for col in ("function", "calls", "own s", "cumulative s"):
+                table.add_column(col, justify="right" if col != "function" else "left")
+            for row in part["by_tottime"][:15]:
+                table.add_row(row["function"], str(row["calls"]), f"{row['tottime_s']:.3f}",
+                              f"{row['cumtime_s']:.3f}")
+            console.print(table)
     m = figures["machine"]
     console.print(f"machine: {m['cpu']}, {m['cores_logical']} cores, {m['memory_gib']} GiB; load average (1 min) "
                   f"{m['load_1m_start']} at the start, {m['load_1m_end']} at the end. {m['note']}.")
@@ -375,9 +402,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 write_text(args.out, json.dumps({**figures, "partial": True}, indent=2, default=float))
         if args.profile:
-            key = methods[0]
-            log(f"profiling in-process scoring of {key}")
-            figures["profile"] = {"method": key, **profile_scoring(work / f"model-{key}", files, args.batch_size)}
+            figures["profile"] = {}
+            for key in methods:
+                log(f"profiling in-process scoring of {key}")
+                figures["profile"][key] = {"method": key,
+                                           **profile_scoring(work / f"model-{key}", files, args.batch_size)}
     figures["online"] = {"status": "not built", "note": "p50/p99 latency of 1 and 1,000 rows needs a serving mode "
                                                         "(--serve), which does not exist yet"}
     figures["machine"] = {**machine(), "load_1m_start": load_start}
