@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from securevfl.bench import environment, methods, network, plots, primitives, report, scaling, wire
+from securevfl.bench import environment, methods, network, plots, predict, primitives, report, scaling, wire
 from securevfl.bench.config import BenchConfig
 from securevfl.bench.results import Results, Section, Table
 from securevfl.bench.timing import Figure
@@ -36,7 +36,7 @@ def run_bench(config: BenchConfig, out: str | Path, *, progress: Progress | None
     out_dir.mkdir(parents=True, exist_ok=True)
     progress = progress or _quiet
     started = time.perf_counter()
-    active = [s for s in ("primitives", "methods", "scaling", "network") if s in config.sections]
+    active = [s for s in ("primitives", "methods", "scaling", "network", "predict") if s in config.sections]
     total = len(active) + 1
     done = 0
     load_samples: list[tuple[str, float, float]] = [("start", 0.0, environment.load_average())]
@@ -114,6 +114,12 @@ def run_bench(config: BenchConfig, out: str | Path, *, progress: Progress | None
                            "caption": "Simulated transfer time of each run vs bandwidth and latency"})
         results.sections.append(sec)
         finish_section("network")
+    if "predict" in active:
+        with tempfile.TemporaryDirectory(prefix="securevfl-bench-predict-") as tmp:
+            scored = predict.measure(Path(tmp), sizes.predict_rows, config.methods, sizes.repeats, tick)
+        record(predict.figures(scored))
+        results.sections.append(predict.section(scored))
+        finish_section("predict")
     results.environment = environment.finish(env, load_samples)
     results.sections.append(_environment_section(results.environment, out_dir))
     results.headline = report.headline(results)

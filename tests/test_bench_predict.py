@@ -1,0 +1,59 @@
+"""benchmarks/predict.py (issue 27) end to end at a tiny size: scoring in one process, the floor, deployed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("predict_bench", ROOT / "benchmarks" / "predict.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_predict_benchmark_runs_and_its_floor_computes_what_scoring_does(tmp_path):
+    out = tmp_path / "predict.json"
+    figures = _benchmark().main(["--rows", "1500", "--train-rows", "600", "--repeats", "1", "--batch-sizes", "512",
+                                 "--batch-size", "512", "--no-deployed", "--quiet", "--out", str(out),
+                                 "--work-dir", str(tmp_path / "work")])
+    assert json.loads(out.read_text())["rows"] == 1500
+    assert figures["online"] == {"status": "not built", "note": figures["online"]["note"]}
+    for key in ("splitnn", "easter_dh"):
+        f = figures[key]
+        assert f["in_process"]["rows"] == f["in_process_plaintext"]["rows"] == f["floor"]["rows"] == 1500
+        assert f["in_process"]["psi_s"] > 0 and f["in_process"]["score_s"] > 0
+        assert f["floor"]["max_abs_diff"] < 1e-5  # the floor's plain modules compute score()'s predictions
+        assert f["ratio_to_floor"]["scoring_phase"] > 0 and f["ratio_to_floor"]["end_to_end"] > 0
+        assert set(f["batch_sizes"]) == {"512"}
+        assert f["deployed"] == {"status": "not run (--no-deployed)"}
+
+
+@pytest.mark.slow
+def test_the_predict_benchmark_measures_the_deployed_parties(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    figures = _benchmark().main(["--rows", "800", "--train-rows", "400", "--repeats", "1", "--batch-sizes", "256",
+                                 "--methods", "splitnn", "--no-psi", "--quiet", "--timeout", "300"])
+    deployed = figures["splitnn"]["deployed"]
+    assert deployed["rows"] == 800 and deployed["wall_s"] > 0
+    assert set(deployed["peak_rss_mb"]) == {"bank", "shop", "clinic"}
+    assert all(v > 50 for v in deployed["peak_rss_mb"].values())
+
+
+def test_the_bench_command_has_a_predict_section(tmp_path):
+    from securevfl.cli import main
+
+    out = tmp_path / "bench"
+    assert main(["bench", "--tiny", "--sections", "predict", "--methods", "splitnn", "--quiet", "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    assert list(data["sections"]) == ["predict", "environment"]
+    assert data["figures"]["predict.splitnn.score_rows_per_s"]["min"] > 0
+    assert data["figures"]["predict.splitnn.ratio_scoring_phase"]["repetitions"] == 2
+    assert "Batch scoring of a saved model" in (out / "report.md").read_text()
