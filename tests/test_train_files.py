@@ -63,3 +63,13 @@ def test_label_column_at_passive_party_is_refused(party_files, tmp_path, capsys)
     rc = main(["train", "--data", f"bank={paths['bank']}", "--data", f"shop={leaky_path}",
                "--id-column", "customer_id", "--label-column", "churn", "--quiet"])
     assert rc == 2 and "holds the label column" in capsys.readouterr().err
+
+
+def test_a_parquet_file_with_integer_ids_is_read(tmp_path):
+    """Integer IDs of a Parquet file stream as text (they used to crash the binary-file check)."""
+    from securevfl.data.files import party_table_from_file
+
+    path = tmp_path / "bank.parquet"
+    pd.DataFrame({"id": np.arange(40, dtype=np.int64), "x": np.linspace(0, 1, 40), "y": [0, 1] * 20}).to_parquet(path)
+    table, classes = party_table_from_file("bank", path, id_column="id", label_column="y", is_active=True)
+    assert table.ids[:3].tolist() == ["0", "1", "2"] and classes == ("0", "1")
