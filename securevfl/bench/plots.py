@@ -229,6 +229,29 @@ def network(rows: Sequence[Mapping[str, Any]], path: Path) -> str:
     return _save(fig, path)
 
 
+def predict(methods: Mapping[str, Mapping[str, Any]], path: Path) -> str:
+    """Section 4b: where scoring's time goes (plaintext alignment) next to the plain-torch floor, per method."""
+    fig = MplFigure(figsize=(8, 4))
+    ax = fig.subplots()
+    parts = ("read_s", "preprocess_s", "align_s", "score_s", "other_s")
+    labels = []
+    for i, (key, m) in enumerate(methods.items()):
+        plain = min(m["plaintext"], key=lambda p: p["wall_s"])
+        floor = min(m["floor"], key=lambda f: f["wall_s"])
+        start = 0.0
+        for j, part in enumerate(parts):
+            width = max(0.0, float(plain.get(part, 0.0)))
+            ax.barh(2 * i, width, left=start, color=f"C{j}", label=part[:-2] if i == 0 else None)
+            start += width
+        ax.barh(2 * i + 1, floor["wall_s"], color="grey", label="floor (plain torch, end to end)" if i == 0 else None)
+        labels += [f"{key}: score()", f"{key}: floor"]
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("seconds (plaintext alignment; PSI is reported in the table)")
+    ax.set_title("Batch scoring of a saved model against the floor")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
 def load(samples: Sequence[Mapping[str, Any]], cores: int, threshold: float, path: Path) -> str:
     """Section 5: the load average per core at the start and after every section."""
     fig = MplFigure(figsize=(7, 4))

@@ -118,7 +118,10 @@ def run_bench(config: BenchConfig, out: str | Path, *, progress: Progress | None
         with tempfile.TemporaryDirectory(prefix="securevfl-bench-predict-") as tmp:
             scored = predict.measure(Path(tmp), sizes.predict_rows, config.methods, sizes.repeats, tick)
         record(predict.figures(scored))
-        results.sections.append(predict.section(scored))
+        sec = predict.section(scored)
+        sec.images.append({"file": plots.predict(scored["methods"], out_dir / "bench_predict.png"),
+                           "caption": "Where batch scoring's time goes (plaintext alignment) next to the floor"})
+        results.sections.append(sec)
         finish_section("predict")
     results.environment = environment.finish(env, load_samples)
     results.sections.append(_environment_section(results.environment, out_dir))

@@ -92,7 +92,7 @@ def read_numeric_table(path: Path, kind: str, *, id_column: str, label_column: s
         pa.default_memory_pool().release_unused()  # hand the batches' buffers back rather than cache them
     X.resize((n, len(features)), refcheck=False)  # give back what the estimate over-allocated (in place)
     id_series = pd.Series(np.concatenate(ids), name=id_column)
-    if id_series.dtype == object and id_series.astype(str).str.contains("\0", regex=False).any():
+    if not pd.api.types.is_numeric_dtype(id_series) and id_series.astype(str).str.contains("\0", regex=False).any():
         return None  # a binary file: the general path says so (integer IDs of a Parquet file cannot be)
     label_series = None
     if label_column is not None:
