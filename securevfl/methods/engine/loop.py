@@ -30,8 +30,8 @@ to evaluate a set of rows); :func:`run_side` owns the rest:
   target's scale, and :meth:`PartySide.model_state`: small JSON state such as a lazily built model's
   widths); :func:`score_side` rebuilds the side (:meth:`PartySide.build_for_scoring`), loads that, and
   scores new rows through the same :meth:`PartySide.evaluate` protocol as the test rows, in batches.
-  So scoring a run's held-out
-  rows reproduces its test predictions, and every privacy layer of the evaluation applies unchanged.
+  So scoring a run's held-out rows reproduces its test predictions, and every privacy layer of the
+  evaluation applies unchanged.
 
 Engine messages use tags ``engine.<phase>.<what>``; a method's own use ``<method>.<phase>.<what>``.
 """
