@@ -4,22 +4,37 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from net_helpers import free_port
 
+#: The ``[job]`` body most process tests run: SplitNN on the organisations' tables (tests/org_tables.py).
+SPLITNN_JOB = ('method = "splitnn"\nepochs = 2\nbatch_size = 64\nseed = 0\n'
+               'id_column = "customer_id"\nlabel_column = "churn"')
+
+
+def loopback_federation_file(directory: Path, parties: Sequence[str], active: str, job: str, extra: str = "", *,
+                             network: str = "peer_timeout_s = 20\nheartbeat_s = 0.5",
+                             name: str = "fed.toml") -> Path:
+    """A plaintext loopback federation file of ``parties`` on free ports.
+
+    ``job``: the ``[job]`` table's body; ``network``: the ``[network]`` table's body; ``extra``: more
+    tables (``[job.options]``, a party's columns).
+    """
+    addresses = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{free_port()}"' for p in parties)
+    path = directory / name
+    path.write_text(f'[federation]\nactive = "{active}"\ninsecure = true\n\n{addresses}\n\n{extra}\n\n'
+                    f"[network]\n{network}\n\n[job]\n{job}\n")
+    return path
+
 
 def loopback_federation(tmp_path: Path, parties: list[str], active: str, job: str, extra: str = "") -> Any:
-    """A plaintext loopback federation of ``parties`` on free ports, with the ``[job]`` table's body ``job``."""
+    """:func:`loopback_federation_file`, loaded."""
     from securevfl.deploy.federation import load_federation
 
-    addresses = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{free_port()}"' for p in parties)
-    path = tmp_path / "fed.toml"
-    path.write_text(f'[federation]\nactive = "{active}"\ninsecure = true\n\n{addresses}\n\n{extra}\n\n'
-                    f"[network]\npeer_timeout_s = 20\nheartbeat_s = 0.5\n\n[job]\n{job}\n")
-    return load_federation(path)
+    return load_federation(loopback_federation_file(tmp_path, parties, active, job, extra))
 
 
 def run_parties_in_threads(federation: Any, files: dict[str, str], timeout: float = 120) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from deployed_threads import SPLITNN_JOB, loopback_federation_file
 
 from securevfl.cli import main
 from securevfl.errors import ConfigError
@@ -48,15 +49,9 @@ def _tables(directory: Path, parties: tuple[str, ...], n: int = 400) -> dict[str
 
 
 def _loopback_federation(directory: Path, parties: tuple[str, ...], epochs: int) -> Path:
-    from net_helpers import free_port
-
-    addresses = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{free_port()}"' for p in parties)
-    path = directory / "fed.toml"
-    path.write_text(f'[federation]\nactive = "{parties[0]}"\ninsecure = true\n\n{addresses}\n\n'
-                    "[network]\npeer_timeout_s = 20\nheartbeat_s = 0.5\nconnect_timeout_s = 60\n\n"
-                    f'[job]\nmethod = "splitnn"\nepochs = {epochs}\nbatch_size = 16\nseed = 0\n'
-                    'id_column = "customer_id"\nlabel_column = "churn"\n')
-    return path
+    job = SPLITNN_JOB.replace("epochs = 2", f"epochs = {epochs}").replace("batch_size = 64", "batch_size = 16")
+    return loopback_federation_file(directory, parties, parties[0], job,
+                                    network="peer_timeout_s = 20\nheartbeat_s = 0.5\nconnect_timeout_s = 60")
 
 
 class _Party:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from net_helpers import free_port
+from deployed_threads import SPLITNN_JOB, loopback_federation_file
 from org_tables import organisation_frames, write_tables
 
 from securevfl.data.partition import PartyTable
@@ -55,28 +55,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 
 def _federation(directory: Path, recv_timeout: float = 20.0) -> Path:
-    parties = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{free_port()}"' for p in PARTIES)
-    path = directory / "fed.toml"
-    path.write_text(f"""[federation]
-active = "bank"
-insecure = true
-
-{parties}
-
-[network]
-peer_timeout_s = 8
-heartbeat_s = 0.5
-recv_timeout_s = {recv_timeout}
-
-[job]
-method = "splitnn"
-epochs = 2
-batch_size = 64
-seed = 0
-id_column = "customer_id"
-label_column = "churn"
-""")
-    return path
+    return loopback_federation_file(directory, PARTIES, "bank", SPLITNN_JOB,
+                                    network=f"peer_timeout_s = 8\nheartbeat_s = 0.5\nrecv_timeout_s = {recv_timeout}")
 
 
 def _cap_memory() -> None:  # runs in the child before exec

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from net_helpers import free_port
+from deployed_threads import SPLITNN_JOB, loopback_federation_file
 from org_tables import organisation_frames, probabilities, write_tables
 
 import securevfl
@@ -35,30 +35,9 @@ def tables(tmp_path_factory) -> tuple[dict[str, Path], dict[str, Path]]:
 
 
 def _federation(directory: Path, method: str, options: str = "") -> Path:
-    parties = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{free_port()}"' for p in PARTIES)
-    path = directory / f"fed-{method}.toml"
-    path.write_text(f"""[federation]
-active = "bank"
-insecure = true
-
-{parties}
-
-[network]
-peer_timeout_s = 10
-heartbeat_s = 0.5
-
-[job]
-method = "{method}"
-epochs = 2
-batch_size = 64
-seed = 0
-id_column = "customer_id"
-label_column = "churn"
-
-[job.options]
-{options}
-""")
-    return path
+    return loopback_federation_file(directory, PARTIES, "bank", SPLITNN_JOB.replace("splitnn", method),
+                                    f"[job.options]\n{options}", network="peer_timeout_s = 10\nheartbeat_s = 0.5",
+                                    name=f"fed-{method}.toml")
 
 
 def _launch(fed: Path, files: dict[str, Path], *args: str) -> int:
