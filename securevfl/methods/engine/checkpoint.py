@@ -160,7 +160,7 @@ class CheckpointStore:
         except FileNotFoundError:
             raise DataError(f"no checkpoint for epoch {epoch} at {path}") from None
         except Exception as exc:  # torch raises pickle/zip/runtime errors for a damaged file
-            # not torch's text: it advises weights_only=False, which would run whatever the file holds
+            # not torch's text: it advises turning the safe loader off, which would run whatever the file holds
             raise DataError(f"checkpoint {path} cannot be read: it is damaged or holds more than tensors "
                             f"({type(exc).__name__}; only tensors are ever loaded)") from None
         if not isinstance(state, dict) or state.get("epoch") != epoch:
