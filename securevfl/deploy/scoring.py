@@ -160,13 +160,12 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path, mo
                          transport: Any = None) -> DeployedScoring:
     """Score party ``name``'s new ``data`` with its own part under ``model_dir``, with its peers, to the end."""
     from securevfl.api import resolve_device
-    from securevfl.eval import task_metrics
     from securevfl.methods import create_method
     from securevfl.methods.engine.loop import score_side
     from securevfl.methods.engine.split import SideRole
     from securevfl.methods.objective import REGRESSION
     from securevfl.model.saving import saved_encoder, saved_side, train_config_from
-    from securevfl.model.scoring import predictions_frame, read_new_rows
+    from securevfl.model.scoring import active_predictions, read_new_rows
     from securevfl.model.store import read_part
 
     started = time.perf_counter()
@@ -220,12 +219,8 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path, mo
         result = DeployedScoring(name, alignment, rows=size)
         if is_active:
             evaluation, snapshots, _setups, _links, missing = outcome
-            scores = evaluation.scores
-            order = np.argsort(rows, kind="stable")  # rows: this file's row of each scored position
-            result.predictions = predictions_frame(table.ids[rows][order], scores[order], manifest.task, classes,
-                                                   job.id_column)
-            if labels is not None:
-                result.metrics = task_metrics(manifest.task, labels[rows], scores)
+            result.predictions, result.metrics = active_predictions(table.ids, rows, evaluation.scores, labels,
+                                                                    manifest.task, classes, job.id_column)
             result.snapshots, result.missing_costs = snapshots, missing
         else:
             result.snapshots = {name: meter.snapshot()}

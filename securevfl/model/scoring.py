@@ -199,7 +199,6 @@ def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_
     A standalone model takes the active party's file alone (``{active: file}``) and scores all its rows.
     """
     from securevfl.api import resolve_device
-    from securevfl.eval import task_metrics
     from securevfl.federation.runtime import run_parties
 
     started = time.perf_counter()
@@ -259,17 +258,25 @@ def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_
                          seed=config.seed, progress=progress)
     evaluation = result.results[active]
     assert evaluation is not None  # the active party's score_side returns its scores
-    scores = evaluation.scores
-    active_rows = aligned.aligned[active]  # the active file's row of each scored position
-    metrics: dict[str, Any] = {}
-    if labels is not None:
-        metrics = task_metrics(model.task, labels[active_rows], scores)
-    order = np.argsort(active_rows, kind="stable")
     id_name = id_column or model.manifests[active].schema.get("id_column") or "id"
-    frame = predictions_frame(tables[active].ids[active_rows][order], scores[order], model.task, model.classes, id_name)
+    frame, metrics = active_predictions(tables[active].ids, aligned.aligned[active], evaluation.scores, labels,
+                                        model.task, model.classes, id_name)
     rows = {p: t.n_rows for p, t in tables.items()}
     rows["scored"] = size
     return Scored(frame, metrics, rows, time.perf_counter() - started)
+
+
+def active_predictions(ids: np.ndarray, rows: np.ndarray, scores: np.ndarray, labels: np.ndarray | None, task: str,
+                       classes: tuple[str, ...], id_column: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The active party's predictions in its file's row order, and the metrics when its file has labels.
+
+    ``rows``: the active file's row of each scored position; ``ids`` and ``labels``: its whole file's.
+    """
+    from securevfl.eval import task_metrics
+
+    metrics = task_metrics(task, labels[rows], scores) if labels is not None else {}
+    order = np.argsort(rows, kind="stable")
+    return predictions_frame(ids[rows][order], scores[order], task, classes, id_column), metrics
 
 
 def predictions_frame(ids: np.ndarray, scores: np.ndarray, task: str, classes: tuple[str, ...],
