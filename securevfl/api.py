@@ -114,9 +114,9 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
         synchronize = lambda: torch.cuda.synchronize(device)  # noqa: E731
     roles = method.party_roles(scenario)
     if config.model_dir:  # refused before any training, not after it
-        from securevfl.model.saving import check_model_dir, check_savable
+        from securevfl.model.saving import check_model_dir, check_savable, model_parties
 
-        check_savable(method, roles)
+        check_savable(method, {p: roles[p] for p in model_parties(method, _data_roles(scenario))})
         check_model_dir(config.model_dir, config.overwrite_model)
     sides = dict(roles)
     planned: list[Any] = []
@@ -149,10 +149,11 @@ def _save_model(config: RunConfig, method: Any, scenario: Scenario, roles: Mappi
 
     A standalone method's model is the active party's alone: only that party saves a part.
     """
+    from securevfl.methods.engine.kept import saved_of
     from securevfl.model.saving import model_fingerprint, model_parties, party_schema, save_part, train_settings
 
     settings = train_settings(config.train)
-    parties = model_parties(method, {p: ("active" if p == scenario.active else "passive") for p in scenario.tables})
+    parties = model_parties(method, _data_roles(scenario))
     fingerprint = model_fingerprint(method.name, settings, parties)
     card = report.to_dict()
     opts = config.dataset_options
@@ -163,10 +164,15 @@ def _save_model(config: RunConfig, method: Any, scenario: Scenario, roles: Mappi
         encoder = scenario.encoded(party).encoder
         schema = party_schema(encoder, table.columns, id_column=opts.id_column,
                               label_column=opts.label_column if party == scenario.active else None)
-        save_part(config.model_dir or "", party=party, role=parties[party], side_saved=role.side.saved(),
+        save_part(config.model_dir or "", party=party, role=parties[party], side_saved=saved_of(role),
                   encoder=encoder, schema=schema, method=method, settings=settings, parties=parties,
                   fingerprint=fingerprint, task=scenario.task, classes=scenario.classes,
                   report=card if party == scenario.active else None, overwrite=config.overwrite_model)
+
+
+def _data_roles(scenario: Scenario) -> dict[str, str]:
+    """Each data party's role (``active`` / ``passive``), in the scenario's order."""
+    return {p: ("active" if p == scenario.active else "passive") for p in scenario.tables}
 
 
 def assemble_report(config: RunConfig, scenario: Scenario, outcome: Any, snapshots: Mapping[str, Any],

@@ -601,6 +601,7 @@ def _save_own_part(model_dir: str | Path, name: str, federation: Federation, met
                    scenario: Scenario, table: PartyTable | None, classes: tuple[str, ...], plan: Mapping[str, Any],
                    report: Any, overwrite: bool) -> None:
     """Save the own part of the trained model, and nothing of any other party's (issue 27)."""
+    from securevfl.methods.engine.kept import saved_of
     from securevfl.model.saving import (
         check_savable,
         model_fingerprint,
@@ -621,7 +622,7 @@ def _save_own_part(model_dir: str | Path, name: str, federation: Federation, met
     encoder = scenario.encoded(name).encoder
     schema = party_schema(encoder, table.columns, id_column=job.id_column,
                           label_column=job.label_column if name == federation.active else None)
-    save_part(model_dir, party=name, role=parties[name], side_saved=role.side.saved(), encoder=encoder,
+    save_part(model_dir, party=name, role=parties[name], side_saved=saved_of(role), encoder=encoder,
               schema=schema, method=method, settings=settings, parties=parties, fingerprint=fingerprint,
               task=scenario.task, classes=classes, report=report.to_dict() if report is not None else None,
               overwrite=overwrite)

@@ -207,7 +207,7 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path, mo
         size = len(plan["test"])
         alignment = LocalAlignment(rows, _unaligned(table.n_rows, rows), size, setup_meter.snapshot())
         scenario = local_scenario(name, federation, table, classes, rows, plan, cost={}, encoded=encoded)
-        roles = method.party_roles(scenario)
+        roles = method.scoring_roles(scenario)
         role = roles.get(name)
         if not isinstance(role, SideRole):
             raise ModelError(f"{manifest.method} cannot score a saved model")

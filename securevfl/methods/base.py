@@ -168,6 +168,9 @@ class Method(ABC, Generic[OptionsT]):
     #: Why its parties cannot save a model (``--model-dir``) yet; "" where they can (the engine's
     #: methods save and score through :mod:`securevfl.model`).
     cannot_save: ClassVar[str] = ""
+    #: Whether it saves and scores although it trains outside the engine: its training roles are
+    #: :class:`~securevfl.methods.engine.kept.KeptRole` and :meth:`scoring_roles` returns scoring sides.
+    saves_outside_engine: ClassVar[bool] = False
     #: Whether its final model is the active party's alone (``local``): only the active party saves a
     #: part, marked standalone, and scoring needs no passive party (no PSI, no network).
     standalone: ClassVar[bool] = False
@@ -217,6 +220,15 @@ class Method(ABC, Generic[OptionsT]):
     @abstractmethod
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         """One role per party of ``scenario``; each role sees only its own PartyData."""
+
+    def scoring_roles(self, scenario: Scenario) -> dict[str, Role]:
+        """One role per party that scores ``scenario``'s test rows with a saved model.
+
+        Each is a :func:`~securevfl.methods.engine.split.side_role` whose side
+        :func:`~securevfl.methods.engine.loop.score_side` runs (helpers such as an arbiter included).
+        By default the training roles (the engine's methods score with their training sides).
+        """
+        return self.party_roles(scenario)
 
     def require_passives(self, scenario: Scenario) -> tuple[str, ...]:
         """The scenario's passive parties; raises ConfigError if there are none (for methods that need them)."""

@@ -9,8 +9,10 @@ side's small model state beyond its weights (``extra["side"]``, JSON: Entity Aug
 keeps the activation widths its top model was built for).
 
 Methods whose parties run on the split-learning engine save and score (their roles are
-:class:`~securevfl.methods.engine.split.SideRole`); the others are refused with one line, before
-any training. A **standalone** method (:attr:`~securevfl.methods.base.Method.standalone`: ``local``)
+:class:`~securevfl.methods.engine.split.SideRole`), and so do methods that train outside it with
+:class:`~securevfl.methods.engine.kept.KeptRole` roles and scoring sides
+(:attr:`~securevfl.methods.base.Method.saves_outside_engine`); the others are refused with one
+line, before any training. A **standalone** method (:attr:`~securevfl.methods.base.Method.standalone`: ``local``)
 trains the active party's model alone: only the active party saves a part, its manifest lists that
 party alone (``standalone = true``), and the passive parties save nothing (they hold nothing of it).
 """
@@ -29,8 +31,8 @@ from securevfl.data.columns import ColumnSpec
 from securevfl.data.preprocess import PartyEncoder
 from securevfl.errors import ConfigError, ModelError
 from securevfl.methods.base import Method, TrainConfig, method_class, method_names
+from securevfl.methods.engine.kept import keeps_model
 from securevfl.methods.engine.loop import SavedSide
-from securevfl.methods.engine.split import SideRole
 from securevfl.methods.objective import REGRESSION, Objective
 from securevfl.model.preprocessing import dump_encoder, load_encoder
 from securevfl.model.store import (
@@ -53,19 +55,23 @@ _RUN_ONLY = ("checkpoint_dir", "resume", "checkpoint_overwrite")
 
 def savable_methods() -> list[str]:
     """The registered methods whose parties save their parts and score with them."""
-    return [n for n in method_names() if method_class(n).uses_engine and not method_class(n).cannot_save]
+    return [n for n in method_names() if (method_class(n).uses_engine or method_class(n).saves_outside_engine)
+            and not method_class(n).cannot_save]
 
 
 def check_savable(method: Method[Any], roles: Mapping[str, Any] | None = None) -> None:
-    """Refuse, before any training, a method whose parties cannot save their parts yet (``roles``: check them too)."""
+    """Refuse, before any training, a method whose parties cannot save their parts yet.
+
+    ``roles``: the roles of the parties that save a part (:func:`model_parties`); each must keep its model.
+    """
     if method.cannot_save:
         raise ConfigError(f"{method.name} cannot save a model yet (--model-dir): {method.cannot_save}; "
                           f"these methods can: {', '.join(savable_methods())}")
-    if roles is None and method.uses_engine or roles is not None and all(
-            isinstance(r, SideRole) for r in roles.values()):
+    if roles is None and (method.uses_engine or method.saves_outside_engine) or roles is not None and all(
+            keeps_model(r) for r in roles.values()):
         return
-    raise ConfigError(f"{method.name} cannot save a model yet (--model-dir): its parties do not run on the "
-                      f"split-learning engine; these methods can: {', '.join(savable_methods())}")
+    raise ConfigError(f"{method.name} cannot save a model yet (--model-dir): its parties keep no part of "
+                      f"the trained model; these methods can: {', '.join(savable_methods())}")
 
 
 def model_parties(method: Method[Any], parties: Mapping[str, str]) -> dict[str, str]:

@@ -248,12 +248,14 @@ def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_
                         dataset="scoring: " + ", ".join(f"{p}={f}" for p, f in data.items()))
     for party, encoded in encodings.items():
         scenario.remember_encoding(party, encoded)
-    roles = method.party_roles(scenario)
+    roles = method.scoring_roles(scenario)
     scoring = {}
     for party, role in roles.items():
-        if not isinstance(role, SideRole) or party not in model.sides:
+        # a helper (hetero-lr's arbiter) holds nothing of the model: it scores with fresh keys, no part
+        saved = model.sides.get(party) if party in tables else SavedSide({})
+        if not isinstance(role, SideRole) or saved is None:
             raise ModelError(f"{model.method} cannot score a saved model")
-        scoring[party] = functools.partial(score_side, side=role.side, saved=model.sides[party], batch_rows=batch_size)
+        scoring[party] = functools.partial(score_side, side=role.side, saved=saved, batch_rows=batch_size)
     result = run_parties(scoring, active=active, passives=scenario.passives, device=torch_device,
                          seed=config.seed, progress=progress)
     evaluation = result.results[active]
