@@ -32,8 +32,14 @@ with PSI and the deployed ones: one run each). Torch runs one thread in this pro
 forward pass vary 8x between repetitions; ``launch`` gives each party process one thread too.
 ``--profile`` adds cProfile's top functions of one in-process plaintext scoring of each method (the
 calling thread, and the worker thread the parties run in as greenlets).
-Online latency (p50 / p99 of 1 and 1,000 rows) needs a serving mode that is not built: the JSON
-says ``"online": {"status": "not built"}``.
+* **online** (SplitNN): ``securevfl party --serve`` for the three parties as three processes over
+  **mutual TLS** on loopback (a development PKI made with :func:`securevfl.deploy.certs.make_dev_pki`),
+  each holding the N rows; after the set-up (each passive party's blinded ID index), a client
+  posts ``--online-requests`` requests of one random ID and ``--online-bulk`` requests of 1,000 IDs
+  to the active party's endpoint, one at a time, and times each round trip (HTTP, blinded lookups at
+  both peers, the method's evaluation, the JSON answer). p50 / p99 per size; ``floor_ms``: the
+  same model's plain torch forward pass of one row and of 1,000 rows in this process. The goal:
+  p50 under 10 ms for one row.
 """
 
 from __future__ import annotations
@@ -142,6 +148,126 @@ def measure_deployed(fed: Path, model_dir: Path, files: dict[str, Path], out: Pa
             "peak_rss_mb": {p: round(v, 1) for p, v in sorted(peaks.items())},
             "note": "wall time of `securevfl launch --predict`: 3 process starts and imports, model load, PSI, "
                     "scoring, predictions CSV; one torch thread per party (launch's OMP_NUM_THREADS)"}
+
+
+TLS_FED_TEMPLATE = """[federation]
+active = "bank"
+
+{parties}
+
+[tls]
+dir = "{certs}"
+
+[network]
+peer_timeout_s = 120
+heartbeat_s = 1.0
+
+[job]
+method = "{method}"
+epochs = 1
+batch_size = 256
+seed = 0
+id_column = "customer_id"
+label_column = "label"
+"""
+
+
+def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    import urllib.request
+
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    import numpy as np
+
+    p50, p99 = np.percentile(samples, [50, 99])
+    return {"p50_ms": float(p50), "p99_ms": float(p99), "mean_ms": float(np.mean(samples)), "n": len(samples)}
+
+
+def measure_online(work: Path, model_dir: Path, files: dict[str, Path], *, singles: int, bulks: int,
+                   timeout: float, log: Any) -> dict[str, Any]:
+    """Three ``securevfl party --serve`` processes over mutual TLS; latency of 1-row and 1,000-row requests."""
+    import urllib.request
+
+    import numpy as np
+    import pandas as pd
+
+    from securevfl.bench import predict as bp
+    from securevfl.deploy.certs import make_dev_pki
+
+    parties = tuple(files)
+    certs = work / "online-certs"
+    make_dev_pki(list(parties), certs, overwrite=True)
+    blocks = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{_free_port()}"' for p in parties)
+    fed = work / "fed-online.toml"
+    fed.write_text(TLS_FED_TEMPLATE.format(parties=blocks, certs=certs, method="splitnn"))
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    procs = {}
+    logs = {}
+    for p in parties:
+        cmd = [sys.executable, "-m", "securevfl.cli", "party", "--federation", str(fed), "--as", p, "--serve",
+               "--model-dir", str(model_dir), "--data", str(files[p]), "--device", "cpu"]
+        if p == "bank":
+            cmd += ["--listen", f"127.0.0.1:{port}"]
+        logs[p] = open(work / f"serve-{p}.log", "w")  # noqa: SIM115 - closed below
+        procs[p] = subprocess.Popen(cmd, stdout=logs[p], stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    started = time.perf_counter()
+    try:
+        while True:  # up once every party has announced its index and the endpoint says ok
+            if any(proc.poll() is not None for proc in procs.values()):
+                raise RuntimeError("a serving party exited during set-up: "
+                                   + "; ".join((work / f"serve-{p}.log").read_text()[-500:] for p in parties))
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                    if json.loads(response.read()).get("status") == "ok":
+                        break
+            except OSError:
+                pass
+            if time.perf_counter() - started > timeout:
+                raise RuntimeError("the serving parties were not up in time")
+            time.sleep(0.2)
+        setup_s = time.perf_counter() - started
+        log(f"[online] three parties up over mutual TLS in {setup_s:.1f} s; timing requests")
+        ids = pd.read_csv(files["bank"], usecols=["customer_id"]).customer_id.astype(str).to_numpy()
+        rng = np.random.default_rng(0)
+        for _ in range(5):  # warm-up
+            _post(f"{url}/score", {"rows": [{"customer_id": str(rng.choice(ids))}]})
+        one, bulk = [], []
+        for _ in range(singles):
+            t0 = time.perf_counter()
+            answer = _post(f"{url}/score", {"rows": [{"customer_id": str(rng.choice(ids))}]})
+            one.append((time.perf_counter() - t0) * 1e3)
+            assert len(answer["predictions"]) == 1, answer
+        for _ in range(bulks):
+            chosen = rng.choice(ids, 1000, replace=False)
+            t0 = time.perf_counter()
+            answer = _post(f"{url}/score", {"rows": [{"customer_id": str(i)} for i in chosen]})
+            bulk.append((time.perf_counter() - t0) * 1e3)
+            assert len(answer["predictions"]) == 1000
+    finally:
+        procs["bank"].send_signal(2)  # SIGINT at the active party: every party stops cleanly
+        codes = {}
+        for p, proc in procs.items():
+            try:
+                codes[p] = proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes[p] = proc.wait()
+            logs[p].close()
+    floor = bp.forward_floor_ms(model_dir, files, sizes=(1, 1000))
+    return {"transport": "gRPC over mutual TLS (development PKI), loopback; HTTP/1.0 JSON endpoint",
+            "setup_s": setup_s, "rows_held_per_party": int(len(ids)),
+            "one_row": _percentiles(one), "thousand_rows": _percentiles(bulk), "floor_ms": floor,
+            "ratio_to_floor_p50": {"one_row": _percentiles(one)["p50_ms"] / floor["1"],
+                                   "thousand_rows": _percentiles(bulk)["p50_ms"] / floor["1000"]},
+            "goal_one_row_p50_under_10_ms": _percentiles(one)["p50_ms"] < 10.0, "exit_codes": codes}
 
 
 def _top(profiler: Any, top: int) -> dict[str, Any]:
@@ -320,7 +446,22 @@ def print_tables(figures: dict[str, Any]) -> None:
         console.print(sweep)
         console.print(f"floor predictions vs score(): max |diff| = {fl['max_abs_diff']:.2e}; within 2x of the floor: "
                       + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in f["within_2x_of_floor"].items()))
-    console.print("online latency (p50/p99 of 1 and 1,000 rows): not built (no --serve yet)")
+    online = figures.get("online", {})
+    if "one_row" in online:
+        table = Table(title="online scoring, SplitNN: three `party --serve` processes over mutual TLS (loopback)")
+        for col in ("request", "p50 ms", "p99 ms", "mean ms", "requests", "floor ms (plain torch)", "p50 vs floor"):
+            table.add_column(col, justify="right")
+        for key, label, size in (("one_row", "1 row", "1"), ("thousand_rows", "1,000 rows", "1000")):
+            row = online[key]
+            table.add_row(label, f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}", f"{row['mean_ms']:.2f}",
+                          str(row["n"]), f"{online['floor_ms'][size]:.3f}",
+                          f"{online['ratio_to_floor_p50'][key]:.0f}x")
+        console.print(table)
+        console.print(f"set-up (blinded ID indexes of {online['rows_held_per_party']:,} rows per party): "
+                      f"{online['setup_s']:.1f} s; one-row p50 under 10 ms: "
+                      f"{'yes' if online['goal_one_row_p50_under_10_ms'] else 'NO'}; exit codes {online['exit_codes']}")
+    else:
+        console.print(f"online latency: {online.get('status', 'not run')}")
     for prof in figures.get("profile", {}).values():
         for thread in ("calling_thread", "parties_thread"):
             part = prof[thread]
@@ -353,6 +494,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-psi", action="store_true",
                         help="skip the in-process run with PSI (end-to-end ratio then without PSI only)")
     parser.add_argument("--profile", action="store_true", help="cProfile one in-process scoring (SplitNN)")
+    parser.add_argument("--no-online", action="store_true", help="skip the online (--serve) latency runs")
+    parser.add_argument("--online-requests", type=int, default=200, help="one-row requests timed online")
+    parser.add_argument("--online-bulk", type=int, default=20, help="1,000-row requests timed online")
     parser.add_argument("--work-dir", type=Path, help="keep the generated files and models here (default: temp)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds before a deployed run is stopped")
     parser.add_argument("--out", type=Path, help="write the figures as JSON to this file")
@@ -401,14 +545,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 write_text(args.out, json.dumps({**figures, "partial": True}, indent=2, default=float))
+        if args.no_online or "splitnn" not in methods:
+            figures["online"] = {"status": "not run (--no-online, or SplitNN not among --methods)"}
+        else:
+            figures["online"] = measure_online(work, work / "model-splitnn", files, singles=args.online_requests,
+                                               bulks=args.online_bulk, timeout=args.timeout, log=log)
         if args.profile:
             figures["profile"] = {}
             for key in methods:
                 log(f"profiling in-process scoring of {key}")
                 figures["profile"][key] = {"method": key,
                                            **profile_scoring(work / f"model-{key}", files, args.batch_size)}
-    figures["online"] = {"status": "not built", "note": "p50/p99 latency of 1 and 1,000 rows needs a serving mode "
-                                                        "(--serve), which does not exist yet"}
     figures["machine"] = {**machine(), "load_1m_start": load_start}
     figures["wall_s"] = time.perf_counter() - started
     if not args.quiet:

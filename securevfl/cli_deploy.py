@@ -127,6 +127,10 @@ def party_command(
     out: Path | None = typer.Option(  # noqa: B008
         None, help="With --predict at the active party: where to write the predictions (CSV)."),
     batch_size: int = typer.Option(4096, help="With --predict: rows scored per exchange."),
+    serve: bool = typer.Option(False, help="Stay up and score requests with this party's part (--model-dir) "
+                                           "for the customers of --data; the active party answers POST /score."),
+    listen: str = typer.Option("127.0.0.1:8470", help="With --serve at the active party: the HTTP endpoint's "
+                                                      "HOST:PORT (port 0: any free port)."),
 ) -> None:
     """Run one party: load only its own table, PSI with its peers, then its role of the method.
 
@@ -146,6 +150,11 @@ def party_command(
     if not fed.party(as_).data and columns != fed.party(as_).columns:
         raise ConfigError(f"{as_} has data = false in the federation file: it takes no column options")
     check_insecure(fed.insecure, insecure)
+    if serve:
+        _check_serve_options(fed, as_, data, model_dir, out, checkpoint_dir, predict)
+        with stop_on_signals(as_):
+            _serve_party(fed, as_, data, model_dir, listen, device)  # type: ignore[arg-type]
+        return
     if predict:
         _check_predict_options(fed, as_, data, model_dir, out, checkpoint_dir)
         with stop_on_signals(as_):
@@ -175,6 +184,43 @@ def _check_predict_options(fed: Any, as_: str, data: Path | None, model_dir: Pat
         check_output_file(out or DEFAULT_PREDICTIONS, "predictions file")
     elif out is not None:
         raise ConfigError(f"only the active party ({fed.active}) writes predictions: {as_} takes no --out")
+
+
+def _check_serve_options(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
+                         checkpoint_dir: Path | None, predict: bool) -> None:
+    """--serve needs this party's part and its table; it writes no file."""
+    from securevfl.deploy.scoring import standalone_refusal
+
+    refusal = standalone_refusal(fed, as_)
+    if refusal:
+        raise ConfigError(refusal.replace("--predict", "--serve").replace("scores", "serves"))
+    if predict:
+        raise ConfigError("--serve and --predict are two ways to score: choose one")
+    if model_dir is None or data is None:
+        raise ConfigError("--serve needs --model-dir (this party's saved part) and --data (the customers it "
+                          "can be asked about)")
+    if checkpoint_dir is not None or out is not None:
+        raise ConfigError("--serve answers requests over HTTP: it takes no --checkpoint-dir and no --out")
+
+
+def _serve_party(fed: Any, as_: str, data: Path, model_dir: Path, listen: str, device: str) -> None:
+    import numpy as np
+
+    from securevfl.deploy.serving import run_serving_party
+
+    def ready(url: str) -> None:
+        console.print(f"[{as_}] serving {fed.job.method} at {url}/score: POST a JSON body of rows, each with "
+                      f"{fed.job.id_column!r}; Ctrl-C stops every party", highlight=False)
+
+    print(f"[{as_}] serving with {model_dir}/{as_}; connecting to "
+          f"{', '.join(p for p in fed.parties if p != as_) or 'no other party'}", file=sys.stderr, flush=True)
+    summary = run_serving_party(fed, as_, data, model_dir, listen=listen, device=device, on_ready=ready)
+    timing = ""
+    if summary.latencies_ms:
+        p50, p99 = np.percentile(summary.latencies_ms, [50, 99])
+        timing = f"; latency p50 {p50:.1f} ms, p99 {p99:.1f} ms"
+    print(f"[{as_}] stopped: {summary.requests} requests, {summary.rows_scored} rows scored{timing}",
+          file=sys.stderr, flush=True)
 
 
 #: Where the active party writes its predictions unless told (--out).

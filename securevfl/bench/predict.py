@@ -254,6 +254,36 @@ def measure_floor(model_dir: Path, files: Mapping[str, Path], *, id_column: str 
     return out
 
 
+def forward_floor_ms(model_dir: Path, files: Mapping[str, Path], *, sizes: tuple[int, ...] = (1, 1000),
+                     repeats: int = 50, id_column: str = "customer_id") -> dict[str, float]:
+    """The median milliseconds of a plain torch forward pass of the saved model over ``size`` encoded rows.
+
+    The online floor: no network, no lookup, no encoding (rows already encoded), the same weights.
+    """
+    from securevfl.model.scoring import load_model
+
+    model = load_model(model_dir)
+    bottoms, top = floor_modules(model, model.method)
+    most = max(sizes)
+    inputs = {}
+    for p in model.data_parties:
+        encoder = model.encoders[p]
+        assert encoder is not None
+        frame = _read(Path(files[p])).head(most)
+        inputs[p] = torch.as_tensor(np.ascontiguousarray(encoder.transform(frame[list(encoder.columns)]),
+                                                         dtype=np.float32))
+    out = {}
+    for size in sizes:
+        part = {p: x[:size] for p, x in inputs.items()}
+        samples = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            floor_forward(model.method, bottoms, top, part, model.data_parties)
+            samples.append((time.perf_counter() - started) * 1e3)
+        out[str(size)] = float(np.median(samples))
+    return out
+
+
 def agreement(floor: Mapping[str, Any], scored: pd.DataFrame, id_column: str = "customer_id") -> float:
     """The largest difference between the floor's and ``score()``'s probabilities, row by row (same IDs)."""
     by_id = scored.set_index(scored[id_column].astype(str)).loc[np.asarray(floor["_ids"]).astype(str)]

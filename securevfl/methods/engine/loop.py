@@ -733,6 +733,24 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
     return side.outcome(ctx, evaluation, record)
 
 
+def prepare_scoring_side(ctx: PartyContext, side: PartySide, saved: SavedSide) -> bool:
+    """Build ``side`` for scoring (set-up messages included) and load its saved part, in evaluation mode.
+
+    False for a side that takes no part after set-up (a centralised reference's raw columns).
+    """
+    ctx.stage = "setup"
+    side.name, side.device = ctx.name, ctx.device
+    if saved.objective is not None:
+        side.__dict__["objective"] = saved.objective  # the fitted one; never refitted on scoring rows
+    side.build_for_scoring(ctx)
+    if not side.takes_part:
+        return False
+    side.load_saved(saved)
+    side.state.train(False)
+    ctx.meter.enter_phase("score")
+    return True
+
+
 def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows: int) -> Evaluation | None:
     """Score this party's scoring rows (``side.data.X_test``) with a saved side; the active party returns them.
 
@@ -745,16 +763,8 @@ def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows:
     """
     if batch_rows < 1:
         raise ConfigError(f"the scoring batch size must be at least 1, got {batch_rows}")
-    ctx.stage = "setup"
-    side.name, side.device = ctx.name, ctx.device
-    if saved.objective is not None:
-        side.__dict__["objective"] = saved.objective  # the fitted one; never refitted on scoring rows
-    side.build_for_scoring(ctx)
-    if not side.takes_part:  # it contributed at set-up only (a centralised reference's raw columns)
+    if not prepare_scoring_side(ctx, side, saved):  # it contributed at set-up only (raw columns)
         return None
-    side.load_saved(saved)
-    side.state.train(False)
-    ctx.meter.enter_phase("score")
     X = side.data.X_test
     total = len(X)
     parts: list[Evaluation] = []

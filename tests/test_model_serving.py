@@ -1,0 +1,177 @@
+"""Online scoring: the parties of a saved model stay up and the active party answers requests (``party --serve``).
+
+The parties run in threads of this process over plaintext loopback gRPC (the same transport as
+with TLS); requests go to the active party's HTTP endpoint. The oracle is batch scoring of the
+same rows with the same saved model.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from deployed_threads import SPLITNN_JOB, loopback_federation_file, one_torch_thread
+from org_tables import organisation_frames, write_tables
+
+import securevfl
+from securevfl.deploy.federation import load_federation
+from securevfl.deploy.serving import run_serving_party
+
+PARTIES = ("bank", "shop", "clinic")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
+    """A SplitNN model trained in one process, and every party's table (what it can be asked about)."""
+    out = tmp_path_factory.mktemp("serving")
+    files = write_tables(organisation_frames(7, keep=0.9, categories={"bank": "tier"}), out)
+    model = out / "model"
+    securevfl.train("splitnn", data_files={p: str(files[p]) for p in PARTIES}, id_column="customer_id",
+                    label_column="churn", epochs=2, batch_size=64, seed=0, device="cpu", model_dir=model)
+    return model, files
+
+
+class Service:
+    """Every party's ``run_serving_party`` in a thread; ``url`` once the active party is ready."""
+
+    def __init__(self, federation: Any, model: Path, files: dict[str, Path]) -> None:
+        self.stop, self.ready = threading.Event(), threading.Event()
+        self.url = ""
+        self.results: dict[str, Any] = {}
+        self.errors: dict[str, BaseException] = {}
+
+        def on_ready(url: str) -> None:
+            self.url = url
+            self.ready.set()
+
+        def run(party: str) -> None:
+            try:
+                with one_torch_thread():
+                    self.results[party] = run_serving_party(
+                        federation, party, files[party], model, listen="127.0.0.1:0", device="cpu",
+                        on_ready=on_ready if party == federation.active else None,
+                        stop=self.stop if party == federation.active else None)
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                self.errors[party] = exc
+                self.ready.set()
+
+        self.threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in PARTIES]
+        for t in self.threads:
+            t.start()
+        assert self.ready.wait(60) and not self.errors, self.errors
+
+    def post(self, body: Any) -> tuple[int, dict[str, Any]]:
+        data = json.dumps(body).encode() if not isinstance(body, bytes) else body
+        request = urllib.request.Request(f"{self.url}/score", data=data, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+        assert not any(t.is_alive() for t in self.threads)
+        assert not self.errors, self.errors
+
+
+@pytest.fixture()
+def service(tmp_path, trained):
+    model, files = trained
+    fed = load_federation(loopback_federation_file(tmp_path, PARTIES, "bank", SPLITNN_JOB))
+    running = Service(fed, model, files)
+    yield running
+    running.close()
+
+
+def _batch_predictions(model: Path, files: dict[str, Path], ids: list[str], directory: Path) -> pd.DataFrame:
+    """Batch scoring of ``ids`` (the oracle), every party's file cut to them."""
+    directory.mkdir()
+    cut = {}
+    for p in PARTIES:
+        frame = pd.read_csv(files[p])
+        cut[p] = directory / f"{p}.csv"
+        frame[frame.customer_id.isin(ids)].to_csv(cut[p], index=False)
+    with one_torch_thread():
+        return securevfl.predict(model, data={p: str(cut[p]) for p in PARTIES}, device="cpu")
+
+
+def _held_by_all(files: dict[str, Path]) -> list[str]:
+    sets = [set(pd.read_csv(files[p]).customer_id) for p in PARTIES]
+    return sorted(set.intersection(*sets))
+
+
+def test_requests_are_answered_as_batch_scoring_answers_them(tmp_path, trained, service):
+    model, files = trained
+    everyone = _held_by_all(files)
+    shop_only_lacks = sorted(set(pd.read_csv(files["bank"]).customer_id) - set(pd.read_csv(files["shop"]).customer_id))
+    ids = everyone[:20] + shop_only_lacks[:2] + ["nobody"]
+    status, answer = service.post({"rows": [{"customer_id": i} for i in ids]})
+    assert status == 200, answer
+    assert sorted(answer["not_scored"]) == sorted(shop_only_lacks[:2] + ["nobody"])
+    got = pd.DataFrame(answer["predictions"])
+    assert got.customer_id.tolist() == everyone[:20]  # the request's order
+    oracle = _batch_predictions(model, files, everyone[:20], tmp_path / "oracle").set_index("customer_id")
+    oracle = oracle.loc[got.customer_id]
+    np.testing.assert_allclose(got[["proba_no", "proba_yes"]].to_numpy(), oracle[["proba_no", "proba_yes"]].to_numpy(),
+                               atol=1e-6, rtol=0)
+    assert got.prediction.tolist() == oracle.prediction.tolist()
+
+    # one row at a time: the same answers
+    for i in everyone[:3]:
+        status, one = service.post({"rows": [{"customer_id": i}]})
+        assert status == 200 and one["not_scored"] == []
+        assert one["predictions"][0]["proba_yes"] == pytest.approx(float(oracle.loc[i, "proba_yes"]), abs=1e-6)
+
+
+def test_the_active_party_may_send_its_own_feature_values(trained, service):
+    model, files = trained
+    bank = pd.read_csv(files["bank"]).set_index("customer_id")
+    i, j = _held_by_all(files)[:2]
+    status, from_table = service.post({"rows": [{"customer_id": i}, {"customer_id": j}]})
+    assert status == 200
+    features = bank.drop(columns=["churn"]).loc[i].to_dict()
+    status, given = service.post({"rows": [{"customer_id": i, **features}]})
+    assert status == 200 and given["predictions"][0]["proba_yes"] == pytest.approx(
+        from_table["predictions"][0]["proba_yes"], abs=1e-6)
+    # other values of its own columns change its prediction; an unseen category is no error
+    features["tier"] = "platinum"
+    features[bank.columns[0]] = float(bank[bank.columns[0]].max()) * 3
+    status, changed = service.post({"rows": [{"customer_id": i, **features}]})
+    assert status == 200 and changed["predictions"][0]["proba_yes"] != pytest.approx(
+        from_table["predictions"][0]["proba_yes"], abs=1e-6)
+
+
+def test_a_bad_request_is_refused_and_the_service_goes_on(trained, service):
+    _, files = trained
+    good = {"rows": [{"customer_id": _held_by_all(files)[0]}]}
+    for body, words in [(b"not json", "body must be"), ({"ids": []}, "body must be"), ({"rows": []}, "non-empty"),
+                        ({"rows": [{"customer_id": None}]}, "non-blank"),
+                        ({"rows": [{"customer_id": "c1"}, {"customer_id": "c1"}]}, "once"),
+                        ({"rows": [{"customer_id": "c1", "tier": "gold"}]}, "lacks column"),
+                        ({"rows": [{"customer_id": f"x{i}"} for i in range(10_001)]}, "at most")]:
+        status, answer = service.post(body)
+        assert status == 400 and words in answer["error"], (body if isinstance(body, bytes) else str(body)[:80], answer)
+        status, answer = service.post(good)
+        assert status == 200 and len(answer["predictions"]) == 1
+
+
+def test_stopping_the_active_party_stops_every_party_cleanly(trained, tmp_path):
+    model, files = trained
+    fed = load_federation(loopback_federation_file(tmp_path, PARTIES, "bank", SPLITNN_JOB))
+    running = Service(fed, model, files)
+    status, _ = running.post({"rows": [{"customer_id": _held_by_all(files)[0]}]})
+    assert status == 200
+    running.close()
+    assert running.results["bank"].requests == 1 and running.results["shop"].requests == 1
+    assert running.results["shop"].rows_scored == 1
