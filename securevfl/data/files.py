@@ -94,6 +94,7 @@ def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, la
     where = f"{path} (party {name})"
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
+    label_only_allowed = is_active  # the active party may hold no feature column (its label, or no column)
     if is_active and label_optional and label_column not in table_columns(path, _kind(path)):
         is_active = False  # scored without labels: read as a table of features only
     streamed = read_numeric_table(path, _kind(path), id_column=id_column, spec=spec,
@@ -137,7 +138,7 @@ def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, la
         X = features.reset_index(drop=True)
         if not needs_encoding(features, spec):
             X = features.to_numpy(dtype=np.float32)  # numbers only: a float matrix, as the bundled datasets
-    if not feature_names and not is_active:  # a label-only active party is allowed
+    if not feature_names and not label_only_allowed:  # a label-only active party is allowed
         raise DataError(f"{where}: no feature columns besides the ID")
     table = PartyTable(name=name, ids=ids, features=X, feature_names=feature_names, labels=labels,
                        columns=spec, source=where, task=resolved)

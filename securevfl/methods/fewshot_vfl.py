@@ -38,6 +38,15 @@ What each party learns: the server, every client's representations of its overla
 and test rows; each client, the server's per-row gradients on its overlapping rows — which
 k-means turns into the overlapping rows' label classes up to a renaming (that is the method's
 design) — and, in few-shot VFL, the server's predicted classes of its kept unaligned rows.
+
+**Saved model and scoring** (``--model-dir``, ``securevfl predict``): each client keeps its
+extractor ``f_k`` as trained at the end (its local heads serve training only); the server keeps
+the final classifier ``f_c`` (in few-shot VFL the one retrained on overlap + pseudo-labelled rows)
+and the width of each client's representation. Scoring runs the training's test evaluation on
+the new rows (after the same PSI as training): each client sends the server ``f_k`` of its rows
+of each batch; the server concatenates them in the clients' training order and applies ``f_c``.
+What each party learns at scoring: the server, every client's representations of the scored
+rows (and the predictions); each client, nothing beyond what PSI tells it.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from securevfl.data.scenario import PartyData, Scenario
-from securevfl.errors import ConfigError, DataError, ProtocolError
+from securevfl.errors import ConfigError, DataError, ModelError, ProtocolError
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import (
     ActiveOutcome,
@@ -65,6 +74,10 @@ from securevfl.methods.base import (
     register_method,
 )
 from securevfl.methods.engine import checked_tensor
+from securevfl.methods.engine.kept import Keep, KeptRole, ScoringSide, kept_side
+from securevfl.methods.engine.loop import Evaluation, SavedSide
+from securevfl.methods.engine.split import side_role
+from securevfl.methods.objective import Objective
 from securevfl.models import MLP, StripCNN, init_parameters, mlp_bottom
 from securevfl.seeding import label_number, party_generator, simulation_rng, torch_generator
 
@@ -76,6 +89,9 @@ AFTER_SSL = "fewshot.representations_after_ssl"
 PSEUDO = "fewshot.pseudo_labels"
 FINAL = "fewshot.final_representations"
 TEST = "fewshot.test_representations"
+SCORE = "fewshot.score.representations"
+#: The server's saved model state: each client's representation width (the classifier's input, in order).
+WIDTHS = "input_widths"
 
 
 @dataclass(frozen=True)
@@ -296,6 +312,11 @@ def _extractor(data: PartyData, config: TrainConfig, name: str) -> nn.Module:
     return init_parameters(model, party_generator(config.seed, f"{name}.extractor"))
 
 
+def _classifier_net(width: int, config: TrainConfig, n_classes: int) -> nn.Module:
+    """A server classifier (``f_c``, or an auxiliary ``f_c^k``) of ``width`` inputs, before initialisation."""
+    return MLP(width, config.hidden, n_classes)
+
+
 @torch.no_grad()
 def _represent(model: nn.Module, X: torch.Tensor, batch: int = 1024) -> torch.Tensor:
     model.eval()
@@ -305,10 +326,10 @@ def _represent(model: nn.Module, X: torch.Tensor, batch: int = 1024) -> torch.Te
 
 # -- roles ---------------------------------------------------------------------------------------
 
-def client_role(data: PartyData, config: TrainConfig, options: FewShotOptions) -> Role:
-    """A client (passive party): representations, k-means on gradients, local FixMatch."""
+def client_role(data: PartyData, config: TrainConfig, options: FewShotOptions) -> KeptRole:
+    """A client (passive party): representations, k-means on gradients, local FixMatch; keeps its extractor."""
 
-    def role(ctx: PartyContext) -> dict[str, Any]:
+    def role(ctx: PartyContext, keep: Keep) -> dict[str, Any]:
         device, server = ctx.device, ctx.active
         epochs = options.local_epochs or config.epochs
         X_o, X_u = as_tensor(data.X_train, device), as_tensor(data.X_unaligned, device)
@@ -362,10 +383,11 @@ def client_role(data: PartyData, config: TrainConfig, options: FewShotOptions) -
                                      _represent(extractor, X_u[torch.as_tensor(rows, device=device)])))
         ctx.stage = "send test representations"
         ctx.send(server, TEST, _represent(extractor, as_tensor(data.X_test, device)))
+        keep(kept_side({"extractor": extractor}))  # the local heads serve training only
         return {"overlap_rows": len(X_o), "unaligned_rows": len(X_u), "pseudo_labelled_rows": kept,
                 "ssl_first": first, "ssl_second": second, "cluster_labels": clusters}
 
-    return role
+    return KeptRole(role)
 
 
 def _pseudo_message(message: Any, sender: str, n_rows: int, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -378,10 +400,11 @@ def _pseudo_message(message: Any, sender: str, n_rows: int, n_classes: int) -> t
     return rows, classes
 
 
-def server_role(data: PartyData, clients: tuple[str, ...], config: TrainConfig, options: FewShotOptions) -> Role:
-    """The server (active party): partial gradients, classifier training, few-shot pseudo-labels."""
+def server_role(data: PartyData, clients: tuple[str, ...], config: TrainConfig,
+                options: FewShotOptions) -> KeptRole:
+    """The server (active party): partial gradients, classifier training, few-shot pseudo-labels; keeps ``f_c``."""
 
-    def role(ctx: PartyContext) -> ActiveOutcome:
+    def role(ctx: PartyContext, keep: Keep) -> ActiveOutcome:
         assert data.y_train is not None and data.y_test is not None  # the active party holds the labels
         device, n_classes = ctx.device, data.n_classes
         y_o = torch.as_tensor(data.y_train, dtype=torch.long, device=device)
@@ -391,7 +414,7 @@ def server_role(data: PartyData, clients: tuple[str, ...], config: TrainConfig, 
         widths = {k: h.shape[1] for k, h in H.items()}
 
         def classifier(width: int, purpose: str) -> nn.Module:
-            model = MLP(width, config.hidden, n_classes)
+            model = _classifier_net(width, config, n_classes)
             return init_parameters(model, party_generator(config.seed, f"{ctx.name}.{purpose}")).to(device)
 
         top = classifier(sum(widths.values()), "classifier")
@@ -434,9 +457,11 @@ def server_role(data: PartyData, clients: tuple[str, ...], config: TrainConfig, 
         extra["communication"] = {"uploads_per_client": 2 if options.variant == ONE_SHOT else 3,
                                   "downloads_per_client": 1 if options.variant == ONE_SHOT else 2,
                                   "plus": "one upload of test representations for evaluation"}
+        keep(kept_side({"classifier": top}, Objective(),
+                       {WIDTHS: {k: int(t.shape[1]) for k, t in zip(clients, test, strict=True)}}))
         return ActiveOutcome(y_true=data.y_test, scores=scores, history=history, extra={"fewshot_vfl": extra})
 
-    return role
+    return KeptRole(role)
 
 
 def _few_shot_round(ctx: PartyContext, clients: tuple[str, ...], H: dict[str, torch.Tensor],
@@ -486,12 +511,63 @@ def _few_shot_round(ctx: PartyContext, clients: tuple[str, ...], H: dict[str, to
     return fresh, loss, kept
 
 
+# -- scoring with a saved model ----------------------------------------------------------------------
+
+class ClientScoring(ScoringSide):
+    """A client scoring new rows: its saved extractor's representations of each batch, to the server."""
+
+    def build(self, ctx: PartyContext) -> None:
+        self.state.modules["extractor"] = _extractor(self.data, self.config, ctx.name).to(ctx.device)
+
+    def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> None:
+        with ctx.meter.compute():
+            representations = _represent(self.state.modules["extractor"], as_tensor(X, ctx.device))
+        ctx.send(ctx.active, SCORE, representations)
+
+
+class ServerScoring(ScoringSide):
+    """The server scoring new rows: the clients' representations, concatenated in training's order, through ``f_c``."""
+
+    def build(self, ctx: PartyContext) -> None:
+        """Nothing yet: the classifier's input width is in the saved model state (:meth:`load_saved`)."""
+
+    def load_saved(self, saved: SavedSide) -> None:
+        self.widths = _saved_widths(saved.state, self.passives, self.name)
+        net = _classifier_net(sum(self.widths.values()), self.config, self.data.n_classes)
+        self.state.modules["classifier"] = net.to(self.device)
+        super().load_saved(saved)
+
+    def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation:
+        parts = []
+        for k in self.passives:
+            h = checked_tensor(ctx.recv(k, SCORE), k, len(X), "representation")
+            if h.shape[1] != self.widths[k]:
+                raise ProtocolError(f"{k} sent representations of width {h.shape[1]}; the saved classifier "
+                                    f"takes {self.widths[k]} from {k}")
+            parts.append(h.to(ctx.device))
+        classifier = self.state.modules["classifier"]
+        with ctx.meter.compute(), torch.no_grad():
+            classifier.eval()
+            return Evaluation(predict_scores(classifier(torch.cat(parts, dim=1))))
+
+
+def _saved_widths(state: dict[str, Any], clients: tuple[str, ...], name: str) -> dict[str, int]:
+    """Each client's representation width from the server's saved state; a ModelError if it does not fit."""
+    widths = state.get(WIDTHS)
+    if not isinstance(widths, dict) or sorted(widths) != sorted(clients) or not all(
+            isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths.values()):
+        raise ModelError(f"{name}'s saved fewshot-vfl state does not give a representation width for each "
+                         f"client ({', '.join(clients)})")
+    return {k: widths[k] for k in clients}
+
+
 @register_method
 class FewShotVFL(Method[FewShotOptions]):
     """One-shot / few-shot VFL: k-means on partial gradients, local FixMatch, server pseudo-labels."""
 
     name = "fewshot-vfl"
     summary = "one-/few-shot VFL (Sun et al. 2023): gradient k-means + local FixMatch, 2-3 uploads per client"
+    saves_outside_engine = True
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         clients = self.require_passives(scenario)
@@ -505,6 +581,13 @@ class FewShotVFL(Method[FewShotOptions]):
             raise ConfigError("fewshot-vfl needs a classification task (k-means into one cluster per class)")
         roles: dict[str, Role] = {k: client_role(scenario.party_data(k), self.config, self.options) for k in clients}
         roles[scenario.active] = server_role(server, clients, self.config, self.options)
+        return roles
+
+    def scoring_roles(self, scenario: Scenario) -> dict[str, Role]:
+        """Scoring sides: each client's saved extractor, the server's saved classifier."""
+        clients = self.require_passives(scenario)
+        roles = {k: side_role(ClientScoring(self, scenario.party_data(k))) for k in clients}
+        roles[scenario.active] = side_role(ServerScoring(self, scenario.party_data(scenario.active), clients))
         return roles
 
 
