@@ -21,6 +21,7 @@ from deployed_threads import SPLITNN_JOB, loopback_federation_file, one_torch_th
 from org_tables import organisation_frames, write_tables
 
 import securevfl
+import securevfl.errors
 from securevfl.deploy.federation import load_federation
 from securevfl.deploy.serving import run_serving_party
 
@@ -41,7 +42,7 @@ def trained(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
 class Service:
     """Every party's ``run_serving_party`` in a thread; ``url`` once the active party is ready."""
 
-    def __init__(self, federation: Any, model: Path, files: dict[str, Path]) -> None:
+    def __init__(self, federation: Any, model: Path, files: dict[str, Path], parties: tuple[str, ...] = PARTIES) -> None:
         self.stop, self.ready = threading.Event(), threading.Event()
         self.url = ""
         self.results: dict[str, Any] = {}
@@ -62,10 +63,10 @@ class Service:
                 self.errors[party] = exc
                 self.ready.set()
 
-        self.threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in PARTIES]
+        self.threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in parties]
         for t in self.threads:
             t.start()
-        assert self.ready.wait(60) and not self.errors, self.errors
+        assert self.ready.wait(60) and not self.errors, {p: getattr(e, "traceback_text", e) for p, e in self.errors.items()}
 
     def post(self, body: Any) -> tuple[int, dict[str, Any]]:
         data = json.dumps(body).encode() if not isinstance(body, bytes) else body
@@ -95,15 +96,16 @@ def service(tmp_path, trained):
 
 
 def _batch_predictions(model: Path, files: dict[str, Path], ids: list[str], directory: Path) -> pd.DataFrame:
-    """Batch scoring of ``ids`` (the oracle), every party's file cut to them."""
+    """Batch scoring of ``ids`` (the oracle), every party's file of the model cut to them."""
     directory.mkdir()
     cut = {}
-    for p in PARTIES:
+    parties = securevfl.load_model(model).data_parties
+    for p in parties:
         frame = pd.read_csv(files[p])
         cut[p] = directory / f"{p}.csv"
         frame[frame.customer_id.isin(ids)].to_csv(cut[p], index=False)
     with one_torch_thread():
-        return securevfl.predict(model, data={p: str(cut[p]) for p in PARTIES}, device="cpu")
+        return securevfl.predict(model, data={p: str(cut[p]) for p in parties}, device="cpu")
 
 
 def _held_by_all(files: dict[str, Path]) -> list[str]:
@@ -175,3 +177,33 @@ def test_stopping_the_active_party_stops_every_party_cleanly(trained, tmp_path):
     running.close()
     assert running.results["bank"].requests == 1 and running.results["shop"].requests == 1
     assert running.results["shop"].rows_scored == 1
+
+
+@pytest.mark.parametrize("method, options", [("easter", {"secagg": "dh", "embedding_size": 16}), ("local", {})],
+                         ids=["easter-dh", "local-standalone"])
+def test_other_models_serve_as_they_score(tmp_path, trained, method, options):
+    """EASTER sums its embeddings under DH secure aggregation per request; a standalone model serves alone."""
+    _, files = trained
+    model = tmp_path / "model"
+    securevfl.train(method, data_files={p: str(files[p]) for p in PARTIES}, id_column="customer_id",
+                    label_column="churn", epochs=2, batch_size=64, seed=0, device="cpu", options=options,
+                    model_dir=model)
+    job = SPLITNN_JOB.replace("splitnn", method) + "\n[job.options]\n" + "\n".join(
+        f"{k} = {json.dumps(v)}" for k, v in options.items())
+    fed = load_federation(loopback_federation_file(tmp_path, PARTIES, "bank", job))
+    ids = _held_by_all(files)[:7]
+    oracle = _batch_predictions(model, files, ids, tmp_path / "oracle").set_index("customer_id")
+    if method == "local":  # the active party alone: no peer runs, and one is refused
+        with pytest.raises(securevfl.errors.ConfigError, match="active party's alone"):
+            run_serving_party(fed, "shop", files["shop"], model)
+        only = {"bank": files["bank"]}
+        running = Service(fed, model, only, parties=("bank",))
+    else:
+        running = Service(fed, model, files)
+    try:
+        status, answer = running.post({"rows": [{"customer_id": i} for i in ids]})
+        assert status == 200, answer
+        got = pd.DataFrame(answer["predictions"]).set_index("customer_id").loc[ids]
+        np.testing.assert_allclose(got.proba_yes.to_numpy(), oracle.loc[ids].proba_yes.to_numpy(), atol=1e-6, rtol=0)
+    finally:
+        running.close()

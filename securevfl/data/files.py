@@ -120,7 +120,7 @@ def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, la
     ids = validate_ids(raw_ids, where).to_numpy(dtype=object)
     labels, classes, resolved = None, (), CLASSIFICATION
     if raw_labels is not None:
-        labels, classes, resolved = _labels(raw_labels, where, spec, task)
+        labels, classes, resolved = _labels(raw_labels, where, spec, task, one_class_ok=label_optional)
     exclude = {id_column, label_column} if is_active else {id_column}
     own = [c for c in names if c not in exclude]
     if only_own_names:
@@ -164,14 +164,17 @@ def _kind(path: Path) -> str:
     return "parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv"
 
 
-def _labels(raw: pd.Series, where: str, spec: ColumnSpec, task: str
+def _labels(raw: pd.Series, where: str, spec: ColumnSpec, task: str, one_class_ok: bool = False
             ) -> tuple[np.ndarray, tuple[str, ...], str]:
-    """(labels, classes, task): class indices and names, or a float regression target and no classes."""
+    """(labels, classes, task): class indices and names, or a float regression target and no classes.
+
+    ``one_class_ok``: rows to score may all carry one class (their metrics then leave out the AUC).
+    """
     present = present_labels(raw, where, spec.missing_markers)
     resolved = resolve_task(present, task, where)
     if resolved == REGRESSION:
-        return regression_targets(present, where), (), resolved
-    values = check_labels(present, where, spec.missing_markers)
+        return regression_targets(present, where, constant_ok=one_class_ok), (), resolved
+    values = present.astype(str) if one_class_ok else check_labels(present, where, spec.missing_markers)
     classes = sorted_classes(values)
     index = {c: i for i, c in enumerate(classes)}
     return values.map(index).to_numpy(dtype=np.int64), classes, resolved

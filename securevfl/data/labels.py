@@ -41,8 +41,11 @@ def resolve_task(labels: pd.Series, requested: str, where: str) -> str:
     return CLASSIFICATION
 
 
-def regression_targets(labels: pd.Series, where: str) -> np.ndarray:
-    """A regression label column as float64; text or a constant target is a DataError naming ``where``."""
+def regression_targets(labels: pd.Series, where: str, constant_ok: bool = False) -> np.ndarray:
+    """A regression label column as float64; text or a constant target is a DataError naming ``where``.
+
+    ``constant_ok``: rows to score may all carry one value (nothing is learnt from them).
+    """
     numeric = pd.to_numeric(labels, errors="coerce")
     bad = labels[numeric.isna()]
     if len(bad):
@@ -51,6 +54,6 @@ def regression_targets(labels: pd.Series, where: str) -> np.ndarray:
     values = numeric.to_numpy(dtype=np.float64)
     if not np.all(np.isfinite(values)):
         raise DataError(f"{where}: label column {labels.name!r} has infinite values")
-    if np.ptp(values) == 0:
+    if np.ptp(values) == 0 and not constant_ok:
         raise DataError(f"{where}: label column {labels.name!r} is constant ({values[0]:g}); nothing to learn")
     return values

@@ -50,17 +50,19 @@ import numpy as np
 import pandas as pd
 
 from securevfl.deploy.federation import Federation
-from securevfl.deploy.party import MAX_FEATURES, PartyShape, data_party_order, local_scenario, party_links
+from securevfl.deploy.party import MAX_CLASSES, MAX_FEATURES, PartyShape, data_party_order, local_scenario, party_links
 from securevfl.deploy.scoring import _check_part
 from securevfl.errors import ConfigError, DataError, Interrupted, ModelError, ProtocolError, SecureVFLError
 from securevfl.federation.runtime import PartyContext, run_party
 from securevfl.federation.transport import InProcessTransport
+from securevfl.methods.objective import REGRESSION
 
 TAG_HELLO = "deploy.serve.hello"
 TAG_INDEX = "deploy.serve.index"
 TAG_REQUEST = "deploy.serve.request"
 TAG_BLINDED = "deploy.serve.blinded"
 TAG_ROWS = "deploy.serve.rows"
+TAG_WIDTHS = "deploy.serve.widths"
 
 #: The most rows one request may ask for (each costs two X25519 multiplications and a model row).
 MAX_REQUEST_ROWS = 10_000
@@ -163,17 +165,14 @@ def _load_serving_model(federation: Federation, name: str, data: str | Path, mod
 
 
 def _serving_scenario(federation: Federation, name: str, table: Any, classes: tuple[str, ...], task: str,
-                      widths: Mapping[str, int]) -> Any:
+                      widths: Mapping[str, int], n_classes: int) -> Any:
     """A scenario of no rows with every party's encoded width: what building a scoring side needs.
 
     Rows reach the side with each request (:meth:`PartySide.evaluate`), never through the scenario.
     """
-    from securevfl.methods.objective import REGRESSION
-
     empty = np.zeros(0, np.int64)
     table = dataclasses.replace(table, ids=table.ids[:0], features=table.features[:0],
                                 labels=None if table.labels is None else table.labels[:0])
-    n_classes = 1 if task == REGRESSION else len(classes)
     shapes = {p: PartyShape(0, 0, int(widths.get(p, 0)))
               for p in data_party_order(federation)}  # a passive party builds its side knowing no peer's width
     plan = {"train": empty, "test": empty, "task": task, "n_classes": n_classes, "shapes": shapes}
@@ -181,6 +180,17 @@ def _serving_scenario(federation: Federation, name: str, table: Any, classes: tu
 
 
 # ---------------------------------------------------------------------------------- the roles
+
+
+def _widths(message: Any, sender: str, parties: Sequence[str]) -> dict[str, int]:
+    """Every party's encoded width as ``sender`` announced them, checked before anything is sized by them."""
+    if not isinstance(message, dict) or sorted(message) != sorted(parties):
+        named = sorted(message) if isinstance(message, dict) else "?"
+        raise ProtocolError(f"{sender} sent the encoded widths of {named}; expected {sorted(parties)}")
+    for party, width in message.items():
+        if not isinstance(width, int) or isinstance(width, bool) or not 0 <= width <= MAX_FEATURES:
+            raise ProtocolError(f"{sender} announced an encoded width of {width!r} for {party} (0..{MAX_FEATURES})")
+    return dict(message)
 
 
 def _active_rows(model: _ServingModel, rows: Sequence[Mapping[str, Any]], id_column: str, normalize: Any,
@@ -244,7 +254,7 @@ def _encode_given(rows: Sequence[Mapping[str, Any]], encoder: Any) -> np.ndarray
         raise RequestError(f"the active party's feature values cannot be encoded: {exc}") from None
 
 
-SideBuilder = Callable[[Mapping[str, int]], Any]
+SideBuilder = Callable[[Mapping[str, int], int], Any]  # (every party's encoded width, class count) -> side
 
 
 def _passive_role(model: _ServingModel, fingerprint: str,
@@ -266,7 +276,11 @@ def _passive_role(model: _ServingModel, fingerprint: str,
             index = _hash_blind([model.ids[i] for i in order], hello["salt"], key, workers=None)
         ctx.send(ctx.active, TAG_INDEX, {"model": fingerprint, "width": int(model.X.shape[1]),
                                          "index": index.tobytes()})
-        model.side = build_side({ctx.name: int(model.X.shape[1])})
+        inputs = ctx.recv(ctx.active, TAG_WIDTHS)
+        if not isinstance(inputs, dict) or set(inputs) != {"widths", "n_classes"} or not isinstance(
+                inputs["n_classes"], int) or not 1 <= inputs["n_classes"] <= MAX_CLASSES:
+            raise ProtocolError(f"malformed model inputs from {ctx.active}")
+        model.side = build_side(_widths(inputs["widths"], ctx.active, (ctx.active, *ctx.passives)), inputs["n_classes"])
         prepare_scoring_side(ctx, model.side, model.saved)
         started = time.perf_counter()
         while True:
@@ -314,6 +328,7 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job 
         summary = ServingSummary(ctx.name)
         ctx.stage = "serve: setup"
         salt, key = secrets.token_bytes(32), BlindingKey(secrets.token_bytes(32))
+        n_classes = 1 if task == REGRESSION else len(classes)
         for p in ctx.passives:
             ctx.send(p, TAG_HELLO, {"salt": salt})
         peers: dict[str, _PeerIndex] = {}
@@ -322,10 +337,7 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job 
             message = ctx.recv(p, TAG_INDEX)
             if not isinstance(message, dict) or set(message) != {"model", "width", "index"}:
                 raise ProtocolError(f"malformed serving index from {p}")
-            width = message["width"]
-            if not isinstance(width, int) or isinstance(width, bool) or not 0 <= width <= MAX_FEATURES:
-                raise ProtocolError(f"{p} announced an encoded width of {width!r} (0..{MAX_FEATURES})")
-            widths[p] = width
+            widths[p] = _widths({p: message["width"]}, p, (p,))[p]
             if message["model"] != fingerprint:
                 raise ModelError(f"{p} holds a part of another model: every party must serve with its part of "
                                  "one saved model")
@@ -333,8 +345,10 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job 
             with ctx.meter.crypto("serve.index"):
                 both = _blind(points, key, workers=None)
             peers[p] = _PeerIndex({bytes(row): i for i, row in enumerate(both)})
+        for p in ctx.passives:  # every party builds its side for the same model inputs (as a training plan says)
+            ctx.send(p, TAG_WIDTHS, {"widths": widths, "n_classes": n_classes})
         own = {item: i for i, item in enumerate(model.ids)}
-        model.side = build_side(widths)
+        model.side = build_side(widths, n_classes)
         prepare_scoring_side(ctx, model.side, model.saved)
         ready()
         started = time.perf_counter()
@@ -504,11 +518,11 @@ def run_serving_party(federation: Federation, name: str, data: str | Path, model
     server: ThreadingHTTPServer | None = None
     summary: ServingSummary
 
-    def build_side(widths: Mapping[str, int]) -> Any:
+    def build_side(widths: Mapping[str, int], n_classes: int) -> Any:
         """The party's scoring side, for a scenario of no rows with every party's encoded width."""
         from securevfl.data.preprocess import EncodedColumns
 
-        scenario = _serving_scenario(federation, name, table, classes, task, widths)
+        scenario = _serving_scenario(federation, name, table, classes, task, widths, n_classes)
         names = model.encoder.feature_names if model.encoder is not None else ()
         scenario.remember_encoding(name, EncodedColumns(model.X[:0], tuple(names), {}, model.encoder))
         return method.scoring_roles(scenario)[name].side
