@@ -207,3 +207,19 @@ def test_other_models_serve_as_they_score(tmp_path, trained, method, options):
         np.testing.assert_allclose(got.proba_yes.to_numpy(), oracle.loc[ids].proba_yes.to_numpy(), atol=1e-6, rtol=0)
     finally:
         running.close()
+
+
+def test_serve_options_are_checked_before_connecting(tmp_path, trained, capsys):
+    from securevfl.cli import main
+
+    model, files = trained
+    fed = loopback_federation_file(tmp_path, PARTIES, "bank", SPLITNN_JOB)
+    base = ["party", "--federation", str(fed), "--as", "bank", "--insecure", "--serve"]
+    for extra, words in [([], "--serve needs --model-dir"),
+                         (["--model-dir", str(model), "--data", str(files["bank"]), "--predict"], "choose one"),
+                         (["--model-dir", str(model), "--data", str(files["bank"]), "--out", "x.csv"], "no --out"),
+                         (["--model-dir", str(model), "--data", str(files["bank"]), "--listen", "nowhere"],
+                          "HOST:PORT")]:
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err, err
