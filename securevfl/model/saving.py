@@ -171,8 +171,7 @@ def save_part(directory: str | Path, *, party: str, role: str, side_saved: Saved
     extra: dict[str, Any] = {"train": dict(settings), "labels": objective is not None, "party_order": list(parties),
                              "side": dict(side_saved.state)}
     if method.standalone:
-        extra["learns"] = (f"{party} trained this model alone on its own columns; the passive parties took no "
-                           "part in training, saved nothing and take no part in scoring.")
+        extra["learns"] = method.standalone_learns(party)
     manifest = PartManifest(party=party, role=role, method=method.name, job_fingerprint=fingerprint,
                             parties=dict(parties), task=task, schema=dict(schema), options=options, privacy=privacy,
                             standalone=method.standalone,
