@@ -230,6 +230,11 @@ class Method(ABC, Generic[OptionsT]):
         """
         return self.party_roles(scenario)
 
+    def standalone_learns(self, active: str) -> str:
+        """A standalone model's note on who took part in what (its manifest's ``learns``, its card)."""
+        return (f"{active} trained this model alone on its own columns; the passive parties took no part in "
+                "training, saved nothing and take no part in scoring.")
+
     def require_passives(self, scenario: Scenario) -> tuple[str, ...]:
         """The scenario's passive parties; raises ConfigError if there are none (for methods that need them)."""
         if not scenario.passives:

@@ -14,7 +14,9 @@ The active party unmasks ``U S = P^T U' S`` — the federated representation of 
 (its width is the total number of features: the "embedding dimension constraint" the APC-VFL
 paper points out) — and distils it into a student autoencoder over its own features exactly as
 APC-VFL's step 3 (Eq. 5), then trains the logistic-regression probe on the student's latents of
-all its rows. Inference needs the active party alone.
+all its rows. Inference needs the active party alone: the saved model is **standalone** (the active
+party keeps the student ``g3`` and the probe, :mod:`securevfl.methods.apcvfl.saved`; the other
+parties, helpers included, keep nothing).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation import codec
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods.apcvfl import _stage, exchanged_rows, local_rows, probe_on_student
+from securevfl.methods.apcvfl import _stage, exchanged_rows, local_rows, student_probe, student_scoring_roles
 from securevfl.methods.apcvfl.fedsvd import (
     Urandom,
     fedsvd_footprint_bytes,
@@ -44,7 +46,9 @@ from securevfl.methods.apcvfl.models import (
     fit_autoencoder,
     parse_widths,
 )
+from securevfl.methods.apcvfl.saved import kept_model
 from securevfl.methods.base import ActiveOutcome, Method, Role, TrainConfig, as_tensor, register_method
+from securevfl.methods.engine.kept import Keep, KeptRole
 
 KEYGEN = "keygen"
 SERVER = "server"
@@ -143,10 +147,10 @@ def server_role(order: tuple[str, ...]) -> Role:
     return role
 
 
-def active_role(data: PartyData, options: VFedTransOptions, config: TrainConfig, widths: dict[str, int]) -> Role:
-    """FedSVD as a data party, then the student autoencoder and the probe (active party alone)."""
+def active_role(data: PartyData, options: VFedTransOptions, config: TrainConfig, widths: dict[str, int]) -> KeptRole:
+    """FedSVD as a data party, then the student autoencoder and the probe (active party alone); it keeps both."""
 
-    def role(ctx: PartyContext) -> ActiveOutcome:
+    def role(ctx: PartyContext, keep: Keep) -> ActiveOutcome:
         if data.n_features == 0:
             raise ConfigError("vfedtrans needs the active party to hold features")
         device = ctx.device
@@ -171,7 +175,7 @@ def active_role(data: PartyData, options: VFedTransOptions, config: TrainConfig,
             stage = _stage(fit_autoencoder(student, as_tensor(X_all, device), settings, f"{ctx.name}.g3",
                                            teacher=teacher, aligned=aligned, lam=options.lam,
                                            kind=options.distill_loss))
-            outcome = probe_on_student(data, student, options, config, device)  # type: ignore[arg-type]
+            outcome, probe = student_probe(data, student, options, config, device)
         ctx.progress(epoch=2, epochs=2, loss=stage["best_loss"])
         passive_widths = [w for p, w in widths.items() if p != ctx.name]
         outcome.extra.update({
@@ -184,9 +188,10 @@ def active_role(data: PartyData, options: VFedTransOptions, config: TrainConfig,
                 "paper_formula": "Appendix E, Eq. 10 (Q_i sent as its n_i x n_i block, not n_i x x_total)",
                 "meter": "report.cost.comm has the bytes/messages the runtime metered per link"}})
         outcome.history = [{"stage": 1.0, **stage}]
+        keep(kept_model({"g3": student}, probe.module(), labels=True))
         return outcome
 
-    return role
+    return KeptRole(role)
 
 
 @register_method
@@ -196,6 +201,8 @@ class VFedTrans(Method[VFedTransOptions]):
     name = "vfedtrans"
     summary = "VFedTrans: FedSVD (keygen + server, 5 exchanges) then distillation at the active party"
     Options = VFedTransOptions
+    saves_outside_engine = True
+    standalone = True
     urandom: Urandom | None = None  # tests may inject a deterministic source for the mask seed
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
@@ -216,6 +223,16 @@ class VFedTrans(Method[VFedTransOptions]):
         roles[KEYGEN] = keygen_role(n_rows, widths, self.urandom)
         roles[SERVER] = server_role(tuple(widths))
         return roles
+
+    def scoring_roles(self, scenario: Scenario) -> dict[str, Role]:
+        return student_scoring_roles(self, scenario)
+
+    def standalone_learns(self, active: str) -> str:
+        return (f"{active} holds this model alone: its student autoencoder g3 and the probe, trained on its own "
+                "columns and labels. In training the data parties ran FedSVD with the key generator and the server "
+                f"(each data party sent the server its masked aligned rows; {active} received the masked U'S and "
+                "distilled g3 from the unmasked representation); the other parties saved nothing and take no part "
+                "in scoring.")
 
 
 __all__ = ["KEYGEN", "SERVER", "VFedTrans", "VFedTransOptions"]

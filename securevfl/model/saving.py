@@ -12,9 +12,11 @@ Methods whose parties run on the split-learning engine save and score (their rol
 :class:`~securevfl.methods.engine.split.SideRole`), and so do methods that train outside it with
 :class:`~securevfl.methods.engine.kept.KeptRole` roles and scoring sides
 (:attr:`~securevfl.methods.base.Method.saves_outside_engine`); the others are refused with one
-line, before any training. A **standalone** method (:attr:`~securevfl.methods.base.Method.standalone`: ``local``)
-trains the active party's model alone: only the active party saves a part, its manifest lists that
-party alone (``standalone = true``), and the passive parties save nothing (they hold nothing of it).
+line, before any training. A **standalone** method (:attr:`~securevfl.methods.base.Method.standalone`:
+``local``, ``apcvfl``, ``vfedtrans``) ends with a model that is the active party's alone: only the
+active party saves a part, its manifest lists that party alone (``standalone = true``) and says
+what the passive parties did in training (:meth:`~securevfl.methods.base.Method.standalone_learns`),
+and the passive parties save nothing (they hold nothing of it).
 """
 
 from __future__ import annotations
@@ -171,8 +173,7 @@ def save_part(directory: str | Path, *, party: str, role: str, side_saved: Saved
     extra: dict[str, Any] = {"train": dict(settings), "labels": objective is not None, "party_order": list(parties),
                              "side": dict(side_saved.state)}
     if method.standalone:
-        extra["learns"] = (f"{party} trained this model alone on its own columns; the passive parties took no "
-                           "part in training, saved nothing and take no part in scoring.")
+        extra["learns"] = method.standalone_learns(party)
     manifest = PartManifest(party=party, role=role, method=method.name, job_fingerprint=fingerprint,
                             parties=dict(parties), task=task, schema=dict(schema), options=options, privacy=privacy,
                             standalone=method.standalone,

@@ -16,6 +16,12 @@ Also here: ``apcvfl-ablation`` (``g3`` without distillation, no communication), 
 (logistic regression on the active party's raw features: the paper's *Local*), ``apcvfl-splitnn``
 (the adjusted APC-VFL of Sec. 6 / Fig. 4 for fully aligned data: the probe is trained on ``g2``'s
 joint latents) and the ``apcvfl-paper[-aN]`` partition presets of Appendix A.
+
+Saved models (``--model-dir``, :mod:`.saved`): ``apcvfl``, ``apcvfl-ablation`` and ``local-logreg``
+are **standalone**: the active party keeps its student ``g3`` (``local-logreg``: none) and the
+probe, and scores its own rows alone (no passive party, no PSI). ``apcvfl-splitnn`` is joint: every
+party keeps its ``g1``, the active party also ``g2`` and the probe, and scoring runs training's
+information flow (see :class:`APCVFLJoint`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -43,8 +49,11 @@ from securevfl.methods.apcvfl.models import (
     fit_autoencoder,
     parse_widths,
 )
-from securevfl.methods.apcvfl.probe import cross_validate_probe, probe_scores
+from securevfl.methods.apcvfl.probe import FittedProbe, cross_validate_probe, fit_probe
+from securevfl.methods.apcvfl.saved import JointActiveScoring, JointPassiveScoring, StudentScoring, kept_model
 from securevfl.methods.base import ActiveOutcome, Method, Role, TrainConfig, as_tensor, register_method
+from securevfl.methods.engine.kept import Keep, KeptRole
+from securevfl.methods.engine.split import side_role
 
 LATENTS = "apcvfl.exchange.aligned_latents"
 BYTES_PER_FLOAT = 4
@@ -146,14 +155,26 @@ def labelled_rows(data: PartyData) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
+class ProbeSettings(Protocol):
+    """The probe's options (APC-VFL's and VFedTrans's)."""
+
+    @property
+    def cv_folds(self) -> int: ...
+
+    @property
+    def probe_c(self) -> float: ...
+
+
 def _probe_outcome(data: PartyData, Z_fit: np.ndarray, y_fit: np.ndarray, Z_test: np.ndarray,
                    cv_folds: int, probe_c: float, seed: int, Z_all: np.ndarray | None,
-                   y_all: np.ndarray | None) -> tuple[np.ndarray, dict[str, Any]]:
-    scores = probe_scores(Z_fit, y_fit, Z_test, data.n_classes, probe_c)
+                   y_all: np.ndarray | None) -> tuple[np.ndarray, dict[str, Any], FittedProbe]:
+    """The fitted probe's test scores, the CV report (if asked) and the probe itself (what the party keeps)."""
+    probe = fit_probe(Z_fit, y_fit, data.n_classes, probe_c)
+    scores = probe.scores(Z_test)
     extra: dict[str, Any] = {}
     if cv_folds and Z_all is not None and y_all is not None:
         extra["cv"] = cross_validate_probe(Z_all, y_all, cv_folds, seed, data.n_classes, probe_c)
-    return scores, extra
+    return scores, extra, probe
 
 
 def apc_footprint_bytes(n_aligned: int, latent_dims: Sequence[int]) -> int:
@@ -161,31 +182,46 @@ def apc_footprint_bytes(n_aligned: int, latent_dims: Sequence[int]) -> int:
     return int(sum(n_aligned * z * BYTES_PER_FLOAT for z in latent_dims))
 
 
-def passive_role(data: PartyData, options: APCOptions, config: TrainConfig, *, joint_only: bool = False) -> Role:
-    """Train ``g1`` on all own rows, send the aligned rows' latents once, stop.
+def _send_latents(ctx: PartyContext, data: PartyData, options: APCOptions, config: TrainConfig,
+                  joint_only: bool) -> SymmetricAutoencoder:
+    """Train ``g1``, send the aligned rows' latents once; returns ``g1``."""
+    device = ctx.device
+    settings = options.fit_settings(config)
+    if joint_only:
+        X_fit, X_send = data.X_train, np.concatenate([data.X_train, data.X_test])
+    else:
+        X_fit = local_rows(data, options.include_test_rows)
+        X_send = exchanged_rows(data, options.include_test_rows)
+    ctx.stage = "g1: local autoencoder"
+    with ctx.meter.compute():
+        g1 = build_autoencoder(data.n_features, options.widths("passive_encoder"), config.seed,
+                               f"{ctx.name}.g1").to(device)
+        fit_autoencoder(g1, as_tensor(X_fit, device), settings, f"{ctx.name}.g1")
+        latents = g1.encode(as_tensor(X_send, device)).float().cpu()
+    ctx.stage = "send aligned latents"
+    ctx.send(ctx.active, LATENTS, latents)
+    return g1
 
-    ``joint_only`` (the adjusted method on fully aligned data): ``g1`` trains on the aligned
-    training rows only and the message carries training then test latents.
-    """
+
+def passive_role(data: PartyData, options: APCOptions, config: TrainConfig) -> Role:
+    """Train ``g1`` on all own rows, send the aligned rows' latents once, stop (it keeps nothing)."""
 
     def role(ctx: PartyContext) -> None:
-        device = ctx.device
-        settings = options.fit_settings(config)
-        if joint_only:
-            X_fit, X_send = data.X_train, np.concatenate([data.X_train, data.X_test])
-        else:
-            X_fit = local_rows(data, options.include_test_rows)
-            X_send = exchanged_rows(data, options.include_test_rows)
-        ctx.stage = "g1: local autoencoder"
-        with ctx.meter.compute():
-            g1 = build_autoencoder(data.n_features, options.widths("passive_encoder"), config.seed,
-                                   f"{ctx.name}.g1").to(device)
-            fit_autoencoder(g1, as_tensor(X_fit, device), settings, f"{ctx.name}.g1")
-            latents = g1.encode(as_tensor(X_send, device)).float().cpu()
-        ctx.stage = "send aligned latents"
-        ctx.send(ctx.active, LATENTS, latents)
+        _send_latents(ctx, data, options, config, joint_only=False)
 
     return role
+
+
+def joint_passive_role(data: PartyData, options: APCOptions, config: TrainConfig) -> KeptRole:
+    """A passive party of the adjusted method on fully aligned data; it keeps ``g1`` (it scores with it).
+
+    ``g1`` trains on the aligned training rows only and the message carries training then test latents.
+    """
+
+    def body(ctx: PartyContext, keep: Keep) -> None:
+        keep(kept_model({"g1": _send_latents(ctx, data, options, config, joint_only=True)}))
+
+    return KeptRole(body)
 
 
 def _received_latents(ctx: PartyContext, passives: Sequence[str], n_rows: int) -> tuple[list[torch.Tensor], int]:
@@ -210,10 +246,13 @@ def _communication(n_rows: int, received: Sequence[torch.Tensor], measured: int,
 
 
 def active_role(data: PartyData, options: APCOptions, config: TrainConfig, passives: tuple[str, ...], *,
-                distill: bool = True) -> Role:
-    """Steps 1-4 at the active party; ``distill=False`` is the ablation (no exchange, no teacher)."""
+                distill: bool = True) -> KeptRole:
+    """Steps 1-4 at the active party; ``distill=False`` is the ablation (no exchange, no teacher).
 
-    def role(ctx: PartyContext) -> ActiveOutcome:
+    It keeps its student ``g3`` and the probe: the standalone model.
+    """
+
+    def role(ctx: PartyContext, keep: Keep) -> ActiveOutcome:
         if data.n_features == 0:
             raise ConfigError("APC-VFL needs the active party to hold features (its encoders read them)")
         device = ctx.device
@@ -261,19 +300,20 @@ def active_role(data: PartyData, options: APCOptions, config: TrainConfig, passi
         ctx.progress(epoch=3, epochs=4, loss=stages["g3_student"]["best_loss"])
         ctx.stage = "step 4: classifier on g3 latents"
         with ctx.meter.compute():
-            outcome = probe_on_student(data, g3, options, config, device)
+            outcome, probe = student_probe(data, g3, options, config, device)
         ctx.progress(epoch=4, epochs=4, loss=stages["g3_student"]["best_loss"])
         outcome.extra.update(extra)
         outcome.extra["stages"] = stages
         outcome.history = [{"stage": float(i + 1), **s} for i, s in enumerate(stages.values())]
+        keep(kept_model({"g3": g3}, probe.module(), labels=True))
         return outcome
 
-    return role
+    return KeptRole(role)
 
 
-def probe_on_student(data: PartyData, g3: SymmetricAutoencoder, options: APCOptions, config: TrainConfig,
-                     device: Any) -> ActiveOutcome:
-    """Step 4 at the active party alone: the probe on its student's latents.
+def student_probe(data: PartyData, g3: SymmetricAutoencoder, options: ProbeSettings, config: TrainConfig,
+                  device: Any) -> tuple[ActiveOutcome, FittedProbe]:
+    """Step 4 at the active party alone: the probe on its student's latents, and the fitted probe.
 
     Fits on ``g3`` latents of the active party's labelled rows (aligned and unaligned) and
     scores its test rows — from the active party's own data and model only.
@@ -284,21 +324,32 @@ def probe_on_student(data: PartyData, g3: SymmetricAutoencoder, options: APCOpti
     Z_fit, Z_test = encode(X_fit), encode(data.X_test)
     Z_all = np.concatenate([Z_fit, Z_test])
     y_all = np.concatenate([y_fit, data.y_test])
-    scores, extra = _probe_outcome(data, Z_fit, y_fit, Z_test, options.cv_folds, options.probe_c, config.seed,
-                                   Z_all, y_all)
+    scores, extra, probe = _probe_outcome(data, Z_fit, y_fit, Z_test, options.cv_folds, options.probe_c,
+                                          config.seed, Z_all, y_all)
     extra["probe_rows"] = int(len(y_fit))
-    return ActiveOutcome(y_true=data.y_test, scores=scores, extra=extra)
+    return ActiveOutcome(y_true=data.y_test, scores=scores, extra=extra), probe
 
 
-def joint_active_role(data: PartyData, options: APCOptions, config: TrainConfig, passives: tuple[str, ...]) -> Role:
-    """Adjusted APC-VFL on fully aligned data (Sec. 6, Fig. 4): probe on ``g2``'s joint latents."""
+def probe_on_student(data: PartyData, g3: SymmetricAutoencoder, options: ProbeSettings, config: TrainConfig,
+                     device: Any) -> ActiveOutcome:
+    """:func:`student_probe`'s outcome (the test rows' scores from the active party alone)."""
+    return student_probe(data, g3, options, config, device)[0]
 
-    def role(ctx: PartyContext) -> ActiveOutcome:
+
+def joint_active_role(data: PartyData, options: APCOptions, config: TrainConfig,
+                      passives: tuple[str, ...]) -> KeptRole:
+    """Adjusted APC-VFL on fully aligned data (Sec. 6, Fig. 4): probe on ``g2``'s joint latents.
+
+    It keeps its ``g1`` (if it holds features), ``g2`` and the probe.
+    """
+
+    def role(ctx: PartyContext, keep: Keep) -> ActiveOutcome:
         device = ctx.device
         settings = options.fit_settings(config)
         n_train = len(data.X_train)
         stages: dict[str, dict[str, float]] = {}
         parts = []
+        kept: dict[str, SymmetricAutoencoder] = {}
         if data.n_features:
             ctx.stage = "g1: local autoencoder"
             with ctx.meter.compute():
@@ -307,6 +358,7 @@ def joint_active_role(data: PartyData, options: APCOptions, config: TrainConfig,
                 stages["g1_active"] = _stage(fit_autoencoder(g1, as_tensor(data.X_train, device), settings,
                                                              f"{ctx.name}.g1"))
                 parts.append(g1.encode(as_tensor(np.concatenate([data.X_train, data.X_test]), device)))
+                kept["g1"] = g1
         ctx.stage = "receive aligned latents"
         received, measured = _received_latents(ctx, passives, n_train + len(data.X_test))
         ctx.stage = "g2: joint autoencoder"
@@ -317,13 +369,16 @@ def joint_active_role(data: PartyData, options: APCOptions, config: TrainConfig,
             stages["g2_joint"] = _stage(fit_autoencoder(g2, joint_in[:n_train], settings, f"{ctx.name}.g2"))
             Z = g2.encode(joint_in).cpu().numpy()
             assert data.y_train is not None and data.y_test is not None  # the active party holds the labels
-            scores = probe_scores(Z[:n_train], data.y_train, Z[n_train:], data.n_classes, options.probe_c)
+            probe = fit_probe(Z[:n_train], data.y_train, data.n_classes, options.probe_c)
+            scores = probe.scores(Z[n_train:])
         extra = {"method": "apcvfl-splitnn", "stages": stages,
                  "communication": _communication(n_train + len(data.X_test), received, measured, passives)}
         history = [{"stage": float(i + 1), **s} for i, s in enumerate(stages.values())]
+        keep(kept_model({**kept, "g2": g2}, probe.module(), labels=True,
+                        passive_latents={p: int(z.shape[1]) for p, z in zip(passives, received, strict=True)}))
         return ActiveOutcome(y_true=data.y_test, scores=scores, history=history, extra=extra)
 
-    return role
+    return KeptRole(role)
 
 
 def idle(ctx: PartyContext) -> None:
@@ -333,14 +388,24 @@ def idle(ctx: PartyContext) -> None:
 
 # -- methods -----------------------------------------------------------------------------------
 
+def student_scoring_roles(method: Method[Any], scenario: Scenario) -> dict[str, Role]:
+    """A standalone model's scoring: the active party's side alone (:class:`~.saved.StudentScoring`)."""
+    return {scenario.active: side_role(StudentScoring(method, scenario.party_data(scenario.active)))}
+
+
 @register_method
 class APCVFL(Method[APCOptions]):
-    """Local autoencoders, one exchange of aligned latents, joint AE, distilled student, probe."""
+    """Local autoencoders, one exchange of aligned latents, joint AE, distilled student, probe.
+
+    The saved model is standalone: the active party's student ``g3`` and probe.
+    """
 
     name = "apcvfl"
     summary = "APC-VFL: one exchange of aligned latents, distillation, active-only inference"
     Options = APCOptions
     distill: ClassVar[bool] = True
+    saves_outside_engine = True
+    standalone = True
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         if self.distill:
@@ -351,6 +416,17 @@ class APCVFL(Method[APCOptions]):
         roles[scenario.active] = active_role(scenario.party_data(scenario.active), self.options, self.config,
                                              scenario.passives, distill=self.distill)
         return roles
+
+    def scoring_roles(self, scenario: Scenario) -> dict[str, Role]:
+        return student_scoring_roles(self, scenario)
+
+    def standalone_learns(self, active: str) -> str:
+        if not self.distill:
+            return super().standalone_learns(active)
+        return (f"{active} holds this model alone: its student autoencoder g3 and the probe, trained on its own "
+                "columns and labels. In training each passive party sent it the g1 latents of the aligned rows, "
+                "once (g3 was distilled from the joint latents of those rows); the passive parties saved nothing "
+                "and take no part in scoring.")
 
 
 @register_method
@@ -364,38 +440,54 @@ class APCVFLAblation(APCVFL):
 
 @register_method
 class APCVFLJoint(Method[APCOptions]):
-    """Adjusted APC-VFL for fully aligned data, to compare with SplitNN (Sec. 6, Fig. 4)."""
+    """Adjusted APC-VFL for fully aligned data, to compare with SplitNN (Sec. 6, Fig. 4).
+
+    The saved model is joint: each passive party keeps its ``g1``; the active party its own ``g1``
+    (if it holds features), ``g2`` and the probe. What each party learns at scoring: per batch each
+    passive party sends the active party the ``g1`` latents of its rows (tag ``apcvfl.score.latents``),
+    as it sent those of the aligned rows in training, and nothing else; the passive parties receive
+    nothing and learn nothing of the predictions; the active party learns the passive parties'
+    latents of the scored rows and the predictions.
+    """
 
     name = "apcvfl-splitnn"
     summary = "APC-VFL adjusted for fully aligned data: probe on g2 joint latents (one exchange)"
     Options = APCOptions
+    saves_outside_engine = True
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         self.require_passives(scenario)
-        roles: dict[str, Role] = {p: passive_role(scenario.party_data(p), self.options, self.config,
-                                                  joint_only=True) for p in scenario.passives}
+        roles: dict[str, Role] = {p: joint_passive_role(scenario.party_data(p), self.options, self.config)
+                                  for p in scenario.passives}
         roles[scenario.active] = joint_active_role(scenario.party_data(scenario.active), self.options,
                                                    self.config, scenario.passives)
         return roles
 
+    def scoring_roles(self, scenario: Scenario) -> dict[str, Role]:
+        passives = self.require_passives(scenario)
+        roles: dict[str, Role] = {p: side_role(JointPassiveScoring(self, scenario.party_data(p))) for p in passives}
+        roles[scenario.active] = side_role(JointActiveScoring(self, scenario.party_data(scenario.active), passives))
+        return roles
 
-def local_probe_role(data: PartyData, options: LocalProbeOptions, config: TrainConfig) -> Role:
-    """Logistic regression on the active party's raw (standardised) features, all labelled rows."""
 
-    def role(ctx: PartyContext) -> ActiveOutcome:
+def local_probe_role(data: PartyData, options: LocalProbeOptions, config: TrainConfig) -> KeptRole:
+    """Logistic regression on the active party's raw (standardised) features, all labelled rows; it keeps the probe."""
+
+    def role(ctx: PartyContext, keep: Keep) -> ActiveOutcome:
         if data.n_features == 0:
             raise ConfigError("local-logreg needs the active party to hold features")
         assert data.y_test is not None  # the active party holds the labels
         with ctx.meter.compute():
             X_fit, y_fit = labelled_rows(data)
-            scores, extra = _probe_outcome(data, X_fit, y_fit, data.X_test, options.cv_folds, options.probe_c,
-                                           config.seed, np.concatenate([X_fit, data.X_test]),
-                                           np.concatenate([y_fit, data.y_test]))
+            scores, extra, probe = _probe_outcome(data, X_fit, y_fit, data.X_test, options.cv_folds,
+                                                  options.probe_c, config.seed, np.concatenate([X_fit, data.X_test]),
+                                                  np.concatenate([y_fit, data.y_test]))
         extra.update({"method": "local-logreg", "probe_rows": int(len(y_fit)),
                       "communication": {"messages": 0, "rounds": 0, "paper_footprint_bytes": 0}})
+        keep(kept_model({}, probe.module(), labels=True))
         return ActiveOutcome(y_true=data.y_test, scores=scores, extra=extra)
 
-    return role
+    return KeptRole(role)
 
 
 @register_method
@@ -405,11 +497,16 @@ class LocalLogReg(Method[LocalProbeOptions]):
     name = "local-logreg"
     summary = "active party alone: logistic regression on its raw features, aligned + unaligned rows"
     Options = LocalProbeOptions
+    saves_outside_engine = True
+    standalone = True
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         roles: dict[str, Role] = {p: idle for p in scenario.passives}
         roles[scenario.active] = local_probe_role(scenario.party_data(scenario.active), self.options, self.config)
         return roles
+
+    def scoring_roles(self, scenario: Scenario) -> dict[str, Role]:
+        return student_scoring_roles(self, scenario)
 
 
 # -- the paper's partitions (Appendix A) --------------------------------------------------------
@@ -502,5 +599,5 @@ def _register_paper_presets() -> None:
 _register_paper_presets()
 
 __all__ = ["APCOptions", "APCVFL", "APCVFLAblation", "APCVFLJoint", "BREAST_CANCER_ACTIVE", "CREDIT_ACTIVE",
-           "LocalLogReg", "LocalProbeOptions", "apc_footprint_bytes", "apcvfl_paper_spec", "paper_active_features",
-           "probe_on_student"]
+           "LocalLogReg", "LocalProbeOptions", "ProbeSettings", "apc_footprint_bytes", "apcvfl_paper_spec",
+           "paper_active_features", "probe_on_student", "student_probe", "student_scoring_roles"]

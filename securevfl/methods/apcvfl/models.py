@@ -60,6 +60,11 @@ class SymmetricAutoencoder(nn.Module):
         return self.encoder(x)
 
 
+def autoencoder_widths(model: SymmetricAutoencoder) -> list[int]:
+    """The encoder's layer widths, the latent last (with ``model.in_dim``, what rebuilds it)."""
+    return [m.out_features for m in model.encoder if isinstance(m, nn.Linear)]
+
+
 def build_autoencoder(in_dim: int, widths: tuple[int, ...], seed: int, name: str) -> SymmetricAutoencoder:
     """A symmetric autoencoder initialised from the party's own generator (no global seeding)."""
     model = SymmetricAutoencoder(in_dim, widths)
@@ -185,5 +190,5 @@ def fit_autoencoder(model: SymmetricAutoencoder, X: torch.Tensor, settings: FitS
     return FitResult(epochs=epoch, best_epoch=best_epoch, best_loss=best, train_loss=last_train)
 
 
-__all__ = ["DISTILL_LOSSES", "FitResult", "FitSettings", "SymmetricAutoencoder", "apc_loss",
+__all__ = ["DISTILL_LOSSES", "FitResult", "FitSettings", "SymmetricAutoencoder", "apc_loss", "autoencoder_widths",
            "build_autoencoder", "distillation_term", "fit_autoencoder", "parse_widths", "validation_split"]
