@@ -188,7 +188,7 @@ def _copy(saved: Path, tmp_path: Path) -> Path:
 
 
 def test_methods_that_cannot_save_yet_are_refused_before_training(tmp_path, files):
-    for method in ("hetero-lr", "apcvfl", "local-logreg"):
+    for method in ("apcvfl", "local-logreg"):
         with pytest.raises(ConfigError, match=f"{method} cannot save a model"):
             _train(files, tmp_path / method, method)
         assert not (tmp_path / method).exists()
