@@ -158,7 +158,7 @@ def party_command(
     if predict:
         _check_predict_options(fed, as_, data, model_dir, out, checkpoint_dir)
         with stop_on_signals(as_):
-            _score_party(fed, as_, data, model_dir, out, report, device, batch_size)  # type: ignore[arg-type]
+            _score_party(fed, as_, data, model_dir, out, report, device, batch_size)
         return
     if out is not None:
         raise ConfigError("--out is for --predict (the training writes --report and, with --model-dir, the model)")
@@ -169,14 +169,21 @@ def party_command(
 
 def _check_predict_options(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
                            checkpoint_dir: Path | None) -> None:
-    """--predict needs this party's new rows and its part; only the active party writes predictions."""
+    """--predict needs this party's new rows and its part; only the active party writes predictions.
+
+    A helper (``data = false``: hetero-lr's arbiter) holds no part and no rows: it takes no --data
+    (a --model-dir is not needed and not read).
+    """
     from securevfl.checks import check_output_file
     from securevfl.deploy.scoring import standalone_refusal
 
     refusal = standalone_refusal(fed, as_)
     if refusal:
         raise ConfigError(refusal)
-    if model_dir is None or data is None:
+    if not fed.party(as_).data:
+        if data is not None:
+            raise ConfigError(f"{as_} has data = false in the federation file: it takes no --data")
+    elif model_dir is None or data is None:
         raise ConfigError("--predict needs --model-dir (this party's saved part) and --data (its new rows)")
     if checkpoint_dir is not None:
         raise ConfigError("--checkpoint-dir is for training, not --predict")
@@ -227,19 +234,24 @@ def _serve_party(fed: Any, as_: str, data: Path, model_dir: Path, listen: str, d
 DEFAULT_PREDICTIONS = Path("out/predictions.csv")
 
 
-def _score_party(fed: Any, as_: str, data: Path, model_dir: Path, out: Path | None, report: Path | None,
-                 device: str, batch_size: int) -> None:
+def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
+                 report: Path | None, device: str, batch_size: int) -> None:
     from securevfl.deploy.scoring import run_deployed_scoring
     from securevfl.methods.base import method_class
 
+    helper = not fed.party(as_).data
+    peers = f"connecting to {', '.join(p for p in fed.parties if p != as_)} " \
+            f"({'plaintext, loopback' if fed.insecure else 'mutual TLS'})"
     if method_class(fed.job.method).standalone:
         print(f"[{as_}] scoring with {model_dir}/{as_}, alone (a standalone model: no other party, no link)",
               file=sys.stderr, flush=True)
+    elif helper:
+        print(f"[{as_}] scoring as a helper (data = false: it holds no part of the model); {peers}",
+              file=sys.stderr, flush=True)
     else:
-        print(f"[{as_}] scoring with {model_dir}/{as_}; connecting to {', '.join(p for p in fed.parties if p != as_)} "
-          f"({'plaintext, loopback' if fed.insecure else 'mutual TLS'})", file=sys.stderr, flush=True)
-    result = run_deployed_scoring(fed, as_, data, model_dir, batch_size=batch_size, device=device,
-                                  progress=_row_printer(as_))
+        print(f"[{as_}] scoring with {model_dir}/{as_}; {peers}", file=sys.stderr, flush=True)
+    result = run_deployed_scoring(fed, as_, data, None if helper else model_dir, batch_size=batch_size,
+                                  device=device, progress=_row_printer(as_))
     print(f"[{as_}] {result.rows} shared rows scored in {result.wall_s:.1f} s", file=sys.stderr, flush=True)
     for peer, reason in sorted(result.missing_costs.items()):
         err_console.print(f"[bold yellow]warning: the costs of {peer} are missing: {reason}[/]", highlight=False)
@@ -257,7 +269,8 @@ def _score_party(fed: Any, as_: str, data: Path, model_dir: Path, out: Path | No
         json_path, _ = report_paths(report)
         json_path.parent.mkdir(parents=True, exist_ok=True)
         snap = result.snapshots.get(as_)
-        body = {"party": as_, "kind": "predict", "role": "active" if as_ == fed.active else "passive",
+        role = "active" if as_ == fed.active else "passive" if fed.party(as_).data else "helper"
+        body = {"party": as_, "kind": "predict", "role": role,
                 "scored_rows": result.rows, "wall_s": result.wall_s, "metrics": result.metrics,
                 "compute_s": snap.compute_s if snap else None, "crypto_s": snap.crypto_s if snap else None,
                 "bytes_sent": dict(snap.bytes) if snap else {}, "missing_costs": result.missing_costs}
@@ -310,6 +323,8 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
 
         if method_class(fed.job.method).standalone and as_ != fed.active:
             console.print(f"model part: none (the {fed.job.method} model is {fed.active}'s alone)")
+        elif not fed.party(as_).data:
+            console.print(f"model part: none ({as_} has data = false: a helper holds no part of the model)")
         else:
             console.print(f"model part: {model_dir}/{as_}/")
 
@@ -370,11 +385,12 @@ def launch_command(
         if method_class(fed.job.method).standalone:
             raise ConfigError(f"the {fed.job.method} model is the active party's alone: score it without launch, "
                               f"with securevfl party --predict --as {fed.active} (or securevfl predict)")
-        for name in files:
-            extra[name] += ["--predict", "--model-dir", str(model_dir), "--batch-size", str(batch_size)]
+        for name in fed.parties:  # a helper (data = false) scores with no part: no --model-dir
+            extra[name] += ["--predict", "--batch-size", str(batch_size)] + (
+                ["--model-dir", str(model_dir)] if name in files else [])
         extra[fed.active] += ["--out", str(out or DEFAULT_PREDICTIONS)]
     elif model_dir is not None:
-        for name in fed.parties:
+        for name in files:  # a helper saves nothing
             extra[name] += ["--model-dir", str(model_dir)] + (["--overwrite-model"] if overwrite_model else [])
     code = launch(federation, {**files, **dict.fromkeys(n for n in fed.parties if n not in files)},
                   active=fed.active, report=report, device=device, timeout=timeout or None, insecure=insecure,

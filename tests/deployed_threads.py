@@ -37,15 +37,20 @@ def loopback_federation(tmp_path: Path, parties: list[str], active: str, job: st
     return load_federation(loopback_federation_file(tmp_path, parties, active, job, extra))
 
 
-def run_parties_in_threads(federation: Any, files: dict[str, str], timeout: float = 120) -> dict[str, Any]:
-    """Every party's ``run_deployed_party`` result; a party's exception fails the caller."""
+def run_parties_in_threads(federation: Any, files: dict[str, str | None], timeout: float = 120,
+                           **options: Any) -> dict[str, Any]:
+    """Every party's ``run_deployed_party`` result; a party's exception fails the caller.
+
+    ``files``: party -> its table (``None`` for a ``data = false`` party); ``options``: more
+    ``run_deployed_party`` arguments for every party (``model_dir=...``).
+    """
     from securevfl.deploy.party import run_deployed_party
 
     results, errors = {}, {}
 
     def run(party: str) -> None:
         try:
-            results[party] = run_deployed_party(federation, party, files[party], device="cpu")
+            results[party] = run_deployed_party(federation, party, files[party], device="cpu", **options)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors[party] = exc
 

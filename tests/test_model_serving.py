@@ -42,7 +42,8 @@ def trained(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
 class Service:
     """Every party's ``run_serving_party`` in a thread; ``url`` once the active party is ready."""
 
-    def __init__(self, federation: Any, model: Path, files: dict[str, Path], parties: tuple[str, ...] = PARTIES) -> None:
+    def __init__(self, federation: Any, model: Path, files: dict[str, Path],
+                 parties: tuple[str, ...] = PARTIES) -> None:
         self.stop, self.ready = threading.Event(), threading.Event()
         self.url = ""
         self.results: dict[str, Any] = {}
@@ -66,7 +67,8 @@ class Service:
         self.threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in parties]
         for t in self.threads:
             t.start()
-        assert self.ready.wait(60) and not self.errors, {p: getattr(e, "traceback_text", e) for p, e in self.errors.items()}
+        failures = {p: getattr(e, "traceback_text", e) for p, e in self.errors.items()}
+        assert self.ready.wait(60) and not self.errors, failures
 
     def post(self, body: Any) -> tuple[int, dict[str, Any]]:
         data = json.dumps(body).encode() if not isinstance(body, bytes) else body

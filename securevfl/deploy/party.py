@@ -504,7 +504,8 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     this party reads and encodes its own file (default: its ``[parties.<name>.columns]`` section);
     the other parties never see it. ``model_dir``: this party saves its own part of the trained
     model under ``DIR/<name>/`` (:mod:`securevfl.model`; ``overwrite_model`` replaces one there;
-    a standalone method's passive parties save nothing: the model is the active party's alone);
+    a standalone method's passive parties save nothing: the model is the active party's alone; nor
+    does a helper: it holds no part of a model, hetero-lr's arbiter makes fresh keys when it scores);
     ``securevfl party --predict`` scores with it (:mod:`securevfl.deploy.scoring`).
     """
     from securevfl.api import assemble_report, resolve_device
@@ -516,8 +517,8 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     is_active = name == federation.active
     # refuse a bad method or option before connecting
     method, config = _method_and_config(federation, device, checkpoint_dir, resume, checkpoint_overwrite)
-    if model_dir is not None and method.standalone and not is_active:
-        model_dir = None  # the model is the active party's alone: this party saves nothing
+    if model_dir is not None and (helper or method.standalone and not is_active):
+        model_dir = None  # a helper holds no part of a model; a standalone model is the active party's alone
     if model_dir is not None:
         from securevfl.model.saving import check_model_dir, check_savable
 

@@ -9,10 +9,13 @@ talks to a training one:
    passive party sends the active party its table shape and the fingerprint of the model its part
    belongs to; the active party checks both (the shape against what PSI showed, the fingerprint
    against its own part's: parts of two models never score together) and sends the plan: every
-   aligned row is scored, none trained.
+   aligned row is scored, none trained. A helper (``data = false``: hetero-lr's arbiter) reads no
+   file, holds no part and takes no part in PSI: it receives the plan too (the number of rows every
+   party scores, so it runs the same batches) and takes its options from the federation's job.
 2. **Scoring**: each party rebuilds its side from its part and the rows go through the method's
    evaluation protocol (:func:`~securevfl.methods.engine.loop.score_side`), so the privacy layer of
-   training protects scoring too (EASTER's embeddings summed under its ``secagg``).
+   training protects scoring too (EASTER's embeddings summed under its ``secagg``; hetero-lr's
+   partial scores encrypted under the arbiter's fresh key, :mod:`securevfl.methods.hetero_lr.scoring`).
 3. **Costs**: as in training, the active party gathers the meters. Only the active party writes
    predictions; the passive parties learn what PSI tells them and nothing of the result.
 """
@@ -38,7 +41,10 @@ from securevfl.deploy.party import (
     _parse_plan,
     _unaligned,
     _with_cost_exchange,
+    check_roles,
     data_party_order,
+    helper_parties,
+    helper_plan_role,
     local_scenario,
     party_links,
     psi_role,
@@ -47,6 +53,8 @@ from securevfl.errors import ConfigError, DataError, ModelError, ProtocolError
 from securevfl.federation.meter import MeterSnapshot
 from securevfl.federation.runtime import PartyContext, run_party
 from securevfl.methods.base import method_class
+from securevfl.methods.engine.loop import SavedSide
+from securevfl.methods.objective import REGRESSION
 
 TAG_PART = "deploy.score.part"
 _HEX = re.compile(r"^[0-9a-f]{8,128}$")
@@ -89,11 +97,11 @@ def _check_part(federation: Federation, name: str, manifest: Any, standalone: bo
 
 
 def scoring_plan_role(table: Any, size_check: Callable[..., Any], fingerprint: str, encoded_width: int,
-                      federation: Federation, n_classes: int, task: str) -> Callable[[PartyContext], dict]:
+                      federation: Federation, n_classes: int, task: str) -> Callable[[PartyContext], dict[str, Any]]:
     """PSI, then shapes and model fingerprints in, and the plan (every aligned row scored) out."""
     psi = psi_role(table, federation)
 
-    def role(ctx: PartyContext) -> dict:
+    def role(ctx: PartyContext) -> dict[str, Any]:
         result = psi(ctx)
         rows, size = result.rows, result.size
         ctx.stage = "plan"
@@ -119,7 +127,8 @@ def scoring_plan_role(table: Any, size_check: Callable[..., Any], fingerprint: s
             shapes[p] = PartyShape.from_wire(message["shape"], p, aligned=size, rows=result.peer_sizes.get(p))
         plan = {"train": np.zeros(0, np.int64), "test": np.arange(size, dtype=np.int64), "task": task,
                 "n_classes": n_classes, "shapes": {n: s.to_wire() for n, s in shapes.items()}}
-        ctx.broadcast(ctx.passives, TAG_PLAN, plan)
+        # helpers (hetero-lr's arbiter) learn the plan too: the number of rows every party scores
+        ctx.broadcast((*ctx.passives, *helper_parties(federation)), TAG_PLAN, plan)
         return {"rows": rows, "plan": {**plan, "shapes": shapes}}
 
     return role
@@ -155,72 +164,125 @@ def _score_standalone(federation: Federation, name: str, data: str | Path, model
                            wall_s=time.perf_counter() - started)
 
 
-def run_deployed_scoring(federation: Federation, name: str, data: str | Path, model_dir: str | Path, *,
-                         batch_size: int = 4096, device: str = "auto", progress: Callable[..., None] | None = None,
-                         transport: Any = None) -> DeployedScoring:
-    """Score party ``name``'s new ``data`` with its own part under ``model_dir``, with its peers, to the end."""
-    from securevfl.api import resolve_device
+@dataclass
+class _LocalPart:
+    """What a party brings to a scoring run, checked before connecting: its method, part and new rows.
+
+    A helper (``data = false``: hetero-lr's arbiter) brings no part and no rows: ``saved`` is empty.
+    """
+
+    method: Any
+    seed: int
+    saved: SavedSide
+    classes: tuple[str, ...] = ()
+    task: str = ""
+    table: Any = None
+    encoded: Any = None
+    labels: np.ndarray | None = None
+    fingerprint: str = ""
+    encoded_width: int = 0
+
+
+def _data_part(federation: Federation, name: str, data: str | Path | None, model_dir: str | Path | None) -> _LocalPart:
+    """A data party's part (digests, version, method, role) and its new file, read and checked as in training."""
     from securevfl.methods import create_method
-    from securevfl.methods.engine.loop import score_side
-    from securevfl.methods.engine.split import SideRole
-    from securevfl.methods.objective import REGRESSION
     from securevfl.model.saving import saved_encoder, saved_side, train_config_from
-    from securevfl.model.scoring import active_predictions, read_new_rows
+    from securevfl.model.scoring import read_new_rows
     from securevfl.model.store import read_part
 
-    started = time.perf_counter()
-    if not federation.party(name).data:
-        raise ConfigError(f"{name} has data = false: the methods that score saved models have no such party")
-    if batch_size < 1:
-        raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
-    if method_class(federation.job.method).standalone:
-        return _score_standalone(federation, name, data, model_dir, batch_size, device, progress, started)
-    # everything local is checked before connecting: the part (digests, version), the method, the new file
+    if model_dir is None or data is None:
+        raise ConfigError(f"{name} scores with its own part and new rows: give --model-dir and --data")
     part = read_part(model_dir, name)
     manifest = part.manifest
     _check_part(federation, name, manifest)
     encoder, saved = saved_encoder(part), saved_side(part)
     config = train_config_from(manifest.extra.get("train", {}), str(part.path))
-    method = create_method(manifest.method, config)
-    is_active = name == federation.active
     job = federation.job
     classes = tuple(manifest.classes)
     table, encoded, labels = read_new_rows(part, encoder, data, id_column=job.id_column,
-                                           label_column=job.label_column,
-                                           classes=classes, task=manifest.task, is_active=is_active)
-    n_classes = 1 if manifest.task == REGRESSION else len(classes)
+                                           label_column=job.label_column, classes=classes, task=manifest.task,
+                                           is_active=name == federation.active)
+    return _LocalPart(create_method(manifest.method, config), config.seed, saved, classes, manifest.task, table,
+                      encoded, labels, manifest.job_fingerprint, encoder.width if encoder is not None else 0)
+
+
+def _helper_part(federation: Federation, name: str, data: str | Path | None) -> _LocalPart:
+    """A helper's method, from the federation's job (every party agreed on it): no part, no rows."""
+    from securevfl.deploy.party import _method_and_config
+    from securevfl.model.saving import check_savable
+
+    if data is not None:
+        raise ConfigError(f"{name} has data = false in the federation file: it takes no --data")
+    method, config = _method_and_config(federation, "cpu")
+    check_savable(method)  # a method whose models cannot be saved has nothing to score
+    return _LocalPart(method, config.train.seed, SavedSide({}))
+
+
+def run_deployed_scoring(federation: Federation, name: str, data: str | Path | None, model_dir: str | Path | None, *,
+                         batch_size: int = 4096, device: str = "auto", progress: Callable[..., None] | None = None,
+                         transport: Any = None) -> DeployedScoring:
+    """Score party ``name``'s new ``data`` with its own part under ``model_dir``, with its peers, to the end.
+
+    A helper (``data = false``: hetero-lr's arbiter) takes neither: it holds no part of the model,
+    receives the plan (the number of rows to score) and runs its scoring role (the arbiter: fresh keys).
+    """
+    from securevfl.api import resolve_device
+    from securevfl.methods.engine.loop import score_side
+    from securevfl.methods.engine.split import SideRole
+    from securevfl.model.scoring import active_predictions
+
+    started = time.perf_counter()
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
+    if method_class(federation.job.method).standalone:
+        if model_dir is None or data is None:
+            raise ConfigError(f"{name} scores with its own part and new rows: give --model-dir and --data")
+        return _score_standalone(federation, name, data, model_dir, batch_size, device, progress, started)
+    helper = not federation.party(name).data
+    # everything local is checked before connecting: the part (digests, version), the method, the new file
+    local = _helper_part(federation, name, data) if helper else _data_part(federation, name, data, model_dir)
     torch_device = resolve_device(device)
-    passives = data_party_order(federation)[1:]
+    job = federation.job
+    data_parties = data_party_order(federation)
+    passives = data_parties[1:]
 
     def size_check(size: int) -> None:
         if size == 0:
             raise DataError("no row is shared by every party's new file: nothing to score")
 
     with party_links(federation, name, transport, phase="predict") as transport:
-        setup_role = scoring_plan_role(table, size_check, manifest.job_fingerprint,
-                                       encoder.width if encoder is not None else 0, federation, n_classes,
-                                       manifest.task)
-        setup, setup_meter = run_party(setup_role, name=name, active=federation.active,
-                                       parties=data_party_order(federation), passives=passives, transport=transport,
-                                       finish=False, recv_timeout=federation.limits.recv_timeout_s)
+        if helper:
+            setup_role, setup_parties = helper_plan_role(federation), (*data_parties, name)
+        else:
+            n_classes = 1 if local.task == REGRESSION else len(local.classes)
+            setup_role = scoring_plan_role(local.table, size_check, local.fingerprint, local.encoded_width,
+                                           federation, n_classes, local.task)
+            setup_parties = data_parties
+        setup, setup_meter = run_party(setup_role, name=name, active=federation.active, parties=setup_parties,
+                                       passives=passives, transport=transport, finish=False,
+                                       recv_timeout=federation.limits.recv_timeout_s)
         rows, plan = setup["rows"], setup["plan"]
         size = len(plan["test"])
-        alignment = LocalAlignment(rows, _unaligned(table.n_rows, rows), size, setup_meter.snapshot())
-        scenario = local_scenario(name, federation, table, classes, rows, plan, cost={}, encoded=encoded)
-        roles = method.scoring_roles(scenario)
-        role = roles.get(name)
+        n_rows = local.table.n_rows if local.table is not None else 0
+        alignment = LocalAlignment(rows, _unaligned(n_rows, rows), size, setup_meter.snapshot())
+        scenario = local_scenario(name, federation, local.table, local.classes, rows, plan, cost={},
+                                  encoded=local.encoded)
+        roles = local.method.scoring_roles(scenario)
+        check_roles(job.method, roles, tuple(federation.parties))
+        role = roles[name]
         if not isinstance(role, SideRole):
-            raise ModelError(f"{manifest.method} cannot score a saved model")
-        scoring = functools.partial(score_side, side=role.side, saved=saved, batch_rows=batch_size)
+            raise ModelError(f"{job.method} cannot score a saved model")
+        scoring = functools.partial(score_side, side=role.side, saved=local.saved, batch_rows=batch_size)
         outcome, meter = run_party(_with_cost_exchange(scoring, alignment.snapshot, transport.link_stats), name=name,
                                    active=federation.active, parties=tuple(roles), passives=passives,
-                                   transport=transport, device=torch_device, seed=config.seed, progress=progress,
+                                   transport=transport, device=torch_device, seed=local.seed, progress=progress,
                                    recv_timeout=federation.limits.recv_timeout_s)
         result = DeployedScoring(name, alignment, rows=size)
-        if is_active:
+        if name == federation.active:
             evaluation, snapshots, _setups, _links, missing = outcome
-            result.predictions, result.metrics = active_predictions(table.ids, rows, evaluation.scores, labels,
-                                                                    manifest.task, classes, job.id_column)
+            result.predictions, result.metrics = active_predictions(local.table.ids, rows, evaluation.scores,
+                                                                    local.labels, local.task, local.classes,
+                                                                    job.id_column)
             result.snapshots, result.missing_costs = snapshots, missing
         else:
             result.snapshots = {name: meter.snapshot()}

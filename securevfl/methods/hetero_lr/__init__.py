@@ -28,9 +28,16 @@ active party (the gradient is X_kᵀ e / B, so the passive parties scale by 1 in
 monitored loss uses [[u]] and [[u²]] the same way). The active party maps predictions back to the
 target's scale.
 
-Prediction follows FATE: each passive party sends its plaintext partial scores X_k θ_k for the test rows to
-the active party, which adds them up and applies the sigmoid. See docs/hetero_lr.md for what each
-party learns and the collusion caveats.
+Training's own test evaluation follows FATE: each passive party sends its plaintext partial scores
+X_k θ_k for the test rows to the active party, which adds them up and applies the sigmoid. See
+docs/hetero_lr.md for what each party learns and the collusion caveats.
+
+Saved models (``--model-dir``): every data party keeps its own θ_k (the active party its θ with the
+intercept, and the target's scale for regression); the arbiter keeps nothing, no key is saved.
+Scoring a saved model (:mod:`.scoring`) does *not* send plaintext partial scores: the arbiter
+generates a fresh key pair per scoring run, the passive parties send [[u_k]], and the active party
+has the arbiter decrypt Σ_k [[u_k]] behind a uniform ring mask, so it learns only the sum of the
+passive parties' scores (with one passive party, that party's scores) and the arbiter nothing.
 
 Threat model: semi-honest parties only, as Hardy et al. and FATE. The arbiter decrypts whatever
 masked ciphertext it is sent, so a *single deviating* party breaks it: a passive party that sends
@@ -52,6 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
 from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, DataError, ProtocolError
@@ -65,8 +73,10 @@ from securevfl.methods.base import (
     n_batches,
     register_method,
 )
+from securevfl.methods.engine.kept import Keep, KeptRole, kept_side
+from securevfl.methods.engine.loop import SavedSide
 from securevfl.methods.hetero_lr.batches import check_batch_size
-from securevfl.methods.objective import REGRESSION, make_objective
+from securevfl.methods.objective import REGRESSION, Objective, make_objective
 from securevfl.privacy.paillier import (
     EncryptedTensor,
     PaillierBackend,
@@ -88,6 +98,8 @@ MASKED_GRADIENT = "hetero-lr.train.masked_gradient"
 UNMASKED = "hetero-lr.train.decrypted_masked"
 MASKED_LOSS = "hetero-lr.train.masked_loss"
 TEST_SCORE = "hetero-lr.test.score"
+#: The module name of a party's saved weights θ_k (:class:`Theta`).
+THETA = "theta"
 
 LOG2 = math.log(2.0)
 
@@ -163,8 +175,38 @@ def l2_mask(width: int, intercept: bool) -> np.ndarray:
     return mask
 
 
-def _send_masked(ctx: PartyContext, tag: str, tensor: EncryptedTensor, randbelow: RandBelow | None) -> np.ndarray:
-    """Mask ``tensor`` uniformly in Z_n, have the arbiter decrypt it, unmask: the plaintext values."""
+class Theta(nn.Module):
+    """A party's weights θ_k as a float64 buffer (the active party's intercept first): what it saves."""
+
+    def __init__(self, theta: np.ndarray) -> None:
+        super().__init__()
+        self.register_buffer("weight", torch.as_tensor(np.asarray(theta, dtype=np.float64)).clone())
+
+    def values(self) -> np.ndarray:
+        """θ_k as a float64 array."""
+        weight = self.get_buffer("weight")
+        return weight.detach().cpu().numpy().astype(np.float64)
+
+
+def kept_theta(theta: np.ndarray, objective: Objective | None = None) -> SavedSide:
+    """What a data party keeps of a trained hetero-lr model: its θ_k (and at the active party the objective)."""
+    return kept_side({THETA: Theta(theta)}, objective)
+
+
+def output_scores(objective: Objective, logits: np.ndarray) -> np.ndarray:
+    """The active party's scores of θᵀx: [1 − p, p] with p = σ(θᵀx), or the value on the target's scale."""
+    if objective.regression:
+        return objective.predictions(torch.as_tensor(logits))
+    p = 1.0 / (1.0 + np.exp(-logits))
+    return np.column_stack([1.0 - p, p])
+
+
+def _send_masked(ctx: PartyContext, tag: str, tensor: EncryptedTensor, randbelow: RandBelow | None,
+                 reply: str = UNMASKED) -> np.ndarray:
+    """Mask ``tensor`` uniformly in Z_n, have the arbiter decrypt it, unmask: the plaintext values.
+
+    ``tag``: the request's message tag; ``reply``: the tag of the arbiter's answer.
+    """
     n = tensor.backend.public_key.n
     with ctx.meter.crypto("paillier.mask"):
         masks = draw_ring_masks(n, tensor.n_ciphertexts, randbelow)
@@ -174,7 +216,7 @@ def _send_masked(ctx: PartyContext, tag: str, tensor: EncryptedTensor, randbelow
     with ctx.meter.serialize():
         wire = masked.to_bytes()
     ctx.send(ARBITER, tag, wire)
-    residues = ctx.recv(ARBITER, UNMASKED)
+    residues = ctx.recv(ARBITER, reply)
     with ctx.meter.crypto("paillier.mask"):
         values = remove_ring_masks(residues, masks, n, masked.scale_bits)
     return values.reshape(tensor.shape)
@@ -195,10 +237,13 @@ def _gradient(ctx: PartyContext, X_batch: np.ndarray, residual: EncryptedTensor,
 
 
 def passive_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, send_square: bool, min_rows: int,
-                 randbelow: RandBelow | None = None) -> Role:
-    """A passive party: encrypted partial scores out, encrypted residual in, masked gradient via the arbiter."""
+                 randbelow: RandBelow | None = None) -> KeptRole:
+    """A passive party: encrypted partial scores out, encrypted residual in, masked gradient via the arbiter.
 
-    def role(ctx: PartyContext) -> np.ndarray:
+    It keeps its trained θ_k (:func:`kept_theta`) for ``--model-dir``.
+    """
+
+    def role(ctx: PartyContext, keep: Keep) -> np.ndarray:
         backend = _receive_key(ctx, options)
         try:
             X = design_matrix(data.X_train, False)
@@ -223,6 +268,7 @@ def passive_role(data: PartyData, config: TrainConfig, options: HeteroLROptions,
                     grad = _gradient(ctx, X[idx], residual, options, randbelow, residual_scale(data.task))
                     with ctx.meter.compute():
                         theta = theta - options.lr * (grad + options.l2 * theta)
+            keep(kept_theta(theta))
             ctx.stage = "evaluate"
             with ctx.meter.compute():
                 u_test = design_matrix(data.X_test, False) @ theta
@@ -231,7 +277,7 @@ def passive_role(data: PartyData, config: TrainConfig, options: HeteroLROptions,
             backend.close()
         return theta
 
-    return role
+    return KeptRole(role)
 
 
 def _plain_loss_terms(u: np.ndarray, y_pm: np.ndarray) -> tuple[float, np.ndarray]:
@@ -247,10 +293,13 @@ def _plain_squared_terms(u: np.ndarray, z: np.ndarray) -> tuple[float, np.ndarra
 
 
 def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, passives: tuple[str, ...],
-                monitor_loss: bool, min_rows: int, randbelow: RandBelow | None = None) -> Role:
-    """The active party: labels stay here; forms [[4d]], updates its own weights, predicts."""
+                monitor_loss: bool, min_rows: int, randbelow: RandBelow | None = None) -> KeptRole:
+    """The active party: labels stay here; forms [[4d]], updates its own weights, predicts.
 
-    def role(ctx: PartyContext) -> ActiveOutcome:
+    It keeps its trained θ (intercept first) and the objective (a regression target's scale).
+    """
+
+    def role(ctx: PartyContext, keep: Keep) -> ActiveOutcome:
         if data.y_train is None or data.y_test is None:
             raise DataError("the active party of hetero-lr must hold the labels")
         backend = _receive_key(ctx, options)
@@ -312,17 +361,14 @@ def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, 
                 else:
                     ctx.progress(epoch=epoch + 1, epochs=config.epochs)
                 history.append(record)
+            keep(kept_theta(theta, objective))
             ctx.stage = "evaluate"
             partial = [np.asarray(ctx.recv(p, TEST_SCORE), dtype=np.float64) for p in passives]
             with ctx.meter.compute():
                 logits = design_matrix(data.X_test, options.fit_intercept) @ theta
                 for u_passive in partial:
                     logits = logits + u_passive
-                if regression:
-                    scores_out = objective.predictions(torch.as_tensor(logits))
-                else:
-                    p = 1.0 / (1.0 + np.exp(-logits))
-                    scores_out = np.column_stack([1.0 - p, p])
+                scores_out = output_scores(objective, logits)
         finally:
             backend.close()
         extra = {"hetero_lr": {"backend": options.backend, "key_bits": options.key_bits, "passives": list(passives),
@@ -331,21 +377,32 @@ def active_role(data: PartyData, config: TrainConfig, options: HeteroLROptions, 
                                "active_weights": theta.tolist()}}
         return ActiveOutcome(y_true=np.asarray(data.y_test), scores=scores_out, history=history, extra=extra)
 
-    return role
+    return KeptRole(role)
+
+
+def decrypt_masked(ctx: PartyContext, backend: PaillierBackend, party: str, tag: str, reply: str = UNMASKED,
+                   count: int | None = None) -> None:
+    """The arbiter's step: decrypt what ``party`` sent under ``tag`` (masked values) and return the residues.
+
+    ``count``: how many values the request must hold (a ProtocolError otherwise), where it is agreed.
+    """
+    wire = ctx.recv(party, tag)
+    if not isinstance(wire, bytes):
+        raise ProtocolError(f"{party} sent a malformed {tag} (expected ciphertext bytes)")
+    with ctx.meter.serialize():
+        tensor = EncryptedTensor.from_bytes(wire, backend)
+    if count is not None and tensor.n_ciphertexts != count:
+        raise ProtocolError(f"{party} sent {tensor.n_ciphertexts} values to decrypt under {tag}; {count} were "
+                            "agreed (does every party score with the same --batch-size?)")
+    with ctx.meter.crypto("paillier.decrypt"):
+        residues = backend.decrypt_raw(tensor.ciphertexts.ravel().tolist())
+    ctx.send(party, reply, [int(r) for r in residues])
 
 
 def arbiter_role(options: HeteroLROptions, parties: tuple[str, ...], active: str, batches_per_epoch: int,
                  epochs: int, monitor_loss: bool, keypair: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None
                  ) -> Role:
     """The key holder: generates the key pair, decrypts masked values and returns the residues."""
-
-    def decrypt_for(ctx: PartyContext, backend: PaillierBackend, party: str, tag: str) -> None:
-        wire = ctx.recv(party, tag)
-        with ctx.meter.serialize():
-            tensor = EncryptedTensor.from_bytes(wire, backend)
-        with ctx.meter.crypto("paillier.decrypt"):
-            residues = backend.decrypt_raw(tensor.ciphertexts.ravel().tolist())
-        ctx.send(party, UNMASKED, [int(r) for r in residues])
 
     def role(ctx: PartyContext) -> dict[str, int]:
         ctx.stage = "key generation"
@@ -359,9 +416,9 @@ def arbiter_role(options: HeteroLROptions, parties: tuple[str, ...], active: str
                 ctx.stage = f"train epoch {epoch + 1}"
                 for _ in range(batches_per_epoch):
                     for party in parties:
-                        decrypt_for(ctx, backend, party, MASKED_GRADIENT)
+                        decrypt_masked(ctx, backend, party, MASKED_GRADIENT)
                 if monitor_loss:
-                    decrypt_for(ctx, backend, active, MASKED_LOSS)
+                    decrypt_masked(ctx, backend, active, MASKED_LOSS)
         finally:
             backend.close()
         return {"key_bits": public_key.bits}
@@ -377,6 +434,7 @@ class HeteroLR(Method[HeteroLROptions]):
     summary = "hetero-LR (Hardy et al. 2017 / FATE): Paillier, Taylor loss, arbiter decrypts masked gradients"
     Options = HeteroLROptions
     supports_objectives = True  # regression as vertical linear regression; no class weights (see __init__)
+    saves_outside_engine = True  # every data party keeps its θ_k; scoring: :mod:`.scoring`
     randbelow: RandBelow | None = None  # tests may inject a deterministic mask source
     keypair: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None  # tests may inject a pre-generated key
 
@@ -389,13 +447,18 @@ class HeteroLR(Method[HeteroLROptions]):
             raise ConfigError(f"hetero-lr takes its step size from the option lr (default 0.15), not from "
                               f"--lr={config.lr}; pass --option lr={config.lr} instead")
 
-    def roles(self, scenario: Scenario) -> dict[str, Role]:
+    def _check_parties(self, scenario: Scenario) -> PartyData:
+        """The active party's data, after refusing a scenario hetero-lr cannot run (no passive party, ...)."""
         self.require_passives(scenario)
         if ARBITER in scenario.parties:
             raise ConfigError(f"party name {ARBITER!r} is reserved for hetero-lr's key holder")
         active = scenario.party_data(scenario.active)
         if active.task != REGRESSION and active.n_classes != 2:
             raise ConfigError(f"hetero-lr is binary logistic regression; the task has {active.n_classes} classes")
+        return active
+
+    def roles(self, scenario: Scenario) -> dict[str, Role]:
+        active = self._check_parties(scenario)
         passives = tuple(scenario.passives)
         datas = {p: scenario.party_data(p) for p in passives}
         weights = [active.n_features + int(self.options.fit_intercept)] + [datas[p].n_features for p in passives]
@@ -414,5 +477,13 @@ class HeteroLR(Method[HeteroLROptions]):
                                       self.config.epochs, monitor, self.keypair)
         return roles
 
+    def scoring_roles(self, scenario: Scenario) -> dict[str, Role]:
+        """Scoring with saved θ_k: encrypted partial scores, their masked sum decrypted by a fresh arbiter."""
+        from securevfl.methods.hetero_lr.scoring import scoring_roles
 
-__all__ = ["ARBITER", "HeteroLR", "HeteroLROptions", "active_role", "arbiter_role", "passive_role"]
+        self._check_parties(scenario)
+        return scoring_roles(self, scenario, self.options, ARBITER, randbelow=self.randbelow, keypair=self.keypair)
+
+
+__all__ = ["ARBITER", "THETA", "HeteroLR", "HeteroLROptions", "Theta", "active_role", "arbiter_role",
+           "decrypt_masked", "kept_theta", "output_scores", "passive_role"]

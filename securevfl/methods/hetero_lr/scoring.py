@@ -1,0 +1,212 @@
+"""hetero-lr scoring with a saved model: partial scores encrypted, their sum decrypted by the arbiter behind a mask.
+
+Each data party holds its own saved θ_k (:func:`~securevfl.methods.hetero_lr.kept_theta`); the
+arbiter holds nothing of the model. Per scoring run (one process, :func:`securevfl.predict`, or
+deployed, ``securevfl party --predict``):
+
+1. the arbiter generates a **fresh** Paillier key pair of the run's ``key_bits`` (never saved, never
+   reused across runs) and sends the public key to every data party, which refuses a key of
+   another size than its saved options agreed;
+2. per batch of the agreed scoring rows (every party cuts the same batches: the row count comes with
+   the plan), every passive party computes u_k = X_k θ_k, encrypts [[u_k]] (fixed point at
+   ``frac_bits``) and sends it to the active party;
+3. the active party sums them homomorphically, adds a fresh mask r drawn uniformly from Z_n per row
+   (:mod:`securevfl.privacy.paillier.ring_masks`, as training masks gradients), re-randomises and
+   sends [[Σ_k u_k + r]] to the arbiter;
+4. the arbiter decrypts and returns Σ_k u_k + r mod n (it checks the request holds one value per row
+   of the batch); the active party removes r, adds its own u_active = X_a θ_a (with the intercept)
+   and applies the sigmoid (scores [1 − p, p]) or maps the value back to the target's scale.
+
+What each party learns (semi-honest, as in training): the **active party** only the sum over the
+passive parties of their partial scores, per scored row — with exactly one passive party that *is*
+that party's partial score X_k θ_k (the sum is what the active party needs to score; a linear model
+cannot hide it from the party that holds the result); the **arbiter** only uniform residues of Z_n
+(and the number of rows and batches); the **passive parties** nothing beyond what PSI tells them
+(a fresh ciphertext each; they receive no message at all after the key). Collusion of the arbiter
+with the active party decrypts each [[u_k]], as in training. The fixed-point encoding error is
+2^-(frac_bits + 1) per passive party (about 1e-10 at the default 32 bits), far below the 1e-6 at
+which scoring reproduces the run's own test predictions.
+
+This differs from training's own test evaluation, which sends plaintext partial scores per party
+(FATE's inference): scoring a saved model reveals strictly less to the active party.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from securevfl.data.scenario import PartyData, Scenario
+from securevfl.errors import ProtocolError
+from securevfl.federation.runtime import PartyContext
+from securevfl.methods.base import Method, Role
+from securevfl.methods.engine.kept import ScoringSide
+from securevfl.methods.engine.loop import Evaluation
+from securevfl.methods.engine.split import side_role
+from securevfl.methods.hetero_lr import (
+    PUBLIC_KEY,
+    THETA,
+    HeteroLROptions,
+    Theta,
+    _backend,
+    _receive_key,
+    _send_masked,
+    decrypt_masked,
+    design_matrix,
+    output_scores,
+)
+from securevfl.privacy.paillier import (
+    EncryptedTensor,
+    PaillierBackend,
+    PaillierPrivateKey,
+    PaillierPublicKey,
+    generate_keypair,
+)
+from securevfl.privacy.paillier.ring_masks import RandBelow
+
+KeyPair = tuple[PaillierPublicKey, PaillierPrivateKey]
+
+SCORE_PARTIAL = "hetero-lr.score.enc_partial"
+MASKED_SCORE = "hetero-lr.score.masked_sum"
+SCORE_UNMASKED = "hetero-lr.score.decrypted_masked"
+
+
+class _DataScorer(ScoringSide):
+    """A data party's scoring side: the arbiter's fresh public key, and its own saved θ_k."""
+
+    def __init__(self, method: Method[Any], data: PartyData, options: HeteroLROptions, passives: tuple[str, ...] = (),
+                 intercept: bool = False) -> None:
+        super().__init__(method, data, passives)
+        self.options = options
+        self.intercept = intercept
+        self.backend: PaillierBackend | None = None
+        self._scored = 0
+
+    def build(self, ctx: PartyContext) -> None:
+        self.backend = _receive_key(ctx, self.options)
+        self.state.modules[THETA] = Theta(np.zeros(self.data.n_features + int(self.intercept)))
+
+    def theta(self) -> np.ndarray:
+        """The saved θ_k (float64)."""
+        module = self.state.modules[THETA]
+        assert isinstance(module, Theta)
+        return module.values()
+
+    def partial(self, X: np.ndarray) -> np.ndarray:
+        """u_k = X_k θ_k on a batch (with the intercept column at the active party)."""
+        return design_matrix(X, self.intercept) @ self.theta()
+
+    def scored(self, rows: int) -> None:
+        """Count the rows scored; after the last one release the backend's workers (recreated on demand)."""
+        self._scored += rows
+        if self._scored >= len(self.data.X_test) and self.backend is not None:
+            self.backend.close()
+
+
+class PassiveScorer(_DataScorer):
+    """A passive party: [[X_k θ_k]] to the active party; it receives nothing back."""
+
+    def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation | None:
+        assert self.backend is not None
+        with ctx.meter.compute():
+            u = self.partial(X)
+        with ctx.meter.crypto("paillier.encrypt"):
+            encrypted = self.backend.encrypt(u, frac_bits=self.options.frac_bits)
+        with ctx.meter.serialize():
+            wire = encrypted.to_bytes()
+        ctx.send(ctx.active, SCORE_PARTIAL, wire)
+        self.scored(len(X))
+        return None
+
+
+class ActiveScorer(_DataScorer):
+    """The active party: Σ_k [[u_k]] decrypted by the arbiter behind a uniform mask, plus its own u, scored."""
+
+    def __init__(self, method: Method[Any], data: PartyData, options: HeteroLROptions, passives: tuple[str, ...],
+                 randbelow: RandBelow | None = None) -> None:
+        super().__init__(method, data, options, passives, intercept=options.fit_intercept)
+        self.randbelow = randbelow
+
+    def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation | None:
+        assert self.backend is not None
+        total = self._encrypted_sum(ctx, len(X))
+        passive_sum = _send_masked(ctx, MASKED_SCORE, total, self.randbelow, reply=SCORE_UNMASKED)
+        with ctx.meter.compute():
+            logits = self.partial(X) + passive_sum
+            scores = output_scores(self.objective, logits)
+        self.scored(len(X))
+        return Evaluation(scores)
+
+    def _encrypted_sum(self, ctx: PartyContext, rows: int) -> EncryptedTensor:
+        """Σ_k [[u_k]] over the passive parties' messages, each checked: one ciphertext per row, unpacked."""
+        assert self.backend is not None
+        frac_bits = self.options.frac_bits
+        total: EncryptedTensor | None = None
+        for p in self.passives:
+            wire = ctx.recv(p, SCORE_PARTIAL)
+            if not isinstance(wire, bytes):
+                raise ProtocolError(f"{p} sent malformed partial scores (expected ciphertext bytes)")
+            with ctx.meter.serialize():
+                score = EncryptedTensor.from_bytes(wire, self.backend)
+            if score.is_packed or score.shape != (rows,) or score.scale_bits != frac_bits:
+                raise ProtocolError(f"{p} sent partial scores of shape {score.shape} at {score.scale_bits} "
+                                    f"fraction bits; the batch has {rows} rows at {frac_bits}")
+            with ctx.meter.crypto("paillier.add"):
+                total = score if total is None else total + score
+        if total is None:
+            raise ProtocolError("hetero-lr scores with at least one passive party")
+        return total
+
+
+class ArbiterScorer(ScoringSide):
+    """The arbiter: a fresh key pair per scoring run; decrypts one masked sum per batch. It holds no part."""
+
+    def __init__(self, method: Method[Any], data: PartyData, options: HeteroLROptions,
+                 keypair: KeyPair | None = None) -> None:
+        super().__init__(method, data)
+        self.options = options
+        self.keypair = keypair  # tests may inject a pre-generated key pair, as in training
+        self.backend: PaillierBackend | None = None
+        self._scored = 0
+
+    def build(self, ctx: PartyContext) -> None:
+        options = self.options
+        with ctx.meter.crypto("paillier.keygen"):
+            public_key, private_key = self.keypair or generate_keypair(
+                options.key_bits, insecure_allow_small_key=options.insecure_allow_small_key)
+        self.backend = _backend(options, public_key, private_key)
+        ctx.broadcast((ctx.active, *ctx.passives), PUBLIC_KEY, public_key.to_bytes())
+
+    def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation | None:
+        assert self.backend is not None
+        decrypt_masked(ctx, self.backend, ctx.active, MASKED_SCORE, reply=SCORE_UNMASKED, count=len(X))
+        self._scored += len(X)
+        if self._scored >= len(self.data.X_test):
+            self.backend.close()
+        return None
+
+
+def arbiter_data(scenario: Scenario, name: str) -> PartyData:
+    """The arbiter's view of a scoring run: no column, only the number of rows to score (from the plan)."""
+    rows = len(scenario.test)
+    nothing = np.zeros((0, 0))
+    return PartyData(name=name, feature_names=(), X_train=nothing, X_test=np.zeros((rows, 0)), X_unaligned=nothing,
+                     ids_train=np.zeros(0, dtype=object), ids_unaligned=np.zeros(0, dtype=object),
+                     n_classes=scenario.n_classes, task=scenario.task)
+
+
+def scoring_roles(method: Method[Any], scenario: Scenario, options: HeteroLROptions, arbiter: str, *,
+                  randbelow: RandBelow | None = None, keypair: KeyPair | None = None) -> dict[str, Role]:
+    """One scoring role per data party and one for the arbiter (it gets no data, only the row count)."""
+    passives = tuple(scenario.passives)
+    roles: dict[str, Role] = {p: side_role(PassiveScorer(method, scenario.party_data(p), options))
+                              for p in passives}
+    roles[scenario.active] = side_role(ActiveScorer(method, scenario.party_data(scenario.active), options, passives,
+                                                    randbelow))
+    roles[arbiter] = side_role(ArbiterScorer(method, arbiter_data(scenario, arbiter), options, keypair))
+    return roles
+
+
+__all__ = ["MASKED_SCORE", "SCORE_PARTIAL", "SCORE_UNMASKED", "ActiveScorer", "ArbiterScorer", "PassiveScorer",
+           "arbiter_data", "scoring_roles"]
