@@ -153,7 +153,7 @@ def party_command(
     if serve:
         _check_serve_options(fed, as_, data, model_dir, out, checkpoint_dir, predict)
         with stop_on_signals(as_):
-            _serve_party(fed, as_, data, model_dir, listen, device)  # type: ignore[arg-type]
+            _serve_party(fed, as_, data, model_dir, listen, device)
         return
     if predict:
         _check_predict_options(fed, as_, data, model_dir, out, checkpoint_dir)
@@ -203,14 +203,17 @@ def _check_serve_options(fed: Any, as_: str, data: Path | None, model_dir: Path 
         raise ConfigError(refusal.replace("--predict", "--serve").replace("scores", "serves"))
     if predict:
         raise ConfigError("--serve and --predict are two ways to score: choose one")
-    if model_dir is None or data is None:
+    if not fed.party(as_).data:  # a helper (an arbiter) holds no part and no table
+        if data is not None:
+            raise ConfigError(f"{as_} has data = false in the federation file: it takes no --data")
+    elif model_dir is None or data is None:
         raise ConfigError("--serve needs --model-dir (this party's saved part) and --data (the customers it "
                           "can be asked about)")
     if checkpoint_dir is not None or out is not None:
         raise ConfigError("--serve answers requests over HTTP: it takes no --checkpoint-dir and no --out")
 
 
-def _serve_party(fed: Any, as_: str, data: Path, model_dir: Path, listen: str, device: str) -> None:
+def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, listen: str, device: str) -> None:
     import numpy as np
 
     from securevfl.deploy.serving import run_serving_party
@@ -219,7 +222,8 @@ def _serve_party(fed: Any, as_: str, data: Path, model_dir: Path, listen: str, d
         console.print(f"[{as_}] serving {fed.job.method} at {url}/score: POST a JSON body of rows, each with "
                       f"{fed.job.id_column!r}; Ctrl-C stops every party", highlight=False)
 
-    print(f"[{as_}] serving with {model_dir}/{as_}; connecting to "
+    part = f"{model_dir}/{as_}" if fed.party(as_).data else "no part (a helper)"
+    print(f"[{as_}] serving with {part}; connecting to "
           f"{', '.join(p for p in fed.parties if p != as_) or 'no other party'}", file=sys.stderr, flush=True)
     summary = run_serving_party(fed, as_, data, model_dir, listen=listen, device=device, on_ready=ready)
     timing = ""

@@ -43,7 +43,7 @@ class Service:
     """Every party's ``run_serving_party`` in a thread; ``url`` once the active party is ready."""
 
     def __init__(self, federation: Any, model: Path, files: dict[str, Path],
-                 parties: tuple[str, ...] = PARTIES) -> None:
+                 parties: tuple[str, ...] | None = None) -> None:
         self.stop, self.ready = threading.Event(), threading.Event()
         self.url = ""
         self.results: dict[str, Any] = {}
@@ -57,18 +57,20 @@ class Service:
             try:
                 with one_torch_thread():
                     self.results[party] = run_serving_party(
-                        federation, party, files[party], model, listen="127.0.0.1:0", device="cpu",
+                        federation, party, files.get(party), model if party in files else None,
+                        listen="127.0.0.1:0", device="cpu",
                         on_ready=on_ready if party == federation.active else None,
                         stop=self.stop if party == federation.active else None)
             except BaseException as exc:  # noqa: BLE001 - reported by the test
                 self.errors[party] = exc
                 self.ready.set()
 
-        self.threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in parties]
+        self.threads = [threading.Thread(target=run, args=(p,), daemon=True)
+                        for p in (parties or tuple(federation.parties))]
         for t in self.threads:
             t.start()
-        failures = {p: getattr(e, "traceback_text", e) for p, e in self.errors.items()}
-        assert self.ready.wait(60) and not self.errors, failures
+        ready = self.ready.wait(60)
+        assert ready and not self.errors, {p: getattr(e, "traceback_text", e) for p, e in self.errors.items()}
 
     def post(self, body: Any) -> tuple[int, dict[str, Any]]:
         data = json.dumps(body).encode() if not isinstance(body, bytes) else body
@@ -181,10 +183,12 @@ def test_stopping_the_active_party_stops_every_party_cleanly(trained, tmp_path):
     assert running.results["shop"].rows_scored == 1
 
 
-@pytest.mark.parametrize("method, options", [("easter", {"secagg": "dh", "embedding_size": 16}), ("local", {})],
-                         ids=["easter-dh", "local-standalone"])
+@pytest.mark.parametrize("method, options", [("easter", {"secagg": "dh", "embedding_size": 16}), ("local", {}),
+                                             ("hetero-lr", {"key_bits": 512, "insecure_allow_small_key": True})],
+                         ids=["easter-dh", "local-standalone", "hetero-lr-arbiter"])
 def test_other_models_serve_as_they_score(tmp_path, trained, method, options):
-    """EASTER sums its embeddings under DH secure aggregation per request; a standalone model serves alone."""
+    """EASTER sums its embeddings under DH secure aggregation per request; a standalone model serves alone;
+    hetero-lr's arbiter (a party without data) decrypts each request's masked sum of encrypted scores."""
     _, files = trained
     model = tmp_path / "model"
     securevfl.train(method, data_files={p: str(files[p]) for p in PARTIES}, id_column="customer_id",
@@ -192,7 +196,11 @@ def test_other_models_serve_as_they_score(tmp_path, trained, method, options):
                     model_dir=model)
     job = SPLITNN_JOB.replace("splitnn", method) + "\n[job.options]\n" + "\n".join(
         f"{k} = {json.dumps(v)}" for k, v in options.items())
-    fed = load_federation(loopback_federation_file(tmp_path, PARTIES, "bank", job))
+    helpers = ("arbiter",) if method == "hetero-lr" else ()
+    path = loopback_federation_file(tmp_path, [*PARTIES, *helpers], "bank", job)
+    if helpers:
+        path.write_text(path.read_text().replace("[parties.arbiter]\n", "[parties.arbiter]\ndata = false\n"))
+    fed = load_federation(path)
     ids = _held_by_all(files)[:7]
     oracle = _batch_predictions(model, files, ids, tmp_path / "oracle").set_index("customer_id")
     if method == "local":  # the active party alone: no peer runs, and one is refused

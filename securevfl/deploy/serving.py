@@ -50,12 +50,20 @@ import numpy as np
 import pandas as pd
 
 from securevfl.deploy.federation import Federation
-from securevfl.deploy.party import MAX_CLASSES, MAX_FEATURES, PartyShape, data_party_order, local_scenario, party_links
+from securevfl.deploy.party import (
+    MAX_CLASSES,
+    MAX_FEATURES,
+    PartyShape,
+    data_party_order,
+    helper_parties,
+    local_scenario,
+    party_links,
+)
 from securevfl.deploy.scoring import _check_part
 from securevfl.errors import ConfigError, DataError, Interrupted, ModelError, ProtocolError, SecureVFLError
 from securevfl.federation.runtime import PartyContext, run_party
 from securevfl.federation.transport import InProcessTransport
-from securevfl.methods.objective import REGRESSION
+from securevfl.methods.objective import CLASSIFICATION, REGRESSION
 
 TAG_HELLO = "deploy.serve.hello"
 TAG_INDEX = "deploy.serve.index"
@@ -171,8 +179,9 @@ def _serving_scenario(federation: Federation, name: str, table: Any, classes: tu
     Rows reach the side with each request (:meth:`PartySide.evaluate`), never through the scenario.
     """
     empty = np.zeros(0, np.int64)
-    table = dataclasses.replace(table, ids=table.ids[:0], features=table.features[:0],
-                                labels=None if table.labels is None else table.labels[:0])
+    if table is not None:
+        table = dataclasses.replace(table, ids=table.ids[:0], features=table.features[:0],
+                                    labels=None if table.labels is None else table.labels[:0])
     shapes = {p: PartyShape(0, 0, int(widths.get(p, 0)))
               for p in data_party_order(federation)}  # a passive party builds its side knowing no peer's width
     plan = {"train": empty, "test": empty, "task": task, "n_classes": n_classes, "shapes": shapes}
@@ -254,7 +263,7 @@ def _encode_given(rows: Sequence[Mapping[str, Any]], encoder: Any) -> np.ndarray
         raise RequestError(f"the active party's feature values cannot be encoded: {exc}") from None
 
 
-SideBuilder = Callable[[Mapping[str, int], int], Any]  # (every party's encoded width, class count) -> side
+SideBuilder = Callable[[Mapping[str, int], int, str], Any]  # (every party's encoded width, classes, task) -> side
 
 
 def _passive_role(model: _ServingModel, fingerprint: str,
@@ -276,11 +285,8 @@ def _passive_role(model: _ServingModel, fingerprint: str,
             index = _hash_blind([model.ids[i] for i in order], hello["salt"], key, workers=None)
         ctx.send(ctx.active, TAG_INDEX, {"model": fingerprint, "width": int(model.X.shape[1]),
                                          "index": index.tobytes()})
-        inputs = ctx.recv(ctx.active, TAG_WIDTHS)
-        if not isinstance(inputs, dict) or set(inputs) != {"widths", "n_classes"} or not isinstance(
-                inputs["n_classes"], int) or not 1 <= inputs["n_classes"] <= MAX_CLASSES:
-            raise ProtocolError(f"malformed model inputs from {ctx.active}")
-        model.side = build_side(_widths(inputs["widths"], ctx.active, (ctx.active, *ctx.passives)), inputs["n_classes"])
+        model.side = build_side(*_model_inputs(ctx.recv(ctx.active, TAG_WIDTHS), ctx.active,
+                                               (ctx.active, *ctx.passives)))
         prepare_scoring_side(ctx, model.side, model.saved)
         started = time.perf_counter()
         while True:
@@ -304,6 +310,58 @@ def _passive_role(model: _ServingModel, fingerprint: str,
             if len(positions):
                 model.side.evaluate(ctx, model.X[order[positions]], VALIDATE)
                 summary.rows_scored += len(positions)
+
+    return role
+
+
+def _model_inputs(message: Any, sender: str, parties: Sequence[str]) -> tuple[dict[str, int], int, str]:
+    """(every party's encoded width, class count, task) as the active party announced them, checked."""
+    if not isinstance(message, dict) or set(message) != {"widths", "n_classes", "task"} or not isinstance(
+            message["n_classes"], int) or not 1 <= message["n_classes"] <= MAX_CLASSES or message["task"] not in (
+            CLASSIFICATION, REGRESSION):
+        raise ProtocolError(f"malformed model inputs from {sender}")
+    return _widths(message["widths"], sender, parties), message["n_classes"], message["task"]
+
+
+def _helper_model(federation: Federation, name: str, data: str | Path | None) -> tuple[_ServingModel, Any, Any, None]:
+    """A helper's method (from the federation's job, which every party agreed on): no part, no rows."""
+    from securevfl.deploy.party import _method_and_config
+    from securevfl.methods.engine.loop import SavedSide
+
+    if data is not None:
+        raise ConfigError(f"{name} has data = false in the federation file: it takes no --data")
+    method, config = _method_and_config(federation, "cpu")
+    empty = _ServingModel(side=None, saved=SavedSide({}), ids=[], X=np.zeros((0, 0), np.float32), encoder=None,
+                          part=None)
+    return empty, method, config.train, None
+
+
+def _helper_role(model: _ServingModel, build_side: SideBuilder) -> Callable[[PartyContext], ServingSummary]:
+    """A helper (hetero-lr's arbiter): its part in the evaluation of each request's rows, told only their count."""
+    from securevfl.methods.engine.loop import VALIDATE, prepare_scoring_side
+
+    def role(ctx: PartyContext) -> ServingSummary:
+        summary = ServingSummary(ctx.name)
+        ctx.stage = "serve: setup"
+        model.side = build_side(*_model_inputs(ctx.recv(ctx.active, TAG_WIDTHS), ctx.active,
+                                               (ctx.active, *ctx.passives)))
+        prepare_scoring_side(ctx, model.side, model.saved)
+        started = time.perf_counter()
+        while True:
+            ctx.stage = "serve: waiting for a request"
+            message = ctx.recv(ctx.active, TAG_REQUEST)
+            if message == "stop":
+                summary.wall_s = time.perf_counter() - started
+                return summary
+            if message == "idle":
+                continue
+            if not isinstance(message, int) or isinstance(message, bool) or not 0 <= message <= MAX_REQUEST_ROWS:
+                raise ProtocolError(f"{ctx.active} sent a malformed request to helper {ctx.name}")
+            summary.requests += 1
+            if message:
+                ctx.stage = "serve: request"
+                model.side.evaluate(ctx, np.zeros((message, 0), np.float32), VALIDATE)
+                summary.rows_scored += message
 
     return role
 
@@ -345,10 +403,11 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job 
             with ctx.meter.crypto("serve.index"):
                 both = _blind(points, key, workers=None)
             peers[p] = _PeerIndex({bytes(row): i for i, row in enumerate(both)})
-        for p in ctx.passives:  # every party builds its side for the same model inputs (as a training plan says)
-            ctx.send(p, TAG_WIDTHS, {"widths": widths, "n_classes": n_classes})
+        helpers = tuple(p for p in ctx.peers if p not in ctx.passives)
+        for p in (*ctx.passives, *helpers):  # every party builds its side for the same model inputs (as a plan says)
+            ctx.send(p, TAG_WIDTHS, {"widths": widths, "n_classes": n_classes, "task": task})
         own = {item: i for i, item in enumerate(model.ids)}
-        model.side = build_side(widths, n_classes)
+        model.side = build_side(widths, n_classes, task)
         prepare_scoring_side(ctx, model.side, model.saved)
         ready()
         started = time.perf_counter()
@@ -361,7 +420,7 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job 
                 break
             except queue.Empty:
                 if time.monotonic() - last >= idle_s:  # tell the peers this party is alive
-                    for p in ctx.passives:
+                    for p in ctx.peers:
                         ctx.send(p, TAG_REQUEST, "idle")
                     last = time.monotonic()
                 continue
@@ -374,14 +433,14 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job 
                 job.answer.set_exception(exc)
                 continue
             ctx.stage = "serve: request"
-            answer = _score_request(ctx, model, peers, key, salt, ids, X, unknown, classes, task,
+            answer = _score_request(ctx, model, peers, helpers, key, salt, ids, X, unknown, classes, task,
                                     job_spec.id_column, VALIDATE)
             last = time.monotonic()
             summary.requests += 1
             summary.rows_scored += len(answer["predictions"])
             summary.latencies_ms.append((time.perf_counter() - t0) * 1e3)
             job.answer.set_result(answer)
-        for p in ctx.passives:
+        for p in ctx.peers:
             ctx.send(p, TAG_REQUEST, "stop")
         summary.wall_s = time.perf_counter() - started
         return summary
@@ -389,10 +448,13 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job 
     return role
 
 
-def _score_request(ctx: PartyContext, model: _ServingModel, peers: Mapping[str, _PeerIndex], key: Any, salt: bytes,
-                   ids: list[str], X: np.ndarray, unknown: list[str], classes: tuple[str, ...], task: str,
-                   id_column: str, phase: str) -> dict[str, Any]:
-    """One request: blinded lookups at every peer, then the method's evaluation of the rows every party holds."""
+def _score_request(ctx: PartyContext, model: _ServingModel, peers: Mapping[str, _PeerIndex], helpers: Sequence[str],
+                   key: Any, salt: bytes, ids: list[str], X: np.ndarray, unknown: list[str], classes: tuple[str, ...],
+                   task: str, id_column: str, phase: str) -> dict[str, Any]:
+    """One request: blinded lookups at every passive party, then the method's evaluation of the rows all hold.
+
+    A helper learns only the number of rows scored (it takes part in their evaluation).
+    """
     from securevfl.model.scoring import predictions_frame
 
     held = np.ones(len(ids), dtype=bool)
@@ -414,6 +476,8 @@ def _score_request(ctx: PartyContext, model: _ServingModel, peers: Mapping[str, 
     rows = np.flatnonzero(held)
     for p in peers:
         ctx.send(p, TAG_ROWS, positions[p][rows].astype(np.int64))
+    for p in helpers:
+        ctx.send(p, TAG_REQUEST, int(len(rows)))
     scored_ids = np.asarray([ids[i] for i in rows], dtype=object)
     predictions: list[dict[str, Any]] = []
     if len(rows):
@@ -488,43 +552,51 @@ def _listen_address(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def run_serving_party(federation: Federation, name: str, data: str | Path, model_dir: str | Path, *,
+def run_serving_party(federation: Federation, name: str, data: str | Path | None, model_dir: str | Path | None, *,
                       listen: str = DEFAULT_LISTEN, device: str = "auto", transport: Any = None,
                       on_ready: Callable[[str], None] | None = None, stop: threading.Event | None = None,
                       request_timeout_s: float = 60.0) -> ServingSummary:
     """Serve party ``name``'s part of the model under ``model_dir`` until stopped (``stop``, SIGINT or SIGTERM).
 
     At the active party ``on_ready(url)`` is called once every peer is up and the endpoint listens.
+    A helper (``data = false``: hetero-lr's arbiter) takes no ``data`` and no ``model_dir``: it holds
+    no part, and takes its part in each request (the arbiter: fresh keys, masked decryptions).
     """
     from securevfl.api import resolve_device
     from securevfl.methods.base import method_class
 
     started = time.perf_counter()
-    if not federation.party(name).data:
-        raise ConfigError(f"{name} has data = false: the methods that serve saved models have no such party")
+    helper = not federation.party(name).data
     standalone = method_class(federation.job.method).standalone
     if standalone and name != federation.active:
         raise ConfigError(f"the {federation.job.method} model is the active party's alone: only "
                           f"{federation.active} serves (no other party needed)")
-    model, method, config, table = _load_serving_model(federation, name, data, model_dir, standalone)
-    manifest = model.part.manifest
-    classes, task = tuple(manifest.classes), manifest.task
+    if helper:
+        model, method, config, table = _helper_model(federation, name, data)
+        classes, task, fingerprint = (), "", ""
+    elif data is None or model_dir is None:
+        raise ConfigError(f"{name} serves with its own part and its table: give --model-dir and --data")
+    else:
+        model, method, config, table = _load_serving_model(federation, name, data, model_dir, standalone)
+        manifest = model.part.manifest
+        classes, task, fingerprint = tuple(manifest.classes), manifest.task, manifest.job_fingerprint
     is_active = name == federation.active
     host, port = _listen_address(listen) if is_active else ("", 0)
     torch_device = resolve_device(device)
-    parties = (federation.active,) if standalone else data_party_order(federation)
-    passives = parties[1:]
+    passives = () if standalone else data_party_order(federation)[1:]
+    parties = (federation.active,) if standalone else (*data_party_order(federation), *helper_parties(federation))
     jobs: queue.Queue[_Job | None] = queue.Queue()
     server: ThreadingHTTPServer | None = None
     summary: ServingSummary
 
-    def build_side(widths: Mapping[str, int], n_classes: int) -> Any:
+    def build_side(widths: Mapping[str, int], n_classes: int, model_task: str) -> Any:
         """The party's scoring side, for a scenario of no rows with every party's encoded width."""
         from securevfl.data.preprocess import EncodedColumns
 
-        scenario = _serving_scenario(federation, name, table, classes, task, widths, n_classes)
-        names = model.encoder.feature_names if model.encoder is not None else ()
-        scenario.remember_encoding(name, EncodedColumns(model.X[:0], tuple(names), {}, model.encoder))
+        scenario = _serving_scenario(federation, name, table, classes, model_task, widths, n_classes)
+        if table is not None:
+            names = model.encoder.feature_names if model.encoder is not None else ()
+            scenario.remember_encoding(name, EncodedColumns(model.X[:0], tuple(names), {}, model.encoder))
         return method.scoring_roles(scenario)[name].side
 
     opened: Any = (nullcontext(InProcessTransport([name])) if standalone
@@ -534,8 +606,7 @@ def run_serving_party(federation: Federation, name: str, data: str | Path, model
             up = {"status": "starting"}
 
             def health() -> dict[str, Any]:
-                return {**up, "model": manifest.job_fingerprint[:12], "method": manifest.method,
-                        "parties": list(parties)}
+                return {**up, "model": fingerprint[:12], "method": method.name, "parties": list(parties)}
 
             server = ThreadingHTTPServer((host, port), _handler(jobs, health, request_timeout_s))
             server.daemon_threads = True
@@ -553,10 +624,12 @@ def run_serving_party(federation: Federation, name: str, data: str | Path, model
                     jobs.put(None)
 
                 threading.Thread(target=stop_when_told, daemon=True).start()
-            role = _active_role(model, manifest.job_fingerprint, jobs, federation, classes, task, build_side, ready,
+            role = _active_role(model, fingerprint, jobs, federation, classes, task, build_side, ready,
                                 idle_s=max(0.5, federation.limits.recv_timeout_s / 4))
+        elif helper:
+            role = _helper_role(model, build_side)
         else:
-            role = _passive_role(model, manifest.job_fingerprint, build_side)
+            role = _passive_role(model, fingerprint, build_side)
         try:
             summary, _meter = run_party(role, name=name, active=federation.active, parties=parties,
                                         passives=passives, transport=link, device=torch_device, seed=config.seed,
