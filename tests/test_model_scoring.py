@@ -54,7 +54,8 @@ def _rows(files, directory: Path, ids, drop: dict[str, list[str]] | None = None,
 #: the oracle is checked with one batch carrying every held-out row, as the run's test evaluation.
 ENGINE_METHODS = [("splitnn", {}, 37), ("cvfl", {}, 4096), ("aggvfl", {}, 37),
                   ("easter", {"secagg": "dh", "embedding_size": 16}, 37), ("pyvertical", {}, 37),
-                  ("tabvfl", {}, 4096), ("tabnet-lt", {}, 37), ("entity-aug", {}, 37)]
+                  ("tabvfl", {}, 4096), ("tabvfl-le", {}, 4096), ("tabnet-lt", {}, 37), ("tabnet-ct", {}, 4096),
+                  ("entity-aug", {}, 37)]
 
 
 @pytest.mark.parametrize("method, options, batch", ENGINE_METHODS, ids=[m for m, _, _ in ENGINE_METHODS])

@@ -773,8 +773,7 @@ def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows:
         evaluation = side.evaluate(ctx, X[start : start + batch_rows], VALIDATE)
         if evaluation is not None:
             parts.append(evaluation)
-        if ctx.is_active:
-            ctx.progress(rows=min(start + batch_rows, total), total=total)
+        ctx.progress(rows=min(start + batch_rows, total), total=total)  # every party: its own progress lines
     if not ctx.is_active:
         return None
     if not parts:
