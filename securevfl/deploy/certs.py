@@ -50,7 +50,8 @@ _MAX_CHAIN = 8
 CA_DAYS = 3650
 #: A certificate request's file suffix (``<party>.csr``).
 CSR_SUFFIX = ".csr"
-_EC_CURVES = ("secp256r1", "secp384r1", "secp521r1")
+#: The curves gRPC's TLS stack negotiates (a P-521 certificate fails the handshake, measured).
+_EC_CURVES = ("secp256r1", "secp384r1")
 _MIN_RSA_BITS = 2048
 
 PublicKey = CertificatePublicKeyTypes
@@ -377,13 +378,14 @@ def _check_extensions(csr: x509.CertificateSigningRequest, party: str, where: st
 def _check_key_strength(public: PublicKey, where: str) -> None:
     if isinstance(public, ec.EllipticCurvePublicKey):
         if public.curve.name not in _EC_CURVES:
-            raise ConfigError(f"{where}: its key is on curve {public.curve.name}; use P-256, P-384 or P-521")
+            raise ConfigError(f"{where}: its key is on curve {public.curve.name}; use P-256 or P-384 "
+                              "(the TLS stack of the transport accepts no other)")
     elif isinstance(public, rsa.RSAPublicKey):
         if public.key_size < _MIN_RSA_BITS:
             raise ConfigError(f"{where}: its RSA key has {public.key_size} bits; use at least {_MIN_RSA_BITS}")
     else:
-        raise ConfigError(f"{where}: its key is a {type(public).__name__}; use ECDSA P-256 (or stronger) "
-                          f"or RSA of at least {_MIN_RSA_BITS} bits")
+        raise ConfigError(f"{where}: its key type ({type(public).__name__}) is not accepted; use ECDSA P-256 "
+                          f"or P-384, or RSA of at least {_MIN_RSA_BITS} bits")
 
 
 def check_request(csr_path: Path) -> tuple[str, x509.CertificateSigningRequest]:
@@ -391,8 +393,8 @@ def check_request(csr_path: Path) -> tuple[str, x509.CertificateSigningRequest]:
 
     Refuses (:class:`ConfigError`, one sentence) a file that is not a PEM CSR, a signature that does
     not verify, a common name that is not a valid party name, a SAN other than that one DNS name, a
-    request for a CA certificate, any other critical extension, and a key weaker than EC P-256 or
-    RSA 2048 (or of another type).
+    request for a CA certificate, any other critical extension, and a key other than EC P-256 / P-384
+    or RSA of at least 2048 bits (what the transport's TLS stack accepts).
     """
     csr_path = Path(csr_path)
     where = f"CSR file {str(csr_path)!r}"
@@ -438,7 +440,7 @@ def sign_request(csr_path: Path, ca_dir: Path, *, out_dir: Path | None = None, d
     """At the CA: check a party's CSR (:func:`check_request`) and issue ``<party>.pem`` into ``out_dir``.
 
     ``out_dir`` defaults to the CSR's folder; the file is named after the party the CSR names
-    (``expected_party``, if given, must be that party). The certificate has exactly the shape
+    (``expected_party``, if given, must be exactly that party). The certificate has exactly the shape
     :func:`make_dev_pki` gives (subject CN and SAN DNS name = the party, serverAuth + clientAuth,
     digitalSignature, not a CA), is valid from ``now`` minus five minutes for ``days`` days but
     never beyond the CA certificate, and passes :func:`verify_party_certificate`. Only the request's
@@ -446,8 +448,10 @@ def sign_request(csr_path: Path, ca_dir: Path, *, out_dir: Path | None = None, d
     """
     _check_days(days)
     party, csr = check_request(csr_path)
-    if expected_party is not None and party.casefold() != _check_party(expected_party).casefold():
-        raise ConfigError(f"CSR file {str(csr_path)!r} is for party {party!r}, not {expected_party!r}")
+    if expected_party is not None and party != _check_party(expected_party):
+        same = party.casefold() == expected_party.casefold()
+        case = " (the transport compares names with their case)" if same else ""
+        raise ConfigError(f"CSR file {str(csr_path)!r} is for party {party!r}, not {expected_party!r}{case}")
     ca_cert, ca_key = load_ca(ca_dir)
     now = now or dt.datetime.now(dt.timezone.utc)
     _check_period(ca_cert, f"the CA certificate in {str(ca_dir)!r}", now)
