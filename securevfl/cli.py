@@ -17,7 +17,7 @@ from typer.exceptions import TyperException
 
 from psi import atomic
 from securevfl.cli_bench import bench_app
-from securevfl.cli_deploy import certs_command, launch_command, party_command
+from securevfl.cli_deploy import certs_app, launch_command, party_command
 from securevfl.cli_predict import predict_command
 from securevfl.cli_psi import psi_command
 from securevfl.errors import ConfigError, Interrupted, MissingPackageError, PartyFailure, SecureVFLError
@@ -30,7 +30,7 @@ err_console = Console(stderr=True)
 
 app.command("psi")(psi_command)
 app.command("predict")(predict_command)
-app.command("certs")(certs_command)
+app.add_typer(certs_app, name="certs")
 app.command("party")(party_command)
 app.command("launch")(launch_command)
 app.add_typer(bench_app, name="bench")

@@ -28,24 +28,96 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+certs_app = typer.Typer(
+    add_completion=False, invoke_without_command=True,
+    help="TLS certificates. Real deployments: `certs ca` once at the CA, `certs request` on each party's machine "
+         "(the key never leaves it), `certs sign` at the CA for each CSR. Trials: `certs --parties a,b,c` makes a "
+         "CA and every party's key in one folder.")
+
+
+def _say(text: str) -> None:
+    console.print(text, highlight=False, soft_wrap=True)
+
+
+@certs_app.callback()
 def certs_command(
-    parties: str = typer.Option(..., help="Comma-separated party names, e.g. bank,shop,clinic."),
+    ctx: typer.Context,
+    parties: str | None = typer.Option(
+        None, help="Trials only: comma-separated party names, e.g. bank,shop,clinic; makes every key here."),
     out: Path = typer.Option(  # noqa: B008
         Path("certs"), help="Folder for ca.pem, <party>.pem, <party>.key, and ca/ca.key (the CA key, mode 0600)."),
     days: int = typer.Option(365, help="Validity of the certificates in days."),
     overwrite: bool = typer.Option(False, help="Replace existing files."),
 ) -> None:
-    """Make a development CA and a key and certificate per party (production uses your own PKI)."""
+    """One-shot development PKI for trials (--parties), or a subcommand of the CSR flow: ca, request, sign."""
+    if ctx.invoked_subcommand is not None:
+        given = [f"--{n}" for n in ("parties", "out", "days", "overwrite")
+                 if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"]
+        if given:
+            raise ConfigError(f"{', '.join(given)} before `{ctx.invoked_subcommand}` belongs to the one-shot "
+                              f"development PKI; put the options of `certs {ctx.invoked_subcommand}` after its name")
+        return
+    if parties is None:
+        raise ConfigError("give --parties NAME,NAME,... for a one-shot development PKI (trials), or a subcommand: "
+                          "`certs ca`, `certs request`, `certs sign` (see `securevfl certs --help`)")
     from securevfl.deploy.certs import make_dev_pki
 
     names = [p.strip() for p in parties.split(",") if p.strip()]
     pki = make_dev_pki(names, out, days=days, overwrite=overwrite)
-    console.print(f"CA: {pki.ca_cert}", highlight=False, soft_wrap=True)
-    console.print(f"CA key: {pki.ca_key} (mode 0600, in its own folder, mode 0700)", highlight=False, soft_wrap=True)
+    _say(f"CA: {pki.ca_cert}")
+    _say(f"CA key: {pki.ca_key} (mode 0600, in its own folder, mode 0700)")
     for name in names:
-        console.print(f"{name}: {pki.certs[name]} (key {pki.keys[name]}, mode 0600)", highlight=False, soft_wrap=True)
-    console.print(f"keep {pki.ca_key.parent}/ offline and off the parties' machines; give each party only its own "
-                  ".pem and .key, and everyone ca.pem", highlight=False, soft_wrap=True)
+        _say(f"{name}: {pki.certs[name]} (key {pki.keys[name]}, mode 0600)")
+    _say(f"keep {pki.ca_key.parent}/ offline and off the parties' machines; give each party only its own "
+         ".pem and .key, and everyone ca.pem (for trials: a real deployment makes each key on its owner's machine, "
+         "see `securevfl certs request`)")
+
+
+@certs_app.command("ca")
+def certs_ca_command(
+    out: Path = typer.Option(..., help="CA folder: ca.pem (for every party) and ca/ca.key (mode 0600, stays here)."),  # noqa: B008
+    days: int = typer.Option(3650, help="Validity of the CA certificate in days (it bounds what it signs)."),
+    overwrite: bool = typer.Option(False, help="Replace an existing CA."),
+) -> None:
+    """Make only a CA, to sign the parties' certificate requests (`certs sign`)."""
+    from securevfl.deploy.certs import make_ca
+
+    ca = make_ca(out, days=days, overwrite=overwrite)
+    _say(f"CA: {ca.cert} (give it to every party)")
+    _say(f"CA key: {ca.key} (mode 0600, in its own folder, mode 0700; keep it offline, never copy it)")
+
+
+@certs_app.command("request")
+def certs_request_command(
+    party: str = typer.Option(..., help="This party's name, as in the federation file."),
+    out: Path = typer.Option(..., help="This party's folder: <party>.key (mode 0600) and <party>.csr."),  # noqa: B008
+    overwrite: bool = typer.Option(False, help="Replace an existing key and CSR."),
+) -> None:
+    """On a party's own machine: make its private key and a certificate signing request (CSR)."""
+    from securevfl.deploy.certs import make_key_request
+
+    req = make_key_request(party, out, overwrite=overwrite)
+    _say(f"key: {req.key} (mode 0600; it never leaves this machine)")
+    _say(f"CSR: {req.csr} (send it to the CA, then put the certificate it returns next to the key)")
+    _say(f"public key SHA-256: {req.fingerprint}")
+
+
+@certs_app.command("sign")
+def certs_sign_command(
+    csr: Path = typer.Argument(..., help="The party's CSR (<party>.csr), as received."),  # noqa: B008
+    ca: Path = typer.Option(..., "--ca", help="CA folder holding ca.pem and ca/ca.key (`certs ca`)."),  # noqa: B008
+    out: Path | None = typer.Option(None, help="Folder for <party>.pem (default: the CSR's folder)."),  # noqa: B008
+    days: int = typer.Option(365, help="Validity of the certificate in days (never beyond the CA's)."),
+    party: str | None = typer.Option(None, help="Refuse unless the CSR is for this party."),
+    overwrite: bool = typer.Option(False, help="Replace an existing certificate."),
+) -> None:
+    """At the CA: check a party's CSR (party name, signature, key) and issue its certificate."""
+    from securevfl.deploy.certs import sign_request
+
+    signed = sign_request(csr, ca, out_dir=out, days=days, expected_party=party, overwrite=overwrite)
+    _say(f"{signed.party}: {signed.cert} (valid until {signed.not_after:%Y-%m-%d %H:%M} UTC)")
+    _say(f"public key SHA-256: {signed.fingerprint} (compare with what `certs request` printed at {signed.party})")
+    _say(f"send {signed.cert.name} and {Path(ca) / 'ca.pem'} to {signed.party}")
 
 
 def _epoch_printer(name: str) -> Any:

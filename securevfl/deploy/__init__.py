@@ -3,18 +3,26 @@
 One process per organisation: :func:`run_deployed_party` is ``securevfl party`` (its own table,
 PSI with its peers, its role of the method); :func:`load_federation` reads the shared federation file,
 :func:`job_fingerprint` is what the parties compare before any data flows, and
-:mod:`~securevfl.deploy.certs` makes a development PKI and checks a party's certificate before it
+:mod:`~securevfl.deploy.certs` makes a CA, keys with certificate requests, signs them (or a
+one-shot development PKI for trials) and checks a party's certificate before it
 starts. Pure functions and frozen values; the gRPC transport lives in
 :mod:`securevfl.federation.grpc_transport`. See docs/deploy.md.
 """
 
 from securevfl.deploy.certs import (
+    CaFiles,
     CertificateError,
     DevPKI,
+    KeyRequest,
+    SignedCertificate,
     TlsCredentials,
+    check_request,
     load_tls_material,
+    make_ca,
     make_dev_pki,
+    make_key_request,
     party_identity,
+    sign_request,
     verify_party_certificate,
 )
 from securevfl.deploy.federation import (
@@ -32,23 +40,30 @@ from securevfl.deploy.federation import (
 from securevfl.deploy.party import DeployedResult, run_deployed_party
 
 __all__ = [
+    "CaFiles",
     "CertificateError",
     "DeployedResult",
     "DevPKI",
     "Federation",
     "JobSpec",
+    "KeyRequest",
     "NetworkSettings",
     "PartySpec",
+    "SignedCertificate",
     "TlsCredentials",
     "TlsSpec",
     "check_party_name",
+    "check_request",
     "job_differences",
     "job_fingerprint",
     "load_federation",
     "load_tls_material",
+    "make_ca",
     "make_dev_pki",
+    "make_key_request",
     "parse_federation",
     "party_identity",
     "run_deployed_party",
+    "sign_request",
     "verify_party_certificate",
 ]
