@@ -22,10 +22,10 @@ def _benchmark():
 def test_the_predict_benchmark_runs_and_its_floor_computes_what_scoring_does(tmp_path):
     out = tmp_path / "predict.json"
     figures = _benchmark().main(["--rows", "1500", "--train-rows", "600", "--repeats", "1", "--batch-sizes", "512",
-                                 "--batch-size", "512", "--no-deployed", "--quiet", "--out", str(out),
+                                 "--batch-size", "512", "--no-deployed", "--no-online", "--quiet", "--out", str(out),
                                  "--work-dir", str(tmp_path / "work")])
     assert json.loads(out.read_text())["rows"] == 1500
-    assert figures["online"] == {"status": "not built", "note": figures["online"]["note"]}
+    assert figures["online"]["status"].startswith("not run (--no-online")
     for key in ("splitnn", "easter_dh"):
         f = figures[key]
         assert f["in_process"]["rows"] == f["in_process_plaintext"]["rows"] == f["floor"]["rows"] == 1500
@@ -39,12 +39,17 @@ def test_the_predict_benchmark_runs_and_its_floor_computes_what_scoring_does(tmp
 @pytest.mark.slow
 def test_the_predict_benchmark_measures_the_deployed_parties(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    figures = _benchmark().main(["--rows", "800", "--train-rows", "400", "--repeats", "1", "--batch-sizes", "256",
-                                 "--methods", "splitnn", "--no-psi", "--quiet", "--timeout", "300"])
+    figures = _benchmark().main(["--rows", "1200", "--train-rows", "400", "--repeats", "1", "--batch-sizes", "256",
+                                 "--methods", "splitnn", "--no-psi", "--quiet", "--timeout", "300",
+                                 "--online-requests", "20", "--online-bulk", "2"])
     deployed = figures["splitnn"]["deployed"]
-    assert deployed["rows"] == 800 and deployed["wall_s"] > 0
+    assert deployed["rows"] == 1200 and deployed["wall_s"] > 0
     assert set(deployed["peak_rss_mb"]) == {"bank", "shop", "clinic"}
     assert all(v > 50 for v in deployed["peak_rss_mb"].values())
+    online = figures["online"]  # three `party --serve` processes over mutual TLS
+    assert online["one_row"]["n"] == 20 and online["thousand_rows"]["n"] == 2
+    assert 0 < online["one_row"]["p50_ms"] <= online["one_row"]["p99_ms"]
+    assert online["exit_codes"] == {"bank": 0, "shop": 0, "clinic": 0}
 
 
 def test_the_bench_command_has_a_predict_section(tmp_path):
