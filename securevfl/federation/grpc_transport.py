@@ -81,6 +81,13 @@ from securevfl.federation.network import NetworkSettings, TlsCredentials, is_loo
 from securevfl.federation.transport import Envelope, Transport  # noqa: E402
 
 _METHOD = "/securevfl.Link/Exchange"
+#: Star topology: a party without a server opens this stream to the hub to *receive* on it (hub -> party).
+_PULL_METHOD = "/securevfl.Link/Pull"
+#: A relayed message's tag: RELAY + the other end's name + SEP + the original tag (see :func:`relay_tag`).
+RELAY = "\x1e"
+_SEP = "\x1f"
+_RELAY_FIN = RELAY + "fin"  # the sender's role returned: nothing more on this relayed link (sealed)
+_RELAY_BUNDLE = RELAY + "bundle"  # the sender's signed session key (see securevfl.federation.e2e)
 #: The receiver acknowledges cumulatively: after this many frames or bytes, on FIN and on a heartbeat.
 ACK_EVERY_FRAMES = 32
 ACK_EVERY_BYTES = 8 * 1024 * 1024
@@ -123,15 +130,55 @@ class LinkStats:
     payload_bytes: int = 0
     resent_frames: int = 0
     reconnects: int = 0
+    relayed_bytes: int = 0  # payload bytes of relayed messages (star topology), not in payload_bytes
+
+
+def relay_tag(party: str, tag: str) -> str:
+    """The tag of a relayed message: to the hub it names the destination, from the hub the source."""
+    return f"{RELAY}{party}{_SEP}{tag}"
+
+
+def parse_relay_tag(tag: str) -> tuple[str, str]:
+    """``(party, original tag)`` of a relay tag; :class:`ProtocolError` if malformed."""
+    party, sep, inner = tag[len(RELAY):].partition(_SEP)
+    if not tag.startswith(RELAY) or not sep or not party:
+        raise ProtocolError(f"malformed relay tag {tag!r}")
+    return party, inner
+
+
+def _open_channel(owner: GrpcTransport, peer: str, address: str, receive: int = 65536) -> grpc.Channel:
+    s = owner.settings
+    options: list[tuple[str, int | str]] = [
+        ("grpc.max_send_message_length", s.chunk_bytes + 65536),
+        ("grpc.max_receive_message_length", receive),
+        ("grpc.initial_reconnect_backoff_ms", int(s.reconnect_backoff_s * 1000)),
+        ("grpc.max_reconnect_backoff_ms", int(s.max_backoff_s * 1000)),
+        ("grpc.keepalive_time_ms", max(1000, int(s.heartbeat_s * 5000))),
+        ("grpc.keepalive_permit_without_calls", 1)]
+    tls = owner.tls
+    if tls is None:
+        return grpc.insecure_channel(address, options=options)
+    credentials = grpc.ssl_channel_credentials(root_certificates=tls.root_ca, private_key=tls.private_key,
+                                               certificate_chain=tls.cert_chain)
+    options.append(("grpc.ssl_target_name_override", peer))  # the peer's certificate must name it
+    return grpc.secure_channel(address, credentials, options=options)
 
 
 # ------------------------------------------------------------------ the sending side of one link
 
 
 class _OutLink:
-    """The local party's stream to one peer: sequencing, resend buffer, heartbeats, reconnects."""
+    """What the local party sends one peer: sequencing, resend buffer, heartbeats, reconnects.
 
-    def __init__(self, owner: GrpcTransport, peer: str, address: str) -> None:
+    The sender's state machine does not depend on which side opened the gRPC call. Mesh (and a star
+    party's link to the hub): this party's client stream carries the frames, the peer's server answers
+    with acknowledgements (:meth:`_run`). ``served`` (the star hub's link to a party without a server):
+    that party opens a pull stream to the hub's server, the frames flow on the response side and the
+    acknowledgements on the request side (:meth:`serve`); the hub waits for a new pull stream after a
+    drop, and :meth:`_watch` reports the peer as lost when none comes within the timeout.
+    """
+
+    def __init__(self, owner: GrpcTransport, peer: str, address: str, served: bool = False) -> None:
         self.owner, self.peer, self.address = owner, peer, address
         self.settings = owner.settings
         self.cond = threading.Condition()
@@ -150,33 +197,19 @@ class _OutLink:
         self.ever_connected = False
         self.last_error = ""
         self.stats = LinkStats()
+        self.served = served
+        self.context: Any = None  # served: the server context of the pull stream now carrying the link
         self._call: Any = None
-        self._channel = self._open_channel()
-        self._thread = threading.Thread(target=self._run, name=f"link-{owner.party}->{peer}", daemon=True)
-
-    def _open_channel(self) -> grpc.Channel:
-        s = self.settings
-        options: list[tuple[str, int | str]] = [
-            ("grpc.max_send_message_length", s.chunk_bytes + 65536),
-            ("grpc.max_receive_message_length", 65536),
-            ("grpc.initial_reconnect_backoff_ms", int(s.reconnect_backoff_s * 1000)),
-            ("grpc.max_reconnect_backoff_ms", int(s.max_backoff_s * 1000)),
-            ("grpc.keepalive_time_ms", max(1000, int(s.heartbeat_s * 5000))),
-            ("grpc.keepalive_permit_without_calls", 1)]
-        tls = self.owner.tls
-        if tls is None:
-            return grpc.insecure_channel(self.address, options=options)
-        credentials = grpc.ssl_channel_credentials(root_certificates=tls.root_ca, private_key=tls.private_key,
-                                                   certificate_chain=tls.cert_chain)
-        options.append(("grpc.ssl_target_name_override", self.peer))  # the peer's certificate must name it
-        return grpc.secure_channel(self.address, credentials, options=options)
+        self._channel = None if served else _open_channel(owner, peer, address)
+        self._thread = threading.Thread(target=self._watch if served else self._run,
+                                        name=f"link-{owner.party}->{peer}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     # -- called by the party's threads
 
-    def send(self, tag: str, depth: int, payload: bytes) -> None:
+    def send(self, tag: str, depth: int, payload: bytes, relayed: bool = False) -> None:
         settings = self.settings
         if len(payload) > settings.max_message_bytes:
             raise ProtocolError(f"{self.owner.party} cannot send a {len(payload):,}-byte {tag!r} message to "
@@ -197,7 +230,10 @@ class _OutLink:
                     raise self.error
                 self._append(fr.Frame(fr.Kind.DATA, seq=self.next_seq, tag=tag, depth=depth, chunk=i,
                                       chunks=len(chunks), total=len(payload), payload=part))  # packed once, no copy
-        self.stats.payload_bytes += len(payload)
+        if relayed:
+            self.stats.relayed_bytes += len(payload)
+        else:
+            self.stats.payload_bytes += len(payload)
 
     def finish(self) -> None:
         with self.cond:
@@ -245,7 +281,80 @@ class _OutLink:
         if self._thread.is_alive() and call is not None:
             call.cancel()
         self._thread.join(timeout=5)
-        self._channel.close()
+        if self._channel is not None:
+            self._channel.close()
+        elif self.context is not None and self.urgent:
+            time.sleep(0.2)  # an ABORT still queued on the pull stream: give it a moment, then end the stream
+            self.context.cancel()
+
+    # -- served: the peer's pull stream carries this link
+
+    def serve(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        """Carry the link on a new pull stream: frames out as responses, the peer's acknowledgements in."""
+        with self.cond:
+            self.generation += 1
+            generation = self.generation
+            self.handshaken = -1
+            previous, self.context = self.context, context
+            self.cond.notify_all()
+        if previous is not None and previous is not context:
+            previous.cancel()  # the peer reconnected: its old pull stream ends and frees its thread
+        reader = threading.Thread(target=self._read_answers, args=(requests, generation), daemon=True,
+                                  name=f"acks-{self.peer}->{self.owner.party}")
+        reader.start()
+        try:
+            yield from self._requests(generation)
+        finally:
+            self._stream_ended(generation)
+
+    def _read_answers(self, requests: Iterator[bytes], generation: int) -> None:
+        try:
+            for data in requests:
+                if self.generation != generation:
+                    return
+                self._on_response(data, generation)
+        except grpc.RpcError:
+            pass
+        except SecureVFLError as exc:  # REFUSE or a malformed answer: fatal for this link
+            self._fail(exc)
+        except Exception as exc:  # noqa: BLE001 - the stream was torn down under the reader
+            self.last_error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._stream_ended(generation)
+
+    def _stream_ended(self, generation: int) -> None:
+        with self.cond:
+            if self.generation == generation:  # still the current stream: the link is down until the next one
+                self.generation += 1
+                self.handshaken = -1
+            self.cond.notify_all()
+
+    def _watch(self) -> None:
+        """Served links: report the peer as lost when it opens no pull stream within the timeout."""
+        settings = self.settings
+        down_since: float | None = time.monotonic()
+        while True:
+            with self.cond:
+                if self.closing or self.error is not None:
+                    return
+                now = time.monotonic()
+                if self.handshaken >= 0:
+                    down_since = None
+                elif down_since is None:
+                    down_since = now
+                    self.stats.reconnects += 1
+                else:
+                    limit = settings.peer_timeout_s if self.ever_connected else settings.connect_timeout_s
+                    if now - down_since > limit:
+                        what = "lost" if self.ever_connected else "never opened"
+                        error = PeerLostError(self.peer, self.owner.party,
+                                              f"{self.owner.party}: the stream from {self.peer} that carries "
+                                              f"{self.owner.party}'s messages to it was {what} for {limit:g} s")
+                        self.error = error
+                        self.cond.notify_all()
+                        break
+                self.cond.wait(0.2)
+        self.owner.notify()
 
     # -- the link's own thread
 
@@ -296,6 +405,7 @@ class _OutLink:
                 self.generation += 1
                 generation = self.generation
             try:
+                assert self._channel is not None
                 stream = self._channel.stream_stream(_METHOD, request_serializer=None, response_deserializer=None)
                 call = stream(self._requests(generation), wait_for_ready=False,
                               timeout=None)
@@ -425,30 +535,207 @@ class _Inbox:
     held_back: int = 0  # times the server stopped reading this link because it held recv_buffer_mb
     peer_max_message: int = 0  # the peer's max_message (bytes) from its HELLO; 0 if it did not say
     context: Any = None  # the server context of the stream now carrying this link
+    relayed: deque[tuple[str, int, bytes]] = field(default_factory=deque)  # relay messages to forward or open
+    relay_lock: threading.Lock = field(default_factory=threading.Lock)  # one thread forwards/opens, in order
 
     def held_bytes(self) -> int:
         """What the link holds: whole messages not yet taken by recv and the message in progress."""
         return self.queued_bytes + (self.reassembly.pending_bytes if self.reassembly is not None else 0)
 
 
+class _PullLink:
+    """Star topology, a party without a server: its stream to the hub on which it *receives* (hub -> party).
+
+    The party dials the hub's ``Pull`` method; the hub answers with its HELLO (checked here as a server
+    checks one), this party answers HELLO_ACK with its next expected number, then data frames arrive
+    as responses and this party acknowledges them on the request side. After a drop it re-dials with
+    backoff and the hub resends from the next expected number.
+    """
+
+    def __init__(self, owner: GrpcTransport, peer: str, address: str) -> None:
+        self.owner, self.peer, self.address = owner, peer, address
+        self.settings = owner.settings
+        self.cond = threading.Condition()
+        self.queue: deque[bytes] = deque()  # acknowledgements (and a REFUSE) to send
+        self.generation = 0
+        self.closing = False
+        self.last_error = ""
+        self.stats = LinkStats()
+        self._call: Any = None
+        self._channel = _open_channel(owner, peer, address, receive=self.settings.chunk_bytes + 65536)
+        self._thread = threading.Thread(target=self._run, name=f"pull-{peer}->{owner.party}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def push(self, data: bytes) -> None:
+        with self.cond:
+            self.queue.append(data)
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
+        self._thread.join(timeout=1.0)
+        call = self._call
+        if self._thread.is_alive() and call is not None:
+            call.cancel()
+        self._thread.join(timeout=5)
+        self._channel.close()
+
+    def _requests(self, generation: int) -> Iterator[bytes]:
+        owner = self.owner
+        yield fr.encode_frame(fr.Frame(fr.Kind.HELLO, src=owner.party, dst=self.peer, text=owner.fingerprint,
+                                       job=owner.job, chunk_kb=self.settings.chunk_kb,
+                                       max_message=self.settings.max_message_bytes))
+        while True:
+            with self.cond:
+                while not self.queue:  # closing: what is queued (the acknowledgement of a FIN) goes first
+                    if self.generation != generation or self.closing:
+                        return
+                    self.cond.wait(0.5)
+                data = self.queue.popleft()
+            self.stats.frames += 1
+            self.stats.frame_bytes += len(data)
+            yield data
+
+    def _run(self) -> None:
+        settings = self.settings
+        owner = self.owner
+        inbox = owner._inboxes[self.peer]
+        backoff = settings.reconnect_backoff_s
+        down_since = time.monotonic()
+        ever = False
+        while True:
+            with self.cond:
+                if self.closing:
+                    return
+                self.generation += 1
+                generation = self.generation
+                self.queue.clear()
+            try:
+                stream = self._channel.stream_stream(_PULL_METHOD, request_serializer=None,
+                                                     response_deserializer=None)
+                call = stream(self._requests(generation), wait_for_ready=False, timeout=None)
+                self._call = call
+                if owner._pull(self, call):
+                    ever = True
+                    backoff = settings.reconnect_backoff_s
+                    down_since = time.monotonic()
+                if self.closing or inbox.finished:
+                    return
+                last_error = "the peer closed the stream"
+            except grpc.RpcError as exc:
+                if self.closing or inbox.finished:
+                    return
+                last_error = f"{exc.code().name}: {exc.details()}" if hasattr(exc, "code") else str(exc)
+            except SecureVFLError as exc:  # REFUSE or a malformed frame: fatal for this link
+                owner._fail_inbox(self.peer, exc)
+                return
+            self.last_error = last_error
+            reason = _permanent_failure(last_error, self.peer, self.address, owner.party)
+            if reason:
+                owner._fail_inbox(self.peer, LinkRefusedError(self.peer, reason, reason))
+                return
+            limit = settings.peer_timeout_s if ever else settings.connect_timeout_s
+            if time.monotonic() - down_since > limit:
+                what = "lost" if ever else "unreachable"
+                owner._fail_inbox(self.peer, PeerLostError(
+                    self.peer, owner.party, f"{owner.party}: link from {self.peer} at {self.address} {what} for "
+                                            f"{limit:g} s ({last_error})"))
+                return
+            self.stats.reconnects += int(ever)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, settings.max_backoff_s)
+
+
+class _RelayLink:
+    """Star topology: what a party sends another non-hub party, sealed end to end and relayed by the hub."""
+
+    def __init__(self, owner: GrpcTransport, peer: str, hub_link: _OutLink) -> None:
+        self.owner, self.peer, self.hub_link = owner, peer, hub_link
+        self.cond = hub_link.cond
+        self.handshaken = 0
+        self.stats = LinkStats()
+        self.lock = threading.Lock()  # sealing order is sending order: the receiver wants the exact next counter
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.hub_link.error
+
+    def send(self, tag: str, depth: int, payload: bytes) -> None:
+        settings = self.owner.settings
+        if len(payload) > settings.max_message_bytes:
+            raise ProtocolError(f"{self.owner.party} cannot send a {len(payload):,}-byte {tag!r} message to "
+                                f"{self.peer}: above max_message_mb = {settings.max_message_mb:g}")
+        with self.lock:
+            sealed = self.owner._seal(self.peer, tag, payload)
+            self.hub_link.send(relay_tag(self.peer, tag), depth, sealed, relayed=True)
+        self.stats.frames += 1
+        self.stats.frame_bytes += len(sealed)
+        self.stats.payload_bytes += len(payload)
+
+    def finish(self) -> None:
+        try:
+            self.send(_RELAY_FIN, 0, b"")
+        except SecureVFLError:
+            pass  # the hub link failed: the peer learns it from the hub
+
+    def abort(self, reason: str) -> None:
+        pass  # the ABORT to the hub reaches every party
+
+    def drain(self, timeout: float) -> bool:
+        return True
+
+    def flush_urgent(self, timeout: float) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class _Pair:
+    """Star topology, at a non-hub party: the end-to-end state with one other non-hub party."""
+
+    channel: Any = None  # e2e.PairChannel once the peer's bundle verified; unused in plaintext federations
+    ready: bool = False
+    error: BaseException | None = None
+
+
 class GrpcTransport(Transport):
     """The network side of one party: a gRPC server for what it receives, one stream per peer for what it sends."""
 
-    def __init__(self, party: str, addresses: Mapping[str, str], *, tls: TlsCredentials | None,
+    def __init__(self, party: str, addresses: Mapping[str, str | None], *, tls: TlsCredentials | None,
                  fingerprint: str = "", job: Mapping[str, Any] | None = None,
                  settings: NetworkSettings | None = None, insecure: bool = False,
-                 differences: Callable[[Any, Any], list[str]] | None = None) -> None:
-        if party not in addresses:
+                 differences: Callable[[Any, Any], list[str]] | None = None, hub: str | None = None) -> None:
+        if hub is not None and (hub not in addresses or not addresses[hub]):
+            raise ConfigError(f"the hub {hub!r} of a star federation needs an address; parties are {sorted(addresses)}")
+        if party not in addresses or (hub is None and not addresses[party]):
             raise ConfigError(f"{party!r} has no address; parties are {sorted(addresses)}")
         if tls is None:
             if not insecure:
                 raise ConfigError("the network transport needs TLS credentials (plaintext only with insecure=True)")
-            off = sorted(p for p, a in addresses.items() if not is_loopback(a))
+            off = sorted(p for p, a in addresses.items() if a and not is_loopback(a))
             if off:
                 raise ConfigError(f"plaintext (insecure) links are allowed on loopback only; not loopback: {off}")
         self.party = party
-        self.addresses = dict(addresses)
+        self.addresses = {p: a or "" for p, a in addresses.items()}
         self.peers = tuple(p for p in addresses if p != party)
+        #: Star topology: the one party that listens (the active party); None in a full mesh.
+        self.hub = hub
+        self.is_hub = hub == party
+        self._relayed = frozenset(p for p in self.peers if hub is not None and not self.is_hub and p != hub)
+        self._pairs: dict[str, _Pair] = {p: _Pair() for p in self._relayed}
+        self._session: Any = None  # e2e session key (star, a non-hub party with TLS)
+        self._pulls: dict[str, _PullLink] = {}
+        self._hub_finished = False
+        self._fin_sent: set[str] = set()
         self.tls = tls
         self.fingerprint = fingerprint
         self.job = dict(job or {})
@@ -458,20 +745,25 @@ class GrpcTransport(Transport):
         self._inboxes = {p: _Inbox() for p in self.peers}
         self.abort_reason: str | None = None
         self._server: grpc.Server | None = None
-        self._links: dict[str, _OutLink] = {}
-        self._streams: dict[str, deque[Any]] = {}  # open server streams per authenticated peer, oldest first
+        self._links: dict[str, Any] = {}  # _OutLink, or _RelayLink for a relayed peer
+        self._streams: dict[tuple[str, str], deque[Any]] = {}  # per (peer, direction), oldest first
         self.received_frame_bytes: dict[str, int] = dict.fromkeys(self.peers, 0)
         self.started_at = time.monotonic()
 
     # -- lifecycle
 
     def start(self) -> GrpcTransport:
-        """Bind the server and start connecting to every peer (returns at once)."""
+        """Bind the server (not at a star's non-hub party) and start connecting to every peer (returns at once)."""
+        if self.hub is not None and not self.is_hub:
+            return self._start_spoke()
         settings = self.settings
         handler = grpc.method_handlers_generic_handler(_SERVICE, {
             "Exchange": grpc.stream_stream_rpc_method_handler(self._serve, request_deserializer=None,
-                                                              response_serializer=None)})
-        workers = STREAMS_PER_PEER * len(self.peers) + 4
+                                                              response_serializer=None),
+            "Pull": grpc.stream_stream_rpc_method_handler(self._serve_pull, request_deserializer=None,
+                                                          response_serializer=None)})
+        # The hub also serves one pull stream per peer (STREAMS_PER_PEER of each kind per certificate).
+        workers = STREAMS_PER_PEER * len(self.peers) * (2 if self.is_hub else 1) + 4
         # Every stream holds a thread for its life: beyond ``workers`` a stream is refused at once
         # (RESOURCE_EXHAUSTED, the client retries) instead of waiting for a thread that never frees.
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"rx-{self.party}"),
@@ -498,9 +790,34 @@ class GrpcTransport(Transport):
         self._server = server
         self.started_at = time.monotonic()
         for peer in self.peers:
-            link = _OutLink(self, peer, self.addresses[peer])
+            link = _OutLink(self, peer, self.addresses[peer], served=self.is_hub)
             self._links[peer] = link
             link.start()
+        return self
+
+    def _start_spoke(self) -> GrpcTransport:
+        """Star topology, a party without a server: both directions with the hub on streams this party opens."""
+        assert self.hub is not None
+        self.started_at = time.monotonic()
+        hub_link = _OutLink(self, self.hub, self.addresses[self.hub])
+        self._links[self.hub] = hub_link
+        pull = _PullLink(self, self.hub, self.addresses[self.hub])
+        self._pulls[self.hub] = pull
+        for peer in self._relayed:
+            self._links[peer] = _RelayLink(self, peer, hub_link)
+        if self.tls is not None:
+            from securevfl.federation import e2e
+
+            self._session = e2e.new_session_key()
+            bundle = e2e.make_bundle(self.tls.cert_chain, self.tls.private_key, self.fingerprint, self.party,
+                                     self._session)
+            for peer in sorted(self._relayed):  # queued now, sent once the hub link is up
+                hub_link.send(relay_tag(peer, _RELAY_BUNDLE), 0, bundle, relayed=True)
+        else:
+            for pair in self._pairs.values():
+                pair.ready = True  # plaintext federation: relayed in clear (loopback trials only)
+        hub_link.start()
+        pull.start()
         return self
 
     def wait_ready(self, timeout: float | None = None) -> None:
@@ -508,6 +825,8 @@ class GrpcTransport(Transport):
         limit = self.settings.connect_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + limit
         for peer, link in self._links.items():
+            if peer in self._relayed:
+                continue
             with link.cond:
                 while link.handshaken < 0 and link.error is None:
                     refused = self._inboxes[peer].error
@@ -528,6 +847,20 @@ class GrpcTransport(Transport):
                     link.cond.wait(min(left, 0.1))
                 if link.error is not None:
                     raise link.error
+        for peer in self._pulls:  # star: the hub's stream to this party is up too
+            inbox = self._inboxes[peer]
+            with self._cond:
+                while not inbox.hello_seen and inbox.error is None:
+                    if self.abort_reason is not None:
+                        raise RunAborted(self.abort_reason)
+                    if time.monotonic() > deadline:
+                        pull = self._pulls[peer]
+                        raise PeerLostError(peer, self.party, f"{self.party}: no handshake from {peer} at "
+                                                              f"{pull.address} within {limit:g} s"
+                                            + (f" (last error: {pull.last_error})" if pull.last_error else ""))
+                    self._cond.wait(0.1)
+                if inbox.error is not None:
+                    raise inbox.error
 
     def close(self) -> None:
         """Deliver what is queued (bounded by the peer timeout), wait for peers to finish, stop."""
@@ -537,16 +870,27 @@ class GrpcTransport(Transport):
             for link in self._links.values():
                 link.drain(max(0.0, deadline - time.monotonic()))
             with self._cond:  # peers may still need our acknowledgements of their last frames
-                while (self.abort_reason is None and time.monotonic() < deadline
-                       and not all(i.finished or i.error for i in self._inboxes.values())):
-                    self._cond.wait(0.05)
+                while (self.abort_reason is None and not all(i.finished or i.error for i in self._inboxes.values())
+                       and (time.monotonic() < deadline or self.is_hub and self._spokes_alive(timeout))):
+                    self._cond.wait(0.05)  # the hub relays for the other parties until they finish
+            if self.is_hub:  # what it forwarded meanwhile, and its FIN to a party that another left waiting
+                self._fin_to_spokes(force=True)
+                deadline = time.monotonic() + timeout
+                for link in self._links.values():
+                    link.drain(max(0.0, deadline - time.monotonic()))
         else:
             for link in self._links.values():
                 link.flush_urgent(2.0)
         for link in self._links.values():
             link.close()
+        for pull in self._pulls.values():
+            pull.close()
         if self._server is not None:
             self._server.stop(grace=0.5).wait(2)
+
+    def _spokes_alive(self, timeout: float) -> bool:
+        now = time.monotonic()
+        return any(not i.finished and i.error is None and now - i.last_seen < timeout for i in self._inboxes.values())
 
     def notify(self) -> None:
         with self._cond:
@@ -565,9 +909,25 @@ class GrpcTransport(Transport):
         link.send(envelope.tag, envelope.depth, envelope.payload)
 
     def finish(self, party: str) -> None:
-        if party == self.party:
-            for link in self._links.values():
-                link.finish()
+        if party != self.party:
+            return
+        if self.is_hub:  # the hub may still relay to a party: its FIN to it waits until the others finished
+            self._hub_finished = True
+            self._fin_to_spokes()
+            return
+        for peer in sorted(self._links, key=lambda p: p not in self._relayed):  # relayed FINs first, on the hub link
+            self._links[peer].finish()
+
+    def _fin_to_spokes(self, force: bool = False) -> None:
+        """The hub's FIN to a party, once its role returned and no other party can send that party anything more."""
+        with self._cond:
+            if not self._hub_finished:
+                return
+            done = {p for p, i in self._inboxes.items() if i.finished or i.error is not None}
+            due = [p for p in self.peers if p not in self._fin_sent and (force or done >= set(self.peers) - {p})]
+            self._fin_sent.update(due)
+        for peer in due:
+            self._links[peer].finish()
 
     def abort(self, reason: str) -> None:
         """Tell every peer that this party failed, so they stop at once."""
@@ -604,9 +964,10 @@ class GrpcTransport(Transport):
                 if link.error is not None:
                     raise link.error
                 now = time.monotonic()
-                silent_limit = peer_timeout if inbox.hello_seen else max(peer_timeout,
-                                                                         self.settings.connect_timeout_s)
-                if now - max(inbox.last_seen, self.started_at) > silent_limit:
+                carrier = self._inboxes[self.hub or src] if src in self._relayed else inbox  # relayed: the hub
+                silent_limit = peer_timeout if carrier.hello_seen else max(peer_timeout,
+                                                                           self.settings.connect_timeout_s)
+                if now - max(carrier.last_seen, self.started_at) > silent_limit:
                     raise PeerLostError(src, dst, f"{dst}: nothing from {src} for {silent_limit:g} s "
                                                   "(its process stopped or the network is down)")
                 if timeout is not None and now - started >= timeout:
@@ -615,12 +976,14 @@ class GrpcTransport(Transport):
 
     # -- the server side: one call per incoming stream
 
-    def _serve(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
-        """One incoming stream: at most ``STREAMS_PER_PEER`` per authenticated peer, a HELLO within the timeout."""
+    def _serve(self, requests: Iterator[bytes], context: grpc.ServicerContext,
+               pull: bool = False) -> Iterator[bytes]:
+        """One incoming stream: at most ``STREAMS_PER_PEER`` per authenticated peer and direction, a HELLO in time."""
         certified = self._certified(context)
+        key = (certified or "", "pull" if pull else "push")
         if certified is not None:  # a newer stream from the same peer replaces its oldest: one thread each
             with self._cond:
-                streams = self._streams.setdefault(certified, deque())
+                streams = self._streams.setdefault(key, deque())
                 streams.append(context)
                 stale = [streams.popleft() for _ in range(len(streams) - STREAMS_PER_PEER)]
             for old in stale:
@@ -629,14 +992,218 @@ class GrpcTransport(Transport):
         timer.daemon = True
         timer.start()
         try:
-            yield from self._exchange(requests, context, timer, certified)
+            yield from (self._pull_exchange if pull else self._exchange)(requests, context, timer, certified)
         finally:
             timer.cancel()
             if certified is not None:
                 with self._cond:
-                    streams = self._streams.get(certified, deque())
+                    streams = self._streams.get(key, deque())
                     if context in streams:
                         streams.remove(context)
+
+    def _serve_pull(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        """Star topology: a party without a server opens this stream to receive what this party (the hub) sends it."""
+        return self._serve(requests, context, pull=True)
+
+    def _refuse(self, certified: str | None, refusal: str) -> bytes:
+        """Refuse a stream's HELLO; this party's link with the peer its *certificate* names fails too."""
+        if certified is not None:
+            with self._cond:
+                self._inboxes[certified].error = LinkRefusedError(
+                    certified, refusal, f"{self.party} refused the link from {certified}: {refusal}")
+                self._cond.notify_all()
+        return fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal))
+
+    def _pull_exchange(self, requests: Iterator[bytes], context: grpc.ServicerContext, timer: threading.Timer,
+                       certified: str | None) -> Iterator[bytes]:
+        try:
+            first = next(requests)
+        except (StopIteration, grpc.RpcError):
+            return
+        timer.cancel()
+        try:
+            hello = fr.decode_frame(first, max_chunk=self.settings.chunk_bytes)
+        except ProtocolError as exc:
+            yield fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=f"first frame is not a HELLO: {exc}"))
+            return
+        refusal = self._check_hello(hello, context)
+        if not refusal and not self.is_hub:
+            refusal = f"{self.party} is not the hub of a star federation: it sends on its own streams"
+        if refusal:
+            yield self._refuse(certified, refusal)
+            return
+        with self._cond:
+            self._inboxes[hello.src].peer_max_message = hello.max_message
+        yield from self._links[hello.src].serve(requests, context)
+
+    def _pull(self, pull: _PullLink, call: Any) -> bool:
+        """Read one pull stream from the hub (star, a non-hub party); True once its handshake passed."""
+        peer, settings = pull.peer, self.settings
+        inbox = self._inboxes[peer]
+        responses = iter(call)
+        try:
+            first = next(responses)
+        except StopIteration:
+            return False
+        hello = fr.decode_frame(first, max_chunk=settings.chunk_bytes)
+        if hello.kind == fr.Kind.REFUSE:
+            raise LinkRefusedError(peer, hello.text)
+        refusal = self._check_hello(hello, None)
+        if not refusal and hello.src != peer:
+            refusal = f"the stream from {peer} claims to come from {hello.src}"
+        if refusal:
+            pull.push(fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal)))
+            raise LinkRefusedError(peer, refusal, f"{self.party} refused the link from {peer}: {refusal}")
+        bound = settings.recv_buffer_bytes
+        with self._cond:
+            inbox.generation += 1
+            generation = inbox.generation
+            inbox.hello_seen = True
+            inbox.last_seen = time.monotonic()
+            inbox.peer_max_message = hello.max_message
+            if inbox.reassembly is None:
+                inbox.reassembly = fr.Reassembly(settings.max_message_bytes)
+            expected = inbox.expected
+            self._cond.notify_all()
+        pull.push(fr.encode_frame(fr.Frame(fr.Kind.HELLO_ACK, seq=expected)))
+        for data in responses:
+            with self._cond:
+                if inbox.generation != generation:
+                    return True
+                self.received_frame_bytes[peer] += len(data)
+                inbox.last_seen = time.monotonic()
+            try:
+                frame = fr.decode_frame(data, max_chunk=settings.chunk_bytes)
+                ack = self._on_frame(peer, inbox, frame, pull.push)
+            except _Refusal as exc:
+                pull.push(fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=str(exc))))
+                raise ProtocolError(str(exc)) from None
+            except ProtocolError as exc:
+                pull.push(fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=f"malformed frame: {exc}")))
+                raise ProtocolError(f"{self.party} received a malformed frame from {peer}: {exc}") from None
+            self._after_frame(peer, inbox)
+            if ack is not None:
+                pull.push(ack)
+            with self._cond:  # back-pressure: stop reading while the link holds recv_buffer_mb
+                if inbox.envelopes and inbox.held_bytes() >= bound:
+                    inbox.held_back += 1
+                while (inbox.envelopes and inbox.held_bytes() >= bound and inbox.generation == generation
+                       and self.abort_reason is None and not pull.closing):
+                    inbox.last_seen = time.monotonic()
+                    self._cond.wait(0.1)
+        return True
+
+    def _fail_inbox(self, peer: str, error: BaseException) -> None:
+        with self._cond:
+            inbox = self._inboxes[peer]
+            if inbox.error is None and not inbox.finished:
+                inbox.error = error
+            self._cond.notify_all()
+
+    # -- star topology: relaying between two non-hub parties
+
+    def _after_frame(self, src: str, inbox: _Inbox) -> None:
+        """Forward (the hub) or open (the destination) the relayed messages a frame completed, in order."""
+        if self._hub_finished and inbox.finished:
+            self._fin_to_spokes()
+        if not inbox.relayed:
+            return
+        with inbox.relay_lock:
+            while True:
+                with self._cond:
+                    if not inbox.relayed:
+                        return
+                    tag, depth, payload = inbox.relayed.popleft()
+                if tag == RELAY + "abort":
+                    for peer, link in self._links.items():
+                        if peer != src:
+                            link.abort(payload.decode("utf-8", "replace"))
+                elif self.is_hub:
+                    self._forward(src, tag, depth, payload)
+                else:
+                    self._open_relayed(src, tag, depth, payload)
+
+    def _forward(self, src: str, tag: str, depth: int, payload: bytes) -> None:
+        dst, inner = parse_relay_tag(tag)
+        if dst not in self._links or dst == src:
+            self._fail_inbox(src, ProtocolError(f"{src} asked {self.party} to relay a message to {dst!r}, "
+                                                "which is not another party of this federation"))
+            return
+        try:
+            self._relay(src, dst, relay_tag(src, inner), depth, payload)
+        except SecureVFLError:
+            pass  # the link to dst failed: this party's role, or dst's peer timeout, reports it
+
+    def _relay(self, src: str, dst: str, tag: str, depth: int, payload: bytes) -> None:
+        """The hub hands a relayed message on (a test replaces it with a tampering relay)."""
+        self._links[dst].send(tag, depth, payload, relayed=True)
+
+    def _open_relayed(self, carrier: str, tag: str, depth: int, payload: bytes) -> None:
+        try:
+            origin, inner = parse_relay_tag(tag)
+        except ProtocolError as exc:
+            self._fail_inbox(carrier, exc)
+            return
+        if origin not in self._relayed:
+            self._fail_inbox(carrier, ProtocolError(f"{carrier} relayed a message from {origin!r}, not a party "
+                                                    f"{self.party} receives relayed messages from"))
+            return
+        from securevfl.federation import e2e
+
+        pair = self._pairs[origin]
+        try:
+            if inner == _RELAY_BUNDLE:
+                if self.tls is None or pair.channel is not None:
+                    raise e2e.E2EError(f"an unexpected session key from {origin} (relayed by {carrier})")
+                public = e2e.verify_bundle(payload, self.tls.root_ca, self.fingerprint, origin)
+                with self._cond:
+                    pair.channel = e2e.PairChannel.establish(self._session, public, self.fingerprint, self.party,
+                                                             origin)
+                    pair.ready = True
+                    self._cond.notify_all()
+                return
+            if pair.error is not None:
+                return
+            if self.tls is not None:
+                if pair.channel is None:
+                    raise e2e.E2EError(f"a message from {origin} arrived before its session key")
+                plaintext = pair.channel.open(inner, payload)
+            else:
+                plaintext = payload
+        except e2e.E2EError as exc:
+            error = ProtocolError(f"{self.party} refused a message relayed by {carrier} from {origin}: {exc}")
+            with self._cond:
+                pair.error = error
+            self._fail_inbox(origin, error)
+            return
+        with self._cond:
+            inbox = self._inboxes[origin]
+            if inner == _RELAY_FIN:
+                inbox.finished = True
+            else:
+                inbox.envelopes.append(Envelope(origin, self.party, inner, depth, plaintext))
+                inbox.queued_bytes += len(plaintext)
+            inbox.hello_seen = True
+            self._cond.notify_all()
+
+    def _seal(self, peer: str, tag: str, payload: bytes) -> bytes:
+        """Seal a message for another non-hub party (waits for its session key; plaintext federations: as is)."""
+        pair = self._pairs[peer]
+        deadline = time.monotonic() + self.settings.connect_timeout_s
+        with self._cond:
+            while not pair.ready and pair.error is None:
+                if self.abort_reason is not None:
+                    raise RunAborted(self.abort_reason)
+                if time.monotonic() > deadline:
+                    raise PeerLostError(peer, self.party, f"{self.party}: no session key from {peer} (relayed by "
+                                                          f"{self.hub}) within {self.settings.connect_timeout_s:g} s")
+                self._cond.wait(0.1)
+            if pair.error is not None:
+                raise pair.error
+            if pair.channel is None:
+                return payload
+            sealed: bytes = pair.channel.seal(tag, payload)
+            return sealed
 
     def _certified(self, context: grpc.ServicerContext) -> str | None:
         """The peer the client certificate of a stream names (TLS only), or None."""
@@ -719,17 +1286,18 @@ class GrpcTransport(Transport):
                     self._cond.notify_all()
                 yield fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=f"malformed frame: {exc}"))
                 return
+            self._after_frame(src, inbox)
             if ack is not None:
                 yield ack
 
-    def _check_hello(self, hello: fr.Frame, context: grpc.ServicerContext) -> str:
+    def _check_hello(self, hello: fr.Frame, context: grpc.ServicerContext | None) -> str:
         if hello.kind != fr.Kind.HELLO:
             return f"first frame is a {hello.kind.name}, not a HELLO"
         if hello.dst != self.party:
             return f"this is {self.party}, not {hello.dst}"
         if hello.src not in self._inboxes:
             return f"{hello.src!r} is not a party of this federation ({', '.join(self.peers)})"
-        if self.tls is not None:
+        if self.tls is not None and context is not None:  # a client checked the server's name in the TLS handshake
             identities = [i.decode("utf-8", "replace") for i in (context.peer_identities() or [])]
             if hello.src not in identities:
                 return (f"the client certificate names {identities or 'nobody'}, but the stream claims to come "
@@ -745,14 +1313,19 @@ class GrpcTransport(Transport):
                     + ", ".join(differing))
         return ""
 
-    def _on_frame(self, src: str, inbox: _Inbox, frame: fr.Frame) -> bytes | None:
+    def _on_frame(self, src: str, inbox: _Inbox, frame: fr.Frame,
+                  queue_ack: Callable[[bytes], None] | None = None) -> bytes | None:
+        """Take one frame; the ACK due, returned, or with ``queue_ack`` queued before the lock is released
+        (a pull stream: so the acknowledgement of a FIN is queued before ``close`` can see the FIN)."""
         kind = frame.kind
         if kind == fr.Kind.HEARTBEAT:  # the sender is idle: acknowledge what is pending
             with self._cond:
-                return self._ack(inbox, force=True)
+                return self._queued(self._ack(inbox, force=True), queue_ack)
         if kind == fr.Kind.ABORT:
             with self._cond:
                 self.abort_reason = self.abort_reason or f"{src} aborted the run: {frame.text}"
+                if self.is_hub:  # the hub tells the other parties at once (after this frame, outside the lock)
+                    inbox.relayed.append((RELAY + "abort", 0, f"{src} aborted the run: {frame.text}".encode()))
                 self._cond.notify_all()
             return None
         if kind not in (fr.Kind.DATA, fr.Kind.FIN):
@@ -777,13 +1350,23 @@ class GrpcTransport(Transport):
                 done = inbox.reassembly.add(frame)
                 if done is not None:
                     tag, depth, payload = done
-                    inbox.envelopes.append(Envelope(src, self.party, tag, depth, payload))
-                    inbox.queued_bytes += len(payload)
+                    if self.hub is not None and tag.startswith(RELAY):  # forwarded or opened after this frame
+                        inbox.relayed.append((tag, depth, payload))
+                    else:
+                        inbox.envelopes.append(Envelope(src, self.party, tag, depth, payload))
+                        inbox.queued_bytes += len(payload)
             inbox.expected += 1
             inbox.unacked_frames += 1
             inbox.unacked_bytes += len(frame.payload)
             self._cond.notify_all()
-            return self._ack(inbox, force=kind == fr.Kind.FIN)
+            return self._queued(self._ack(inbox, force=kind == fr.Kind.FIN), queue_ack)
+
+    @staticmethod
+    def _queued(ack: bytes | None, queue_ack: Callable[[bytes], None] | None) -> bytes | None:
+        if ack is None or queue_ack is None:
+            return ack
+        queue_ack(ack)
+        return None
 
     def _ack(self, inbox: _Inbox, force: bool = False) -> bytes | None:
         """A cumulative ACK, if one is due.
