@@ -88,6 +88,9 @@ def _check_json_value(where: str, value: Any) -> None:
 class PartySpec:
     """One party: its name (also its TLS identity), the address it listens on, its certificate and key.
 
+    ``address`` is ``None`` for a party that does not listen: every party but the active one in the
+    star topology (it only dials out to the active party).
+
     ``cert`` and ``key`` are ``None`` only in an insecure (plaintext, loopback-only) federation.
     ``columns`` (``[parties.<name>.columns]``) says how this party reads and encodes its own table; it is
     local to that party — not part of the job fingerprint — so an organisation may keep it in its own
@@ -95,7 +98,7 @@ class PartySpec:
     """
 
     name: str
-    address: str
+    address: str | None
     cert: Path | None = None
     key: Path | None = None
     data: bool = True
@@ -110,7 +113,8 @@ class PartySpec:
         if not self.data and self.columns != ColumnSpec():
             raise ConfigError(f"[parties.{self.name}] has data = false: it has no columns to describe")
         try:
-            split_address(self.address)
+            if self.address is not None:
+                split_address(self.address)
         except ConfigError as exc:
             raise ConfigError(f"[parties.{self.name}] {exc}") from None
 
@@ -214,6 +218,7 @@ class Federation:
     job: JobSpec
     limits: NetworkSettings = field(default_factory=NetworkSettings)
     source: Path | None = None
+    topology: str = "mesh"
 
     def __post_init__(self) -> None:
         if len(self.parties) < 2:
@@ -233,8 +238,25 @@ class Federation:
             raise ConfigError(f"the active party {self.active!r} holds the labels: it cannot be data = false")
         if len(self.data_parties) < 2:
             raise ConfigError("a federation needs at least 2 parties with data (data = true)")
+        if self.topology not in TOPOLOGIES:
+            raise ConfigError(f"[federation] topology must be one of {', '.join(TOPOLOGIES)}, got {self.topology!r}")
+        if self.parties[self.active].address is None:
+            raise ConfigError(f"[parties.{self.active}] needs 'address' (host:port): the active party listens "
+                              f"in every topology")
+        listening = [n for n, spec in self.parties.items() if spec.address is not None and n != self.active]
+        if self.topology == "star" and listening:
+            raise ConfigError(f"[federation] topology = \"star\": only the active party {self.active!r} listens; "
+                              f"remove 'address' from [parties.{listening[0]}]"
+                              + (f" (and {', '.join(listening[1:])})" if listening[1:] else "")
+                              + " or set topology = \"mesh\"")
+        silent = [n for n, spec in self.parties.items() if spec.address is None]
+        if self.topology == "mesh" and silent:
+            raise ConfigError(f"[parties.{silent[0]}] needs 'address' (host:port) in a mesh federation (every party "
+                              "listens); or leave out every address but the active party's (star topology)")
         seen: dict[tuple[str, int], str] = {}
         for spec in self.parties.values():
+            if spec.address is None:
+                continue
             host, port = split_address(spec.address)
             other = seen.setdefault((host.lower(), port), spec.name)
             if other != spec.name:
@@ -244,7 +266,8 @@ class Federation:
         if self.insecure:
             if self.tls is not None:
                 raise ConfigError("[federation] insecure = true conflicts with the [tls] section; remove one")
-            remote = [f"{s.name} ({s.address})" for s in self.parties.values() if not is_loopback(s.address)]
+            remote = [f"{s.name} ({s.address})" for s in self.parties.values()
+                      if s.address is not None and not is_loopback(s.address)]
             if remote:
                 raise ConfigError("[federation] insecure = true (plaintext) is only allowed when every party is "
                                   f"on loopback (127.0.0.0/8, localhost); not on loopback: {', '.join(remote)}")
@@ -269,15 +292,18 @@ class Federation:
         return tuple(name for name, spec in self.parties.items() if spec.data)
 
     @property
-    def addresses(self) -> dict[str, str]:
-        """Party name -> ``host:port``."""
+    def addresses(self) -> dict[str, str | None]:
+        """Party name -> ``host:port`` (``None``: the party does not listen, star topology)."""
         return {name: spec.address for name, spec in self.parties.items()}
 
 
 # ------------------------------------------------------------------ parsing
 
 _SECTIONS = ("federation", "parties", "tls", "network", "job")
-_FEDERATION_KEYS = ("active", "insecure")
+_FEDERATION_KEYS = ("active", "insecure", "topology")
+#: ``mesh``: every party listens and dials every other; ``star``: only the active party listens, the others dial
+#: out to it and it relays what they send each other, sealed end to end (docs/deploy.md).
+TOPOLOGIES = ("mesh", "star")
 _PARTY_KEYS = ("address", "cert", "key", "data", "columns")
 _TLS_KEYS = ("dir", "ca")
 _NETWORK_KEYS = tuple(f.name for f in fields(NetworkSettings))
@@ -334,8 +360,6 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federati
         where = f"[parties.{name}]"
         entry = _table(where, value)
         _check_keys(where, entry, _PARTY_KEYS)
-        if "address" not in entry:
-            raise ConfigError(f"{where} needs 'address' (host:port)")
         if tls is None and ("cert" in entry or "key" in entry):
             raise ConfigError(f"{where} names a cert or key but the file has no [tls] section")
         cert = key = None
@@ -344,7 +368,7 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federati
             key = _path(f"{where} key", entry["key"], base_dir) if "key" in entry else tls.dir / f"{name}.key"
         columns = column_spec_from_dict(_table(f"[parties.{name}.columns]", entry["columns"]),
                                         f"[parties.{name}.columns]") if "columns" in entry else ColumnSpec()
-        parties[name] = PartySpec(name=name, address=entry["address"], cert=cert, key=key,
+        parties[name] = PartySpec(name=name, address=entry.get("address"), cert=cert, key=key,
                                   data=entry.get("data", True), columns=columns)
 
     network = _table("[network]", doc.get("network", {}))
@@ -362,8 +386,13 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federati
 
     if not isinstance(active, str):
         raise ConfigError(f"[federation] active must be a party name, got {active!r}")
+    if "topology" in fed:
+        topology = fed["topology"]
+    else:  # only the active party has an address: star; otherwise every party listens
+        others = [spec.address for name, spec in parties.items() if name != active]
+        topology = "star" if others and all(a is None for a in others) else "mesh"
     return Federation(active=active, parties=parties, tls=tls, insecure=insecure, job=job, limits=limits,
-                      source=source)
+                      source=source, topology=topology)
 
 
 def parse_federation(text: str, base_dir: Path, *, source: Path | None = None) -> Federation:
@@ -410,17 +439,20 @@ def _leaf(value: Any) -> str:
 def job_fingerprint(federation: Federation, phase: str = "train") -> tuple[str, dict[str, Any]]:
     """What all parties must agree on, and its SHA-256 hex digest.
 
-    The dictionary mirrors the file: ``federation.active``, ``parties.<name>.address`` and the
-    ``job`` section with every default filled in. Network settings and file paths are local and not
-    part of it. The digest is over canonical JSON (sorted keys, no whitespace), so it does not
-    depend on key order or formatting in the file. ``phase``: ``train``, or ``predict`` for parties
-    scoring a saved model (marked in the dictionary, so a scoring party and a training one refuse
+    The dictionary mirrors the file: ``federation.active`` (and ``topology`` when star),
+    ``parties.<name>.address`` (where a party has one) and the ``job`` section with every default
+    filled in. Network settings and file paths are local and not part of it. The digest is over
+    canonical JSON (sorted keys, no whitespace), so it does not depend on key order or formatting in
+    the file. ``phase``: ``train``, or ``predict`` for parties scoring a saved model (marked in the
+    dictionary, so a scoring party and a training one refuse
     each other at the first frame).
     """
     canonical: dict[str, Any] = {
         "format": FINGERPRINT_FORMAT,
-        "federation": {"active": federation.active},
-        "parties": {name: {"address": spec.address, **({} if spec.data else {"data": False})}
+        "federation": {"active": federation.active,
+                       **({"topology": "star"} if federation.topology == "star" else {})},
+        "parties": {name: {**({} if spec.address is None else {"address": spec.address}),
+                           **({} if spec.data else {"data": False})}
                     for name, spec in federation.parties.items()},
         "job": federation.job.as_dict(),
     }
@@ -458,6 +490,7 @@ __all__ = [
     "JobSpec",
     "NetworkSettings",
     "PartySpec",
+    "TOPOLOGIES",
     "TlsSpec",
     "check_party_name",
     "is_loopback",

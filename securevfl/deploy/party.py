@@ -155,7 +155,8 @@ def open_transport(federation: Federation, name: str, phase: str = "train") -> A
     digest, job = job_fingerprint(federation, phase)
     transport = GrpcTransport(name, ordered_addresses(federation), tls=tls, fingerprint=digest, job=job,
                               settings=federation.limits, insecure=federation.insecure,
-                              differences=job_differences)
+                              differences=job_differences,
+                              hub=federation.active if federation.topology == "star" else None)
     transport.start()
     try:
         transport.wait_ready()
@@ -184,7 +185,7 @@ def party_links(federation: Federation, name: str, transport: Any = None, phase:
             transport.close()
 
 
-def ordered_addresses(federation: Federation) -> dict[str, str]:
+def ordered_addresses(federation: Federation) -> dict[str, str | None]:
     """Parties in run order: the active party first, then the others as the file lists them."""
     addresses = federation.addresses
     return {federation.active: addresses[federation.active],
@@ -588,6 +589,8 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
                 "links": dict(sorted(links.items())),
                 "frame_bytes": sum(v["frame_bytes"] for v in links.values()),
                 "codec_bytes": sum(v["payload_bytes"] for v in links.values()),
+                # star topology: messages between two parties other than the hub cross two links, sealed
+                "relayed_bytes": sum(v.get("relayed_bytes", 0) for v in links.values()),
             }
         else:
             result.snapshots = {name: meter.snapshot()}
@@ -641,7 +644,7 @@ def check_roles(method: str, roles: Mapping[str, Any], parties: tuple[str, ...])
         raise ConfigError(f"{method} has no role for {', '.join(idle)}: remove it from the federation file")
 
 
-_WIRE_KEYS = ("frames", "frame_bytes", "payload_bytes", "resent_frames", "reconnects")
+_WIRE_KEYS = ("frames", "frame_bytes", "payload_bytes", "resent_frames", "reconnects", "relayed_bytes")
 
 
 def _with_cost_exchange(role: Callable[[PartyContext], Any], setup: MeterSnapshot,

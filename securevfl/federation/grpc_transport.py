@@ -123,7 +123,12 @@ class _Refusal(ProtocolError):
 
 @dataclass
 class LinkStats:
-    """Bytes and frames that crossed one directed link, as gRPC messages (before HTTP/2 and TLS framing)."""
+    """Bytes and frames that crossed one directed link, as gRPC messages (before HTTP/2 and TLS framing).
+
+    Star topology: a link to or from the hub counts every frame on it, its own messages in
+    ``payload_bytes`` and the (sealed) messages it relays for two other parties in ``relayed_bytes``;
+    the logical link between those two parties counts only their ``payload_bytes``, as in a mesh.
+    """
 
     frames: int = 0
     frame_bytes: int = 0
@@ -584,18 +589,18 @@ class _PullLink:
         self._thread.join(timeout=5)
         self._channel.close()
 
-    def _requests(self, generation: int) -> Iterator[bytes]:
+    def _requests(self, generation: int, queue: deque[bytes]) -> Iterator[bytes]:
         owner = self.owner
         yield fr.encode_frame(fr.Frame(fr.Kind.HELLO, src=owner.party, dst=self.peer, text=owner.fingerprint,
                                        job=owner.job, chunk_kb=self.settings.chunk_kb,
                                        max_message=self.settings.max_message_bytes))
-        while True:
+        while True:  # this stream's own queue: a stale stream's iterator never takes the new stream's frames
             with self.cond:
-                while not self.queue:  # closing: what is queued (the acknowledgement of a FIN) goes first
+                while not queue:  # closing: what is queued (the acknowledgement of a FIN) goes first
                     if self.generation != generation or self.closing:
                         return
                     self.cond.wait(0.5)
-                data = self.queue.popleft()
+                data = queue.popleft()
             self.stats.frames += 1
             self.stats.frame_bytes += len(data)
             yield data
@@ -613,11 +618,11 @@ class _PullLink:
                     return
                 self.generation += 1
                 generation = self.generation
-                self.queue.clear()
+                self.queue = deque()
             try:
                 stream = self._channel.stream_stream(_PULL_METHOD, request_serializer=None,
                                                      response_deserializer=None)
-                call = stream(self._requests(generation), wait_for_ready=False, timeout=None)
+                call = stream(self._requests(generation, self.queue), wait_for_ready=False, timeout=None)
                 self._call = call
                 if owner._pull(self, call):
                     ever = True
@@ -672,9 +677,7 @@ class _RelayLink:
         with self.lock:
             sealed = self.owner._seal(self.peer, tag, payload)
             self.hub_link.send(relay_tag(self.peer, tag), depth, sealed, relayed=True)
-        self.stats.frames += 1
-        self.stats.frame_bytes += len(sealed)
-        self.stats.payload_bytes += len(payload)
+        self.stats.payload_bytes += len(payload)  # the logical link's codec bytes; its frames are the hub link's
 
     def finish(self) -> None:
         try:
@@ -1315,8 +1318,10 @@ class GrpcTransport(Transport):
 
     def _on_frame(self, src: str, inbox: _Inbox, frame: fr.Frame,
                   queue_ack: Callable[[bytes], None] | None = None) -> bytes | None:
-        """Take one frame; the ACK due, returned, or with ``queue_ack`` queued before the lock is released
-        (a pull stream: so the acknowledgement of a FIN is queued before ``close`` can see the FIN)."""
+        """Take one frame; the ACK due is returned, or queued with ``queue_ack`` before the lock is released.
+
+        A pull stream queues it, so the acknowledgement of a FIN is on its way before ``close`` can see the FIN.
+        """
         kind = frame.kind
         if kind == fr.Kind.HEARTBEAT:  # the sender is idle: acknowledge what is pending
             with self._cond:

@@ -1,0 +1,371 @@
+"""The star topology: only the active party listens, the others dial out; it relays what they send each other.
+
+Threaded loopback tests of the transport (both directions on streams the party opens, reconnects,
+a tampering relay), the federation file's ``topology``, and three real processes giving the
+metrics of the mesh run with no listening socket at the passive parties.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import test_deploy_processes as processes
+from net_helpers import CuttingProxy, free_port
+from test_deploy_processes import HELPERS, federation_file, headline, in_process, run_in_threads
+
+from securevfl.cli_deploy import launch
+from securevfl.deploy.federation import job_fingerprint, load_federation, parse_federation
+from securevfl.errors import ConfigError, PeerFinishedError, PeerTimeoutError, ProtocolError
+from securevfl.federation.grpc_transport import GrpcTransport, LinkRefusedError, NetworkSettings, TlsCredentials
+from securevfl.federation.transport import Envelope
+from securevfl.methods import method_names
+
+FAST = NetworkSettings(peer_timeout_s=4, heartbeat_s=0.3, connect_timeout_s=6, chunk_kb=64,
+                       reconnect_backoff_s=0.05, max_backoff_s=0.5)
+NO_ABORT = threading.Event()
+
+
+def creds(directory: Path, party: str) -> TlsCredentials:
+    return TlsCredentials((directory / f"{party}.pem").read_bytes(), (directory / f"{party}.key").read_bytes(),
+                          (directory / "ca.pem").read_bytes())
+
+
+class Star:
+    """A hub ``a`` and parties ``b``, ``c`` (no address) in this process, each over its own transport."""
+
+    def __init__(self, pki: Path | None = None, hub_address: str | None = None, **kwargs):
+        self.pki = pki
+        self.addresses = {"a": hub_address or f"127.0.0.1:{free_port()}", "b": None, "c": None}
+        self.kwargs = kwargs
+        self.t: dict[str, GrpcTransport] = {}
+
+    def start(self, name: str, addresses: dict | None = None, **overrides) -> GrpcTransport:
+        tls = {"tls": creds(self.pki, name)} if self.pki else {"tls": None, "insecure": True}
+        options = {**tls, "fingerprint": "f", "job": {"epochs": 1}, "settings": FAST, "hub": "a",
+                   **self.kwargs, **overrides}
+        self.t[name] = GrpcTransport(name, addresses or self.addresses, **options).start()
+        return self.t[name]
+
+    def close(self) -> None:
+        for t in self.t.values():
+            t.abort("test over")
+        for t in self.t.values():
+            t.close()
+
+
+files = processes.files  # the three organisations' tables and their certificates (module fixtures)
+certs = processes.certs
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    from securevfl.deploy.certs import make_dev_pki
+
+    out = tmp_path_factory.mktemp("star-pki")
+    make_dev_pki(["a", "b", "c"], out)
+    return out
+
+
+@pytest.fixture
+def star():
+    made: list[Star] = []
+
+    def make(*args, **kwargs):
+        made.append(Star(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def test_every_direction_and_the_relay_carry_messages_in_order(star, pki):
+    s = star(pki)
+    a, b, c = (s.start(n) for n in "abc")
+    for t in (a, b, c):
+        t.wait_ready()
+    assert a._server is not None and b._server is None and c._server is None  # only the hub listens
+    big = bytes(range(256)) * 4096 * 3  # 3 MiB: 48 chunks on each hop
+    for i in range(10):
+        a.send(Envelope("a", "b", f"ab{i}", i, i.to_bytes(2, "big") * 50))
+        b.send(Envelope("b", "a", f"ba{i}", i, i.to_bytes(2, "big") * 60))
+        b.send(Envelope("b", "c", f"bc{i}", i, i.to_bytes(2, "big") * 70))
+        c.send(Envelope("c", "b", f"cb{i}", i, i.to_bytes(2, "big") * 80))
+    b.send(Envelope("b", "c", "big", 42, big))
+    assert [b.recv("b", "a", NO_ABORT, 10).tag for _ in range(10)] == [f"ab{i}" for i in range(10)]
+    assert [a.recv("a", "b", NO_ABORT, 10).tag for _ in range(10)] == [f"ba{i}" for i in range(10)]
+    assert [b.recv("b", "c", NO_ABORT, 10).tag for _ in range(10)] == [f"cb{i}" for i in range(10)]
+    got = [c.recv("c", "b", NO_ABORT, 10) for _ in range(11)]
+    assert [e.tag for e in got] == [f"bc{i}" for i in range(10)] + ["big"]
+    assert got[-1].payload == big and got[-1].depth == 42 and got[-1].src == "b"
+    stats = b.link_stats()
+    assert stats["b->c"]["payload_bytes"] == sum(len(e.payload) for e in got)  # the logical link, as in a mesh
+    relayed = stats["b->a"]["relayed_bytes"]
+    overhead = relayed - stats["b->c"]["payload_bytes"]  # the session key bundle, and 24 bytes a message
+    assert 0 < overhead < 4000 + 24 * 12
+    assert a.link_stats()["a->c"]["relayed_bytes"] == relayed  # the hub forwards the sealed bytes as they are
+    for t in (a, b, c):
+        t.finish(t.party)
+    with pytest.raises(PeerFinishedError, match="b"):
+        c.recv("c", "b", NO_ABORT, 10)
+    with pytest.raises(PeerFinishedError, match="a"):
+        c.recv("c", "a", NO_ABORT, 10)
+
+
+def test_a_tampering_relay_is_refused_naming_the_sender_and_reads_nothing(star, pki):
+    s = star(pki)
+    a, b, c = (s.start(n) for n in "abc")
+    for t in (a, b, c):
+        t.wait_ready()
+    seen: list[bytes] = []
+    forward = a._relay
+
+    def tampering(src, dst, tag, depth, payload):  # a relay that reads and flips one byte of the second message
+        if tag.endswith("emb"):
+            seen.append(payload)
+        if len(seen) == 2 and tag.endswith("emb"):
+            payload = payload[:30] + bytes([payload[30] ^ 1]) + payload[31:]
+        forward(src, dst, tag, depth, payload)
+
+    a._relay = tampering
+    secret = b"the-secret-embedding-rows" * 20
+    b.send(Envelope("b", "c", "emb", 1, secret))
+    assert c.recv("c", "b", NO_ABORT, 10).payload == secret
+    b.send(Envelope("b", "c", "emb", 2, secret))
+    with pytest.raises(ProtocolError, match=r"from b.*failed authentication"):
+        c.recv("c", "b", NO_ABORT, 10)
+    assert not any(b"the-secret" in p for p in seen)  # the relay saw only ciphertext
+    a.send(Envelope("a", "c", "direct", 1, b"ok"))  # the hub's own link to c is not affected
+    assert c.recv("c", "a", NO_ABORT, 10).payload == b"ok"
+
+
+def test_a_relay_that_replays_or_drops_a_message_is_refused(star, pki):
+    s = star(pki)
+    a, b, c = (s.start(n) for n in "abc")
+    for t in (a, b, c):
+        t.wait_ready()
+    forward = a._relay
+    sent: list[tuple] = []
+
+    def replaying(src, dst, tag, depth, payload):
+        forward(src, dst, tag, depth, payload)
+        if tag.endswith("m"):
+            sent.append((src, dst, tag, depth, payload))
+        if len(sent) == 1 and tag.endswith("m"):
+            forward(src, dst, tag, depth, payload)  # the same message once more
+
+    a._relay = replaying
+    b.send(Envelope("b", "c", "m", 1, b"x" * 10))
+    assert c.recv("c", "b", NO_ABORT, 10).payload == b"x" * 10
+    with pytest.raises(ProtocolError, match=r"from b.*replayed"):
+        c.recv("c", "b", NO_ABORT, 10)
+
+
+def test_a_passive_party_with_the_wrong_certificate_is_refused_by_the_hub(star, pki):
+    s = star(pki)
+    a = s.start("a")
+    b = s.start("b", tls=creds(pki, "c"))  # c's certificate, claiming to be b
+    with pytest.raises((LinkRefusedError, ProtocolError), match="certificate names"):
+        b.wait_ready(timeout=5)
+    assert a is not None
+
+
+def test_a_cut_connection_to_the_hub_loses_nothing_in_either_direction(star):
+    hub = f"127.0.0.1:{free_port()}"
+    proxy = CuttingProxy(int(hub.rsplit(":", 1)[1]))
+    try:
+        s = star(hub_address=hub)
+        a = s.start("a")
+        b = s.start("b", addresses={"a": proxy.address, "b": None, "c": None})  # b reaches a through the proxy
+        c = s.start("c")
+        for t in (a, b, c):
+            t.wait_ready()
+        payload = b"\x5a" * 200_000  # 4 chunks each: cuts land inside messages
+        for i in range(30):
+            a.send(Envelope("a", "b", f"m{i}", i, payload + i.to_bytes(4, "big")))
+            c.send(Envelope("c", "b", f"r{i}", i, payload + i.to_bytes(4, "big")))
+            b.send(Envelope("b", "a", f"u{i}", i, payload + i.to_bytes(4, "big")))
+            if i in (5, 17):
+                proxy.cut()
+        down = [b.recv("b", "a", NO_ABORT, 20) for _ in range(30)]
+        relayed = [b.recv("b", "c", NO_ABORT, 20) for _ in range(30)]
+        up = [a.recv("a", "b", NO_ABORT, 20) for _ in range(30)]
+        for got, prefix in ((down, "m"), (relayed, "r"), (up, "u")):
+            assert [e.tag for e in got] == [f"{prefix}{i}" for i in range(30)]
+            assert all(e.payload == payload + i.to_bytes(4, "big") for i, e in enumerate(got))
+        assert proxy.cuts == 2
+        with pytest.raises(PeerTimeoutError):
+            b.recv("b", "a", NO_ABORT, timeout=0.5)  # nothing duplicated
+    finally:
+        proxy.close()
+
+
+def test_plaintext_star_relays_in_clear_and_a_spoke_abort_reaches_the_other_spoke(star):
+    s = star()
+    a, b, c = (s.start(n) for n in "abc")
+    for t in (a, b, c):
+        t.wait_ready()
+    b.send(Envelope("b", "c", "m", 1, b"plain"))
+    assert c.recv("c", "b", NO_ABORT, 10).payload == b"plain"
+    b.abort("b failed on purpose")
+    deadline = time.monotonic() + 5
+    while c.abort_reason is None:
+        assert time.monotonic() < deadline, "the ABORT never reached c"
+        time.sleep(0.05)
+    assert "b failed on purpose" in c.abort_reason
+
+
+# ------------------------------------------------------------------ the federation file
+
+
+BASE = """
+[federation]
+active = "bank"
+{extra}
+[parties.bank]
+address = "127.0.0.1:7101"
+[parties.shop]
+{shop}
+[parties.clinic]
+{clinic}
+[tls]
+dir = "certs"
+[job]
+method = "splitnn"
+id_column = "id"
+label_column = "y"
+"""
+
+
+def parse(extra="", shop="", clinic=""):
+    return parse_federation(BASE.format(extra=extra, shop=shop, clinic=clinic), Path("."))
+
+
+def test_star_is_the_default_when_only_the_active_party_has_an_address():
+    fed = parse()
+    assert fed.topology == "star" and fed.addresses == {"bank": "127.0.0.1:7101", "shop": None, "clinic": None}
+    mesh = parse(shop='address = "127.0.0.1:7102"', clinic='address = "127.0.0.1:7103"')
+    assert mesh.topology == "mesh"
+    assert parse('topology = "star"').topology == "star"
+    assert job_fingerprint(fed)[0] != job_fingerprint(parse('topology = "mesh"', 'address = "127.0.0.1:7102"',
+                                                            'address = "127.0.0.1:7103"'))[0]
+    assert job_fingerprint(fed)[1]["federation"] == {"active": "bank", "topology": "star"}
+    assert "topology" not in job_fingerprint(mesh)[1]["federation"]  # mesh fingerprints are unchanged
+
+
+@pytest.mark.parametrize("extra, shop, clinic, message", [
+    ('topology = "ring"', "", "", "topology must be one of mesh, star, got 'ring'"),
+    ('topology = "star"', 'address = "127.0.0.1:7102"', "",
+     r"only the active party 'bank' listens; remove 'address' from \[parties.shop\]"),
+    ("", 'address = "127.0.0.1:7102"', "", r"\[parties.clinic\] needs 'address' \(host:port\) in a mesh"),
+    ('topology = "mesh"', "", "", r"\[parties.shop\] needs 'address'"),
+])
+def test_topology_mistakes_are_one_line_config_errors(extra, shop, clinic, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        parse(extra, shop, clinic)
+    assert "\n" not in str(info.value)
+
+
+def test_the_active_party_needs_an_address_in_a_star():
+    text = BASE.format(extra="", shop="", clinic="").replace('address = "127.0.0.1:7101"', "")
+    with pytest.raises(ConfigError, match=r"\[parties.bank\] needs 'address'"):
+        parse_federation(text, Path("."))
+
+
+# ------------------------------------------------------------------ three real processes
+
+
+def star_file(directory: Path, certs: Path, method: str, options: str = "", **kwargs) -> Path:
+    """The federation file of the mesh tests, with every address but the active party's removed."""
+    path = federation_file(directory, certs, method, options, **kwargs)
+    text = re.sub(r'(\[parties\.(?!bank\])[A-Za-z0-9_-]+\]\n)address = "[^"]*"\n', r"\1", path.read_text())
+    star = path.with_name(path.stem + "-star.toml")
+    star.write_text(text)
+    return star
+
+
+class ListenWatch:
+    """Polls this process's children: which party processes ever held a listening socket."""
+
+    def __init__(self) -> None:
+        self.listening: dict[str, bool] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for child in psutil.Process().children(recursive=True):
+                try:
+                    cmd = child.cmdline()
+                    if "--as" not in cmd:
+                        continue
+                    party = cmd[cmd.index("--as") + 1]
+                    listens = any(conn.status == psutil.CONN_LISTEN for conn in child.net_connections("inet"))
+                    self.listening[party] = self.listening.get(party, False) or listens
+                except (psutil.Error, ValueError, IndexError):
+                    continue
+            self.stop.wait(0.2)
+
+    def __enter__(self) -> ListenWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+@pytest.mark.parametrize("method, options, toml_options", [
+    ("splitnn", {}, ""),
+    ("easter", {"secagg": "dh", "embedding_size": 16}, 'secagg = "dh"\nembedding_size = 16'),
+])
+def test_star_over_three_processes_matches_the_mesh_run_with_no_listening_port(
+        tmp_path, files, certs, method, options, toml_options, monkeypatch):
+    """EASTER's ``dh`` secure aggregation has shop and clinic agree keys and masks: relayed through bank."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    fed = star_file(tmp_path, certs, method, toml_options, epochs=2)
+    assert load_federation(fed).topology == "star"
+    report = tmp_path / "run.json"
+    with ListenWatch() as watch:
+        code = launch(fed, dict(files), active="bank", report=report, device="cpu", timeout=240)
+    assert code == 0
+    assert watch.listening == {"bank": True, "shop": False, "clinic": False}  # only the active party listens
+    network = json.loads(report.read_text())
+    mesh = in_process(files, method, options, epochs=2)  # the mesh run gives these exactly (test_deploy_processes)
+    for key, value in headline(mesh.metrics).items():
+        assert network["metrics"][key] == pytest.approx(value, abs=1e-6), key
+    assert network["cost"]["comm"] == mesh.cost["comm"]  # the same codec bytes and messages per logical link
+    assert network["cost"]["rounds"] == mesh.cost["rounds"]
+
+
+EVERY_METHOD = sorted(method_names())  # every registered method
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", EVERY_METHOD)
+def test_every_method_in_the_star_gives_the_mesh_metrics(tmp_path, files, certs, method):
+    options, opts = "", {}
+    if method == "hetero-lr":
+        options, opts = "key_bits = 1024\ninsecure_allow_small_key = true", {"key_bits": 1024,
+                                                                           "insecure_allow_small_key": True}
+    elif method == "easter":
+        options, opts = 'secagg = "dh"', {"secagg": "dh"}
+    fed = load_federation(star_file(tmp_path, certs, method, options, epochs=1, helpers=HELPERS.get(method, ())))
+    assert fed.topology == "star"
+    results, errors = run_in_threads(fed, files)
+    assert not errors, errors
+    mesh = in_process(files, method, opts, epochs=1)
+    network = results["bank"].report
+    tolerance = 0.02 if method == "vfedtrans" else 1e-6  # FedSVD's fresh masks: see test_deploy_processes
+    for key, value in headline(mesh.metrics).items():
+        assert network.metrics[key] == pytest.approx(value, abs=tolerance), key
+    assert network.cost["comm"]["messages"] == mesh.cost["comm"]["messages"]
+    for link, size in mesh.cost["comm"]["bytes"].items():  # big random residues (hetero-lr, vfedtrans) vary a byte
+        assert network.cost["comm"]["bytes"][link] == pytest.approx(size, rel=1e-3), link
+
