@@ -41,6 +41,19 @@ accuracy differs by one test row between 1 and 2 torch threads, in-process alone
 ``splitnn_epoch_s_inprocess``, ``splitnn_epoch_ratio_vs_inprocess`` (goal <= 1.5),
 ``easter_epoch_ratio_vs_inprocess``.
 
+Part 4 — star vs mesh topology (``--topology-only`` runs just this part). The same two jobs
+deployed with ``[federation] topology = "star"`` (only the active party listens; the passive parties
+dial out to it, and it relays what they send each other, sealed end to end): per-epoch seconds as
+in part 3, and the gRPC message bytes of every directed link up to the cost summary (the report's
+``cost.wire``: frames with ACKs and heartbeats, both hops of a relayed message). SplitNN has no
+passive-to-passive traffic; EASTER ``dh`` has (key agreement for secure aggregation). Keys
+``{method}_epoch_s_star`` / ``_mesh``, ``{method}_epoch_ratio_star_vs_mesh``,
+``{method}_frame_bytes_star`` / ``_mesh``, ``{method}_bytes_ratio_star_vs_mesh``,
+``{method}_relayed_bytes_star`` (sealed payloads the hub forwarded, counted once),
+``{method}_relay_overhead_bytes`` (star frame bytes - mesh frame bytes) and
+``comm_bytes_identical_{method}_star`` / ``metrics_identical_{method}_star`` (codec bytes per logical
+link and metrics equal to the mesh run's).
+
     .venv/bin/python benchmarks/network.py --quick --out out/network.json
 """
 
@@ -406,6 +419,72 @@ def _compare(net: dict[str, Any], local: dict[str, Any]) -> tuple[bool, float]:
     return bool(diffs) and all(d <= 1e-6 for d in diffs), worst
 
 
+# ------------------------------------------------------------------ part 4: star vs mesh
+
+TOPOLOGY_RUNS = {"splitnn": {}, "easter": {"secagg": "dh", "embedding_size": 32}}
+
+
+def measure_topologies(work: Path, epochs: int, batch: int, console: Any, files: dict[str, Path] | None = None,
+                       mesh: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """SplitNN and EASTER ``dh`` in 3 processes, mesh and star: epoch seconds, wire bytes, relayed bytes."""
+    from securevfl.deploy.certs import make_dev_pki
+
+    console.print("[bold]part 4[/]: star vs mesh topology, 3 processes (launch)")
+    if files is None:
+        tables = work / "tables"
+        tables.mkdir(exist_ok=True)
+        files = write_tables(tables)
+    pki = work / "pki3"
+    if not pki.exists():
+        make_dev_pki(list(files), pki)
+    mesh = dict(mesh or {})
+    out: dict[str, Any] = {"topology_dataset": "mnist-5k", "topology_parties": 3, "topology_epochs": epochs,
+                           "topology_easter_options": TOPOLOGY_RUNS["easter"]}
+    for method, options in TOPOLOGY_RUNS.items():
+        if method not in mesh:
+            mesh[method] = run_network(files, pki, work, method, epochs, batch, options)
+        star = run_network(files, pki, work, method, epochs, batch, options, topology="star")
+        m_wire, s_wire = mesh[method]["cost"]["wire"], star["cost"]["wire"]
+        same, worst = _compare(star, mesh[method])
+        out.update({
+            f"{method}_epoch_s_mesh": mesh[method]["epoch_s"], f"{method}_epoch_s_star": star["epoch_s"],
+            f"{method}_epoch_ratio_star_vs_mesh": star["epoch_s"] / mesh[method]["epoch_s"],
+            f"{method}_wall_s_mesh": mesh[method]["wall_s"], f"{method}_wall_s_star": star["wall_s"],
+            f"{method}_frame_bytes_mesh": m_wire["frame_bytes"], f"{method}_frame_bytes_star": s_wire["frame_bytes"],
+            f"{method}_bytes_ratio_star_vs_mesh": s_wire["frame_bytes"] / m_wire["frame_bytes"],
+            f"{method}_codec_bytes_mesh": m_wire["codec_bytes"], f"{method}_codec_bytes_star": s_wire["codec_bytes"],
+            f"{method}_relayed_bytes_star": s_wire.get("relayed_bytes", 0),
+            f"{method}_relay_overhead_bytes": s_wire["frame_bytes"] - m_wire["frame_bytes"],
+            f"comm_bytes_identical_{method}_star": star["comm_bytes"] == mesh[method]["comm_bytes"],
+            f"metrics_identical_{method}_star": same, f"{method}_metrics_max_abs_diff_star": worst,
+            f"{method}_wire_links_star": s_wire["links"],
+        })
+    return out
+
+
+def print_topologies(console: Any, figures: dict[str, Any], epochs: int, batch: int) -> None:
+    from rich.table import Table
+
+    if "splitnn_epoch_s_star" not in figures:
+        return
+    table = Table(title=f"mnist-5k, 3 processes, batch {batch}: star (only the active party listens, it relays "
+                        f"passive<->passive sealed) vs mesh; seconds per epoch (epochs 2..{epochs}), gRPC message "
+                        "bytes of all links up to the cost summary")
+    for col in ("method", "mesh s/epoch", "star s/epoch", "ratio", "mesh bytes", "star bytes", "ratio",
+                "relayed (sealed)", "codec bytes equal", "metrics equal"):
+        table.add_column(col, justify="right")
+    for method in TOPOLOGY_RUNS:
+        table.add_row(method if method == "splitnn" else "easter (dh, emb 32)",
+                      f"{figures[f'{method}_epoch_s_mesh']:.3f}", f"{figures[f'{method}_epoch_s_star']:.3f}",
+                      f"{figures[f'{method}_epoch_ratio_star_vs_mesh']:.2f}",
+                      f"{figures[f'{method}_frame_bytes_mesh']:,}", f"{figures[f'{method}_frame_bytes_star']:,}",
+                      f"{figures[f'{method}_bytes_ratio_star_vs_mesh']:.4f}",
+                      f"{figures[f'{method}_relayed_bytes_star']:,}",
+                      str(figures[f"comm_bytes_identical_{method}_star"]),
+                      str(figures[f"metrics_identical_{method}_star"]))
+    console.print(table)
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -416,6 +495,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=None, help="epochs of each training run (>= 2)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--skip-training", action="store_true", help="parts 1 and 2 (64 KB) only")
+    parser.add_argument("--topology-only", action="store_true", help="part 4 only: star vs mesh (3 processes)")
     args = parser.parse_args()
 
     import torch
@@ -441,6 +521,14 @@ def main() -> None:
                                "echo_peer": "separate process (this script with --echo-peer)", "plan": plan}
     with tempfile.TemporaryDirectory(prefix="securevfl-netbench-") as tmp:
         work = Path(tmp)
+        if args.topology_only:
+            figures.update(measure_topologies(work, epochs, args.batch_size, console))
+            print_topologies(console, figures, epochs, args.batch_size)
+            if args.out:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                write_text(args.out, json.dumps(figures, indent=2, default=str))
+                console.print(f"figures: {args.out}")
+            return
         pki = work / "pki"
         console.print("[bold]part 1[/]: round trips and throughput, echo peer in its own process")
         make_dev_pki(["a", "b"], pki)
@@ -479,9 +567,11 @@ def main() -> None:
                             "easter_options": runs["easter"], "torch_threads_inprocess": torch.get_num_threads(),
                             "omp_threads_per_party_process": max(1, (os.cpu_count() or 1) // 3)})
             per_process = figures["omp_threads_per_party_process"]
+            mesh_runs: dict[str, dict[str, Any]] = {}
             for method, options in runs.items():
                 local = run_inprocess(files, method, epochs, args.batch_size, options)
                 net = run_network(files, work / "pki3", work, method, epochs, args.batch_size, options)
+                mesh_runs[method] = net
                 # The same arithmetic as the party processes (torch's thread count changes float sums).
                 local1 = run_inprocess(files, method, epochs, args.batch_size, options, torch_threads=per_process)
                 same, worst = _compare(net, local1)
@@ -504,6 +594,7 @@ def main() -> None:
                     f"{method}_comm_bytes": local["comm_bytes"],
                 })
             figures["goal_splitnn_epoch_ratio"] = 1.5
+            figures.update(measure_topologies(work, epochs, args.batch_size, console, files=files, mesh=mesh_runs))
 
     table = Table(title="gRPC + mutual TLS transport vs raw TLS socket (loopback, echo peer in its own process)")
     for col in ("payload", "gRPC p50 µs", "gRPC p90 µs", "TLS socket p50 µs", "p50 ratio",
@@ -552,6 +643,7 @@ def main() -> None:
                           f"{figures[f'{method}_metrics_max_abs_diff']:.1e}",
                           f"{figures[f'{method}_wall_s_inprocess']:.1f}", f"{figures[f'{method}_wall_s_network']:.1f}")
         console.print(train)
+        print_topologies(console, figures, epochs, args.batch_size)
         console.print(f"goal: splitnn ratio <= 1.5 (against the peer). Each party process runs torch with {t_pp} "
                       f"thread(s) (launch sets OMP_NUM_THREADS); the threaded run uses {t_def}. *Metrics are "
                       f"compared with the threaded run at {t_pp} torch thread(s): same float arithmetic. Against "
