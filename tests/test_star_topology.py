@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -324,24 +325,35 @@ class ListenWatch:
 @pytest.mark.parametrize("method, options, toml_options", [
     ("splitnn", {}, ""),
     ("easter", {"secagg": "dh", "embedding_size": 16}, 'secagg = "dh"\nembedding_size = 16'),
+    ("hetero-lr", {"key_bits": 1024, "insecure_allow_small_key": True},
+     "key_bits = 1024\ninsecure_allow_small_key = true"),
 ])
-def test_star_over_three_processes_matches_the_mesh_run_with_no_listening_port(
+def test_star_over_real_processes_matches_the_mesh_run_with_no_listening_port(
         tmp_path, files, certs, method, options, toml_options, monkeypatch):
-    """EASTER's ``dh`` secure aggregation has shop and clinic agree keys and masks: relayed through bank."""
+    """Only bank listens. EASTER's ``dh`` routes its key agreement through the active party at the method level;
+    hetero-lr's passive parties talk with the arbiter (a fourth process) all the time: relayed, sealed."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    fed = star_file(tmp_path, certs, method, toml_options, epochs=2)
+    helpers = HELPERS.get(method, ())
+    fed = star_file(tmp_path, certs, method, toml_options, epochs=2, helpers=helpers)
     assert load_federation(fed).topology == "star"
     report = tmp_path / "run.json"
     with ListenWatch() as watch:
-        code = launch(fed, dict(files), active="bank", report=report, device="cpu", timeout=240)
+        code = launch(fed, {**files, **dict.fromkeys(helpers)}, active="bank", report=report, device="cpu",
+                      timeout=240)
     assert code == 0
-    assert watch.listening == {"bank": True, "shop": False, "clinic": False}  # only the active party listens
+    # only the active party listens
+    assert watch.listening == {"bank": True, "shop": False, "clinic": False, **dict.fromkeys(helpers, False)}
     network = json.loads(report.read_text())
     mesh = in_process(files, method, options, epochs=2)  # the mesh run gives these exactly (test_deploy_processes)
     for key, value in headline(mesh.metrics).items():
         assert network["metrics"][key] == pytest.approx(value, abs=1e-6), key
-    assert network["cost"]["comm"] == mesh.cost["comm"]  # the same codec bytes and messages per logical link
     assert network["cost"]["rounds"] == mesh.cost["rounds"]
+    assert network["cost"]["comm"]["messages"] == mesh.cost["comm"]["messages"]  # per logical link
+    for link, size in mesh.cost["comm"]["bytes"].items():  # hetero-lr's random residues vary by a byte
+        assert network["cost"]["comm"]["bytes"][link] == pytest.approx(size, rel=1e-3 if helpers else 0), link
+    relayed = network["cost"]["wire"]["relayed_bytes"]
+    passive_pairs = sum(size for link, size in mesh.cost["comm"]["bytes"].items() if "bank" not in link)
+    assert relayed > passive_pairs if helpers else relayed < 5000  # splitnn, easter: only the session keys
 
 
 EVERY_METHOD = sorted(method_names())  # every registered method
@@ -375,3 +387,42 @@ def test_every_method_in_the_star_gives_the_mesh_metrics(tmp_path, files, certs,
     for link, size in mesh.cost["comm"]["bytes"].items():  # big random residues (hetero-lr, vfedtrans) vary a byte
         assert network.cost["comm"]["bytes"][link] == pytest.approx(size, rel=1e-3), link
 
+
+
+def test_a_job_mismatch_in_a_star_is_refused_at_both_ends_with_the_differing_keys(star):
+    from securevfl.deploy.federation import job_differences
+
+    s = star(differences=job_differences)
+    s.start("a", fingerprint="f1", job={"job": {"epochs": 1}})
+    b = s.start("b", fingerprint="f2", job={"job": {"epochs": 2}})
+    with pytest.raises(LinkRefusedError, match=r"job mismatch between b and a; differing keys: job.epochs"):
+        b.wait_ready(timeout=5)
+
+
+def test_the_hubs_own_messages_and_relayed_ones_share_a_link_without_mixing_chunks(star, pki):
+    s = star(pki)
+    a, b, c = (s.start(n) for n in "abc")
+    for t in (a, b, c):
+        t.wait_ready()
+    payload = bytes(range(256)) * 1200  # 300 KB: 5 chunks of 64 KB
+    n = 60
+
+    def flood(t, src):
+        for i in range(n):
+            t.send(Envelope(src, "b", f"{src}{i}", i, payload + bytes([i])))
+            time.sleep(0.001)
+
+    senders = [threading.Thread(target=flood, args=(a, "a")), threading.Thread(target=flood, args=(c, "c"))]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often: the hub's role and its relay thread write at once
+    try:
+        for thread in senders:
+            thread.start()
+        for thread in senders:
+            thread.join(20)
+    finally:
+        sys.setswitchinterval(interval)
+    for src in ("a", "c"):
+        got = [b.recv("b", src, NO_ABORT, 20) for _ in range(n)]
+        assert [e.tag for e in got] == [f"{src}{i}" for i in range(n)]
+        assert all(e.payload == payload + bytes([i]) for i, e in enumerate(got))

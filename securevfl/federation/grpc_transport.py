@@ -13,6 +13,19 @@ the sender and both limits and refuses the link at once (the sender sees that re
 HELLO carries the sender's ``chunk_kb`` and ``max_message_mb``: parties whose ``chunk_kb`` differ
 are refused at the handshake with both values.
 
+Star topology (``hub``: the active party). Only the hub runs a server. A non-hub party opens two
+streams to it: ``Exchange`` carries what it sends (as above) and ``Pull`` what it receives: the hub
+answers the party's HELLO with its own (checked by the party as a server checks one), the party
+answers HELLO_ACK with its next expected number, then the hub's frames flow as responses and the
+party acknowledges them on the request side. The sending state machine (:class:`_OutLink`:
+sequencing, resend buffer, window, heartbeats) and the receiving one (:class:`_Inbox`,
+:meth:`GrpcTransport._on_frame`) are the same for both; only the driver differs. A message between
+two non-hub parties is sealed for its destination (:mod:`securevfl.federation.e2e`, with session
+keys signed by the parties' certificates and distributed through the hub), sent to the hub with a
+relay tag naming the destination, forwarded by the hub on its link to the destination without
+reaching the hub's role, and opened there: the runtime sees a normal P1 -> P2 message. The hub
+sends its FIN to a party only once every other party finished (until then it may still relay to it).
+
 Bounds. What one party can make another hold is bounded per link: the sender keeps at most
 ``send_window_mb`` unacknowledged; the receiver holds at most ``recv_buffer_mb`` (default
 ``max_message_mb``; plus one chunk) of whole messages its role has not taken yet and the message in
@@ -202,6 +215,7 @@ class _OutLink:
         self.ever_connected = False
         self.last_error = ""
         self.stats = LinkStats()
+        self.send_lock = threading.Lock()
         self.served = served
         self.context: Any = None  # served: the server context of the pull stream now carrying the link
         self._call: Any = None
@@ -221,6 +235,12 @@ class _OutLink:
                                 f"{self.peer}: above max_message_mb = {settings.max_message_mb:g}")
         chunks = fr.split_payload(payload, settings.chunk_bytes)
         window = settings.send_window_mb * 1024 * 1024
+        with self.send_lock:  # a message's chunks stay together: the star hub's role and its relays share a link
+            self._send_chunks(tag, depth, payload, chunks, window, relayed)
+
+    def _send_chunks(self, tag: str, depth: int, payload: bytes, chunks: list[memoryview], window: float,
+                     relayed: bool) -> None:
+        settings = self.settings
         for i, part in enumerate(chunks):
             with self.cond:
                 blocked = time.monotonic()
@@ -241,7 +261,7 @@ class _OutLink:
             self.stats.payload_bytes += len(payload)
 
     def finish(self) -> None:
-        with self.cond:
+        with self.send_lock, self.cond:
             if self.error is None:
                 self._append(fr.Frame(fr.Kind.FIN, seq=self.next_seq))
 
@@ -881,9 +901,10 @@ class GrpcTransport(Transport):
                 deadline = time.monotonic() + timeout
                 for link in self._links.values():
                     link.drain(max(0.0, deadline - time.monotonic()))
-        else:
+        else:  # the ABORT goes out on every link at once: 2 s in all, not 2 s per link still connecting
+            deadline = time.monotonic() + 2.0
             for link in self._links.values():
-                link.flush_urgent(2.0)
+                link.flush_urgent(max(0.0, deadline - time.monotonic()))
         for link in self._links.values():
             link.close()
         for pull in self._pulls.values():
