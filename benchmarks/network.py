@@ -46,10 +46,12 @@ deployed with ``[federation] topology = "star"`` (only the active party listens;
 dial out to it, and it relays what they send each other, sealed end to end): per-epoch seconds as
 in part 3, and the gRPC message bytes of every directed link up to the cost summary (the report's
 ``cost.wire``: frames with ACKs and heartbeats, both hops of a relayed message). SplitNN has no
-passive-to-passive traffic; EASTER ``dh`` has (key agreement for secure aggregation). Keys
+passive-to-passive traffic, nor has EASTER ``dh`` (its secure aggregation already routes every key
+and share through the active party); hetero-lr's passive parties talk with its arbiter (a fourth
+process, ``data = false``) in every round, so a star relays that traffic. Keys
 ``{method}_epoch_s_star`` / ``_mesh``, ``{method}_epoch_ratio_star_vs_mesh``,
 ``{method}_frame_bytes_star`` / ``_mesh``, ``{method}_bytes_ratio_star_vs_mesh``,
-``{method}_relayed_bytes_star`` (sealed payloads the hub forwarded, counted once),
+``{method}_relayed_bytes_star`` (sealed payloads the hub forwarded: each relayed message once),
 ``{method}_relay_overhead_bytes`` (star frame bytes - mesh frame bytes) and
 ``comm_bytes_identical_{method}_star`` / ``metrics_identical_{method}_star`` (codec bytes per logical
 link and metrics equal to the mesh run's).
@@ -421,7 +423,10 @@ def _compare(net: dict[str, Any], local: dict[str, Any]) -> tuple[bool, float]:
 
 # ------------------------------------------------------------------ part 4: star vs mesh
 
-TOPOLOGY_RUNS = {"splitnn": {}, "easter": {"secagg": "dh", "embedding_size": 32}}
+TOPOLOGY_RUNS = {"splitnn": {}, "easter": {"secagg": "dh", "embedding_size": 32},
+                 "hetero-lr": {"key_bits": 1024, "insecure_allow_small_key": True}}
+TOPOLOGY_HELPERS = {"hetero-lr": ("arbiter",)}  # its passive parties talk with the arbiter: relayed in a star
+TOPOLOGY_DATASETS = {"hetero-lr": "breast-cancer"}  # binary logistic regression; the others: mnist-5k
 
 
 def measure_topologies(work: Path, epochs: int, batch: int, console: Any, files: dict[str, Path] | None = None,
@@ -435,17 +440,30 @@ def measure_topologies(work: Path, epochs: int, batch: int, console: Any, files:
         tables.mkdir(exist_ok=True)
         files = write_tables(tables)
     pki = work / "pki3"
-    if not pki.exists():
-        make_dev_pki(list(files), pki)
+    if not (pki / "arbiter.pem").exists():
+        make_dev_pki([*files, "arbiter"], pki, overwrite=True)
     mesh = dict(mesh or {})
-    out: dict[str, Any] = {"topology_dataset": "mnist-5k", "topology_parties": 3, "topology_epochs": epochs,
+    hub = next(iter(files))
+    out: dict[str, Any] = {"topology_dataset": {m: TOPOLOGY_DATASETS.get(m, "mnist-5k") for m in TOPOLOGY_RUNS},
+                           "topology_parties": 3, "topology_epochs": epochs,
                            "topology_easter_options": TOPOLOGY_RUNS["easter"]}
     for method, options in TOPOLOGY_RUNS.items():
+        helpers = TOPOLOGY_HELPERS.get(method, ())
+        tables = files
+        if method in TOPOLOGY_DATASETS:
+            (work / method).mkdir(exist_ok=True)
+            tables = wire.write_tables(work / method, TOPOLOGY_DATASETS[method], 3)
         if method not in mesh:
-            mesh[method] = run_network(files, pki, work, method, epochs, batch, options)
-        star = run_network(files, pki, work, method, epochs, batch, options, topology="star")
+            mesh[method] = run_network(tables, pki, work, method, epochs, batch, options, helpers=helpers)
+        star = run_network(tables, pki, work, method, epochs, batch, options, topology="star", helpers=helpers)
         m_wire, s_wire = mesh[method]["cost"]["wire"], star["cost"]["wire"]
         same, worst = _compare(star, mesh[method])
+        if helpers:  # hetero-lr's Paillier masks are fresh in every run: its codec bytes vary by a byte or so
+            m_bytes, s_bytes = mesh[method]["comm_bytes"], star["comm_bytes"]
+            same_bytes = set(m_bytes) == set(s_bytes) and all(abs(s_bytes[k] - v) <= 1e-3 * v
+                                                              for k, v in m_bytes.items())
+        else:
+            same_bytes = star["comm_bytes"] == mesh[method]["comm_bytes"]
         out.update({
             f"{method}_epoch_s_mesh": mesh[method]["epoch_s"], f"{method}_epoch_s_star": star["epoch_s"],
             f"{method}_epoch_ratio_star_vs_mesh": star["epoch_s"] / mesh[method]["epoch_s"],
@@ -453,9 +471,11 @@ def measure_topologies(work: Path, epochs: int, batch: int, console: Any, files:
             f"{method}_frame_bytes_mesh": m_wire["frame_bytes"], f"{method}_frame_bytes_star": s_wire["frame_bytes"],
             f"{method}_bytes_ratio_star_vs_mesh": s_wire["frame_bytes"] / m_wire["frame_bytes"],
             f"{method}_codec_bytes_mesh": m_wire["codec_bytes"], f"{method}_codec_bytes_star": s_wire["codec_bytes"],
-            f"{method}_relayed_bytes_star": s_wire.get("relayed_bytes", 0),
+            # each relayed message once: as the hub forwarded it (the report's total counts both hops)
+            f"{method}_relayed_bytes_star": sum(v.get("relayed_bytes", 0) for k, v in s_wire["links"].items()
+                                                if k.startswith(f"{hub}->")),
             f"{method}_relay_overhead_bytes": s_wire["frame_bytes"] - m_wire["frame_bytes"],
-            f"comm_bytes_identical_{method}_star": star["comm_bytes"] == mesh[method]["comm_bytes"],
+            f"comm_bytes_identical_{method}_star": same_bytes,
             f"metrics_identical_{method}_star": same, f"{method}_metrics_max_abs_diff_star": worst,
             f"{method}_wire_links_star": s_wire["links"],
         })
@@ -467,15 +487,16 @@ def print_topologies(console: Any, figures: dict[str, Any], epochs: int, batch: 
 
     if "splitnn_epoch_s_star" not in figures:
         return
-    table = Table(title=f"mnist-5k, 3 processes, batch {batch}: star (only the active party listens, it relays "
+    table = Table(title=f"mnist-5k (hetero-lr: breast-cancer), 3 processes, batch {batch}: star (only the "
+                        "active party listens, it relays "
                         f"passive<->passive sealed) vs mesh; seconds per epoch (epochs 2..{epochs}), gRPC message "
                         "bytes of all links up to the cost summary")
     for col in ("method", "mesh s/epoch", "star s/epoch", "ratio", "mesh bytes", "star bytes", "ratio",
                 "relayed (sealed)", "codec bytes equal", "metrics equal"):
         table.add_column(col, justify="right")
     for method in TOPOLOGY_RUNS:
-        table.add_row(method if method == "splitnn" else "easter (dh, emb 32)",
-                      f"{figures[f'{method}_epoch_s_mesh']:.3f}", f"{figures[f'{method}_epoch_s_star']:.3f}",
+        label = {"easter": "easter (dh, emb 32)", "hetero-lr": "hetero-lr (+arbiter)"}.get(method, method)
+        table.add_row(label, f"{figures[f'{method}_epoch_s_mesh']:.3f}", f"{figures[f'{method}_epoch_s_star']:.3f}",
                       f"{figures[f'{method}_epoch_ratio_star_vs_mesh']:.2f}",
                       f"{figures[f'{method}_frame_bytes_mesh']:,}", f"{figures[f'{method}_frame_bytes_star']:,}",
                       f"{figures[f'{method}_bytes_ratio_star_vs_mesh']:.4f}",

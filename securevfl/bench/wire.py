@@ -46,13 +46,16 @@ def write_tables(out: Path, dataset: str, parties: int) -> dict[str, Path]:
 
 
 def write_federation(path: Path, pki: Path, parties: list[str], method: str, epochs: int, batch: int,
-                     options: dict[str, Any] | None = None, topology: str = "mesh") -> Path:
+                     options: dict[str, Any] | None = None, topology: str = "mesh",
+                     helpers: tuple[str, ...] = ()) -> Path:
     """A loopback federation file (free ports, mutual TLS from ``pki``) for ``method``.
 
     ``topology = "star"``: only the active party (the first) has an address; the others dial out to it.
+    ``helpers``: parties without data (an arbiter), after ``parties``.
     """
     blocks = "\n".join(f'[parties.{p}]' + (f'\naddress = "127.0.0.1:{free_port()}"' if topology == "mesh" or i == 0
-                                           else "") for i, p in enumerate(parties))
+                                           else "") + ("\ndata = false" if p in helpers else "")
+                       for i, p in enumerate([*parties, *helpers]))
     opts = "\n".join(f"{k} = {json.dumps(v)}" for k, v in (options or {}).items())
     path.write_text(f"""[federation]
 active = "{parties[0]}"
@@ -108,18 +111,19 @@ def headline(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_network(files: dict[str, Path], pki: Path, work: Path, method: str, epochs: int, batch: int,
-                options: dict[str, Any], topology: str = "mesh") -> dict[str, Any]:
-    """``method`` deployed: one ``securevfl party`` process per file, gRPC + mutual TLS on loopback."""
+                options: dict[str, Any], topology: str = "mesh", helpers: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``method`` deployed: one ``securevfl party`` process per file (and helper), gRPC + mutual TLS on loopback."""
     from securevfl.cli_deploy import launch
 
     names = list(files)
     fed = write_federation(work / f"fed-{method}-{topology}.toml", pki, names, method, epochs, batch, options,
-                           topology)
+                           topology, helpers)
     report = work / f"net-{method}-{topology}.json"
     lines = StampedLines()
     started = time.perf_counter()
     with contextlib.redirect_stdout(lines):  # a write/flush stand-in for launch()'s output
-        code = launch(fed, dict(files.items()), active=names[0], report=report, device="cpu", timeout=900)
+        code = launch(fed, {**files, **dict.fromkeys(helpers)}, active=names[0], report=report, device="cpu",
+                      timeout=900)
     total = time.perf_counter() - started
     if code != 0:
         tail = "\n".join(text for _, text in lines.lines[-40:])
