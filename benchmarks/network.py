@@ -44,15 +44,18 @@ accuracy differs by one test row between 1 and 2 torch threads, in-process alone
 Part 4 — star vs mesh topology (``--topology-only`` runs just this part). The same two jobs
 deployed with ``[federation] topology = "star"`` (only the active party listens; the passive parties
 dial out to it, and it relays what they send each other, sealed end to end): per-epoch seconds as
-in part 3, and the gRPC message bytes of every directed link up to the cost summary (the report's
-``cost.wire``: frames with ACKs and heartbeats, both hops of a relayed message). SplitNN has no
+in part 3, and the message bytes the physical links carried (from the report's ``cost.wire.links``:
+``payload_bytes`` + ``relayed_bytes`` of every link with the active party at one end (in a mesh: of
+every link), so a relayed message counts on both hops, sealed; frame
+bytes are also recorded but are a snapshot taken while the last frames may still be queued). SplitNN has no
 passive-to-passive traffic, nor has EASTER ``dh`` (its secure aggregation already routes every key
 and share through the active party); hetero-lr's passive parties talk with its arbiter (a fourth
 process, ``data = false``) in every round, so a star relays that traffic. Keys
 ``{method}_epoch_s_star`` / ``_mesh``, ``{method}_epoch_ratio_star_vs_mesh``,
-``{method}_frame_bytes_star`` / ``_mesh``, ``{method}_bytes_ratio_star_vs_mesh``,
+``{method}_link_bytes_star`` / ``_mesh``, ``{method}_bytes_ratio_star_vs_mesh``,
 ``{method}_relayed_bytes_star`` (sealed payloads the hub forwarded: each relayed message once),
-``{method}_relay_overhead_bytes`` (star frame bytes - mesh frame bytes) and
+``{method}_relay_overhead_bytes`` (star link bytes - mesh link bytes: the second hop, 24 bytes a
+sealed message, the session-key bundles) and
 ``comm_bytes_identical_{method}_star`` / ``metrics_identical_{method}_star`` (codec bytes per logical
 link and metrics equal to the mesh run's).
 
@@ -457,6 +460,13 @@ def measure_topologies(work: Path, epochs: int, batch: int, console: Any, files:
             mesh[method] = run_network(tables, pki, work, method, epochs, batch, options, helpers=helpers)
         star = run_network(tables, pki, work, method, epochs, batch, options, topology="star", helpers=helpers)
         m_wire, s_wire = mesh[method]["cost"]["wire"], star["cost"]["wire"]
+
+        def carried(wire_: dict[str, Any], star: bool) -> int:
+            """Message bytes the physical links carried: relayed ones on both hops, sealed. In a star every physical
+            link has the hub at one end; a link between two others is logical (its bytes are in the relayed ones)."""
+            return sum(v["payload_bytes"] + v.get("relayed_bytes", 0) for k, v in wire_["links"].items()
+                       if not star or hub in k.split("->"))
+
         same, worst = _compare(star, mesh[method])
         if helpers:  # hetero-lr's Paillier masks are fresh in every run: its codec bytes vary by a byte or so
             m_bytes, s_bytes = mesh[method]["comm_bytes"], star["comm_bytes"]
@@ -468,13 +478,15 @@ def measure_topologies(work: Path, epochs: int, batch: int, console: Any, files:
             f"{method}_epoch_s_mesh": mesh[method]["epoch_s"], f"{method}_epoch_s_star": star["epoch_s"],
             f"{method}_epoch_ratio_star_vs_mesh": star["epoch_s"] / mesh[method]["epoch_s"],
             f"{method}_wall_s_mesh": mesh[method]["wall_s"], f"{method}_wall_s_star": star["wall_s"],
+            f"{method}_link_bytes_mesh": carried(m_wire, False), f"{method}_link_bytes_star": carried(s_wire, True),
+            f"{method}_bytes_ratio_star_vs_mesh": carried(s_wire, True) / carried(m_wire, False),
             f"{method}_frame_bytes_mesh": m_wire["frame_bytes"], f"{method}_frame_bytes_star": s_wire["frame_bytes"],
-            f"{method}_bytes_ratio_star_vs_mesh": s_wire["frame_bytes"] / m_wire["frame_bytes"],
             f"{method}_codec_bytes_mesh": m_wire["codec_bytes"], f"{method}_codec_bytes_star": s_wire["codec_bytes"],
             # each relayed message once: as the hub forwarded it (the report's total counts both hops)
             f"{method}_relayed_bytes_star": sum(v.get("relayed_bytes", 0) for k, v in s_wire["links"].items()
                                                 if k.startswith(f"{hub}->")),
-            f"{method}_relay_overhead_bytes": s_wire["frame_bytes"] - m_wire["frame_bytes"],
+            f"{method}_relay_overhead_bytes": carried(s_wire, True) - carried(m_wire, False),
+            f"{method}_wire_links_mesh": m_wire["links"],
             f"comm_bytes_identical_{method}_star": same_bytes,
             f"metrics_identical_{method}_star": same, f"{method}_metrics_max_abs_diff_star": worst,
             f"{method}_wire_links_star": s_wire["links"],
@@ -489,8 +501,8 @@ def print_topologies(console: Any, figures: dict[str, Any], epochs: int, batch: 
         return
     table = Table(title=f"mnist-5k (hetero-lr: breast-cancer), 3 processes, batch {batch}: star (only the "
                         "active party listens, it relays "
-                        f"passive<->passive sealed) vs mesh; seconds per epoch (epochs 2..{epochs}), gRPC message "
-                        "bytes of all links up to the cost summary")
+                        f"passive<->passive sealed) vs mesh; seconds per epoch (epochs 2..{epochs}); message bytes "
+                        "all links carried (a relayed message on both hops, sealed)")
     for col in ("method", "mesh s/epoch", "star s/epoch", "ratio", "mesh bytes", "star bytes", "ratio",
                 "relayed (sealed)", "codec bytes equal", "metrics equal"):
         table.add_column(col, justify="right")
@@ -498,7 +510,7 @@ def print_topologies(console: Any, figures: dict[str, Any], epochs: int, batch: 
         label = {"easter": "easter (dh, emb 32)", "hetero-lr": "hetero-lr (+arbiter)"}.get(method, method)
         table.add_row(label, f"{figures[f'{method}_epoch_s_mesh']:.3f}", f"{figures[f'{method}_epoch_s_star']:.3f}",
                       f"{figures[f'{method}_epoch_ratio_star_vs_mesh']:.2f}",
-                      f"{figures[f'{method}_frame_bytes_mesh']:,}", f"{figures[f'{method}_frame_bytes_star']:,}",
+                      f"{figures[f'{method}_link_bytes_mesh']:,}", f"{figures[f'{method}_link_bytes_star']:,}",
                       f"{figures[f'{method}_bytes_ratio_star_vs_mesh']:.4f}",
                       f"{figures[f'{method}_relayed_bytes_star']:,}",
                       str(figures[f"comm_bytes_identical_{method}_star"]),

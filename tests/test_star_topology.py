@@ -426,3 +426,40 @@ def test_the_hubs_own_messages_and_relayed_ones_share_a_link_without_mixing_chun
         got = [b.recv("b", src, NO_ABORT, 20) for _ in range(n)]
         assert [e.tag for e in got] == [f"{src}{i}" for i in range(n)]
         assert all(e.payload == payload + bytes([i]) for i, e in enumerate(got))
+
+
+def test_idle_pull_streams_with_a_valid_certificate_do_not_starve_the_hub(star, pki):
+    import grpc
+
+    s = star(pki)
+    a = s.start("a")
+    tls = creds(pki, "c")
+    release = threading.Event()
+
+    def nothing():
+        release.wait(20)
+        return
+        yield b""  # a generator that sends nothing
+
+    channels, calls = [], []
+    for _ in range(10):  # c's certificate, ten pull streams that never send a HELLO
+        channel = grpc.secure_channel(s.addresses["a"], grpc.ssl_channel_credentials(
+            tls.root_ca, tls.private_key, tls.cert_chain), options=[("grpc.ssl_target_name_override", "a")])
+        calls.append(channel.stream_stream("/securevfl.Link/Pull", request_serializer=None,
+                                           response_deserializer=None)(nothing(), timeout=20))
+        channels.append(channel)
+    try:
+        time.sleep(0.5)
+        b, c = s.start("b"), s.start("c")
+        started = time.monotonic()
+        for t in (b, c, a):
+            t.wait_ready(timeout=6)
+        assert time.monotonic() - started < 6
+        c.send(Envelope("c", "b", "hi", 1, b"through"))
+        assert b.recv("b", "c", NO_ABORT, 5).payload == b"through"
+    finally:
+        release.set()
+        for call in calls:
+            call.cancel()
+        for channel in channels:
+            channel.close()

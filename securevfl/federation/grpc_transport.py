@@ -31,12 +31,13 @@ Bounds. What one party can make another hold is bounded per link: the sender kee
 ``max_message_mb``; plus one chunk) of whole messages its role has not taken yet and the message in
 progress. Beyond that its server stops reading the link (back-pressure): the sender's window fills
 and its ``send`` blocks until the receiving role catches up; a message is never dropped. The server
-has ``STREAMS_PER_PEER`` threads per peer plus 4 and refuses a stream beyond them at once
-(``RESOURCE_EXHAUSTED``, retried by the client) instead of queueing it: a stream that sends no HELLO
-within ``HELLO_TIMEOUT_S`` is dropped, a peer (by its certificate) holds at most
-``STREAMS_PER_PEER`` streams, its newest replacing its oldest, and a reconnecting peer's new stream
-ends its old one. Every :class:`NetworkSettings` number lies in a sane range (a
-:class:`ConfigError` names the key and the range).
+has ``STREAMS_PER_PEER`` threads per peer and direction plus 4 and refuses a stream beyond them at
+once (``RESOURCE_EXHAUSTED``, retried by the client) instead of queueing it: a stream that sends no
+HELLO within ``HELLO_TIMEOUT_S`` is dropped, a peer (by its certificate) holds at most
+``STREAMS_PER_PEER`` streams per direction (``Exchange``; ``Pull`` too at a star hub), its newest
+replacing its oldest, and a reconnecting peer's new stream ends its old one. Every
+:class:`NetworkSettings` number lies in a sane range (a :class:`ConfigError` names the key and the
+range).
 
 Authentication. With TLS (the default and the only choice off loopback) the server requires a
 client certificate from the federation CA, and the client verifies the server's certificate against
