@@ -124,6 +124,10 @@ def _epoch_printer(name: str) -> Any:
     """Progress as plain lines (one per epoch): readable under `securevfl launch` and in logs."""
 
     def update(epoch: int, epochs: int, **info: float) -> None:
+        if info.get("resumed"):
+            print(f"[{name}] resuming from epoch {epoch} (of {epochs}): its checkpoint is loaded", file=sys.stderr,
+                  flush=True)
+            return
         text = " ".join(f"{k}={v:.4f}" for k, v in info.items() if isinstance(v, float))
         print(f"[{name}] epoch {epoch}/{epochs} {text}".rstrip(), file=sys.stderr, flush=True)
 
@@ -176,6 +180,9 @@ def party_command(
         None, help="This party's own table (CSV/Parquet) with the ID column (none for a data = false party)."),
     report: Path | None = typer.Option(None, help="Where to write this party's report (JSON + .md)."),  # noqa: B008
     device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda[:N]."),
+    threads: int | None = typer.Option(
+        None, help="torch threads of this process (0: torch's default, one per core). Default: [parties.NAME] "
+                   "threads, else OMP_NUM_THREADS, else this machine's cores / the parties listed on this host."),
     insecure: bool = typer.Option(False, help="Confirm plaintext links (loopback only; the file must say so too)."),
     checkpoint_dir: Path | None = typer.Option(  # noqa: B008
         None, help="Save this party's own state here at each epoch end (split-learning methods)."),
@@ -203,6 +210,9 @@ def party_command(
                                            "for the customers of --data; the active party answers POST /score."),
     listen: str = typer.Option("127.0.0.1:8470", help="With --serve at the active party: the HTTP endpoint's "
                                                       "HOST:PORT (port 0: any free port)."),
+    positive_class: str | None = typer.Option(
+        None, help="At the active party: the class binary F1 and AUC score as positive (default: the second "
+                   "class in sorted order)."),
 ) -> None:
     """Run one party: load only its own table, PSI with its peers, then its role of the method.
 
@@ -222,21 +232,35 @@ def party_command(
     if not fed.party(as_).data and columns != fed.party(as_).columns:
         raise ConfigError(f"{as_} has data = false in the federation file: it takes no column options")
     check_insecure(fed.insecure, insecure)
+    if positive_class is not None and (serve or predict):
+        raise ConfigError("--positive-class is for training (the metrics of its test rows)")
+    threads = _start_threads(fed, as_, threads)
     if serve:
         _check_serve_options(fed, as_, data, model_dir, out, checkpoint_dir, predict)
         with stop_on_signals(as_):
-            _serve_party(fed, as_, data, model_dir, listen, device)
+            _serve_party(fed, as_, data, model_dir, listen, device, threads)
         return
     if predict:
         _check_predict_options(fed, as_, data, model_dir, out, checkpoint_dir)
         with stop_on_signals(as_):
-            _score_party(fed, as_, data, model_dir, out, report, device, batch_size)
+            _score_party(fed, as_, data, model_dir, out, report, device, batch_size, threads)
         return
     if out is not None:
         raise ConfigError("--out is for --predict (the training writes --report and, with --model-dir, the model)")
-    with stop_on_signals(as_):
+    from securevfl.cli_resume import hint_resume
+
+    with stop_on_signals(as_), hint_resume(checkpoint_dir, [as_], deployed=True):
         _run_party(fed, as_, data, report, device, checkpoint_dir, resume, overwrite_checkpoints, columns,
-                   model_dir, overwrite_model)
+                   model_dir, overwrite_model, threads, positive_class)
+
+
+def _start_threads(fed: Any, as_: str, threads: int | None) -> int:
+    """Choose and set this process's torch threads before any torch work; say how many, and why."""
+    from securevfl.deploy.threads import apply_threads, choose_threads
+
+    choice = apply_threads(choose_threads(fed, as_, threads))
+    print(f"[{as_}] {choice.describe()}", file=sys.stderr, flush=True)
+    return choice.threads
 
 
 def _check_predict_options(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
@@ -285,7 +309,8 @@ def _check_serve_options(fed: Any, as_: str, data: Path | None, model_dir: Path 
         raise ConfigError("--serve answers requests over HTTP: it takes no --checkpoint-dir and no --out")
 
 
-def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, listen: str, device: str) -> None:
+def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, listen: str, device: str,
+                 threads: int | None = None) -> None:
     import numpy as np
 
     from securevfl.deploy.serving import run_serving_party
@@ -297,7 +322,8 @@ def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, 
     part = f"{model_dir}/{as_}" if fed.party(as_).data else "no part (a helper)"
     print(f"[{as_}] serving with {part}; connecting to "
           f"{', '.join(p for p in fed.parties if p != as_) or 'no other party'}", file=sys.stderr, flush=True)
-    summary = run_serving_party(fed, as_, data, model_dir, listen=listen, device=device, on_ready=ready)
+    summary = run_serving_party(fed, as_, data, model_dir, listen=listen, device=device, on_ready=ready,
+                                threads=threads)
     timing = ""
     if summary.latencies_ms:
         p50, p99 = np.percentile(summary.latencies_ms, [50, 99])
@@ -311,7 +337,7 @@ DEFAULT_PREDICTIONS = Path("out/predictions.csv")
 
 
 def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
-                 report: Path | None, device: str, batch_size: int) -> None:
+                 report: Path | None, device: str, batch_size: int, threads: int | None = None) -> None:
     from securevfl.deploy.scoring import run_deployed_scoring
     from securevfl.methods.base import method_class
 
@@ -327,7 +353,7 @@ def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, 
     else:
         print(f"[{as_}] scoring with {model_dir}/{as_}; {peers}", file=sys.stderr, flush=True)
     result = run_deployed_scoring(fed, as_, data, None if helper else model_dir, batch_size=batch_size,
-                                  device=device, progress=_row_printer(as_))
+                                  device=device, progress=_row_printer(as_), threads=threads)
     print(f"[{as_}] {result.rows} shared rows scored in {result.wall_s:.1f} s", file=sys.stderr, flush=True)
     for peer, reason in sorted(result.missing_costs.items()):
         err_console.print(f"[bold yellow]warning: the costs of {peer} are missing: {reason}[/]", highlight=False)
@@ -369,7 +395,8 @@ def _row_printer(name: str) -> Any:
 
 def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, device: str,
                checkpoint_dir: Path | None, resume: bool, overwrite_checkpoints: bool, columns: Any,
-               model_dir: Path | None = None, overwrite_model: bool = False) -> None:
+               model_dir: Path | None = None, overwrite_model: bool = False, threads: int | None = None,
+               positive_class: str | None = None) -> None:
     from securevfl.deploy.party import run_deployed_party
 
     print(f"[{as_}] connecting to {', '.join(p for p in fed.parties if p != as_)} "
@@ -378,7 +405,8 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
                                 checkpoint_dir=checkpoint_dir, resume=resume,
                                 checkpoint_overwrite=overwrite_checkpoints,
                                 columns=columns if fed.party(as_).data else None,
-                                model_dir=model_dir, overwrite_model=overwrite_model)
+                                model_dir=model_dir, overwrite_model=overwrite_model, threads=threads,
+                                positive_class=positive_class)
     print(f"[{as_}] {result.alignment.size} shared rows; done in {result.wall_s:.1f} s", file=sys.stderr, flush=True)
     if result.report is not None:
         from securevfl.cli import print_summary
@@ -408,7 +436,7 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
 def _passive_report(result: Any) -> dict[str, Any]:
     snap = result.snapshots[result.party]
     return {"party": result.party, "role": "passive", "shared_rows": result.alignment.size,
-            "wall_s": result.wall_s, "compute_s": snap.compute_s, "crypto_s": snap.crypto_s,
+            "wall_s": result.wall_s, "threads": result.threads, "compute_s": snap.compute_s, "crypto_s": snap.crypto_s,
             "serialize_s": snap.serialize_s, "bytes_sent": dict(snap.bytes), "messages_sent": dict(snap.messages),
             "psi": {"bytes_sent": dict(result.alignment.snapshot.bytes),
                     "crypto_s": result.alignment.snapshot.crypto_s},
@@ -433,6 +461,8 @@ def launch_command(
     predict: bool = typer.Option(False, help="Score new rows (--data) with the saved model (--model-dir)."),
     out: Path | None = typer.Option(None, help="With --predict: where the active party writes predictions."),  # noqa: B008
     batch_size: int = typer.Option(4096, help="With --predict: rows scored per exchange."),
+    threads: int | None = typer.Option(
+        None, help="torch threads of each party (default: this machine's cores / the parties)."),
 ) -> None:
     """Start every party as its own local process (loopback), stream their output, stop on the first failure."""
     from securevfl.api import check_report_path
@@ -444,10 +474,10 @@ def launch_command(
 
     files = {name: Path(path) for name, path in _parse_pairs(data, "--data").items()}
     missing = sorted(set(fed.data_parties) - set(files))
-    extra = sorted(set(files) - set(fed.data_parties))
-    if missing or extra:
+    unknown = sorted(set(files) - set(fed.data_parties))
+    if missing or unknown:
         raise ConfigError(f"--data must name every party with data exactly: missing {missing or 'none'}, "
-                          f"unknown or data = false {extra or 'none'}")
+                          f"unknown or data = false {unknown or 'none'}")
     for name, path in files.items():
         if not path.is_file():
             raise ConfigError(f"--data {name}={path}: file not found")
@@ -468,10 +498,20 @@ def launch_command(
     elif model_dir is not None:
         for name in files:  # a helper saves nothing
             extra[name] += ["--model-dir", str(model_dir)] + (["--overwrite-model"] if overwrite_model else [])
+    if threads is not None:
+        for name in fed.parties:
+            extra[name] += ["--threads", str(threads)]
     code = launch(federation, {**files, **dict.fromkeys(n for n in fed.parties if n not in files)},
                   active=fed.active, report=report, device=device, timeout=timeout or None, insecure=insecure,
                   checkpoint_dir=checkpoint_dir, resume=resume, overwrite_checkpoints=overwrite_checkpoints,
                   extra=extra)
+    if code and checkpoint_dir is not None and not predict:
+        from securevfl.cli_resume import last_common_epoch
+
+        last = last_common_epoch(checkpoint_dir)
+        if last:
+            err_console.print(f"launch: every party's checkpoints hold epoch {last}: to continue from it, run the "
+                              "same command with --resume", highlight=False)
     if code:
         raise typer.Exit(code)
 

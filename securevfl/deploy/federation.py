@@ -29,6 +29,7 @@ from psi.protocol import Mode
 from securevfl.checks import read_local_file, validate_party_name
 from securevfl.data.columns import ColumnSpec, column_spec_from_dict
 from securevfl.data.labels import check_task
+from securevfl.deploy.threads import check_threads
 from securevfl.errors import ConfigError
 from securevfl.federation.network import NetworkSettings, is_loopback, split_address
 
@@ -92,6 +93,8 @@ class PartySpec:
     ``columns`` (``[parties.<name>.columns]``) says how this party reads and encodes its own table; it is
     local to that party — not part of the job fingerprint — so an organisation may keep it in its own
     copy of the file or pass it on its own command line instead (``securevfl party --categorical ...``).
+    ``threads`` (local too): the torch threads of this party's process (:mod:`securevfl.deploy.threads`;
+    by default this machine's cores shared among the parties the file lists on its host).
     """
 
     name: str
@@ -100,9 +103,12 @@ class PartySpec:
     key: Path | None = None
     data: bool = True
     columns: ColumnSpec = field(default_factory=ColumnSpec)
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         check_party_name(self.name)
+        if self.threads is not None:
+            check_threads(self.threads, f"[parties.{self.name}] threads")
         if not isinstance(self.data, bool):
             raise ConfigError(f"[parties.{self.name}] data must be true or false, got {self.data!r}")
         if not isinstance(self.columns, ColumnSpec):
@@ -278,7 +284,7 @@ class Federation:
 
 _SECTIONS = ("federation", "parties", "tls", "network", "job")
 _FEDERATION_KEYS = ("active", "insecure")
-_PARTY_KEYS = ("address", "cert", "key", "data", "columns")
+_PARTY_KEYS = ("address", "cert", "key", "data", "columns", "threads")
 _TLS_KEYS = ("dir", "ca")
 _NETWORK_KEYS = tuple(f.name for f in fields(NetworkSettings))
 _JOB_KEYS = tuple(f.name for f in fields(JobSpec))
@@ -307,7 +313,26 @@ def _path(where: str, value: Any, base_dir: Path) -> Path:
     return path if path.is_absolute() else base_dir / path
 
 
-def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federation:
+def _check_tls_paths(table: Mapping[str, Any], tls: TlsSpec) -> None:
+    """The federation CA, which every party needs, is where ``[tls]`` says; a wrong path names its key.
+
+    Checked when the file is loaded (:func:`load_federation`), before any certificate is read.
+    """
+    if "ca" in table:
+        if not tls.ca.is_file():
+            raise ConfigError(f'[tls] ca = "{table["ca"]}" is not a file here (resolved to {tls.ca}; relative '
+                              "paths are relative to the federation file's folder)")
+        return
+    key = f'[tls] dir = "{table["dir"]}"' if "dir" in table else "[tls] dir (not set: the federation file's folder)"
+    if not tls.dir.is_dir():
+        raise ConfigError(f"{key} does not exist (resolved to {tls.dir}; relative paths are relative to the "
+                          "federation file's folder)")
+    if not tls.ca.is_file():
+        raise ConfigError(f"{key} holds no ca.pem (looked for {tls.ca}): put the federation CA there, "
+                          'or name it with [tls] ca = "PATH"')
+
+
+def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None, check_files: bool = False) -> Federation:
     _check_keys("the federation file (top level)", doc, _SECTIONS)
     for required in ("federation", "parties", "job"):
         if required not in doc:
@@ -327,6 +352,8 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federati
         tls_dir = _path("[tls] dir", tls_table.get("dir", "."), base_dir)
         ca = _path("[tls] ca", tls_table["ca"], base_dir) if "ca" in tls_table else tls_dir / "ca.pem"
         tls = TlsSpec(dir=tls_dir, ca=ca)
+        if check_files:
+            _check_tls_paths(tls_table, tls)
 
     parties: dict[str, PartySpec] = {}
     for name, value in _table("[parties]", doc["parties"]).items():
@@ -345,7 +372,7 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federati
         columns = column_spec_from_dict(_table(f"[parties.{name}.columns]", entry["columns"]),
                                         f"[parties.{name}.columns]") if "columns" in entry else ColumnSpec()
         parties[name] = PartySpec(name=name, address=entry["address"], cert=cert, key=key,
-                                  data=entry.get("data", True), columns=columns)
+                                  data=entry.get("data", True), columns=columns, threads=entry.get("threads"))
 
     network = _table("[network]", doc.get("network", {}))
     _check_keys("[network]", network, _NETWORK_KEYS)
@@ -366,10 +393,12 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federati
                       source=source)
 
 
-def parse_federation(text: str, base_dir: Path, *, source: Path | None = None) -> Federation:
+def parse_federation(text: str, base_dir: Path, *, source: Path | None = None,
+                     check_files: bool = False) -> Federation:
     """Parse federation-file text; relative paths resolve against ``base_dir``.
 
     ``source`` (the file, if any) prefixes error messages and is kept in :attr:`Federation.source`.
+    ``check_files``: also check that the federation CA file ``[tls]`` names exists here.
     """
     label = str(source) if source is not None else "federation file"
     try:
@@ -377,19 +406,23 @@ def parse_federation(text: str, base_dir: Path, *, source: Path | None = None) -
     except tomllib.TOMLDecodeError as exc:  # the message ends with "(at line L, column C)"
         raise ConfigError(f"{label}: invalid TOML: {exc}") from None
     try:
-        return _parse(doc, Path(base_dir), source)
+        return _parse(doc, Path(base_dir), source, check_files)
     except ConfigError as exc:
         raise ConfigError(f"{label}: {exc}") from None
 
 
 def load_federation(path: str | Path) -> Federation:
-    """Read and parse a federation file; relative paths in it resolve against its directory."""
+    """Read and parse a federation file; relative paths in it resolve against its directory.
+
+    The federation CA file must exist (``[tls] ca``, or ``ca.pem`` in ``[tls] dir``): a wrong path is
+    refused here, naming the key, rather than when the first certificate is read.
+    """
     path = Path(path)
     try:
         text = read_local_file(path, "federation").decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"federation file {str(path)!r} is not UTF-8 text") from None
-    return parse_federation(text, path.resolve().parent, source=path)
+    return parse_federation(text, path.resolve().parent, source=path, check_files=True)
 
 
 # ------------------------------------------------------------------ agreement
@@ -453,6 +486,36 @@ def job_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return sorted(out)
 
 
+#: The longest value a job-mismatch message shows (longer ones end in "...").
+_SHOWN_CHARS = 60
+#: The most differing keys a job-mismatch message shows with their values.
+_SHOWN_KEYS = 8
+
+
+def _value_at(tree: Mapping[str, Any], dotted: str) -> str:
+    """The canonical JSON of the leaf at ``dotted`` in a fingerprint dictionary, shortened, or ``absent``."""
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return "absent"
+        node = node[part]
+    text = _leaf(node)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+def job_mismatch(mine: Mapping[str, Any], theirs: Mapping[str, Any], here: str) -> list[str]:
+    """:func:`job_differences` with both values: ``job.epochs (5 at shop, 3 at the other party)``.
+
+    ``mine`` is party ``here``'s fingerprint dictionary, ``theirs`` the peer's (a transport's
+    ``differences`` callback, which names both parties in its message). Up to eight keys show
+    their values; more are counted.
+    """
+    keys = job_differences(mine, theirs)
+    shown = [f"{k} ({_value_at(mine, k)} at {here}, {_value_at(theirs, k)} at the other party)"
+             for k in keys[:_SHOWN_KEYS]]
+    return shown + ([f"and {len(keys) - _SHOWN_KEYS} more"] if len(keys) > _SHOWN_KEYS else [])
+
+
 __all__ = [
     "Federation",
     "JobSpec",
@@ -463,6 +526,7 @@ __all__ = [
     "is_loopback",
     "job_differences",
     "job_fingerprint",
+    "job_mismatch",
     "load_federation",
     "parse_federation",
     "split_address",

@@ -34,6 +34,7 @@ saw in PSI, a party's own entry in the plan against what it sent, feature counts
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import secrets
@@ -50,8 +51,9 @@ from securevfl.data.columns import ColumnSpec
 from securevfl.data.labels import REGRESSION, TASKS
 from securevfl.data.partition import PartyTable, split_train_test
 from securevfl.data.scenario import Alignment, Scenario, check_shared_classes, encode_table, training_rows
-from securevfl.deploy.federation import Federation, job_differences, job_fingerprint
+from securevfl.deploy.federation import Federation, job_fingerprint, job_mismatch
 from securevfl.errors import ConfigError, DataError, ProtocolError, SecureVFLError, psi_errors
+from securevfl.eval import positive_index
 from securevfl.federation.meter import MeterSnapshot
 from securevfl.federation.network import TlsCredentials
 from securevfl.federation.runtime import PartyContext, run_party
@@ -133,6 +135,8 @@ class DeployedResult:
     snapshots: dict[str, MeterSnapshot] = field(default_factory=dict)
     link_stats: dict[str, dict[str, int]] = field(default_factory=dict)
     wall_s: float = 0.0
+    #: The torch threads this party's process used (:mod:`securevfl.deploy.threads`).
+    threads: int = 0
 
 
 # ------------------------------------------------------------------ transport
@@ -155,7 +159,7 @@ def open_transport(federation: Federation, name: str, phase: str = "train") -> A
     digest, job = job_fingerprint(federation, phase)
     transport = GrpcTransport(name, ordered_addresses(federation), tls=tls, fingerprint=digest, job=job,
                               settings=federation.limits, insecure=federation.insecure,
-                              differences=job_differences)
+                              differences=functools.partial(job_mismatch, here=name))
     transport.start()
     try:
         transport.wait_ready()
@@ -469,7 +473,7 @@ def local_scenario(name: str, federation: Federation, table: PartyTable | None, 
 
 
 def _method_and_config(federation: Federation, device: str, checkpoint_dir: str | Path | None = None,
-                       resume: bool = False, checkpoint_overwrite: bool = False):
+                       resume: bool = False, checkpoint_overwrite: bool = False, positive_class: str | None = None):
     from securevfl.api import RunConfig
     from securevfl.data import DatasetOptions, PartitionSpec
     from securevfl.methods import TrainConfig, create_method
@@ -485,7 +489,7 @@ def _method_and_config(federation: Federation, device: str, checkpoint_dir: str 
                                                       seed=job.seed),
                        partition=PartitionSpec(parties=len(federation.parties), test_size=job.test_size,
                                                seed=job.seed),
-                       train=train, device=device, alignment="psi")
+                       train=train, device=device, alignment="psi", positive_class=positive_class)
     return create_method(job.method, train), config
 
 
@@ -493,7 +497,8 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
                        progress: Callable[..., None] | None = None, transport: Any = None,
                        checkpoint_dir: str | Path | None = None, resume: bool = False,
                        columns: ColumnSpec | None = None, checkpoint_overwrite: bool = False,
-                       model_dir: str | Path | None = None, overwrite_model: bool = False) -> DeployedResult:
+                       model_dir: str | Path | None = None, overwrite_model: bool = False,
+                       threads: int | None = None, positive_class: str | None = None) -> DeployedResult:
     """Run party ``name`` of ``federation`` on its own ``data`` file, in this process, to the end.
 
     A party with ``data = false`` in the federation file (an arbiter, a key generator, a server) takes
@@ -506,17 +511,26 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     model under ``DIR/<name>/`` (:mod:`securevfl.model`; ``overwrite_model`` replaces one there;
     a standalone method's passive parties save nothing: the model is the active party's alone; nor
     does a helper: it holds no part of a model, hetero-lr's arbiter makes fresh keys when it scores);
-    ``securevfl party --predict`` scores with it (:mod:`securevfl.deploy.scoring`).
+    ``securevfl party --predict`` scores with it (:mod:`securevfl.deploy.scoring`). ``threads``: torch's
+    threads in this process (0: torch's default; by default the party's ``threads`` in the file, else
+    this machine's cores shared among the parties the file lists on this host; :mod:`securevfl.deploy.threads`).
+    ``positive_class`` (the active party only): the class binary F1 and AUC score as positive (default:
+    the second class name in sorted order).
     """
     from securevfl.api import assemble_report, resolve_device
     from securevfl.data.files import party_table_from_file
+    from securevfl.deploy.threads import apply_threads, choose_threads
 
     started = time.perf_counter()
+    used_threads = apply_threads(choose_threads(federation, name, threads)).threads  # before any torch work
     job = federation.job
     helper = not federation.party(name).data
     is_active = name == federation.active
     # refuse a bad method or option before connecting
-    method, config = _method_and_config(federation, device, checkpoint_dir, resume, checkpoint_overwrite)
+    method, config = _method_and_config(federation, device, checkpoint_dir, resume, checkpoint_overwrite,
+                                        positive_class)
+    if positive_class is not None and not is_active:
+        raise ConfigError(f"--positive-class is for the active party ({federation.active}), which holds the labels")
     if model_dir is not None and (helper or method.standalone and not is_active):
         model_dir = None  # a helper holds no part of a model; a standalone model is the active party's alone
     if model_dir is not None:
@@ -535,6 +549,8 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
         spec = columns if columns is not None else federation.party(name).columns
         table, classes = party_table_from_file(name, data, id_column=job.id_column, label_column=job.label_column,
                                                is_active=is_active, columns=spec, task=job.task)
+        if is_active:
+            positive_index(classes, positive_class, table.task)  # refused before connecting
     torch_device = resolve_device(device)
     data_parties = data_party_order(federation)
     passives = data_parties[1:]  # the passive data parties; helpers are peers, not passives
@@ -559,7 +575,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
                                    transport=transport,
                                    device=torch_device, seed=job.seed, progress=progress,
                                    recv_timeout=federation.limits.recv_timeout_s)
-        result = DeployedResult(name, alignment, link_stats=transport.link_stats(),
+        result = DeployedResult(name, alignment, link_stats=transport.link_stats(), threads=used_threads,
                                 preprocessing=scenario.encoded(name).summary if table is not None else {})
         if is_active:
             value, train_snapshots, setup_snapshots, links, missing = outcome
@@ -574,6 +590,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
             result.report = assemble_report(config, scenario, value, train_snapshots, method.describe(),
                                             wall_s=time.perf_counter() - started)
             result.report.cost["alignment"]["crypto_s"] = psi_total.crypto_s
+            result.report.config["threads"] = used_threads  # this party's torch threads
             for peer, shape in plan["shapes"].items():  # placeholders hold the aligned rows only
                 if peer != name and peer in result.report.parties:  # the counts PSI showed this party
                     result.report.parties[peer].update(rows=shape.rows, unaligned=shape.rows - shape.aligned)

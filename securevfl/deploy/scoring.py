@@ -220,13 +220,17 @@ def _helper_part(federation: Federation, name: str, data: str | Path | None) -> 
 
 def run_deployed_scoring(federation: Federation, name: str, data: str | Path | None, model_dir: str | Path | None, *,
                          batch_size: int = 4096, device: str = "auto", progress: Callable[..., None] | None = None,
-                         transport: Any = None) -> DeployedScoring:
+                         transport: Any = None, threads: int | None = None) -> DeployedScoring:
     """Score party ``name``'s new ``data`` with its own part under ``model_dir``, with its peers, to the end.
 
     A helper (``data = false``: hetero-lr's arbiter) takes neither: it holds no part of the model,
     receives the plan (the number of rows to score) and runs its scoring role (the arbiter: fresh keys).
+    ``threads``: torch's threads in this process, as for training (:mod:`securevfl.deploy.threads`).
     """
     from securevfl.api import resolve_device
+    from securevfl.deploy.threads import apply_threads, choose_threads
+
+    apply_threads(choose_threads(federation, name, threads))  # before any torch work
     from securevfl.methods.engine.loop import score_side
     from securevfl.methods.engine.split import SideRole
     from securevfl.model.scoring import active_predictions

@@ -555,16 +555,19 @@ def _listen_address(listen: str) -> tuple[str, int]:
 def run_serving_party(federation: Federation, name: str, data: str | Path | None, model_dir: str | Path | None, *,
                       listen: str = DEFAULT_LISTEN, device: str = "auto", transport: Any = None,
                       on_ready: Callable[[str], None] | None = None, stop: threading.Event | None = None,
-                      request_timeout_s: float = 60.0) -> ServingSummary:
+                      request_timeout_s: float = 60.0, threads: int | None = None) -> ServingSummary:
     """Serve party ``name``'s part of the model under ``model_dir`` until stopped (``stop``, SIGINT or SIGTERM).
 
     At the active party ``on_ready(url)`` is called once every peer is up and the endpoint listens.
     A helper (``data = false``: hetero-lr's arbiter) takes no ``data`` and no ``model_dir``: it holds
     no part, and takes its part in each request (the arbiter: fresh keys, masked decryptions).
+    ``threads``: torch's threads in this process, as for training (:mod:`securevfl.deploy.threads`).
     """
     from securevfl.api import resolve_device
+    from securevfl.deploy.threads import apply_threads, choose_threads
     from securevfl.methods.base import method_class
 
+    apply_threads(choose_threads(federation, name, threads))  # before any torch work
     started = time.perf_counter()
     helper = not federation.party(name).data
     standalone = method_class(federation.job.method).standalone
