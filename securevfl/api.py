@@ -68,7 +68,7 @@ class RunConfig:
     model_dir: str | None = None
     #: Replace a model already saved in ``model_dir``.
     overwrite_model: bool = False
-    #: The class binary F1 and AUC score as positive (default: the second class name in sorted order).
+    #: The class binary F1 and AUC score as positive (default: the second of the label's classes).
     positive_class: str | None = None
 
 
@@ -322,7 +322,8 @@ def train(
     trained model under ``model_dir/<party>/`` (weights, fitted preprocessing, schema, manifest, model
     card; :mod:`securevfl.model`), scored later by :func:`securevfl.predict`; a directory that holds a
     model is refused unless ``overwrite_model``. ``positive_class``: the class name binary F1 and AUC
-    score as positive (default: the second class in sorted order; the report names it either way).
+    score as positive (default: the second of the label's classes, the class names of a file sorted; the
+    report and the console name it either way).
 
     Example::
 

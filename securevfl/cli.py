@@ -125,7 +125,7 @@ def train(
     class_weight: str = typer.Option(
         "none", help="none | balanced: weight the loss by inverse class frequency (imbalanced labels)."),
     positive_class: str | None = typer.Option(
-        None, help="The class binary F1 and AUC score as positive (default: the second class in sorted order)."),
+        None, help="The class binary F1 and AUC score as positive (default: the second class in the 'classes' line)."),
     report: Path = typer.Option(Path("out/run.json"), help="Where to write the JSON report (+ .md)."),
     model_dir: Path | None = typer.Option(
         None, help="Every party saves its own part of the trained model here (DIR/<party>/), for predict."),

@@ -512,17 +512,19 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     a standalone method's passive parties save nothing: the model is the active party's alone; nor
     does a helper: it holds no part of a model, hetero-lr's arbiter makes fresh keys when it scores);
     ``securevfl party --predict`` scores with it (:mod:`securevfl.deploy.scoring`). ``threads``: torch's
-    threads in this process (0: torch's default; by default the party's ``threads`` in the file, else
-    this machine's cores shared among the parties the file lists on this host; :mod:`securevfl.deploy.threads`).
+    threads in this process (0: torch's default), by default the party's ``threads`` in the file, else
+    this process's setting as it is (``securevfl party`` shares the machine's cores among the parties
+    the file lists on its host; :mod:`securevfl.deploy.threads`).
     ``positive_class`` (the active party only): the class binary F1 and AUC score as positive (default:
-    the second class name in sorted order).
+    the second of the label's classes: a file's class names in sorted order).
     """
     from securevfl.api import assemble_report, resolve_device
     from securevfl.data.files import party_table_from_file
-    from securevfl.deploy.threads import apply_threads, choose_threads
+    from securevfl.deploy.threads import apply_threads, choose_threads, torch_threads
 
     started = time.perf_counter()
-    used_threads = apply_threads(choose_threads(federation, name, threads)).threads  # before any torch work
+    apply_threads(choose_threads(federation, name, threads, share_host=False))  # before any torch work
+    used_threads = torch_threads()
     job = federation.job
     helper = not federation.party(name).data
     is_active = name == federation.active

@@ -225,12 +225,12 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
 
     A helper (``data = false``: hetero-lr's arbiter) takes neither: it holds no part of the model,
     receives the plan (the number of rows to score) and runs its scoring role (the arbiter: fresh keys).
-    ``threads``: torch's threads in this process, as for training (:mod:`securevfl.deploy.threads`).
+    ``threads``: torch's threads in this process, as for training (:func:`~securevfl.deploy.party.run_deployed_party`).
     """
     from securevfl.api import resolve_device
     from securevfl.deploy.threads import apply_threads, choose_threads
 
-    apply_threads(choose_threads(federation, name, threads))  # before any torch work
+    apply_threads(choose_threads(federation, name, threads, share_host=False))  # before any torch work
     from securevfl.methods.engine.loop import score_side
     from securevfl.methods.engine.split import SideRole
     from securevfl.model.scoring import active_predictions

@@ -561,13 +561,13 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
     At the active party ``on_ready(url)`` is called once every peer is up and the endpoint listens.
     A helper (``data = false``: hetero-lr's arbiter) takes no ``data`` and no ``model_dir``: it holds
     no part, and takes its part in each request (the arbiter: fresh keys, masked decryptions).
-    ``threads``: torch's threads in this process, as for training (:mod:`securevfl.deploy.threads`).
+    ``threads``: torch's threads in this process, as for training (:func:`~securevfl.deploy.party.run_deployed_party`).
     """
     from securevfl.api import resolve_device
     from securevfl.deploy.threads import apply_threads, choose_threads
     from securevfl.methods.base import method_class
 
-    apply_threads(choose_threads(federation, name, threads))  # before any torch work
+    apply_threads(choose_threads(federation, name, threads, share_host=False))  # before any torch work
     started = time.perf_counter()
     helper = not federation.party(name).data
     standalone = method_class(federation.job.method).standalone

@@ -14,6 +14,10 @@ decides, in this order:
 
 ``0`` (in 1 or 2) means torch's own default. :func:`apply_threads` sets it in this process before
 any torch work (``torch.set_num_threads``, and the inter-op pool when it has not started yet).
+
+``securevfl party`` owns its process and applies all five. The Python API (``run_deployed_party``
+and the scoring and serving calls) applies only 1 and 2 unless told (``share_host=True``): a program
+that embeds a party, or runs several in threads of one process, keeps its own torch setting.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ class ThreadChoice:
     set_here: bool = True
 
     def describe(self) -> str:
-        """``"4 torch threads (3 parties share this host: 12 cores / 3)"``."""
+        """``"4 torch threads (3 parties share this host: 12 cores / 3; --threads N to change)"``."""
         return f"{self.threads} torch thread{'s' if self.threads != 1 else ''} ({self.source})"
 
 
@@ -79,8 +83,12 @@ def same_host_parties(federation: Federation, name: str) -> tuple[str, ...]:
     return tuple(p for p, spec in federation.parties.items() if _host(spec.address) == host)
 
 
-def choose_threads(federation: Federation, name: str, threads: int | None = None) -> ThreadChoice:
-    """How many torch threads party ``name`` uses on this machine (the order is in the module docstring)."""
+def choose_threads(federation: Federation, name: str, threads: int | None = None, *,
+                   share_host: bool = True) -> ThreadChoice:
+    """How many torch threads party ``name`` uses on this machine (the order is in the module docstring).
+
+    ``share_host=False`` stops after the file's setting: torch keeps this process's current one.
+    """
     cores = available_cores()
     if threads is not None:
         return _explicit(check_threads(threads, "--threads", cores), "--threads")
@@ -88,23 +96,26 @@ def choose_threads(federation: Federation, name: str, threads: int | None = None
     if in_file is not None:
         where = f"[parties.{name}] threads"
         return _explicit(check_threads(in_file, where, cores), where)
+    if not share_host:
+        return ThreadChoice(torch_threads(), "this process's torch setting", set_here=False)
     if os.environ.get("OMP_NUM_THREADS", "").strip():
-        return ThreadChoice(_torch_threads(), "OMP_NUM_THREADS", set_here=False)
+        return ThreadChoice(torch_threads(), "OMP_NUM_THREADS", set_here=False)
     sharing = same_host_parties(federation, name)
     if len(sharing) > 1:
         share = max(1, cores // len(sharing))
         return ThreadChoice(share, f"{len(sharing)} parties share this host: {cores} cores / {len(sharing)}; "
                                    "--threads N to change")
-    return ThreadChoice(_torch_threads(), "torch's default", set_here=False)
+    return ThreadChoice(torch_threads(), "torch's default", set_here=False)
 
 
 def _explicit(threads: int, source: str) -> ThreadChoice:
     if threads == 0:
-        return ThreadChoice(_torch_threads(), f"torch's default, {source} 0", set_here=False)
+        return ThreadChoice(torch_threads(), f"torch's default, {source} 0", set_here=False)
     return ThreadChoice(threads, source)
 
 
-def _torch_threads() -> int:
+def torch_threads() -> int:
+    """The intra-op thread count of torch in this process now."""
     import torch
 
     return int(torch.get_num_threads())
@@ -133,4 +144,5 @@ __all__ = [
     "check_threads",
     "choose_threads",
     "same_host_parties",
+    "torch_threads",
 ]

@@ -21,9 +21,9 @@ def classification_metrics(y_true: np.ndarray, scores: np.ndarray, positive: int
 
     ``auc`` is reported for binary tasks only (the issue's contract); F1 is binary F1 for two
     classes and macro-F1 otherwise. Binary F1 and AUC score class index ``positive`` (0 or 1) as the
-    positive class: by default 1, the second class name in sorted order. For an imbalanced binary
-    task (positives under ``IMBALANCED_SHARE`` of the rows) ``auc`` and ``f1`` come first: accuracy
-    there mostly counts the majority class.
+    positive class: by default 1, the second class (a file's class names are sorted). For an
+    imbalanced binary task (positives under ``IMBALANCED_SHARE`` of the rows) ``auc`` and ``f1``
+    come first: accuracy there mostly counts the majority class.
     """
     y_true = np.asarray(y_true)
     scores = np.asarray(scores, dtype=np.float64)
