@@ -222,11 +222,12 @@ def party_command(
     """
     from securevfl.api import check_report_path
     from securevfl.data.columns import spec_from_text
-    from securevfl.deploy.federation import load_federation
+    from securevfl.deploy.federation import check_tls_paths, load_federation
 
     if report is not None:
         check_report_path(report)
     fed = load_federation(federation)
+    check_tls_paths(fed)
     columns = spec_from_text(categorical=categorical, drop=drop, dates=dates, missing_markers=missing_markers,
                              max_onehot=max_onehot, embed=embed_categories, base=fed.party(as_).columns)
     if not fed.party(as_).data and columns != fed.party(as_).columns:

@@ -31,7 +31,7 @@ from securevfl.cli import main
 from securevfl.cli_deploy import launch
 from securevfl.cli_resume import resume_hint
 from securevfl.deploy import threads as th
-from securevfl.deploy.federation import job_mismatch, load_federation, parse_federation
+from securevfl.deploy.federation import check_tls_paths, job_mismatch, load_federation, parse_federation
 from securevfl.errors import ConfigError, DataError, PartyFailure, ProtocolError
 
 if sys.version_info >= (3, 11):
@@ -241,17 +241,27 @@ def _tls_file(directory: Path, tls: str) -> Path:
 
 
 def test_a_wrong_tls_path_names_its_key(tmp_path) -> None:
-    with pytest.raises(ConfigError, match=r'\[tls\] dir = "nowhere" does not exist \(resolved to '):
-        load_federation(_tls_file(tmp_path, 'dir = "nowhere"'))
+    def check(tls: str) -> None:
+        check_tls_paths(load_federation(_tls_file(tmp_path, tls)))
+
+    with pytest.raises(ConfigError, match=r'fed.toml: \[tls\] dir = "nowhere" does not exist \(resolved to '):
+        check('dir = "nowhere"')
     (tmp_path / "certs").mkdir()
     with pytest.raises(ConfigError, match=r'\[tls\] dir = "certs" holds no ca.pem'):
-        load_federation(_tls_file(tmp_path, 'dir = "certs"'))
+        check('dir = "certs"')
     with pytest.raises(ConfigError, match=r'\[tls\] ca = "certs/root.pem" is not a file here'):
-        load_federation(_tls_file(tmp_path, 'dir = "certs"\nca = "certs/root.pem"'))
-    with pytest.raises(ConfigError, match=r"\[tls\] dir \(not set: the federation file's folder\) holds no ca.pem"):
-        load_federation(_tls_file(tmp_path, ""))
+        check('dir = "certs"\nca = "certs/root.pem"')
+    with pytest.raises(ConfigError, match=r"\[tls\] dir \(not set: the file's folder\) holds no ca.pem"):
+        check("")
     (tmp_path / "certs" / "ca.pem").write_text("")
-    assert load_federation(_tls_file(tmp_path, 'dir = "certs"')).tls.ca == tmp_path / "certs" / "ca.pem"
+    check('dir = "certs"')
+
+
+def test_the_party_command_checks_the_tls_paths_first(tmp_path, tables, capsys) -> None:
+    fed = _tls_file(tmp_path, 'dir = "nowhere"')
+    assert main(["party", "--federation", str(fed), "--as", "shop", "--data", str(tables["shop"])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and '[tls] dir = "nowhere" does not exist' in err
 
 
 def test_a_job_mismatch_shows_both_values() -> None:

@@ -123,10 +123,15 @@ class PartySpec:
 
 @dataclass(frozen=True)
 class TlsSpec:
-    """Where the TLS material lives: the default directory of party files and the federation CA."""
+    """Where the TLS material lives: the default directory of party files and the federation CA.
+
+    ``dir_text`` and ``ca_text``: the values as the file wrote them (``None``: not set), for messages.
+    """
 
     dir: Path
     ca: Path
+    dir_text: str | None = field(default=None, compare=False)
+    ca_text: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -313,26 +318,7 @@ def _path(where: str, value: Any, base_dir: Path) -> Path:
     return path if path.is_absolute() else base_dir / path
 
 
-def _check_tls_paths(table: Mapping[str, Any], tls: TlsSpec) -> None:
-    """The federation CA, which every party needs, is where ``[tls]`` says; a wrong path names its key.
-
-    Checked when the file is loaded (:func:`load_federation`), before any certificate is read.
-    """
-    if "ca" in table:
-        if not tls.ca.is_file():
-            raise ConfigError(f'[tls] ca = "{table["ca"]}" is not a file here (resolved to {tls.ca}; relative '
-                              "paths are relative to the federation file's folder)")
-        return
-    key = f'[tls] dir = "{table["dir"]}"' if "dir" in table else "[tls] dir (not set: the federation file's folder)"
-    if not tls.dir.is_dir():
-        raise ConfigError(f"{key} does not exist (resolved to {tls.dir}; relative paths are relative to the "
-                          "federation file's folder)")
-    if not tls.ca.is_file():
-        raise ConfigError(f"{key} holds no ca.pem (looked for {tls.ca}): put the federation CA there, "
-                          'or name it with [tls] ca = "PATH"')
-
-
-def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None, check_files: bool = False) -> Federation:
+def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federation:
     _check_keys("the federation file (top level)", doc, _SECTIONS)
     for required in ("federation", "parties", "job"):
         if required not in doc:
@@ -351,9 +337,7 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None, check_files
         _check_keys("[tls]", tls_table, _TLS_KEYS)
         tls_dir = _path("[tls] dir", tls_table.get("dir", "."), base_dir)
         ca = _path("[tls] ca", tls_table["ca"], base_dir) if "ca" in tls_table else tls_dir / "ca.pem"
-        tls = TlsSpec(dir=tls_dir, ca=ca)
-        if check_files:
-            _check_tls_paths(tls_table, tls)
+        tls = TlsSpec(dir=tls_dir, ca=ca, dir_text=tls_table.get("dir"), ca_text=tls_table.get("ca"))
 
     parties: dict[str, PartySpec] = {}
     for name, value in _table("[parties]", doc["parties"]).items():
@@ -393,12 +377,10 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None, check_files
                       source=source)
 
 
-def parse_federation(text: str, base_dir: Path, *, source: Path | None = None,
-                     check_files: bool = False) -> Federation:
+def parse_federation(text: str, base_dir: Path, *, source: Path | None = None) -> Federation:
     """Parse federation-file text; relative paths resolve against ``base_dir``.
 
     ``source`` (the file, if any) prefixes error messages and is kept in :attr:`Federation.source`.
-    ``check_files``: also check that the federation CA file ``[tls]`` names exists here.
     """
     label = str(source) if source is not None else "federation file"
     try:
@@ -406,23 +388,44 @@ def parse_federation(text: str, base_dir: Path, *, source: Path | None = None,
     except tomllib.TOMLDecodeError as exc:  # the message ends with "(at line L, column C)"
         raise ConfigError(f"{label}: invalid TOML: {exc}") from None
     try:
-        return _parse(doc, Path(base_dir), source, check_files)
+        return _parse(doc, Path(base_dir), source)
     except ConfigError as exc:
         raise ConfigError(f"{label}: {exc}") from None
 
 
 def load_federation(path: str | Path) -> Federation:
-    """Read and parse a federation file; relative paths in it resolve against its directory.
-
-    The federation CA file must exist (``[tls] ca``, or ``ca.pem`` in ``[tls] dir``): a wrong path is
-    refused here, naming the key, rather than when the first certificate is read.
-    """
+    """Read and parse a federation file; relative paths in it resolve against its directory."""
     path = Path(path)
     try:
         text = read_local_file(path, "federation").decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"federation file {str(path)!r} is not UTF-8 text") from None
-    return parse_federation(text, path.resolve().parent, source=path, check_files=True)
+    return parse_federation(text, path.resolve().parent, source=path)
+
+
+def check_tls_paths(federation: Federation) -> None:
+    """The federation CA, which every party needs, is where ``[tls]`` says; a wrong path names its key.
+
+    A party checks this before it reads any TLS file (``securevfl party``, :func:`open_transport
+    <securevfl.deploy.party.open_transport>`), so a wrong ``[tls] dir`` or ``ca`` is one line naming
+    the key, its value and the path it resolved to. Nothing to check in an insecure federation.
+    """
+    tls = federation.tls
+    if tls is None:
+        return
+    label = f"{federation.source}: " if federation.source else ""
+    relative = "relative paths are relative to the federation file's folder"
+    if tls.ca_text is not None:
+        if not tls.ca.is_file():
+            raise ConfigError(f'{label}[tls] ca = "{tls.ca_text}" is not a file here '
+                              f"(resolved to {tls.ca}; {relative})")
+        return
+    key = f'[tls] dir = "{tls.dir_text}"' if tls.dir_text is not None else "[tls] dir (not set: the file's folder)"
+    if not tls.dir.is_dir():
+        raise ConfigError(f"{label}{key} does not exist (resolved to {tls.dir}; {relative})")
+    if not tls.ca.is_file():
+        raise ConfigError(f"{label}{key} holds no ca.pem (looked for {tls.ca}): put the federation CA there, "
+                          'or name it with [tls] ca = "PATH"')
 
 
 # ------------------------------------------------------------------ agreement
@@ -523,6 +526,7 @@ __all__ = [
     "PartySpec",
     "TlsSpec",
     "check_party_name",
+    "check_tls_paths",
     "is_loopback",
     "job_differences",
     "job_fingerprint",

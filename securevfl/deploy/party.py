@@ -51,7 +51,7 @@ from securevfl.data.columns import ColumnSpec
 from securevfl.data.labels import REGRESSION, TASKS
 from securevfl.data.partition import PartyTable, split_train_test
 from securevfl.data.scenario import Alignment, Scenario, check_shared_classes, encode_table, training_rows
-from securevfl.deploy.federation import Federation, job_fingerprint, job_mismatch
+from securevfl.deploy.federation import Federation, check_tls_paths, job_fingerprint, job_mismatch
 from securevfl.errors import ConfigError, DataError, ProtocolError, SecureVFLError, psi_errors
 from securevfl.eval import positive_index
 from securevfl.federation.meter import MeterSnapshot
@@ -151,6 +151,7 @@ def open_transport(federation: Federation, name: str, phase: str = "train") -> A
     from securevfl.federation.grpc_transport import GrpcTransport
 
     spec = federation.party(name)
+    check_tls_paths(federation)
     tls: TlsCredentials | None = None
     if not federation.insecure:
         assert federation.tls is not None and spec.cert is not None and spec.key is not None
