@@ -235,19 +235,21 @@ def party_command(
     check_insecure(fed.insecure, insecure)
     if positive_class is not None and (serve or predict):
         raise ConfigError("--positive-class is for training (the metrics of its test rows)")
-    threads = _start_threads(fed, as_, threads)
     if serve:
         _check_serve_options(fed, as_, data, model_dir, out, checkpoint_dir, predict)
+        threads = _start_threads(fed, as_, threads)
         with stop_on_signals(as_):
             _serve_party(fed, as_, data, model_dir, listen, device, threads)
         return
     if predict:
         _check_predict_options(fed, as_, data, model_dir, out, checkpoint_dir)
+        threads = _start_threads(fed, as_, threads)
         with stop_on_signals(as_):
             _score_party(fed, as_, data, model_dir, out, report, device, batch_size, threads)
         return
     if out is not None:
         raise ConfigError("--out is for --predict (the training writes --report and, with --model-dir, the model)")
+    threads = _start_threads(fed, as_, threads)
     from securevfl.cli_resume import hint_resume
 
     with stop_on_signals(as_), hint_resume(checkpoint_dir, [as_], deployed=True):
@@ -464,6 +466,8 @@ def launch_command(
     batch_size: int = typer.Option(4096, help="With --predict: rows scored per exchange."),
     threads: int | None = typer.Option(
         None, help="torch threads of each party (default: this machine's cores / the parties)."),
+    positive_class: str | None = typer.Option(
+        None, help="The class binary F1 and AUC score as positive (default: the second class in sorted order)."),
 ) -> None:
     """Start every party as its own local process (loopback), stream their output, stop on the first failure."""
     from securevfl.api import check_report_path
@@ -502,6 +506,8 @@ def launch_command(
     if threads is not None:
         for name in fed.parties:
             extra[name] += ["--threads", str(threads)]
+    if positive_class is not None:
+        extra[fed.active] += ["--positive-class", positive_class]
     code = launch(federation, {**files, **dict.fromkeys(n for n in fed.parties if n not in files)},
                   active=fed.active, report=report, device=device, timeout=timeout or None, insecure=insecure,
                   checkpoint_dir=checkpoint_dir, resume=resume, overwrite_checkpoints=overwrite_checkpoints,

@@ -54,15 +54,18 @@ def tables(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_threads_flag_is_what_every_party_process_uses(tmp_path, tables, capsys) -> None:
+    """Also: the active party's --positive-class reaches its report and console."""
     fed = loopback_federation_file(tmp_path, ["bank", "shop"], "bank", SPLITNN_JOB.replace("epochs = 2", "epochs = 1"))
     report = tmp_path / "run.json"
     # 3 differs from this machine's default (cores // 2 parties) and from torch's (one per core) on 2 cores
     code = launch(fed, dict(tables), active="bank", report=report, device="cpu", timeout=120, insecure=True,
-                  extra={p: ["--threads", "3"] for p in ("bank", "shop")})
+                  extra={"bank": ["--threads", "3", "--positive-class", "no"], "shop": ["--threads", "3"]})
     out = capsys.readouterr().out
     assert code == 0, out
     assert "[bank] 3 torch threads (--threads)" in out and "[shop] 3 torch threads (--threads)" in out
-    assert json.loads(report.read_text())["config"]["threads"] == 3  # torch.get_num_threads() in the bank's process
+    body = json.loads(report.read_text())
+    assert body["config"]["threads"] == 3  # torch.get_num_threads() in the bank's process
+    assert body["parties"]["bank"]["positive_class"] == "no" and "f1 (positive class 'no')" in out
 
 
 def test_the_default_shares_the_cores_among_three_loopback_parties_in_a_fresh_process(tmp_path) -> None:
