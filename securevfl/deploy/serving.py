@@ -270,7 +270,7 @@ def _passive_role(model: _ServingModel, fingerprint: str,
                   build_side: SideBuilder) -> Callable[[PartyContext], ServingSummary]:
     """Announce the part and the blinded ID index, then score what the active party asks until it stops."""
     from psi.curve import BlindingKey
-    from securevfl.methods.engine.loop import VALIDATE, prepare_scoring_side
+    from securevfl.methods.engine.loop import VALIDATE
 
     def role(ctx: PartyContext) -> ServingSummary:
         summary = ServingSummary(ctx.name)
@@ -285,9 +285,7 @@ def _passive_role(model: _ServingModel, fingerprint: str,
             index = _hash_blind([model.ids[i] for i in order], hello["salt"], key, workers=None)
         ctx.send(ctx.active, TAG_INDEX, {"model": fingerprint, "width": int(model.X.shape[1]),
                                          "index": index.tobytes()})
-        model.side = build_side(*_model_inputs(ctx.recv(ctx.active, TAG_WIDTHS), ctx.active,
-                                               (ctx.active, *ctx.passives)))
-        prepare_scoring_side(ctx, model.side, model.saved)
+        _build_announced(ctx, model, build_side)
         started = time.perf_counter()
         while True:
             ctx.stage = "serve: waiting for a request"
@@ -336,16 +334,22 @@ def _helper_model(federation: Federation, name: str, data: str | Path | None) ->
     return empty, method, config.train, None
 
 
+def _build_announced(ctx: PartyContext, model: _ServingModel, build_side: SideBuilder) -> None:
+    """Build this party's side for the model inputs the active party announces, loaded with its saved part."""
+    from securevfl.methods.engine.loop import prepare_scoring_side
+
+    model.side = build_side(*_model_inputs(ctx.recv(ctx.active, TAG_WIDTHS), ctx.active, (ctx.active, *ctx.passives)))
+    prepare_scoring_side(ctx, model.side, model.saved)
+
+
 def _helper_role(model: _ServingModel, build_side: SideBuilder) -> Callable[[PartyContext], ServingSummary]:
     """A helper (hetero-lr's arbiter): its part in the evaluation of each request's rows, told only their count."""
-    from securevfl.methods.engine.loop import VALIDATE, prepare_scoring_side
+    from securevfl.methods.engine.loop import VALIDATE
 
     def role(ctx: PartyContext) -> ServingSummary:
         summary = ServingSummary(ctx.name)
         ctx.stage = "serve: setup"
-        model.side = build_side(*_model_inputs(ctx.recv(ctx.active, TAG_WIDTHS), ctx.active,
-                                               (ctx.active, *ctx.passives)))
-        prepare_scoring_side(ctx, model.side, model.saved)
+        _build_announced(ctx, model, build_side)
         started = time.perf_counter()
         while True:
             ctx.stage = "serve: waiting for a request"
