@@ -66,21 +66,8 @@ def run_parties_in_threads(federation: Any, files: dict[str, str | None], timeou
     """
     from securevfl.deploy.party import run_deployed_party
 
-    results, errors = {}, {}
-
-    def run(party: str) -> None:
-        try:
-            results[party] = run_deployed_party(federation, party, files[party], device="cpu", **options)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors[party] = exc
-
-    threads = [threading.Thread(target=run, args=(p,)) for p in files]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    assert not errors, errors
-    return results
+    return in_threads(lambda p: run_deployed_party(federation, p, files[p], device="cpu", **options), tuple(files),
+                      timeout)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from deployed_threads import in_threads, loopback_federation_file
+from deployed_threads import in_threads, loopback_federation_file, one_torch_thread
 from net_helpers import free_port
 from org_tables import organisation_frames, probabilities, rows_of, write_tables
 from typer.testing import CliRunner
@@ -41,12 +41,9 @@ STANDALONE = ("apcvfl", "apcvfl-ablation", "vfedtrans", "local-logreg")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    # Tiny models on a shared 2-core machine: intra-op threads only contend.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def torch_on_one_thread():
+    with one_torch_thread():  # tiny models on a shared 2-core machine: intra-op threads only contend
+        yield
 
 
 @pytest.fixture(scope="module")
