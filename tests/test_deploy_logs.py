@@ -238,7 +238,7 @@ def test_a_wait_in_a_receive_is_reported_every_few_seconds(caplog):
     transport = InProcessTransport(["a", "b"])
     meter = Meter("a")
     ctx = PartyContext(name="a", active="a", passives=("b",), peers=("b",), meter=meter,
-                       channel=Channel("a", transport, meter, threading.Event(), recv_timeout=1.4))
+                       channel=Channel("a", transport, meter, threading.Event(), recv_timeout=1.7))
     ctx.stage = "train epoch 3"
 
     def role(c: PartyContext) -> None:
@@ -247,7 +247,8 @@ def test_a_wait_in_a_receive_is_reported_every_few_seconds(caplog):
     with PartyWatch("a", every=0.5, poll=0.05) as watch, pytest.raises(PeerTimeoutError):
         watch.role(role)(ctx)
     waits = [r.securevfl_event for r in caplog.records if getattr(r, "securevfl_event", {}).get("event") == "waiting"]
-    assert len(waits) == 2, waits  # at 0.5 s and 1.0 s, not again for the same half-second
+    times = [w["waited_s"] for w in waits]  # at 0.5 s, 1.0 s, ... (the watcher may be late, never early)
+    assert len(times) >= 2 and times[0] >= 0.5 and all(b - a >= 0.4 for a, b in zip(times, times[1:])), times
     assert all(w["peer"] == "b" and w["tag"] == "splitnn.gradient" and w["stage"] == "train epoch 3" for w in waits)
     assert "waiting for b (train epoch 3: splitnn.gradient)" in caplog.records[-1].getMessage()
 

@@ -170,9 +170,9 @@ class PartyWatch:
     def _look_connect(self, now: float, transport: Any, addresses: Mapping[str, str], since: float) -> None:
         peer = missing_peer(transport)
         if peer is not None and self._due(since, now):
-            waited = round(now - since)
+            waited = now - since
             self.event("connect", "waiting", f"waiting for {peer} to connect ({addresses.get(peer, '?')}) for "
-                       f"{waited} s", peer=peer, stage="connect", waited_s=waited)
+                       f"{waited:.0f} s", peer=peer, stage="connect", waited_s=round(waited, 1))
 
     def _look_receive(self, now: float, ctx: PartyContext) -> None:
         stage = ctx.stage
@@ -184,9 +184,9 @@ class PartyWatch:
         if waiting is None or stage in self.quiet_stages or not self._due(since, now):
             return
         peer, tag = waiting
-        waited = round(now - since)
-        self.event("wait", "waiting", f"waiting for {peer} ({stage}: {tag}) for {waited} s", peer=peer, tag=tag,
-                   stage=stage, waited_s=waited)
+        waited = now - since
+        self.event("wait", "waiting", f"waiting for {peer} ({stage}: {tag}) for {waited:.0f} s", peer=peer, tag=tag,
+                   stage=stage, waited_s=round(waited, 1))
 
 
 def rows_logger(party: str, phase: str = "score", logger: logging.Logger | None = None) -> Callable[..., None]:
