@@ -127,8 +127,11 @@ class PartyWatch:
     # -- progress events
 
     def _progress(self, ctx: PartyContext, phase: str, info: Mapping[str, Any]) -> None:
-        """An epoch's end or a scoring batch, with the bytes this party has sent so far."""
-        if "epoch" in info:
+        """An epoch's end or a scoring batch, with the bytes this party has sent so far (or a resumed run's start)."""
+        if info.get("resumed"):
+            self.event(phase, "resume", f"resuming from epoch {info['epoch']} (of {info.get('epochs', '?')}): its "
+                       "checkpoint is loaded", epoch=info["epoch"], epochs=info.get("epochs"))
+        elif "epoch" in info:
             floats = {k: float(v) for k, v in info.items() if isinstance(v, float)}
             text = " ".join(f"{k}={v:.4f}" for k, v in floats.items())
             fields: dict[str, Any] = {"epoch": info["epoch"], "epochs": info.get("epochs"), **floats,
