@@ -720,6 +720,8 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
             save(last)
             if ctx.is_active:
                 ctx.progress(epoch=last, epochs=total_epochs, loss=entry[phase.loss_key])
+            else:  # deployed, every party reports its epochs (in one process only the active party's progress runs)
+                ctx.progress(epoch=last, epochs=total_epochs)
             if stop:
                 break
         if stopper is not None:
