@@ -298,13 +298,11 @@ def party_command(
                    model_dir, overwrite_model, threads, positive_class)
 
 
-def _start_threads(fed: Any, as_: str, threads: int | None) -> int:
-    """Choose and set this process's torch threads before any torch work; say how many, and why."""
+def _start_threads(fed: Any, as_: str, threads: int | None) -> Any:
+    """Choose and set this process's torch threads before any torch work (the start event says which, and why)."""
     from securevfl.deploy.threads import apply_threads, choose_threads
 
-    choice = apply_threads(choose_threads(fed, as_, threads))
-    _event(as_, "start", "threads", choice.describe(), threads=choice.threads, source=choice.source)
-    return choice.threads
+    return apply_threads(choose_threads(fed, as_, threads))
 
 
 def _check_predict_options(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
@@ -354,7 +352,7 @@ def _check_serve_options(fed: Any, as_: str, data: Path | None, model_dir: Path 
 
 
 def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, listen: str, device: str,
-                 threads: int | None = None) -> None:
+                 threads: Any = None) -> None:
     from securevfl.deploy.serving import run_serving_party
 
     def ready(url: str) -> None:
@@ -371,7 +369,7 @@ DEFAULT_PREDICTIONS = Path("out/predictions.csv")
 
 
 def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
-                 report: Path | None, device: str, batch_size: int, threads: int | None = None) -> None:
+                 report: Path | None, device: str, batch_size: int, threads: Any = None) -> None:
     from securevfl.deploy.scoring import run_deployed_scoring
     from securevfl.methods.base import method_class
 
@@ -413,7 +411,7 @@ def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, 
 
 def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, device: str,
                checkpoint_dir: Path | None, resume: bool, overwrite_checkpoints: bool, columns: Any,
-               model_dir: Path | None = None, overwrite_model: bool = False, threads: int | None = None,
+               model_dir: Path | None = None, overwrite_model: bool = False, threads: Any = None,
                positive_class: str | None = None) -> None:
     from securevfl.deploy.party import run_deployed_party
 

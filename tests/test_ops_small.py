@@ -62,7 +62,9 @@ def test_threads_flag_is_what_every_party_process_uses(tmp_path, tables, capsys)
                   extra={"bank": ["--threads", "3", "--positive-class", "no"], "shop": ["--threads", "3"]})
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "[bank] 3 torch threads (--threads)" in out and "[shop] 3 torch threads (--threads)" in out
+    for party in ("bank", "shop"):  # the party's start line says it
+        start = next(line for line in out.splitlines() if line.startswith(f"[{party}] splitnn (train)"))
+        assert start.endswith("; 3 torch threads (--threads)"), start
     body = json.loads(report.read_text())
     assert body["config"]["threads"] == 3  # torch.get_num_threads() in the bank's process
     assert body["parties"]["bank"]["positive_class"] == "no" and "f1 (positive class 'no')" in out

@@ -55,6 +55,7 @@ from securevfl.data.partition import PartyTable, split_train_test
 from securevfl.data.scenario import Alignment, Scenario, check_shared_classes, encode_table, training_rows
 from securevfl.deploy.federation import Federation, check_tls_paths, job_fingerprint, job_mismatch
 from securevfl.deploy.progress import PartyWatch, log_event, sent_bytes
+from securevfl.deploy.threads import ThreadChoice
 from securevfl.errors import ConfigError, DataError, ProtocolError, SecureVFLError, psi_errors
 from securevfl.eval import positive_index
 from securevfl.federation.meter import MeterSnapshot
@@ -564,7 +565,8 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
                        checkpoint_dir: str | Path | None = None, resume: bool = False,
                        columns: ColumnSpec | None = None, checkpoint_overwrite: bool = False,
                        model_dir: str | Path | None = None, overwrite_model: bool = False,
-                       threads: int | None = None, positive_class: str | None = None) -> DeployedResult:
+                       threads: int | ThreadChoice | None = None,
+                       positive_class: str | None = None) -> DeployedResult:
     """Run party ``name`` of ``federation`` on its own ``data`` file, in this process, to the end.
 
     A party with ``data = false`` in the federation file (an arbiter, a key generator, a server) takes
@@ -578,19 +580,19 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     a standalone method's passive parties save nothing: the model is the active party's alone; nor
     does a helper: it holds no part of a model, hetero-lr's arbiter makes fresh keys when it scores);
     ``securevfl party --predict`` scores with it (:mod:`securevfl.deploy.scoring`). ``threads``: torch's
-    threads in this process (0: torch's default), by default the party's ``threads`` in the file, else
-    this process's setting as it is (``securevfl party`` shares the machine's cores among the parties
-    the file lists on its host; :mod:`securevfl.deploy.threads`).
+    threads in this process (0: torch's default; or a :class:`~securevfl.deploy.threads.ThreadChoice`
+    already made), by default the party's ``threads`` in the file, else this process's setting as it
+    is (``securevfl party`` shares the machine's cores among the parties the file lists on its host;
+    :mod:`securevfl.deploy.threads`). The start event names the count and why.
     ``positive_class`` (the active party only): the class binary F1 and AUC score as positive (default:
     the second of the label's classes: a file's class names in sorted order).
     """
     from securevfl.api import assemble_report, resolve_device
     from securevfl.data.files import party_table_from_file
-    from securevfl.deploy.threads import apply_threads, choose_threads, torch_threads
+    from securevfl.deploy.threads import use_threads
 
     started = time.perf_counter()
-    apply_threads(choose_threads(federation, name, threads, share_host=False))  # before any torch work
-    used_threads = torch_threads()
+    threads_used = use_threads(federation, name, threads)  # before any torch work
     job = federation.job
     helper = not federation.party(name).data
     is_active = name == federation.active
@@ -622,7 +624,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     torch_device = resolve_device(device)
     data_parties = data_party_order(federation)
     passives = data_parties[1:]  # the passive data parties; helpers are peers, not passives
-    log_start(federation, name, "train", table.n_rows if table is not None else None)
+    log_start(federation, name, "train", table.n_rows if table is not None else None, threads_used)
     with PartyWatch(name) as watch, party_links(federation, name, transport, watch=watch) as transport:
         if table is None:
             setup_role, setup_parties = helper_plan_role(federation), (*data_parties, name)
@@ -646,7 +648,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
                                    transport=transport,
                                    device=torch_device, seed=job.seed, progress=progress,
                                    recv_timeout=federation.limits.recv_timeout_s)
-        result = DeployedResult(name, alignment, link_stats=transport.link_stats(), threads=used_threads,
+        result = DeployedResult(name, alignment, link_stats=transport.link_stats(), threads=threads_used.threads,
                                 preprocessing=scenario.encoded(name).summary if table is not None else {})
         if is_active:
             value, train_snapshots, setup_snapshots, links, missing = outcome
@@ -661,7 +663,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
             result.report = assemble_report(config, scenario, value, train_snapshots, method.describe(),
                                             wall_s=time.perf_counter() - started)
             result.report.cost["alignment"]["crypto_s"] = psi_total.crypto_s
-            result.report.config["threads"] = used_threads  # this party's torch threads
+            result.report.config["threads"] = threads_used.threads  # this party's torch threads
             for peer, shape in plan["shapes"].items():  # placeholders hold the aligned rows only
                 if peer != name and peer in result.report.parties:  # the counts PSI showed this party
                     result.report.parties[peer].update(rows=shape.rows, unaligned=shape.rows - shape.aligned)
@@ -688,18 +690,20 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     return result
 
 
-def log_start(federation: Federation, name: str, mode: str, rows: int | None) -> None:
-    """The party's first event: who it is, what it runs, where it listens and whom it connects to."""
+def log_start(federation: Federation, name: str, mode: str, rows: int | None,
+              threads: ThreadChoice | None = None) -> None:
+    """The party's first event: who it is, what it runs, where it listens, whom it connects to, its torch threads."""
     import torch
 
+    threads = threads or ThreadChoice(torch.get_num_threads(), "this process's torch setting", set_here=False)
     role = "active" if name == federation.active else "passive" if federation.party(name).data else "helper"
     peers = [p for p in federation.parties if p != name]
     security = "plaintext, loopback" if federation.insecure else "mutual TLS"
     held = f", {rows} rows" if rows is not None else ""
     log_event(_log, name, "start", "start", f"{federation.job.method} ({mode}), {role} party{held}; connecting to "
-              f"{', '.join(peers) or 'no other party'} ({security})", role=role, method=federation.job.method,
-              mode=mode, address=federation.addresses.get(name), peers=peers, tls=not federation.insecure,
-              rows=rows, threads=torch.get_num_threads())
+              f"{', '.join(peers) or 'no other party'} ({security}); {threads.describe()}", role=role,
+              method=federation.job.method, mode=mode, address=federation.addresses.get(name), peers=peers,
+              tls=not federation.insecure, rows=rows, threads=threads.threads, threads_source=threads.source)
 
 
 def log_done(name: str, message: str, wall_s: float, rows: int,

@@ -53,6 +53,7 @@ from securevfl.deploy.party import (
     psi_role,
 )
 from securevfl.deploy.progress import PartyWatch, rows_logger
+from securevfl.deploy.threads import ThreadChoice
 from securevfl.errors import ConfigError, DataError, ModelError, ProtocolError
 from securevfl.federation.meter import MeterSnapshot
 from securevfl.federation.runtime import PartyContext, run_party
@@ -149,7 +150,8 @@ def standalone_refusal(federation: Federation, name: str) -> str | None:
 
 
 def _score_standalone(federation: Federation, name: str, data: str | Path, model_dir: str | Path, batch_size: int,
-                      device: str, progress: Callable[..., None] | None, started: float) -> DeployedScoring:
+                      device: str, progress: Callable[..., None] | None, started: float,
+                      threads: ThreadChoice | None = None) -> DeployedScoring:
     """The active party scores every row of its own file with its standalone part, without connecting."""
     from securevfl.model.saving import saved_encoder, saved_side
     from securevfl.model.scoring import SavedModel, score
@@ -162,7 +164,7 @@ def _score_standalone(federation: Federation, name: str, data: str | Path, model
     _check_part(federation, name, part.manifest, standalone=True)
     model = SavedModel(Path(model_dir), {name: part}, encoders={name: saved_encoder(part)},
                        sides={name: saved_side(part)})
-    log_start(federation, name, "predict, alone", None)
+    log_start(federation, name, "predict, alone", None, threads)
     logged = rows_logger(name)
 
     def both(*args: Any, **info: Any) -> None:
@@ -236,7 +238,7 @@ def _helper_part(federation: Federation, name: str, data: str | Path | None) -> 
 
 def run_deployed_scoring(federation: Federation, name: str, data: str | Path | None, model_dir: str | Path | None, *,
                          batch_size: int = 4096, device: str = "auto", progress: Callable[..., None] | None = None,
-                         transport: Any = None, threads: int | None = None) -> DeployedScoring:
+                         transport: Any = None, threads: int | ThreadChoice | None = None) -> DeployedScoring:
     """Score party ``name``'s new ``data`` with its own part under ``model_dir``, with its peers, to the end.
 
     A helper (``data = false``: hetero-lr's arbiter) takes neither: it holds no part of the model,
@@ -244,20 +246,20 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
     ``threads``: torch's threads in this process, as for training (:func:`~securevfl.deploy.party.run_deployed_party`).
     """
     from securevfl.api import resolve_device
-    from securevfl.deploy.threads import apply_threads, choose_threads
-
-    apply_threads(choose_threads(federation, name, threads, share_host=False))  # before any torch work
+    from securevfl.deploy.threads import use_threads
     from securevfl.methods.engine.loop import score_side
     from securevfl.methods.engine.split import SideRole
     from securevfl.model.scoring import active_predictions
 
+    threads_used = use_threads(federation, name, threads)  # before any torch work
     started = time.perf_counter()
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
     if method_class(federation.job.method).standalone:
         if model_dir is None or data is None:
             raise ConfigError(f"{name} scores with its own part and new rows: give --model-dir and --data")
-        return _score_standalone(federation, name, data, model_dir, batch_size, device, progress, started)
+        return _score_standalone(federation, name, data, model_dir, batch_size, device, progress, started,
+                                 threads_used)
     helper = not federation.party(name).data
     # everything local is checked before connecting: the part (digests, version), the method, the new file
     local = _helper_part(federation, name, data) if helper else _data_part(federation, name, data, model_dir)
@@ -270,7 +272,7 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
         if size == 0:
             raise DataError("no row is shared by every party's new file: nothing to score")
 
-    log_start(federation, name, "predict", local.table.n_rows if local.table is not None else None)
+    log_start(federation, name, "predict", local.table.n_rows if local.table is not None else None, threads_used)
     with PartyWatch(name) as watch, party_links(federation, name, transport, phase="predict", watch=watch) as transport:
         if helper:
             setup_role, setup_parties = helper_plan_role(federation), (*data_parties, name)

@@ -64,6 +64,7 @@ from securevfl.deploy.party import (
 )
 from securevfl.deploy.progress import PartyWatch, log_event
 from securevfl.deploy.scoring import _check_part
+from securevfl.deploy.threads import ThreadChoice, use_threads
 from securevfl.errors import ConfigError, DataError, Interrupted, ModelError, ProtocolError, SecureVFLError
 from securevfl.federation.runtime import PartyContext, run_party
 from securevfl.federation.transport import InProcessTransport
@@ -580,7 +581,7 @@ def _listen_address(listen: str) -> tuple[str, int]:
 def run_serving_party(federation: Federation, name: str, data: str | Path | None, model_dir: str | Path | None, *,
                       listen: str = DEFAULT_LISTEN, device: str = "auto", transport: Any = None,
                       on_ready: Callable[[str], None] | None = None, stop: threading.Event | None = None,
-                      request_timeout_s: float = 60.0, threads: int | None = None) -> ServingSummary:
+                      request_timeout_s: float = 60.0, threads: int | ThreadChoice | None = None) -> ServingSummary:
     """Serve party ``name``'s part of the model under ``model_dir`` until stopped (``stop``, SIGINT or SIGTERM).
 
     At the active party ``on_ready(url)`` is called once every peer is up and the endpoint listens.
@@ -589,10 +590,9 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
     ``threads``: torch's threads in this process, as for training (:func:`~securevfl.deploy.party.run_deployed_party`).
     """
     from securevfl.api import resolve_device
-    from securevfl.deploy.threads import apply_threads, choose_threads
     from securevfl.methods.base import method_class
 
-    apply_threads(choose_threads(federation, name, threads, share_host=False))  # before any torch work
+    threads_used = use_threads(federation, name, threads)  # before any torch work
     started = time.perf_counter()
     helper = not federation.party(name).data
     standalone = method_class(federation.job.method).standalone
@@ -627,7 +627,7 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
             scenario.remember_encoding(name, EncodedColumns(model.X[:0], tuple(names), {}, model.encoder))
         return method.scoring_roles(scenario)[name].side
 
-    log_start(federation, name, "serve", len(model.ids) if table is not None else None)
+    log_start(federation, name, "serve", len(model.ids) if table is not None else None, threads_used)
     watch = PartyWatch(name, quiet_stages=(IDLE_STAGE,))
     opened: Any = (nullcontext(InProcessTransport([name])) if standalone
                    else party_links(federation, name, transport, phase="serve", watch=watch))

@@ -136,6 +136,18 @@ def apply_threads(choice: ThreadChoice) -> ThreadChoice:
     return choice
 
 
+def use_threads(federation: Federation, name: str, threads: int | ThreadChoice | None) -> ThreadChoice:
+    """What the Python API does before any torch work: apply ``threads`` (a count, or a choice already made).
+
+    ``None`` applies the party's ``threads`` in the federation file, if any (``share_host=False``).
+    Returns the choice with the count torch reports now.
+    """
+    choice = threads if isinstance(threads, ThreadChoice) else choose_threads(federation, name, threads,
+                                                                                 share_host=False)
+    apply_threads(choice)
+    return ThreadChoice(torch_threads(), choice.source, choice.set_here)
+
+
 __all__ = [
     "MAX_THREADS_PER_CORE",
     "ThreadChoice",
@@ -145,4 +157,5 @@ __all__ = [
     "choose_threads",
     "same_host_parties",
     "torch_threads",
+    "use_threads",
 ]
