@@ -338,8 +338,17 @@ def test_the_licence_metadata_is_an_spdx_string_with_its_file() -> None:
 
 @pytest.mark.slow
 def test_building_the_package_prints_no_setuptools_warning(tmp_path) -> None:
+    import shutil
+
+    source = tmp_path / "src"  # a copy: the build leaves build/ and *.egg-info next to the sources
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    for package in ("securevfl", "psi"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w",
-                           str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                           str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     output = done.stdout + done.stderr
     assert "deprecat" not in output.lower() and "warning" not in output.lower(), output
