@@ -278,24 +278,24 @@ def party_command(
         raise ConfigError("--positive-class is for training (the metrics of its test rows)")
     if serve:
         _check_serve_options(fed, as_, data, model_dir, out, checkpoint_dir, predict)
-        threads = _start_threads(fed, as_, threads)
+        choice = _start_threads(fed, as_, threads)
         with stop_on_signals(as_):
-            _serve_party(fed, as_, data, model_dir, listen, device, threads)
+            _serve_party(fed, as_, data, model_dir, listen, device, choice)
         return
     if predict:
         _check_predict_options(fed, as_, data, model_dir, out, checkpoint_dir)
-        threads = _start_threads(fed, as_, threads)
+        choice = _start_threads(fed, as_, threads)
         with stop_on_signals(as_):
-            _score_party(fed, as_, data, model_dir, out, report, device, batch_size, threads)
+            _score_party(fed, as_, data, model_dir, out, report, device, batch_size, choice)
         return
     if out is not None:
         raise ConfigError("--out is for --predict (the training writes --report and, with --model-dir, the model)")
-    threads = _start_threads(fed, as_, threads)
+    choice = _start_threads(fed, as_, threads)
     from securevfl.cli_resume import hint_resume
 
     with stop_on_signals(as_), hint_resume(checkpoint_dir, [as_], deployed=True):
         _run_party(fed, as_, data, report, device, checkpoint_dir, resume, overwrite_checkpoints, columns,
-                   model_dir, overwrite_model, threads, positive_class)
+                   model_dir, overwrite_model, choice, positive_class)
 
 
 def _start_threads(fed: Any, as_: str, threads: int | None) -> Any:
