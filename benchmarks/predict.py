@@ -150,26 +150,6 @@ def measure_deployed(fed: Path, model_dir: Path, files: dict[str, Path], out: Pa
                     "scoring, predictions CSV; one torch thread per party (launch's OMP_NUM_THREADS)"}
 
 
-TLS_FED_TEMPLATE = """[federation]
-active = "bank"
-
-{parties}
-
-[tls]
-dir = "{certs}"
-
-[network]
-peer_timeout_s = 120
-heartbeat_s = 1.0
-
-[job]
-method = "{method}"
-epochs = 1
-batch_size = 256
-seed = 0
-id_column = "customer_id"
-label_column = "label"
-"""
 
 
 def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -205,7 +185,9 @@ def measure_online(work: Path, model_dir: Path, files: dict[str, Path], *, singl
     make_dev_pki(list(parties), certs, overwrite=True)
     blocks = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{_free_port()}"' for p in parties)
     fed = work / "fed-online.toml"
-    fed.write_text(TLS_FED_TEMPLATE.format(parties=blocks, certs=certs, method="splitnn"))
+    text = FED_TEMPLATE.format(parties=blocks, method="splitnn", options="")  # the same job, over mutual TLS
+    tls = f'\n[tls]\ndir = "{certs}"\n\n[network]'
+    fed.write_text(text.replace("insecure = true\n", "").replace("\n[network]", tls))
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     procs = {}

@@ -24,7 +24,7 @@ from securevfl.data import (
 from securevfl.data.alignment import alignment_crypto_seconds, create_aligner
 from securevfl.data.files import party_tables_from_files
 from securevfl.errors import ConfigError
-from securevfl.eval import imbalanced, task_metrics
+from securevfl.eval import imbalanced, positive_index, task_metrics
 from securevfl.federation.meter import NetworkModel
 from securevfl.federation.runtime import DEFAULT_RECV_TIMEOUT_S, run_parties
 from securevfl.methods import TrainConfig, create_method
@@ -68,6 +68,8 @@ class RunConfig:
     model_dir: str | None = None
     #: Replace a model already saved in ``model_dir``.
     overwrite_model: bool = False
+    #: The class binary F1 and AUC score as positive (default: the second of the label's classes).
+    positive_class: str | None = None
 
 
 ProgressCallback = Callable[..., None]
@@ -107,6 +109,7 @@ def run(config: RunConfig, *, scenario: Scenario | None = None,
     method = create_method(config.method, config.train)  # validates the name and options first
     device = resolve_device(config.device)
     scenario = scenario or build_scenario(config)
+    positive_index(scenario.classes, config.positive_class, scenario.task)  # refused before any training
     synchronize = None
     if getattr(device, "type", "cpu") == "cuda":
         import torch
@@ -183,9 +186,10 @@ def assemble_report(config: RunConfig, scenario: Scenario, outcome: Any, snapsho
     table and the other parties' row and feature counts).
     """
     task = scenario.task
-    metrics: dict[str, Any] = task_metrics(task, outcome.y_true, outcome.scores)
+    positive = positive_index(scenario.classes, config.positive_class, task) if task != "regression" else 1
+    metrics: dict[str, Any] = task_metrics(task, outcome.y_true, outcome.scores, positive)
     if outcome.per_party:
-        metrics["per_party"] = {p: task_metrics(task, y, s) for p, (y, s) in outcome.per_party.items()}
+        metrics["per_party"] = {p: task_metrics(task, y, s, positive) for p, (y, s) in outcome.per_party.items()}
         if outcome.extra.get("headline_metrics") == "per_party_mean":  # one model per party (EASTER)
             party = list(metrics["per_party"].values())
             metrics.update({k: float(np.mean([m[k] for m in party])) for k in party[0] if all(k in m for m in party)})
@@ -195,30 +199,30 @@ def assemble_report(config: RunConfig, scenario: Scenario, outcome: Any, snapsho
     return RunReport(
         method=config.method, dataset=scenario.dataset or config.dataset,
         config=_config_dict(config, method_options), metrics=metrics, cost=cost,
-        wall_s=wall_s, parties=describe_parties(scenario), history=outcome.history,
-        notes=list(scenario.notes) + _label_notes(task, outcome.y_true, config.train.class_weight)
+        wall_s=wall_s, parties=describe_parties(scenario, positive), history=outcome.history,
+        notes=list(scenario.notes) + _label_notes(task, outcome.y_true, config.train.class_weight, positive)
         + [f"warning: {w}" for w in outcome.extra.get("warnings", ())],
         extra=outcome.extra)
 
 
-def _label_notes(task: str, y_test: np.ndarray, class_weight: str) -> list[str]:
+def _label_notes(task: str, y_test: np.ndarray, class_weight: str, positive: int = 1) -> list[str]:
     """A note on an imbalanced binary task: which metrics to read, and the class weighting."""
-    if task != "classification" or not imbalanced(y_test) or len(np.unique(y_test)) != 2:
+    if task != "classification" or not imbalanced(y_test, positive) or len(np.unique(y_test)) != 2:
         return []
-    share = float(np.mean(np.asarray(y_test) == 1))
+    share = float(np.mean(np.asarray(y_test) == positive))
     weighting = ("classes weighted (class_weight=balanced)" if class_weight == "balanced"
                  else "--class-weight balanced weights the loss")
     return [f"imbalanced: {100 * share:.1f} % positives in the test rows; read auc and f1 (always predicting "
             f"the majority scores accuracy {1 - share:.3f}); {weighting}"]
 
 
-def describe_parties(scenario: Scenario) -> dict[str, dict[str, Any]]:
+def describe_parties(scenario: Scenario, positive: int = 1) -> dict[str, dict[str, Any]]:
     """The report's ``parties``: rows, model inputs, alignment, the label holder's class names.
 
     For each table this process holds, also what its own preprocessing did (``preprocessing``: the
     encoded columns and how each column was encoded). ``features`` counts the encoded columns (the
     model's input width). A deployed party knows only its own preprocessing: its peers' entries have
-    their sizes, never their columns.
+    their sizes, never their columns. ``positive``: the class index binary F1 and AUC score as positive.
     """
     parties: dict[str, dict[str, Any]] = {}
     for name, t in scenario.tables.items():
@@ -232,7 +236,7 @@ def describe_parties(scenario: Scenario) -> dict[str, dict[str, Any]]:
         elif t.labels is not None:
             entry["classes"] = list(scenario.classes)
             if len(scenario.classes) == 2:  # the class binary F1 and AUC score as positive
-                entry["positive_class"] = scenario.classes[1]
+                entry["positive_class"] = scenario.classes[positive]
         if encoded.summary:
             entry["preprocessing"] = encoded.summary
         parties[name] = entry
@@ -291,6 +295,7 @@ def train(
     progress: ProgressCallback | None = None,
     model_dir: str | Path | None = None,
     overwrite_model: bool = False,
+    positive_class: str | None = None,
 ) -> RunReport:
     """Train ``method`` on ``dataset`` cut into ``parties`` parties; same options as the CLI.
 
@@ -316,7 +321,9 @@ def train(
     the results and byte counts are the same. ``model_dir``: every party saves its own part of the
     trained model under ``model_dir/<party>/`` (weights, fitted preprocessing, schema, manifest, model
     card; :mod:`securevfl.model`), scored later by :func:`securevfl.predict`; a directory that holds a
-    model is refused unless ``overwrite_model``.
+    model is refused unless ``overwrite_model``. ``positive_class``: the class name binary F1 and AUC
+    score as positive (default: the second of the label's classes, the class names of a file sorted; the
+    report and the console name it either way).
 
     Example::
 
@@ -351,6 +358,7 @@ def train(
         scheduler=scheduler,
         model_dir=str(model_dir) if model_dir else None,
         overwrite_model=overwrite_model,
+        positive_class=positive_class,
     )
     result = run(config, progress=progress)
     if report is not None:

@@ -20,6 +20,7 @@ from securevfl.cli_bench import bench_app
 from securevfl.cli_deploy import certs_app, launch_command, party_command
 from securevfl.cli_predict import predict_command
 from securevfl.cli_psi import psi_command
+from securevfl.cli_resume import hint_resume
 from securevfl.errors import ConfigError, Interrupted, MissingPackageError, PartyFailure, SecureVFLError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -123,6 +124,8 @@ def train(
         [], "--defense", help="NAME=STRENGTH (repeatable): grad-noise=S, grad-sparsify=R, label-dp=EPS."),
     class_weight: str = typer.Option(
         "none", help="none | balanced: weight the loss by inverse class frequency (imbalanced labels)."),
+    positive_class: str | None = typer.Option(
+        None, help="The class binary F1 and AUC score as positive (default: the second class in the 'classes' line)."),
     report: Path = typer.Option(Path("out/run.json"), help="Where to write the JSON report (+ .md)."),
     model_dir: Path | None = typer.Option(
         None, help="Every party saves its own part of the trained model here (DIR/<party>/), for predict."),
@@ -142,7 +145,7 @@ def train(
                "distill_loss": distill_loss, "fail_prob": fail_prob, "on_fail": on_fail}
     opts.update({k: v for k, v in flagged.items() if v not in ("", -1, -1.0)})
     feature_map = {k: [c for c in v.split(",") if c] for k, v in _parse_pairs(features, "--features").items()}
-    with _progress(quiet) as on_progress:
+    with _progress(quiet) as on_progress, hint_resume(checkpoint_dir):
         result = api_train(
             method, dataset, parties=parties,
             party_names=[n.strip() for n in party_names.split(",")] if party_names else None,
@@ -159,7 +162,7 @@ def train(
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
             checkpoint_overwrite=overwrite_checkpoints,
             attacks=attack, defenses=_parse_pairs(defense, "--defense"), class_weight=class_weight,
-            progress=on_progress, model_dir=model_dir, overwrite_model=overwrite)
+            progress=on_progress, model_dir=model_dir, overwrite_model=overwrite, positive_class=positive_class)
     json_path, md_path = result.save(report)
     print_summary(result)
     console.print(f"report: {json_path} and {md_path}")
@@ -194,6 +197,12 @@ def _print_parties(parties: dict[str, Any]) -> None:
     console.print(table)
 
 
+def _print_resume(epoch: int, epochs: int, **info: Any) -> None:
+    """The line a resumed run prints once, before its first epoch (``--quiet`` too)."""
+    if info.get("resumed"):
+        err_console.print(f"resuming from epoch {epoch} (of {epochs}): its checkpoints are loaded", highlight=False)
+
+
 class _progress:
     """Context manager yielding a progress callback for the active party (rich bar)."""
 
@@ -204,7 +213,7 @@ class _progress:
 
     def __enter__(self):
         if self.quiet:
-            return None
+            return _print_resume
         self._bar = Progress(TextColumn("[bold]training[/]"), BarColumn(),
                              TextColumn("{task.completed}/{task.total} epochs"), TextColumn("{task.fields[info]}"),
                              TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=True)
@@ -213,6 +222,7 @@ class _progress:
         return self.update
 
     def update(self, epoch: int, epochs: int, **info: float) -> None:
+        _print_resume(epoch, epochs, **info)
         text = " ".join(f"{k}={v:.4f}" for k, v in info.items() if isinstance(v, float))
         self._bar.update(self._task, completed=epoch, total=epochs, info=text)  # type: ignore[union-attr]
 
@@ -221,14 +231,27 @@ class _progress:
             self._bar.__exit__(*exc)
 
 
+def metric_label(key: str, positive: Any) -> str:
+    """``f1`` and ``auc`` of a binary label name the class they score as positive: ``f1 (positive class 'yes')``."""
+    if positive is not None and key in ("f1", "auc"):
+        return f"{key} (positive class {str(positive)!r})"
+    return key
+
+
+def summed_label(category: str, parties: int) -> str:
+    """A time summed over parties says so: it may exceed the wall clock, as the parties run side by side."""
+    return f"{category} (summed over {parties} parties)" if parties > 1 else category
+
+
 def print_summary(result: Any) -> None:
     """Metrics, time split and traffic as rich tables."""
     metrics = Table(title=f"{result.method} on {result.dataset}", show_header=True)
     metrics.add_column("metric")
     metrics.add_column("value", justify="right")
+    positive = next((p["positive_class"] for p in result.parties.values() if "positive_class" in p), None)
     for k, v in result.metrics.items():
         if isinstance(v, float):
-            metrics.add_row(k, f"{v:.4f}")
+            metrics.add_row(metric_label(k, positive), f"{v:.4f}")
     console.print(metrics)
     _print_parties(result.parties)
     for note in result.notes:
@@ -245,13 +268,16 @@ def print_summary(result: Any) -> None:
             t.add_row(party, *(f"{m[c]:.4f}" for c in cols))
         console.print(t)
     c = result.cost
-    cost = Table(title="where the time went")
+    n_parties = len(c.get("per_party", {}))
+    cost = Table(title="where the time went", caption=(
+        f"model compute, crypto and serialisation are summed over the {n_parties} parties, which run side by "
+        "side: the sum may exceed the wall clock") if n_parties > 1 else None)
     cost.add_column("category")
     cost.add_column("seconds", justify="right")
-    cost.add_row("model compute", f"{c['compute_s']:.3f}")
+    cost.add_row(summed_label("model compute", n_parties), f"{c['compute_s']:.3f}")
     for prim, s in c["crypto_s"].items():
         cost.add_row(f"crypto: {prim}", f"{s:.3f}")
-    cost.add_row("serialisation", f"{c['serialize_s']:.3f}")
+    cost.add_row(summed_label("serialisation", n_parties), f"{c['serialize_s']:.3f}")
     cost.add_row("simulated network", f"{c['simulated_network_s']:.3f}")
     cost.add_row("wall clock", f"{result.wall_s:.3f}")
     console.print(cost)
@@ -370,6 +396,7 @@ def methods() -> None:
 
 def report_error(exc: SecureVFLError | Interrupted, debug: bool) -> None:
     """Print a SecureVFLError as one clear line (and its traceback with --debug)."""
+    hint = getattr(exc, "hint", "")
     if debug:
         if isinstance(exc, PartyFailure) and exc.traceback_text:
             err_console.print(exc.traceback_text, markup=False, highlight=False)
@@ -381,6 +408,8 @@ def report_error(exc: SecureVFLError | Interrupted, debug: bool) -> None:
         message = str(exc)
     message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     print(f"error: {message}", file=sys.stderr)  # one line, never wrapped
+    if hint:  # what to do next (securevfl.cli_resume): its own line
+        print(hint, file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,9 @@ A thin shell over :mod:`securevfl.deploy` (docs/deploy.md). Errors are raised as
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -22,10 +24,11 @@ import typer
 from rich.console import Console
 
 from psi import atomic
-from securevfl.errors import ConfigError, Interrupted
+from securevfl.errors import ConfigError, Interrupted, PartyFailure, SecureVFLError
 
 console = Console()
 err_console = Console(stderr=True)
+_log = logging.getLogger(__name__)
 
 
 certs_app = typer.Typer(
@@ -120,14 +123,32 @@ def certs_sign_command(
     _say(f"send {signed.cert.name} and {Path(ca) / 'ca.pem'} to {signed.party}")
 
 
-def _epoch_printer(name: str) -> Any:
-    """Progress as plain lines (one per epoch): readable under `securevfl launch` and in logs."""
+def _event(party: str, phase: str, event: str, message: str, level: int = logging.INFO, **fields: Any) -> None:
+    """One event of this party's process (the console shows it as ``[party] message``)."""
+    from securevfl.deploy.progress import log_event
 
-    def update(epoch: int, epochs: int, **info: float) -> None:
-        text = " ".join(f"{k}={v:.4f}" for k, v in info.items() if isinstance(v, float))
-        print(f"[{name}] epoch {epoch}/{epochs} {text}".rstrip(), file=sys.stderr, flush=True)
+    log_event(_log, party, phase, event, message, level=level, **fields)
 
-    return update
+
+@contextmanager
+def logged_failure(party: str) -> Iterator[None]:
+    """A party's failure as its last event (level error): in the log file and a JSON console.
+
+    A text console shows the one ``error:`` line the CLI prints instead.
+    """
+    from securevfl.deploy.progress import log_event
+
+    started = time.monotonic()
+    try:
+        yield
+    except (SecureVFLError, Interrupted) as exc:
+        cause = exc.cause if isinstance(exc, PartyFailure) and exc.cause is not None else exc
+        stage = exc.stage if isinstance(exc, PartyFailure) else None
+        text = " ".join(line.strip() for line in str(cause).splitlines() if line.strip())
+        log_event(_log, party, "end", "failed", f"failed{f' during {stage}' if stage else ''}: {text}",
+                  level=logging.ERROR, console=False, error=text, error_type=type(cause).__name__, stage=stage,
+                  wall_s=round(time.monotonic() - started, 3))
+        raise
 
 
 #: After SIGTERM / SIGINT a party has this long to tell its peers and close its links before it exits anyway.
@@ -169,6 +190,24 @@ def stop_on_signals(party: str, grace: float = STOP_GRACE_S) -> Iterator[None]:
             signal.signal(s, old)
 
 
+def with_party_logging(command: Any) -> Any:
+    """Run ``command`` with its events on the console and in ``--log-file``, its failure included.
+
+    ``--log-level`` and ``--log-format`` say how; typer reads the options from ``command``'s signature.
+    """
+
+    @functools.wraps(command)
+    def run(**options: Any) -> Any:
+        from securevfl.deploy.logs import party_logging
+
+        party, level, fmt = options["as_"], options["log_level"].lower(), options["log_format"].lower()
+        with party_logging(party, level, fmt, options["log_file"]), logged_failure(party):
+            return command(**options)
+
+    return run
+
+
+@with_party_logging
 def party_command(
     federation: Path = typer.Option(..., help="The federation file (TOML, docs/deploy.md)."),  # noqa: B008
     as_: str = typer.Option(..., "--as", help="Which party of the federation this process is."),
@@ -176,6 +215,9 @@ def party_command(
         None, help="This party's own table (CSV/Parquet) with the ID column (none for a data = false party)."),
     report: Path | None = typer.Option(None, help="Where to write this party's report (JSON + .md)."),  # noqa: B008
     device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda[:N]."),
+    threads: int | None = typer.Option(
+        None, help="torch threads of this process (0: torch's default, one per core). Default: [parties.NAME] "
+                   "threads, else OMP_NUM_THREADS, else this machine's cores / the parties listed on this host."),
     insecure: bool = typer.Option(False, help="Confirm plaintext links (loopback only; the file must say so too)."),
     checkpoint_dir: Path | None = typer.Option(  # noqa: B008
         None, help="Save this party's own state here at each epoch end (split-learning methods)."),
@@ -203,40 +245,64 @@ def party_command(
                                            "for the customers of --data; the active party answers POST /score."),
     listen: str = typer.Option("127.0.0.1:8470", help="With --serve at the active party: the HTTP endpoint's "
                                                       "HOST:PORT (port 0: any free port)."),
+    log_file: Path | None = typer.Option(  # noqa: B008
+        None, help="Also append this party's events to this file (the console still shows text)."),
+    log_level: str = typer.Option("info", help="debug, info, warning or error: the least severe event shown."),
+    log_format: str = typer.Option("text", help="text, or json: one object per line (of --log-file; without "
+                                                "it, of the console)."),
+    positive_class: str | None = typer.Option(
+        None, help="At the active party: the class binary F1 and AUC score as positive (default: the second "
+                   "class in sorted order)."),
 ) -> None:
     """Run one party: load only its own table, PSI with its peers, then its role of the method.
 
     The column options describe this party's own file (they override its [parties.NAME.columns]
     section); no other party sees them. With --predict the party scores its new rows with its own
-    part of a saved model instead (the columns are read as in training).
+    part of a saved model instead (the columns are read as in training). The party prints its
+    progress as ``[party] ...`` lines on stderr (``--log-*``: see :func:`with_party_logging`).
     """
     from securevfl.api import check_report_path
     from securevfl.data.columns import spec_from_text
-    from securevfl.deploy.federation import load_federation
+    from securevfl.deploy.federation import check_tls_paths, load_federation
 
     if report is not None:
         check_report_path(report)
     fed = load_federation(federation)
+    check_tls_paths(fed)
     columns = spec_from_text(categorical=categorical, drop=drop, dates=dates, missing_markers=missing_markers,
                              max_onehot=max_onehot, embed=embed_categories, base=fed.party(as_).columns)
     if not fed.party(as_).data and columns != fed.party(as_).columns:
         raise ConfigError(f"{as_} has data = false in the federation file: it takes no column options")
     check_insecure(fed.insecure, insecure)
+    if positive_class is not None and (serve or predict):
+        raise ConfigError("--positive-class is for training (the metrics of its test rows)")
     if serve:
         _check_serve_options(fed, as_, data, model_dir, out, checkpoint_dir, predict)
+        choice = _start_threads(fed, as_, threads)
         with stop_on_signals(as_):
-            _serve_party(fed, as_, data, model_dir, listen, device)
+            _serve_party(fed, as_, data, model_dir, listen, device, choice)
         return
     if predict:
         _check_predict_options(fed, as_, data, model_dir, out, checkpoint_dir)
+        choice = _start_threads(fed, as_, threads)
         with stop_on_signals(as_):
-            _score_party(fed, as_, data, model_dir, out, report, device, batch_size)
+            _score_party(fed, as_, data, model_dir, out, report, device, batch_size, choice)
         return
     if out is not None:
         raise ConfigError("--out is for --predict (the training writes --report and, with --model-dir, the model)")
-    with stop_on_signals(as_):
+    choice = _start_threads(fed, as_, threads)
+    from securevfl.cli_resume import hint_resume
+
+    with stop_on_signals(as_), hint_resume(checkpoint_dir, [as_], deployed=True):
         _run_party(fed, as_, data, report, device, checkpoint_dir, resume, overwrite_checkpoints, columns,
-                   model_dir, overwrite_model)
+                   model_dir, overwrite_model, choice, positive_class)
+
+
+def _start_threads(fed: Any, as_: str, threads: int | None) -> Any:
+    """Choose and set this process's torch threads before any torch work (the start event says which, and why)."""
+    from securevfl.deploy.threads import apply_threads, choose_threads
+
+    return apply_threads(choose_threads(fed, as_, threads))
 
 
 def _check_predict_options(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
@@ -285,9 +351,8 @@ def _check_serve_options(fed: Any, as_: str, data: Path | None, model_dir: Path 
         raise ConfigError("--serve answers requests over HTTP: it takes no --checkpoint-dir and no --out")
 
 
-def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, listen: str, device: str) -> None:
-    import numpy as np
-
+def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, listen: str, device: str,
+                 threads: Any = None) -> None:
     from securevfl.deploy.serving import run_serving_party
 
     def ready(url: str) -> None:
@@ -295,15 +360,8 @@ def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, 
                       f"{fed.job.id_column!r}; Ctrl-C stops every party", highlight=False)
 
     part = f"{model_dir}/{as_}" if fed.party(as_).data else "no part (a helper)"
-    print(f"[{as_}] serving with {part}; connecting to "
-          f"{', '.join(p for p in fed.parties if p != as_) or 'no other party'}", file=sys.stderr, flush=True)
-    summary = run_serving_party(fed, as_, data, model_dir, listen=listen, device=device, on_ready=ready)
-    timing = ""
-    if summary.latencies_ms:
-        p50, p99 = np.percentile(summary.latencies_ms, [50, 99])
-        timing = f"; latency p50 {p50:.1f} ms, p99 {p99:.1f} ms"
-    print(f"[{as_}] stopped: {summary.requests} requests, {summary.rows_scored} rows scored{timing}",
-          file=sys.stderr, flush=True)
+    _event(as_, "start", "model", f"serving with {part}")
+    run_serving_party(fed, as_, data, model_dir, listen=listen, device=device, on_ready=ready, threads=threads)
 
 
 #: Where the active party writes its predictions unless told (--out).
@@ -311,26 +369,23 @@ DEFAULT_PREDICTIONS = Path("out/predictions.csv")
 
 
 def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
-                 report: Path | None, device: str, batch_size: int) -> None:
+                 report: Path | None, device: str, batch_size: int, threads: Any = None) -> None:
     from securevfl.deploy.scoring import run_deployed_scoring
     from securevfl.methods.base import method_class
 
     helper = not fed.party(as_).data
-    peers = f"connecting to {', '.join(p for p in fed.parties if p != as_)} " \
-            f"({'plaintext, loopback' if fed.insecure else 'mutual TLS'})"
     if method_class(fed.job.method).standalone:
-        print(f"[{as_}] scoring with {model_dir}/{as_}, alone (a standalone model: no other party, no link)",
-              file=sys.stderr, flush=True)
+        _event(as_, "start", "model", f"scoring with {model_dir}/{as_}, alone (a standalone model: no other party, "
+                                      "no link)")
     elif helper:
-        print(f"[{as_}] scoring as a helper (data = false: it holds no part of the model); {peers}",
-              file=sys.stderr, flush=True)
+        _event(as_, "start", "model", "scoring as a helper (data = false: it holds no part of the model)")
     else:
-        print(f"[{as_}] scoring with {model_dir}/{as_}; {peers}", file=sys.stderr, flush=True)
+        _event(as_, "start", "model", f"scoring with {model_dir}/{as_}")
     result = run_deployed_scoring(fed, as_, data, None if helper else model_dir, batch_size=batch_size,
-                                  device=device, progress=_row_printer(as_))
-    print(f"[{as_}] {result.rows} shared rows scored in {result.wall_s:.1f} s", file=sys.stderr, flush=True)
+                                  device=device, threads=threads)
     for peer, reason in sorted(result.missing_costs.items()):
-        err_console.print(f"[bold yellow]warning: the costs of {peer} are missing: {reason}[/]", highlight=False)
+        _event(as_, "cost", "missing_costs", f"the costs of {peer} are missing: {reason}", logging.WARNING,
+               peer=peer)
     if result.predictions is not None:
         target = out or DEFAULT_PREDICTIONS
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -354,32 +409,18 @@ def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, 
         console.print(f"report: {json_path}")
 
 
-def _row_printer(name: str) -> Any:
-    """Scoring progress as plain lines, at most one per second (readable under launch and in logs)."""
-    last = [0.0]
-
-    def update(rows: int, total: int, **_: Any) -> None:
-        now = time.monotonic()
-        if rows >= total or now - last[0] >= 1.0:
-            last[0] = now
-            print(f"[{name}] scored {rows}/{total} rows", file=sys.stderr, flush=True)
-
-    return update
-
-
 def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, device: str,
                checkpoint_dir: Path | None, resume: bool, overwrite_checkpoints: bool, columns: Any,
-               model_dir: Path | None = None, overwrite_model: bool = False) -> None:
+               model_dir: Path | None = None, overwrite_model: bool = False, threads: Any = None,
+               positive_class: str | None = None) -> None:
     from securevfl.deploy.party import run_deployed_party
 
-    print(f"[{as_}] connecting to {', '.join(p for p in fed.parties if p != as_)} "
-          f"({'plaintext, loopback' if fed.insecure else 'mutual TLS'})", file=sys.stderr, flush=True)
-    result = run_deployed_party(fed, as_, data, device=device, progress=_epoch_printer(as_),
+    result = run_deployed_party(fed, as_, data, device=device,
                                 checkpoint_dir=checkpoint_dir, resume=resume,
                                 checkpoint_overwrite=overwrite_checkpoints,
                                 columns=columns if fed.party(as_).data else None,
-                                model_dir=model_dir, overwrite_model=overwrite_model)
-    print(f"[{as_}] {result.alignment.size} shared rows; done in {result.wall_s:.1f} s", file=sys.stderr, flush=True)
+                                model_dir=model_dir, overwrite_model=overwrite_model, threads=threads,
+                                positive_class=positive_class)
     if result.report is not None:
         from securevfl.cli import print_summary
 
@@ -408,7 +449,7 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
 def _passive_report(result: Any) -> dict[str, Any]:
     snap = result.snapshots[result.party]
     return {"party": result.party, "role": "passive", "shared_rows": result.alignment.size,
-            "wall_s": result.wall_s, "compute_s": snap.compute_s, "crypto_s": snap.crypto_s,
+            "wall_s": result.wall_s, "threads": result.threads, "compute_s": snap.compute_s, "crypto_s": snap.crypto_s,
             "serialize_s": snap.serialize_s, "bytes_sent": dict(snap.bytes), "messages_sent": dict(snap.messages),
             "psi": {"bytes_sent": dict(result.alignment.snapshot.bytes),
                     "crypto_s": result.alignment.snapshot.crypto_s},
@@ -433,6 +474,14 @@ def launch_command(
     predict: bool = typer.Option(False, help="Score new rows (--data) with the saved model (--model-dir)."),
     out: Path | None = typer.Option(None, help="With --predict: where the active party writes predictions."),  # noqa: B008
     batch_size: int = typer.Option(4096, help="With --predict: rows scored per exchange."),
+    log_file: Path | None = typer.Option(  # noqa: B008
+        None, help="A folder: every party also appends its events to DIR/<party>.log."),
+    log_level: str = typer.Option("info", help="Every party's --log-level: debug, info, warning or error."),
+    log_format: str = typer.Option("text", help="Every party's --log-format: text or json (of its --log-file)."),
+    threads: int | None = typer.Option(
+        None, help="torch threads of each party (default: this machine's cores / the parties)."),
+    positive_class: str | None = typer.Option(
+        None, help="The class binary F1 and AUC score as positive (default: the second class in sorted order)."),
 ) -> None:
     """Start every party as its own local process (loopback), stream their output, stop on the first failure."""
     from securevfl.api import check_report_path
@@ -444,10 +493,10 @@ def launch_command(
 
     files = {name: Path(path) for name, path in _parse_pairs(data, "--data").items()}
     missing = sorted(set(fed.data_parties) - set(files))
-    extra = sorted(set(files) - set(fed.data_parties))
-    if missing or extra:
+    unknown = sorted(set(files) - set(fed.data_parties))
+    if missing or unknown:
         raise ConfigError(f"--data must name every party with data exactly: missing {missing or 'none'}, "
-                          f"unknown or data = false {extra or 'none'}")
+                          f"unknown or data = false {unknown or 'none'}")
     for name, path in files.items():
         if not path.is_file():
             raise ConfigError(f"--data {name}={path}: file not found")
@@ -468,12 +517,39 @@ def launch_command(
     elif model_dir is not None:
         for name in files:  # a helper saves nothing
             extra[name] += ["--model-dir", str(model_dir)] + (["--overwrite-model"] if overwrite_model else [])
+    for name, options in log_options(tuple(fed.parties), log_file, log_level, log_format).items():
+        extra[name] += options
+    if threads is not None:
+        for name in fed.parties:
+            extra[name] += ["--threads", str(threads)]
+    if positive_class is not None:
+        extra[fed.active] += ["--positive-class", positive_class]
     code = launch(federation, {**files, **dict.fromkeys(n for n in fed.parties if n not in files)},
                   active=fed.active, report=report, device=device, timeout=timeout or None, insecure=insecure,
                   checkpoint_dir=checkpoint_dir, resume=resume, overwrite_checkpoints=overwrite_checkpoints,
                   extra=extra)
+    if code and checkpoint_dir is not None and not predict:
+        from securevfl.cli_resume import last_common_epoch
+
+        last = last_common_epoch(checkpoint_dir)
+        if last:
+            err_console.print(f"launch: every party's checkpoints hold epoch {last}: to continue from it, run the "
+                              "same command with --resume", highlight=False)
     if code:
         raise typer.Exit(code)
+
+
+def log_options(parties: Sequence[str], log_file: Path | None, level: str, fmt: str) -> dict[str, list[str]]:
+    """Each party's ``--log-*`` options under launch: ``log_file`` is a folder, one ``<party>.log`` each."""
+    from securevfl.deploy.logs import FORMATS, LEVELS
+
+    if level.lower() not in LEVELS or fmt.lower() not in FORMATS:
+        raise ConfigError(f"--log-level must be one of {', '.join(LEVELS)} and --log-format one of "
+                          f"{', '.join(FORMATS)}; got {level!r} and {fmt!r}")
+    if log_file is not None and log_file.exists() and not log_file.is_dir():
+        raise ConfigError(f"launch --log-file {log_file}: give a folder (every party writes <party>.log in it)")
+    return {name: ["--log-level", level.lower(), "--log-format", fmt.lower()]
+            + (["--log-file", str(log_file / f"{name}.log")] if log_file is not None else []) for name in parties}
 
 
 def check_insecure(in_file: bool, on_command_line: bool) -> None:
@@ -578,7 +654,8 @@ def _pump(name: str, child: subprocess.Popen) -> None:
     assert child.stdout is not None
     for line in child.stdout:
         text = line.rstrip("\n")
-        print(text if text.startswith(f"[{name}]") else f"[{name}] {text}", flush=True)
+        # a party's own lines and its JSON events (which name it) pass as they are
+        print(text if text.startswith((f"[{name}]", "{")) else f"[{name}] {text}", flush=True)
 
 
 def _stop(children: dict[str, subprocess.Popen], grace: float) -> None:

@@ -37,6 +37,26 @@ def loopback_federation(tmp_path: Path, parties: list[str], active: str, job: st
     return load_federation(loopback_federation_file(tmp_path, parties, active, job, extra))
 
 
+def in_threads(run: Any, parties: Sequence[str], timeout: float = 120) -> dict[str, Any]:
+    """``run(party)`` for every party in a thread of its own; a party's exception fails the caller."""
+    results, errors = {}, {}
+
+    def one(party: str) -> None:
+        try:
+            results[party] = run(party)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors[party] = exc
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in parties]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not errors, errors
+    assert set(results) == set(parties), "a party did not finish"
+    return results
+
+
 def run_parties_in_threads(federation: Any, files: dict[str, str | None], timeout: float = 120,
                            **options: Any) -> dict[str, Any]:
     """Every party's ``run_deployed_party`` result; a party's exception fails the caller.
@@ -46,21 +66,8 @@ def run_parties_in_threads(federation: Any, files: dict[str, str | None], timeou
     """
     from securevfl.deploy.party import run_deployed_party
 
-    results, errors = {}, {}
-
-    def run(party: str) -> None:
-        try:
-            results[party] = run_deployed_party(federation, party, files[party], device="cpu", **options)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors[party] = exc
-
-    threads = [threading.Thread(target=run, args=(p,)) for p in files]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    assert not errors, errors
-    return results
+    return in_threads(lambda p: run_deployed_party(federation, p, files[p], device="cpu", **options), tuple(files),
+                      timeout)
 
 
 @contextlib.contextmanager

@@ -177,6 +177,9 @@ def test_a_job_mismatch_stops_every_party_before_any_data(tmp_path, files, certs
             c.kill()
     assert all(c.returncode == 2 for c in children.values()), outputs
     assert "differing keys: job.epochs" in outputs["bank"] and "differing keys: job.epochs" in outputs["shop"]
+    # both values, whichever side refused first (issue 28)
+    assert any(f"job.epochs ({EPOCHS} at bank, 7 at the other party)" in outputs[p]
+               or f"job.epochs (7 at shop, {EPOCHS} at the other party)" in outputs[p] for p in ("bank", "shop"))
     assert not any("shared rows" in text for text in outputs.values())  # PSI never started
 
 

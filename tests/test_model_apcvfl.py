@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from deployed_threads import loopback_federation_file
+from deployed_threads import in_threads, loopback_federation_file, one_torch_thread
 from net_helpers import free_port
 from org_tables import organisation_frames, probabilities, rows_of, write_tables
 from typer.testing import CliRunner
@@ -42,12 +41,9 @@ STANDALONE = ("apcvfl", "apcvfl-ablation", "vfedtrans", "local-logreg")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    # Tiny models on a shared 2-core machine: intra-op threads only contend.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def torch_on_one_thread():
+    with one_torch_thread():  # tiny models on a shared 2-core machine: intra-op threads only contend
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -187,24 +183,6 @@ def test_train_then_predict_from_the_command_line(tmp_path, files):
 # ------------------------------------------------------------------ deployed, parties in threads
 
 
-def _in_threads(run, parties) -> dict:
-    results, errors = {}, {}
-
-    def one(party: str) -> None:
-        try:
-            results[party] = run(party)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors[party] = exc
-
-    threads = [threading.Thread(target=one, args=(p,)) for p in parties]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
-    return results
-
-
 def _job(method: str, options: dict) -> tuple[str, str]:
     job = (f'method = "{method}"\nepochs = 2\nbatch_size = 64\nseed = 0\n'
            'id_column = "customer_id"\nlabel_column = "churn"')
@@ -219,11 +197,11 @@ def test_a_joint_model_trained_deployed_scores_alike_deployed_and_in_one_process
     job, options = _job("apcvfl-splitnn", APC)
     fed = load_federation(loopback_federation_file(tmp_path, PARTIES, "bank", job, options))
     model = tmp_path / "model"
-    _in_threads(lambda p: run_deployed_party(fed, p, files[p], device="cpu", model_dir=model), PARTIES)
+    in_threads(lambda p: run_deployed_party(fed, p, files[p], device="cpu", model_dir=model), PARTIES)
     assert sorted(os.listdir(model)) == sorted(PARTIES)
     ids = pd.read_csv(files["bank"]).customer_id.iloc[::3]
     new = rows_of(files, tmp_path / "new", ids)
-    scored = _in_threads(lambda p: run_deployed_scoring(fed, p, new[p], model, batch_size=50, device="cpu"), PARTIES)
+    scored = in_threads(lambda p: run_deployed_scoring(fed, p, new[p], model, batch_size=50, device="cpu"), PARTIES)
     deployed = scored["bank"].predictions
     assert scored["shop"].predictions is None and scored["clinic"].predictions is None
     local = securevfl.predict(model, data=new, device="cpu", batch_size=50)
@@ -249,7 +227,7 @@ def test_a_standalone_model_with_helpers_is_saved_and_scored_by_the_active_party
     fed = load_federation(loopback_federation_file(tmp_path, ("bank", "shop"), "bank", job, f"{helpers}\n{options}"))
     model = tmp_path / "model"
     data = {"bank": files["bank"], "shop": files["shop"], "keygen": None, "server": None}
-    _in_threads(lambda p: run_deployed_party(fed, p, data[p], device="cpu", model_dir=model), data)
+    in_threads(lambda p: run_deployed_party(fed, p, data[p], device="cpu", model_dir=model), tuple(data))
     assert os.listdir(model) == ["bank"]
     deployed = run_deployed_scoring(fed, "bank", files["bank"], model, device="cpu").predictions
     local = securevfl.predict(model, data={"bank": str(files["bank"])}, device="cpu")

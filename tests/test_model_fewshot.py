@@ -7,14 +7,12 @@ run's held-out rows with its saved model reproduces the run's test predictions (
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
-from deployed_threads import loopback_federation_file
+from deployed_threads import in_threads, loopback_federation_file
 from org_tables import organisation_frames, probabilities, rows_of, write_tables
 
 import securevfl
@@ -55,26 +53,6 @@ def test_scoring_the_held_out_rows_reproduces_the_runs_test_predictions(tmp_path
         assert predictions.customer_id.tolist() == pd.read_csv(new["bank"]).customer_id.tolist()
 
 
-def _in_threads(run: Any, parties: tuple[str, ...] = PARTIES, timeout: float = 120) -> dict[str, Any]:
-    """``run(party)`` for every party in a thread of its own; a party's exception fails the test."""
-    results, errors = {}, {}
-
-    def one(party: str) -> None:
-        try:
-            results[party] = run(party)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors[party] = exc
-
-    threads = [threading.Thread(target=one, args=(p,)) for p in parties]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    assert not errors, errors
-    assert set(results) == set(parties), "a party did not finish"
-    return results
-
-
 def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_path, files):
     from securevfl.deploy.federation import load_federation
     from securevfl.deploy.party import run_deployed_party
@@ -92,9 +70,10 @@ def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_p
     federation = load_federation(loopback_federation_file(
         tmp_path, PARTIES, "bank", job, '[job.options]\nvariant = "few-shot"\nserver_epochs = 5\nmu = 2'))
     model = tmp_path / "model"
-    _in_threads(lambda p: run_deployed_party(federation, p, train[p], device="cpu", model_dir=model))
+    in_threads(lambda p: run_deployed_party(federation, p, train[p], device="cpu", model_dir=model), PARTIES)
     assert sorted(p.name for p in model.iterdir()) == sorted(PARTIES)
-    scored = _in_threads(lambda p: run_deployed_scoring(federation, p, new[p], model, batch_size=50, device="cpu"))
+    scored = in_threads(lambda p: run_deployed_scoring(federation, p, new[p], model, batch_size=50, device="cpu"),
+                        PARTIES)
     deployed = scored["bank"].predictions
     assert deployed is not None and scored["shop"].predictions is None and scored["clinic"].predictions is None
     local = securevfl.predict(model, data={p: str(new[p]) for p in PARTIES}, id_column="customer_id", device="cpu",

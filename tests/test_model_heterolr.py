@@ -10,13 +10,12 @@ Small (insecure, tests only) 512-bit keys keep Paillier fast.
 from __future__ import annotations
 
 import struct
-import threading
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from deployed_threads import loopback_federation_file, run_parties_in_threads
+from deployed_threads import in_threads, loopback_federation_file, run_parties_in_threads
 from org_tables import organisation_frames, probabilities, rows_of, write_tables
 
 import securevfl
@@ -219,23 +218,8 @@ def _federation(directory: Path) -> Path:
 def _score_in_threads(federation, files, model_dir, batch_size):
     from securevfl.deploy.scoring import run_deployed_scoring
 
-    results, errors = {}, {}
-
-    def run(party):
-        try:
-            results[party] = run_deployed_scoring(federation, party, files.get(party),
-                                                  model_dir if party in files else None, batch_size=batch_size,
-                                                  device="cpu")
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors[party] = exc
-
-    threads = [threading.Thread(target=run, args=(p,)) for p in federation.parties]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
-    return results
+    return in_threads(lambda p: run_deployed_scoring(federation, p, files.get(p), model_dir if p in files else None,
+                                                     batch_size=batch_size, device="cpu"), tuple(federation.parties))
 
 
 def test_a_model_trained_deployed_scores_deployed_with_the_arbiter_as_in_one_process(tmp_path, files):

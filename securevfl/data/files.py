@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -114,7 +115,8 @@ def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, la
             raise DataError(f"{where}: passive party {name!r} holds the label column {label_column!r}; "
                             "only the active party may hold labels (drop it from that file)")
         if is_active and label_column not in frame.columns:
-            raise DataError(f"{where}: label column {label_column!r} not found at the active party")
+            raise DataError(f"{where}: label column {label_column!r} not found at the active party; "
+                            f"{columns_hint(label_column, frame.columns)}")
         raw_ids, names = frame[id_column], [str(c) for c in frame.columns]
         raw_labels = frame[label_column] if is_active else None
     ids = validate_ids(raw_ids, where).to_numpy(dtype=object)
@@ -143,6 +145,17 @@ def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, la
     table = PartyTable(name=name, ids=ids, features=X, feature_names=feature_names, labels=labels,
                        columns=spec, source=where, task=resolved)
     return table, classes
+
+
+def columns_hint(wanted: str, columns: Any, shown: int = 10) -> str:
+    """``"did you mean 'income'? the file's columns: id, age, ... (15 in all)"``, for a column not found."""
+    import difflib
+
+    names = [str(c) for c in columns]
+    close = difflib.get_close_matches(wanted, names, n=1)
+    more = f", ... ({len(names)} in all)" if len(names) > shown else ""
+    listed = ", ".join(repr(n) for n in names[:shown]) + more if names else "none"
+    return (f"did you mean {close[0]!r}? " if close else "") + f"the file's columns: {listed}"
 
 
 def table_columns(path: Path, kind: str) -> list[str]:

@@ -375,17 +375,20 @@ def _check_extensions(csr: x509.CertificateSigningRequest, party: str, where: st
                               "which this CA does not issue; make the request without it")
 
 
-def _check_key_strength(public: PublicKey, where: str) -> None:
+_USABLE_KEYS = f"P-256 or P-384 (EC), or RSA of at least {_MIN_RSA_BITS} bits"
+
+
+def _check_key_strength(public: PublicKey, where: str, error: type[ConfigError] = ConfigError) -> None:
+    """Only the keys the transport's TLS stack (gRPC) accepts: EC P-256 / P-384 or RSA >= 2048 bits."""
     if isinstance(public, ec.EllipticCurvePublicKey):
         if public.curve.name not in _EC_CURVES:
-            raise ConfigError(f"{where}: its key is on curve {public.curve.name}; use P-256 or P-384 "
-                              "(the TLS stack of the transport accepts no other)")
+            raise error(f"{where}: its key is on curve {public.curve.name}, which the TLS stack of the transport "
+                        f"does not accept; use {_USABLE_KEYS}")
     elif isinstance(public, rsa.RSAPublicKey):
         if public.key_size < _MIN_RSA_BITS:
-            raise ConfigError(f"{where}: its RSA key has {public.key_size} bits; use at least {_MIN_RSA_BITS}")
+            raise error(f"{where}: its RSA key has {public.key_size} bits; use {_USABLE_KEYS}")
     else:
-        raise ConfigError(f"{where}: its key type ({type(public).__name__}) is not accepted; use ECDSA P-256 "
-                          f"or P-384, or RSA of at least {_MIN_RSA_BITS} bits")
+        raise error(f"{where}: its key type ({type(public).__name__}) is not accepted; use {_USABLE_KEYS}")
 
 
 def check_request(csr_path: Path) -> tuple[str, x509.CertificateSigningRequest]:
@@ -584,8 +587,10 @@ def verify_party_certificate(cert_pem: bytes, ca_pem: bytes, expected_party: str
 
     Checks the chain up to a certificate in ``ca_pem`` (signatures and issuer names; intermediates
     may follow the leaf in ``cert_pem``), the validity period of each certificate, that the leaf
-    names ``expected_party`` as TLS would check it, and that its key usages allow TLS server and
-    client authentication (each party is both). Raises :class:`CertificateError` saying who and why.
+    names ``expected_party`` as TLS would check it and, as the transport compares party names, with
+    the same case, that its key is one the transport's TLS stack accepts (EC P-256 / P-384, RSA of
+    at least 2048 bits: a P-521 key fails the handshake), and that its key usages allow TLS server
+    and client authentication (each party is both). Raises :class:`CertificateError` saying who and why.
     Revocation is not checked.
     """
     who = f"certificate for {expected_party!r}"
@@ -604,6 +609,11 @@ def verify_party_certificate(cert_pem: bytes, ca_pem: bytes, expected_party: str
     if not ok:
         shown = ", ".join(repr(n) for n in names) or "no party"
         raise CertificateError(f"certificate names {shown}, expected {expected_party!r}")
+    if expected_party not in names:  # TLS matched it ignoring case; the transport's identity checks do not
+        shown = ", ".join(repr(n) for n in names)
+        raise CertificateError(f"{who} names {shown}, which differs in case: party names are compared exactly, "
+                               f"so the certificate must name exactly {expected_party!r}")
+    _check_key_strength(leaf.public_key(), who, CertificateError)
     try:
         eku = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     except x509.ExtensionNotFound:

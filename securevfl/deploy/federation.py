@@ -29,6 +29,7 @@ from psi.protocol import Mode
 from securevfl.checks import read_local_file, validate_party_name
 from securevfl.data.columns import ColumnSpec, column_spec_from_dict
 from securevfl.data.labels import check_task
+from securevfl.deploy.threads import check_threads
 from securevfl.errors import ConfigError
 from securevfl.federation.network import NetworkSettings, is_loopback, split_address
 
@@ -95,6 +96,8 @@ class PartySpec:
     ``columns`` (``[parties.<name>.columns]``) says how this party reads and encodes its own table; it is
     local to that party — not part of the job fingerprint — so an organisation may keep it in its own
     copy of the file or pass it on its own command line instead (``securevfl party --categorical ...``).
+    ``threads`` (local too): the torch threads of this party's process (:mod:`securevfl.deploy.threads`;
+    by default this machine's cores shared among the parties the file lists on its host).
     """
 
     name: str
@@ -103,9 +106,12 @@ class PartySpec:
     key: Path | None = None
     data: bool = True
     columns: ColumnSpec = field(default_factory=ColumnSpec)
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         check_party_name(self.name)
+        if self.threads is not None:
+            check_threads(self.threads, f"[parties.{self.name}] threads")
         if not isinstance(self.data, bool):
             raise ConfigError(f"[parties.{self.name}] data must be true or false, got {self.data!r}")
         if not isinstance(self.columns, ColumnSpec):
@@ -121,10 +127,15 @@ class PartySpec:
 
 @dataclass(frozen=True)
 class TlsSpec:
-    """Where the TLS material lives: the default directory of party files and the federation CA."""
+    """Where the TLS material lives: the default directory of party files and the federation CA.
+
+    ``dir_text`` and ``ca_text``: the values as the file wrote them (``None``: not set), for messages.
+    """
 
     dir: Path
     ca: Path
+    dir_text: str | None = field(default=None, compare=False)
+    ca_text: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -304,7 +315,7 @@ _FEDERATION_KEYS = ("active", "insecure", "topology")
 #: ``mesh``: every party listens and dials every other; ``star``: only the active party listens, the others dial
 #: out to it and it relays what they send each other, sealed end to end (docs/deploy.md).
 TOPOLOGIES = ("mesh", "star")
-_PARTY_KEYS = ("address", "cert", "key", "data", "columns")
+_PARTY_KEYS = ("address", "cert", "key", "data", "columns", "threads")
 _TLS_KEYS = ("dir", "ca")
 _NETWORK_KEYS = tuple(f.name for f in fields(NetworkSettings))
 _JOB_KEYS = tuple(f.name for f in fields(JobSpec))
@@ -352,7 +363,7 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federati
         _check_keys("[tls]", tls_table, _TLS_KEYS)
         tls_dir = _path("[tls] dir", tls_table.get("dir", "."), base_dir)
         ca = _path("[tls] ca", tls_table["ca"], base_dir) if "ca" in tls_table else tls_dir / "ca.pem"
-        tls = TlsSpec(dir=tls_dir, ca=ca)
+        tls = TlsSpec(dir=tls_dir, ca=ca, dir_text=tls_table.get("dir"), ca_text=tls_table.get("ca"))
 
     parties: dict[str, PartySpec] = {}
     for name, value in _table("[parties]", doc["parties"]).items():
@@ -369,7 +380,7 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federati
         columns = column_spec_from_dict(_table(f"[parties.{name}.columns]", entry["columns"]),
                                         f"[parties.{name}.columns]") if "columns" in entry else ColumnSpec()
         parties[name] = PartySpec(name=name, address=entry.get("address"), cert=cert, key=key,
-                                  data=entry.get("data", True), columns=columns)
+                                  data=entry.get("data", True), columns=columns, threads=entry.get("threads"))
 
     network = _table("[network]", doc.get("network", {}))
     _check_keys("[network]", network, _NETWORK_KEYS)
@@ -419,6 +430,31 @@ def load_federation(path: str | Path) -> Federation:
     except UnicodeDecodeError:
         raise ConfigError(f"federation file {str(path)!r} is not UTF-8 text") from None
     return parse_federation(text, path.resolve().parent, source=path)
+
+
+def check_tls_paths(federation: Federation) -> None:
+    """The federation CA, which every party needs, is where ``[tls]`` says; a wrong path names its key.
+
+    A party checks this before it reads any TLS file (``securevfl party``, :func:`open_transport
+    <securevfl.deploy.party.open_transport>`), so a wrong ``[tls] dir`` or ``ca`` is one line naming
+    the key, its value and the path it resolved to. Nothing to check in an insecure federation.
+    """
+    tls = federation.tls
+    if tls is None:
+        return
+    label = f"{federation.source}: " if federation.source else ""
+    relative = "relative paths are relative to the federation file's folder"
+    if tls.ca_text is not None:
+        if not tls.ca.is_file():
+            raise ConfigError(f'{label}[tls] ca = "{tls.ca_text}" is not a file here '
+                              f"(resolved to {tls.ca}; {relative})")
+        return
+    key = f'[tls] dir = "{tls.dir_text}"' if tls.dir_text is not None else "[tls] dir (not set: the file's folder)"
+    if not tls.dir.is_dir():
+        raise ConfigError(f"{label}{key} does not exist (resolved to {tls.dir}; {relative})")
+    if not tls.ca.is_file():
+        raise ConfigError(f"{label}{key} holds no ca.pem (looked for {tls.ca}): put the federation CA there, "
+                          'or name it with [tls] ca = "PATH"')
 
 
 # ------------------------------------------------------------------ agreement
@@ -485,6 +521,36 @@ def job_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return sorted(out)
 
 
+#: The longest value a job-mismatch message shows (longer ones end in "...").
+_SHOWN_CHARS = 60
+#: The most differing keys a job-mismatch message shows with their values.
+_SHOWN_KEYS = 8
+
+
+def _value_at(tree: Mapping[str, Any], dotted: str) -> str:
+    """The canonical JSON of the leaf at ``dotted`` in a fingerprint dictionary, shortened, or ``absent``."""
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return "absent"
+        node = node[part]
+    text = _leaf(node)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+def job_mismatch(mine: Mapping[str, Any], theirs: Mapping[str, Any], here: str) -> list[str]:
+    """:func:`job_differences` with both values: ``job.epochs (5 at shop, 3 at the other party)``.
+
+    ``mine`` is party ``here``'s fingerprint dictionary, ``theirs`` the peer's (a transport's
+    ``differences`` callback, which names both parties in its message). Up to eight keys show
+    their values; more are counted.
+    """
+    keys = job_differences(mine, theirs)
+    shown = [f"{k} ({_value_at(mine, k)} at {here}, {_value_at(theirs, k)} at the other party)"
+             for k in keys[:_SHOWN_KEYS]]
+    return shown + ([f"and {len(keys) - _SHOWN_KEYS} more"] if len(keys) > _SHOWN_KEYS else [])
+
+
 __all__ = [
     "Federation",
     "JobSpec",
@@ -493,9 +559,11 @@ __all__ = [
     "TOPOLOGIES",
     "TlsSpec",
     "check_party_name",
+    "check_tls_paths",
     "is_loopback",
     "job_differences",
     "job_fingerprint",
+    "job_mismatch",
     "load_federation",
     "parse_federation",
     "split_address",

@@ -34,7 +34,10 @@ saw in PSI, a party's own entry in the plan against what it sent, feature counts
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import logging
 import re
 import secrets
 import time
@@ -50,8 +53,11 @@ from securevfl.data.columns import ColumnSpec
 from securevfl.data.labels import REGRESSION, TASKS
 from securevfl.data.partition import PartyTable, split_train_test
 from securevfl.data.scenario import Alignment, Scenario, check_shared_classes, encode_table, training_rows
-from securevfl.deploy.federation import Federation, job_differences, job_fingerprint
+from securevfl.deploy.federation import Federation, check_tls_paths, job_fingerprint, job_mismatch
+from securevfl.deploy.progress import PartyWatch, log_event, sent_bytes
+from securevfl.deploy.threads import ThreadChoice
 from securevfl.errors import ConfigError, DataError, ProtocolError, SecureVFLError, psi_errors
+from securevfl.eval import positive_index
 from securevfl.federation.meter import MeterSnapshot
 from securevfl.federation.network import TlsCredentials
 from securevfl.federation.runtime import PartyContext, run_party
@@ -72,6 +78,8 @@ MAX_ROWS = 2**40
 
 if TYPE_CHECKING:
     from securevfl.data.preprocess import EncodedColumns  # sklearn: imported where it is used
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -133,20 +141,24 @@ class DeployedResult:
     snapshots: dict[str, MeterSnapshot] = field(default_factory=dict)
     link_stats: dict[str, dict[str, int]] = field(default_factory=dict)
     wall_s: float = 0.0
+    #: The torch threads this party's process used (:mod:`securevfl.deploy.threads`).
+    threads: int = 0
 
 
 # ------------------------------------------------------------------ transport
 
 
-def open_transport(federation: Federation, name: str, phase: str = "train") -> Any:
+def open_transport(federation: Federation, name: str, phase: str = "train", watch: PartyWatch | None = None) -> Any:
     """Start this party's gRPC transport (TLS material checked first) and wait for every handshake.
 
-    ``phase``: ``train`` or ``predict`` (part of the job fingerprint every peer must match).
+    ``phase``: ``train`` or ``predict`` (part of the job fingerprint every peer must match); ``watch``:
+    reports a peer that keeps this party waiting, and each link that comes up.
     """
     from securevfl.deploy.certs import load_tls_material, verify_party_certificate
     from securevfl.federation.grpc_transport import GrpcTransport
 
     spec = federation.party(name)
+    check_tls_paths(federation)
     tls: TlsCredentials | None = None
     if not federation.insecure:
         assert federation.tls is not None and spec.cert is not None and spec.key is not None
@@ -155,26 +167,34 @@ def open_transport(federation: Federation, name: str, phase: str = "train") -> A
     digest, job = job_fingerprint(federation, phase)
     transport = GrpcTransport(name, ordered_addresses(federation), tls=tls, fingerprint=digest, job=job,
                               settings=federation.limits, insecure=federation.insecure,
-                              differences=job_differences,
+                              differences=functools.partial(job_mismatch, here=name),
                               hub=federation.active if federation.topology == "star" else None)
     transport.start()
+    # star: a party without an address dials the active party (the messages between two such are relayed)
+    addresses = {p: a or f"no address: it dials {federation.active}" for p, a in ordered_addresses(federation).items()}
     try:
-        transport.wait_ready()
+        with watch.connecting(transport, addresses) if watch is not None else contextlib.nullcontext():
+            transport.wait_ready()
     except BaseException as exc:
         transport.abort(f"{name} could not set up its links: {exc}")
         transport.close()
         raise
+    security = "plaintext, loopback" if federation.insecure else "mutual TLS"
+    for peer in getattr(transport, "peers", ()):
+        log_event(_log, name, "connect", "link_up", f"link to {peer} up ({security})", peer=peer,
+                  address=addresses.get(peer))
     return transport
 
 
 @contextmanager
-def party_links(federation: Federation, name: str, transport: Any = None, phase: str = "train") -> Iterator[Any]:
+def party_links(federation: Federation, name: str, transport: Any = None, phase: str = "train",
+                watch: PartyWatch | None = None) -> Iterator[Any]:
     """The links of party ``name`` for one run, opened here unless given, and closed here if opened here.
 
     On any failure every peer is told at once (ABORT with the reason), so they stop now, not at a timeout.
     """
     own = transport is None
-    transport = transport or open_transport(federation, name, phase)
+    transport = transport or open_transport(federation, name, phase, watch)
     try:
         yield transport
     except BaseException as exc:
@@ -231,6 +251,10 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
     def role(ctx: PartyContext) -> PsiResult:
         ctx.stage = "PSI"
         prepared = prepare_ids(list(table.ids), config.normalize, source=f"party {ctx.name!r}")
+        own = len(prepared.items)
+        peers = ctx.passives if ctx.is_active else (ctx.active,)
+        log_event(_log, ctx.name, "psi", "psi_start", f"PSI: {own} IDs, with {', '.join(peers)}", rows=own,
+                  peers=list(peers))
         align = len(ctx.passives) > 1
         with CurveEngine(1) as engine:
             if ctx.is_active:
@@ -239,12 +263,19 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
                     with ctx.meter.crypto("psi"):
                         init = PSIInitiator(prepared.items, config, engine, align_follows=align)
                         message = init.start()
+                    step = 0  # HELLO out, REPLY in; BLINDED out, DOUBLE in
                     while message is not None:
-                        ctx.send(p, TAG_PSI, message)
-                        reply = ctx.recv(p, TAG_PSI)
+                        _psi_step(ctx, p, "sent", ctx.send(p, TAG_PSI, message),
+                                  f"sent our {own} blinded IDs" if step == 1 else "")
+                        answer = _bytes(ctx.recv(p, TAG_PSI), p)
+                        _psi_step(ctx, p, "received", len(answer), "received its blinded IDs; blinding them, and "
+                                  f"hashing and blinding our {own}" if step == 0 else "")
                         with ctx.meter.crypto("psi"):
-                            message = init.handle(_bytes(reply, p))
+                            message = init.handle(answer)
+                        step += 1
                     inits[p] = init
+                    assert init.outcome is not None and init.outcome.positions is not None
+                    _psi_pair(ctx, p, len(init.outcome.positions), own, init.peer_size)
                 with ctx.meter.crypto("psi"):
                     positions, orders = global_alignment([inits[p].outcome.positions for p in ctx.passives])
                 if align:
@@ -252,12 +283,20 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
                         ctx.send(p, TAG_PSI, inits[p].align(order))
             else:
                 responder = PSIResponder(prepared.items, config, engine)
+                step = 0  # HELLO in, REPLY out; BLINDED in, DOUBLE out; ALIGN in (N parties)
                 while not responder.done:
                     message = _bytes(ctx.recv(ctx.active, TAG_PSI), ctx.active)
+                    _psi_step(ctx, ctx.active, "received", len(message),
+                              f"hashing and blinding our {own} IDs" if step == 0 else
+                              "received its blinded IDs; blinding them" if step == 1 else "")
                     with ctx.meter.crypto("psi"):
                         reply = responder.handle(message)
                     if reply is not None:
-                        ctx.send(ctx.active, TAG_PSI, reply)
+                        _psi_step(ctx, ctx.active, "sent", ctx.send(ctx.active, TAG_PSI, reply),
+                                  f"sent our {own} blinded IDs" if step == 0 else "")
+                    step += 1
+                assert responder.outcome is not None and responder.outcome.positions is not None
+                _psi_pair(ctx, ctx.active, len(responder.outcome.positions), own, responder.peer_size)
                 if responder.align_follows != align:
                     raise ProtocolError(f"{ctx.active} announced a PSI alignment step contrary to the federation")
                 # With an ALIGN step (N parties) the loop above handled it: the global order.
@@ -276,9 +315,28 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
         else:
             ctx.send(ctx.active, TAG_DIGEST, digest)
         peer_sizes = {p: int(inits[p].peer_size) for p in ctx.passives} if ctx.is_active else {}
+        log_event(_log, ctx.name, "psi", "psi_done", f"PSI: {len(items)} rows shared by every party",
+                  rows=len(items), bytes=sent_bytes(ctx))
         return PsiResult(rows, len(items), peer_sizes)
 
     return role
+
+
+def _psi_step(ctx: PartyContext, peer: str, direction: str, size: int, stage: str) -> None:
+    """One PSI message: its size (debug), and the stage it starts or ends when it does (info)."""
+    if stage:
+        log_event(_log, ctx.name, "psi", f"psi_{direction}", f"PSI with {peer}: {stage} ({size} bytes {direction})",
+                  peer=peer, bytes=size)
+    else:
+        log_event(_log, ctx.name, "psi", f"psi_{direction}", f"PSI with {peer}: {direction} {size} bytes",
+                  level=logging.DEBUG, peer=peer, bytes=size)
+
+
+def _psi_pair(ctx: PartyContext, peer: str, common: int, own: int, peer_size: int | None) -> None:
+    """A pairwise PSI's result: how many of this party's IDs the peer holds too."""
+    log_event(_log, ctx.name, "psi", "psi_pair", f"PSI with {peer}: {common} of {own} IDs in common"
+              + (f" ({peer} holds {peer_size})" if peer_size is not None else ""), peer=peer, rows=common,
+              peer_rows=peer_size)
 
 
 def _bytes(message: Any, sender: str) -> bytes:
@@ -327,6 +385,7 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
             if plan["shapes"][ctx.name] != own:
                 raise ProtocolError(f"the plan from {ctx.active} gives {ctx.name} the table shape "
                                     f"{plan['shapes'][ctx.name].to_wire()}; {ctx.name} sent {own.to_wire()}")
+            log_plan(ctx, plan)
             return {"rows": rows, "plan": plan, "encoded": encoded}
         if size < 10:
             raise DataError(f"only {size} rows are shared by all parties; at least 10 are needed to train and test")
@@ -345,6 +404,7 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
                 "shapes": {n: s.to_wire() for n, s in shapes.items()},
                 "model": secrets.token_hex(16)}  # names the model every party may save (--model-dir)
         ctx.broadcast((*ctx.passives, *helper_parties(federation)), TAG_PLAN, plan)
+        log_plan(ctx, {**plan, "shapes": shapes})
         return {"rows": rows, "plan": {**plan, "shapes": shapes}, "encoded": encoded}
 
     return role
@@ -357,9 +417,21 @@ def helper_plan_role(federation: Federation) -> Callable[[PartyContext], dict]:
     def role(ctx: PartyContext) -> dict:
         ctx.stage = "plan"
         plan = _parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, data_parties, None)
+        log_plan(ctx, plan)
         return {"rows": np.zeros(0, np.int64), "plan": plan}
 
     return role
+
+
+def log_plan(ctx: PartyContext, plan: Mapping[str, Any]) -> None:
+    """The plan as this party has it: rows to train and test, classes, each party's encoded width."""
+    train, test = len(plan["train"]), len(plan["test"])
+    widths = {p: int(s.features) for p, s in plan["shapes"].items()}
+    source = "" if ctx.is_active else f" from {ctx.active}"
+    what = f"{train} to train, {test} to test" if train else f"{test} to score"
+    log_event(_log, ctx.name, "plan", "plan", f"plan{source}: {train + test} shared rows ({what}); encoded "
+              "features " + ", ".join(f"{p} {w}" for p, w in widths.items()), rows=train + test, train=train,
+              test=test, classes=plan["n_classes"], features=widths)
 
 
 def helper_parties(federation: Federation) -> tuple[str, ...]:
@@ -470,7 +542,7 @@ def local_scenario(name: str, federation: Federation, table: PartyTable | None, 
 
 
 def _method_and_config(federation: Federation, device: str, checkpoint_dir: str | Path | None = None,
-                       resume: bool = False, checkpoint_overwrite: bool = False):
+                       resume: bool = False, checkpoint_overwrite: bool = False, positive_class: str | None = None):
     from securevfl.api import RunConfig
     from securevfl.data import DatasetOptions, PartitionSpec
     from securevfl.methods import TrainConfig, create_method
@@ -486,7 +558,7 @@ def _method_and_config(federation: Federation, device: str, checkpoint_dir: str 
                                                       seed=job.seed),
                        partition=PartitionSpec(parties=len(federation.parties), test_size=job.test_size,
                                                seed=job.seed),
-                       train=train, device=device, alignment="psi")
+                       train=train, device=device, alignment="psi", positive_class=positive_class)
     return create_method(job.method, train), config
 
 
@@ -494,7 +566,9 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
                        progress: Callable[..., None] | None = None, transport: Any = None,
                        checkpoint_dir: str | Path | None = None, resume: bool = False,
                        columns: ColumnSpec | None = None, checkpoint_overwrite: bool = False,
-                       model_dir: str | Path | None = None, overwrite_model: bool = False) -> DeployedResult:
+                       model_dir: str | Path | None = None, overwrite_model: bool = False,
+                       threads: int | ThreadChoice | None = None,
+                       positive_class: str | None = None) -> DeployedResult:
     """Run party ``name`` of ``federation`` on its own ``data`` file, in this process, to the end.
 
     A party with ``data = false`` in the federation file (an arbiter, a key generator, a server) takes
@@ -507,17 +581,28 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     model under ``DIR/<name>/`` (:mod:`securevfl.model`; ``overwrite_model`` replaces one there;
     a standalone method's passive parties save nothing: the model is the active party's alone; nor
     does a helper: it holds no part of a model, hetero-lr's arbiter makes fresh keys when it scores);
-    ``securevfl party --predict`` scores with it (:mod:`securevfl.deploy.scoring`).
+    ``securevfl party --predict`` scores with it (:mod:`securevfl.deploy.scoring`). ``threads``: torch's
+    threads in this process (0: torch's default; or a :class:`~securevfl.deploy.threads.ThreadChoice`
+    already made), by default the party's ``threads`` in the file, else this process's setting as it
+    is (``securevfl party`` shares the machine's cores among the parties the file lists on its host;
+    :mod:`securevfl.deploy.threads`). The start event names the count and why.
+    ``positive_class`` (the active party only): the class binary F1 and AUC score as positive (default:
+    the second of the label's classes: a file's class names in sorted order).
     """
     from securevfl.api import assemble_report, resolve_device
     from securevfl.data.files import party_table_from_file
+    from securevfl.deploy.threads import use_threads
 
     started = time.perf_counter()
+    threads_used = use_threads(federation, name, threads)  # before any torch work
     job = federation.job
     helper = not federation.party(name).data
     is_active = name == federation.active
     # refuse a bad method or option before connecting
-    method, config = _method_and_config(federation, device, checkpoint_dir, resume, checkpoint_overwrite)
+    method, config = _method_and_config(federation, device, checkpoint_dir, resume, checkpoint_overwrite,
+                                        positive_class)
+    if positive_class is not None and not is_active:
+        raise ConfigError(f"--positive-class is for the active party ({federation.active}), which holds the labels")
     if model_dir is not None and (helper or method.standalone and not is_active):
         model_dir = None  # a helper holds no part of a model; a standalone model is the active party's alone
     if model_dir is not None:
@@ -536,16 +621,19 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
         spec = columns if columns is not None else federation.party(name).columns
         table, classes = party_table_from_file(name, data, id_column=job.id_column, label_column=job.label_column,
                                                is_active=is_active, columns=spec, task=job.task)
+        if is_active:
+            positive_index(classes, positive_class, table.task)  # refused before connecting
     torch_device = resolve_device(device)
     data_parties = data_party_order(federation)
     passives = data_parties[1:]  # the passive data parties; helpers are peers, not passives
-    with party_links(federation, name, transport) as transport:
+    log_start(federation, name, "train", table.n_rows if table is not None else None, threads_used)
+    with PartyWatch(name) as watch, party_links(federation, name, transport, watch=watch) as transport:
         if table is None:
             setup_role, setup_parties = helper_plan_role(federation), (*data_parties, name)
         else:
             setup_role, setup_parties = plan_role(table, classes, federation, psi_role(table, federation)), data_parties
-        setup, setup_meter = run_party(setup_role, name=name, active=federation.active, parties=setup_parties,
-                                       passives=passives, transport=transport, finish=False,
+        setup, setup_meter = run_party(watch.role(setup_role, "plan"), name=name, active=federation.active,
+                                       parties=setup_parties, passives=passives, transport=transport, finish=False,
                                        recv_timeout=federation.limits.recv_timeout_s)
         rows, plan, encoded = setup["rows"], setup["plan"], setup.get("encoded")
         size = len(plan["train"]) + len(plan["test"])
@@ -555,12 +643,14 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
         roles = method.party_roles(scenario)
         check_roles(job.method, roles, tuple(federation.parties))
         role = roles[name]
-        outcome, meter = run_party(_with_cost_exchange(role, alignment.snapshot, transport.link_stats), name=name,
-                                   active=federation.active, parties=tuple(roles), passives=passives,
+        watch.event("train", "train_start", f"training {job.method}: {job.epochs} epochs", method=job.method,
+                    epochs=job.epochs)
+        outcome, meter = run_party(watch.role(_with_cost_exchange(role, alignment.snapshot, transport.link_stats)),
+                                   name=name, active=federation.active, parties=tuple(roles), passives=passives,
                                    transport=transport,
                                    device=torch_device, seed=job.seed, progress=progress,
                                    recv_timeout=federation.limits.recv_timeout_s)
-        result = DeployedResult(name, alignment, link_stats=transport.link_stats(),
+        result = DeployedResult(name, alignment, link_stats=transport.link_stats(), threads=threads_used.threads,
                                 preprocessing=scenario.encoded(name).summary if table is not None else {})
         if is_active:
             value, train_snapshots, setup_snapshots, links, missing = outcome
@@ -575,6 +665,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
             result.report = assemble_report(config, scenario, value, train_snapshots, method.describe(),
                                             wall_s=time.perf_counter() - started)
             result.report.cost["alignment"]["crypto_s"] = psi_total.crypto_s
+            result.report.config["threads"] = threads_used.threads  # this party's torch threads
             for peer, shape in plan["shapes"].items():  # placeholders hold the aligned rows only
                 if peer != name and peer in result.report.parties:  # the counts PSI showed this party
                     result.report.parties[peer].update(rows=shape.rows, unaligned=shape.rows - shape.aligned)
@@ -598,7 +689,32 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
             _save_own_part(model_dir, name, federation, method, config.train, role, scenario, table, classes,
                            plan, result.report, overwrite_model)
     result.wall_s = time.perf_counter() - started
+    log_done(name, f"{alignment.size} shared rows; done in {result.wall_s:.1f} s", result.wall_s,
+             alignment.size, result.link_stats)
     return result
+
+
+def log_start(federation: Federation, name: str, mode: str, rows: int | None,
+              threads: ThreadChoice | None = None) -> None:
+    """The party's first event: who it is, what it runs, where it listens, whom it connects to, its torch threads."""
+    import torch
+
+    threads = threads or ThreadChoice(torch.get_num_threads(), "this process's torch setting", set_here=False)
+    role = "active" if name == federation.active else "passive" if federation.party(name).data else "helper"
+    peers = [p for p in federation.parties if p != name]
+    security = "plaintext, loopback" if federation.insecure else "mutual TLS"
+    held = f", {rows} rows" if rows is not None else ""
+    log_event(_log, name, "start", "start", f"{federation.job.method} ({mode}), {role} party{held}; connecting to "
+              f"{', '.join(peers) or 'no other party'} ({security}); {threads.describe()}", role=role,
+              method=federation.job.method, mode=mode, address=federation.addresses.get(name), peers=peers,
+              tls=not federation.insecure, rows=rows, threads=threads.threads, threads_source=threads.source)
+
+
+def log_done(name: str, message: str, wall_s: float, rows: int,
+             links: Mapping[str, Mapping[str, int]] | None = None, **fields: Any) -> None:
+    """The party's last event: wall time, rows and the bytes it put on the wire (its own links)."""
+    sent = sum(v.get("frame_bytes", 0) for k, v in (links or {}).items() if k.startswith(f"{name}->"))
+    log_event(_log, name, "end", "done", message, wall_s=round(wall_s, 3), rows=rows, bytes=sent, **fields)
 
 
 def _save_own_part(model_dir: str | Path, name: str, federation: Federation, method: Any, train: Any, role: Any,
@@ -662,6 +778,8 @@ def _with_cost_exchange(role: Callable[[PartyContext], Any], setup: MeterSnapsho
         if not ctx.is_active:
             ctx.send(ctx.active, TAG_COST, {"train": ctx.meter.snapshot().to_wire(), "setup": setup.to_wire(),
                                             "wire": wire()})
+            log_event(_log, ctx.name, "cost", "cost", f"cost summary sent to {ctx.active}", peer=ctx.active,
+                      bytes=sent_bytes(ctx))
             return value
         train = {ctx.name: ctx.meter.snapshot()}
         setups = {ctx.name: setup}
@@ -679,6 +797,10 @@ def _with_cost_exchange(role: Callable[[PartyContext], Any], setup: MeterSnapsho
                 continue
             train[p], setups[p] = costs[0], costs[1]
             links.update(costs[2])
+        got = [p for p in ctx.peers if p not in missing]
+        log_event(_log, ctx.name, "cost", "cost", "cost summary: " + (f"from {', '.join(got)}" if got else "none")
+                  + (f"; missing from {', '.join(sorted(missing))}" if missing else ""),
+                  level=logging.WARNING if missing else logging.INFO, peers=got, missing=sorted(missing))
         return value, train, setups, links, missing
 
     return wrapped

@@ -46,9 +46,14 @@ from securevfl.deploy.party import (
     helper_parties,
     helper_plan_role,
     local_scenario,
+    log_done,
+    log_plan,
+    log_start,
     party_links,
     psi_role,
 )
+from securevfl.deploy.progress import PartyWatch, rows_logger
+from securevfl.deploy.threads import ThreadChoice
 from securevfl.errors import ConfigError, DataError, ModelError, ProtocolError
 from securevfl.federation.meter import MeterSnapshot
 from securevfl.federation.runtime import PartyContext, run_party
@@ -112,6 +117,7 @@ def scoring_plan_role(table: Any, size_check: Callable[..., Any], fingerprint: s
             if len(plan["train"]) or plan["shapes"][ctx.name] != own:
                 raise ProtocolError(f"the scoring plan from {ctx.active} does not score every shared row of "
                                     f"{ctx.name} as it announced them")
+            log_plan(ctx, plan)
             return {"rows": rows, "plan": plan}
         size_check(size)
         shapes = {ctx.name: own}
@@ -129,6 +135,7 @@ def scoring_plan_role(table: Any, size_check: Callable[..., Any], fingerprint: s
                 "n_classes": n_classes, "shapes": {n: s.to_wire() for n, s in shapes.items()}}
         # helpers (hetero-lr's arbiter) learn the plan too: the number of rows every party scores
         ctx.broadcast((*ctx.passives, *helper_parties(federation)), TAG_PLAN, plan)
+        log_plan(ctx, {**plan, "shapes": shapes})
         return {"rows": rows, "plan": {**plan, "shapes": shapes}}
 
     return role
@@ -143,7 +150,8 @@ def standalone_refusal(federation: Federation, name: str) -> str | None:
 
 
 def _score_standalone(federation: Federation, name: str, data: str | Path, model_dir: str | Path, batch_size: int,
-                      device: str, progress: Callable[..., None] | None, started: float) -> DeployedScoring:
+                      device: str, progress: Callable[..., None] | None, started: float,
+                      threads: ThreadChoice | None = None) -> DeployedScoring:
     """The active party scores every row of its own file with its standalone part, without connecting."""
     from securevfl.model.saving import saved_encoder, saved_side
     from securevfl.model.scoring import SavedModel, score
@@ -156,12 +164,22 @@ def _score_standalone(federation: Federation, name: str, data: str | Path, model
     _check_part(federation, name, part.manifest, standalone=True)
     model = SavedModel(Path(model_dir), {name: part}, encoders={name: saved_encoder(part)},
                        sides={name: saved_side(part)})
+    log_start(federation, name, "predict, alone", None, threads)
+    logged = rows_logger(name)
+
+    def both(*args: Any, **info: Any) -> None:
+        logged(*args, **info)
+        if progress is not None:
+            progress(*args, **info)
+
     scored = score(model, {name: data}, id_column=federation.job.id_column, batch_size=batch_size, device=device,
-                   progress=progress)
+                   progress=both)
     rows = np.arange(scored.rows["scored"], dtype=np.int64)
     alignment = LocalAlignment(rows, np.zeros(0, np.int64), len(rows), MeterSnapshot())
+    wall_s = time.perf_counter() - started
+    log_done(name, f"{len(rows)} rows scored in {wall_s:.1f} s", wall_s, len(rows))
     return DeployedScoring(name, alignment, predictions=scored.predictions, metrics=scored.metrics, rows=len(rows),
-                           wall_s=time.perf_counter() - started)
+                           wall_s=wall_s)
 
 
 @dataclass
@@ -220,24 +238,28 @@ def _helper_part(federation: Federation, name: str, data: str | Path | None) -> 
 
 def run_deployed_scoring(federation: Federation, name: str, data: str | Path | None, model_dir: str | Path | None, *,
                          batch_size: int = 4096, device: str = "auto", progress: Callable[..., None] | None = None,
-                         transport: Any = None) -> DeployedScoring:
+                         transport: Any = None, threads: int | ThreadChoice | None = None) -> DeployedScoring:
     """Score party ``name``'s new ``data`` with its own part under ``model_dir``, with its peers, to the end.
 
     A helper (``data = false``: hetero-lr's arbiter) takes neither: it holds no part of the model,
     receives the plan (the number of rows to score) and runs its scoring role (the arbiter: fresh keys).
+    ``threads``: torch's threads in this process, as for training (:func:`~securevfl.deploy.party.run_deployed_party`).
     """
     from securevfl.api import resolve_device
+    from securevfl.deploy.threads import use_threads
     from securevfl.methods.engine.loop import score_side
     from securevfl.methods.engine.split import SideRole
     from securevfl.model.scoring import active_predictions
 
+    threads_used = use_threads(federation, name, threads)  # before any torch work
     started = time.perf_counter()
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
     if method_class(federation.job.method).standalone:
         if model_dir is None or data is None:
             raise ConfigError(f"{name} scores with its own part and new rows: give --model-dir and --data")
-        return _score_standalone(federation, name, data, model_dir, batch_size, device, progress, started)
+        return _score_standalone(federation, name, data, model_dir, batch_size, device, progress, started,
+                                 threads_used)
     helper = not federation.party(name).data
     # everything local is checked before connecting: the part (digests, version), the method, the new file
     local = _helper_part(federation, name, data) if helper else _data_part(federation, name, data, model_dir)
@@ -250,7 +272,8 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
         if size == 0:
             raise DataError("no row is shared by every party's new file: nothing to score")
 
-    with party_links(federation, name, transport, phase="predict") as transport:
+    log_start(federation, name, "predict", local.table.n_rows if local.table is not None else None, threads_used)
+    with PartyWatch(name) as watch, party_links(federation, name, transport, phase="predict", watch=watch) as transport:
         if helper:
             setup_role, setup_parties = helper_plan_role(federation), (*data_parties, name)
         else:
@@ -258,8 +281,8 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
             setup_role = scoring_plan_role(local.table, size_check, local.fingerprint, local.encoded_width,
                                            federation, n_classes, local.task)
             setup_parties = data_parties
-        setup, setup_meter = run_party(setup_role, name=name, active=federation.active, parties=setup_parties,
-                                       passives=passives, transport=transport, finish=False,
+        setup, setup_meter = run_party(watch.role(setup_role, "plan"), name=name, active=federation.active,
+                                       parties=setup_parties, passives=passives, transport=transport, finish=False,
                                        recv_timeout=federation.limits.recv_timeout_s)
         rows, plan = setup["rows"], setup["plan"]
         size = len(plan["test"])
@@ -273,7 +296,8 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
         if not isinstance(role, SideRole):
             raise ModelError(f"{job.method} cannot score a saved model")
         scoring = functools.partial(score_side, side=role.side, saved=local.saved, batch_rows=batch_size)
-        outcome, meter = run_party(_with_cost_exchange(scoring, alignment.snapshot, transport.link_stats), name=name,
+        outcome, meter = run_party(watch.role(_with_cost_exchange(scoring, alignment.snapshot, transport.link_stats),
+                                              "score"), name=name,
                                    active=federation.active, parties=tuple(roles), passives=passives,
                                    transport=transport, device=torch_device, seed=local.seed, progress=progress,
                                    recv_timeout=federation.limits.recv_timeout_s)
@@ -286,5 +310,7 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
             result.snapshots, result.missing_costs = snapshots, missing
         else:
             result.snapshots = {name: meter.snapshot()}
+        links = transport.link_stats()
     result.wall_s = time.perf_counter() - started
+    log_done(name, f"{size} shared rows scored in {result.wall_s:.1f} s", result.wall_s, size, links)
     return result

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import queue
 import secrets
@@ -57,9 +58,13 @@ from securevfl.deploy.party import (
     data_party_order,
     helper_parties,
     local_scenario,
+    log_done,
+    log_start,
     party_links,
 )
+from securevfl.deploy.progress import PartyWatch, log_event
 from securevfl.deploy.scoring import _check_part
+from securevfl.deploy.threads import ThreadChoice, use_threads
 from securevfl.errors import ConfigError, DataError, Interrupted, ModelError, ProtocolError, SecureVFLError
 from securevfl.federation.runtime import PartyContext, run_party
 from securevfl.federation.transport import InProcessTransport
@@ -80,6 +85,10 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_INDEX_ROWS = 50_000_000
 POINT = 32
 DEFAULT_LISTEN = "127.0.0.1:8470"
+#: A serving party idle between requests waits in this stage: not reported as a wait.
+IDLE_STAGE = "serve: waiting for a request"
+
+_log = logging.getLogger(__name__)
 
 
 class RequestError(SecureVFLError):
@@ -270,7 +279,7 @@ def _passive_role(model: _ServingModel, fingerprint: str,
                   build_side: SideBuilder) -> Callable[[PartyContext], ServingSummary]:
     """Announce the part and the blinded ID index, then score what the active party asks until it stops."""
     from psi.curve import BlindingKey
-    from securevfl.methods.engine.loop import VALIDATE, prepare_scoring_side
+    from securevfl.methods.engine.loop import VALIDATE
 
     def role(ctx: PartyContext) -> ServingSummary:
         summary = ServingSummary(ctx.name)
@@ -281,16 +290,16 @@ def _passive_role(model: _ServingModel, fingerprint: str,
             raise ProtocolError(f"malformed serving hello from {ctx.active}")
         key = BlindingKey(secrets.token_bytes(32))
         order = np.random.default_rng(np.frombuffer(os.urandom(16), np.uint32).tolist()).permutation(len(model.ids))
+        log_event(_log, ctx.name, "serve", "index", f"serving index: hashing and blinding {len(order)} IDs",
+                  rows=len(order))
         with ctx.meter.crypto("serve.index"):
             index = _hash_blind([model.ids[i] for i in order], hello["salt"], key, workers=None)
         ctx.send(ctx.active, TAG_INDEX, {"model": fingerprint, "width": int(model.X.shape[1]),
                                          "index": index.tobytes()})
-        model.side = build_side(*_model_inputs(ctx.recv(ctx.active, TAG_WIDTHS), ctx.active,
-                                               (ctx.active, *ctx.passives)))
-        prepare_scoring_side(ctx, model.side, model.saved)
+        _build_announced(ctx, model, build_side)
         started = time.perf_counter()
         while True:
-            ctx.stage = "serve: waiting for a request"
+            ctx.stage = IDLE_STAGE
             message = ctx.recv(ctx.active, TAG_REQUEST)
             if message == "idle":
                 continue
@@ -310,6 +319,9 @@ def _passive_role(model: _ServingModel, fingerprint: str,
             if len(positions):
                 model.side.evaluate(ctx, model.X[order[positions]], VALIDATE)
                 summary.rows_scored += len(positions)
+            log_event(_log, ctx.name, "serve", "request", f"request {summary.requests}: {len(positions)} of "
+                      f"{len(asked)} asked rows scored here", level=logging.DEBUG, request=summary.requests,
+                      rows=len(positions), asked=len(asked))
 
     return role
 
@@ -336,19 +348,25 @@ def _helper_model(federation: Federation, name: str, data: str | Path | None) ->
     return empty, method, config.train, None
 
 
+def _build_announced(ctx: PartyContext, model: _ServingModel, build_side: SideBuilder) -> None:
+    """Build this party's side for the model inputs the active party announces, loaded with its saved part."""
+    from securevfl.methods.engine.loop import prepare_scoring_side
+
+    model.side = build_side(*_model_inputs(ctx.recv(ctx.active, TAG_WIDTHS), ctx.active, (ctx.active, *ctx.passives)))
+    prepare_scoring_side(ctx, model.side, model.saved)
+
+
 def _helper_role(model: _ServingModel, build_side: SideBuilder) -> Callable[[PartyContext], ServingSummary]:
     """A helper (hetero-lr's arbiter): its part in the evaluation of each request's rows, told only their count."""
-    from securevfl.methods.engine.loop import VALIDATE, prepare_scoring_side
+    from securevfl.methods.engine.loop import VALIDATE
 
     def role(ctx: PartyContext) -> ServingSummary:
         summary = ServingSummary(ctx.name)
         ctx.stage = "serve: setup"
-        model.side = build_side(*_model_inputs(ctx.recv(ctx.active, TAG_WIDTHS), ctx.active,
-                                               (ctx.active, *ctx.passives)))
-        prepare_scoring_side(ctx, model.side, model.saved)
+        _build_announced(ctx, model, build_side)
         started = time.perf_counter()
         while True:
-            ctx.stage = "serve: waiting for a request"
+            ctx.stage = IDLE_STAGE
             message = ctx.recv(ctx.active, TAG_REQUEST)
             if message == "stop":
                 summary.wall_s = time.perf_counter() - started
@@ -362,6 +380,8 @@ def _helper_role(model: _ServingModel, build_side: SideBuilder) -> Callable[[Par
                 ctx.stage = "serve: request"
                 model.side.evaluate(ctx, np.zeros((message, 0), np.float32), VALIDATE)
                 summary.rows_scored += message
+            log_event(_log, ctx.name, "serve", "request", f"request {summary.requests}: {message} rows",
+                      level=logging.DEBUG, request=summary.requests, rows=message)
 
     return role
 
@@ -403,6 +423,8 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job 
             with ctx.meter.crypto("serve.index"):
                 both = _blind(points, key, workers=None)
             peers[p] = _PeerIndex({bytes(row): i for i, row in enumerate(both)})
+            log_event(_log, ctx.name, "serve", "index", f"serving index of {p}: {len(both)} IDs", peer=p,
+                      peer_rows=len(both))
         helpers = tuple(p for p in ctx.peers if p not in ctx.passives)
         for p in (*ctx.passives, *helpers):  # every party builds its side for the same model inputs (as a plan says)
             ctx.send(p, TAG_WIDTHS, {"widths": widths, "n_classes": n_classes, "task": task})
@@ -413,7 +435,7 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job 
         started = time.perf_counter()
         last = time.monotonic()
         while True:
-            ctx.stage = "serve: waiting for a request"
+            ctx.stage = IDLE_STAGE
             try:
                 job = jobs.get(timeout=min(idle_s, 0.25))
             except Interrupted:  # SIGINT / SIGTERM while idle: the service ends, the peers stop cleanly
@@ -440,6 +462,10 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job 
             summary.rows_scored += len(answer["predictions"])
             summary.latencies_ms.append((time.perf_counter() - t0) * 1e3)
             job.answer.set_result(answer)
+            log_event(_log, ctx.name, "serve", "request", f"request {summary.requests}: {len(answer['predictions'])} "
+                      f"of {len(job.rows)} rows scored in {summary.latencies_ms[-1]:.1f} ms",
+                      request=summary.requests, rows=len(answer["predictions"]), asked=len(job.rows),
+                      latency_ms=round(summary.latencies_ms[-1], 3))
         for p in ctx.peers:
             ctx.send(p, TAG_REQUEST, "stop")
         summary.wall_s = time.perf_counter() - started
@@ -555,16 +581,18 @@ def _listen_address(listen: str) -> tuple[str, int]:
 def run_serving_party(federation: Federation, name: str, data: str | Path | None, model_dir: str | Path | None, *,
                       listen: str = DEFAULT_LISTEN, device: str = "auto", transport: Any = None,
                       on_ready: Callable[[str], None] | None = None, stop: threading.Event | None = None,
-                      request_timeout_s: float = 60.0) -> ServingSummary:
+                      request_timeout_s: float = 60.0, threads: int | ThreadChoice | None = None) -> ServingSummary:
     """Serve party ``name``'s part of the model under ``model_dir`` until stopped (``stop``, SIGINT or SIGTERM).
 
     At the active party ``on_ready(url)`` is called once every peer is up and the endpoint listens.
     A helper (``data = false``: hetero-lr's arbiter) takes no ``data`` and no ``model_dir``: it holds
     no part, and takes its part in each request (the arbiter: fresh keys, masked decryptions).
+    ``threads``: torch's threads in this process, as for training (:func:`~securevfl.deploy.party.run_deployed_party`).
     """
     from securevfl.api import resolve_device
     from securevfl.methods.base import method_class
 
+    threads_used = use_threads(federation, name, threads)  # before any torch work
     started = time.perf_counter()
     helper = not federation.party(name).data
     standalone = method_class(federation.job.method).standalone
@@ -599,9 +627,11 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
             scenario.remember_encoding(name, EncodedColumns(model.X[:0], tuple(names), {}, model.encoder))
         return method.scoring_roles(scenario)[name].side
 
+    log_start(federation, name, "serve", len(model.ids) if table is not None else None, threads_used)
+    watch = PartyWatch(name, quiet_stages=(IDLE_STAGE,))
     opened: Any = (nullcontext(InProcessTransport([name])) if standalone
-                   else party_links(federation, name, transport, phase="serve"))
-    with opened as link:
+                   else party_links(federation, name, transport, phase="serve", watch=watch))
+    with watch, opened as link:
         if is_active:
             up = {"status": "starting"}
 
@@ -615,6 +645,7 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
 
             def ready() -> None:
                 up["status"] = "ok"
+                log_event(_log, name, "serve", "ready", f"serving at {address}/score", url=f"{address}/score")
                 if on_ready:
                     on_ready(address)
 
@@ -631,7 +662,7 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
         else:
             role = _passive_role(model, fingerprint, build_side)
         try:
-            summary, _meter = run_party(role, name=name, active=federation.active, parties=parties,
+            summary, _meter = run_party(watch.role(role, "serve"), name=name, active=federation.active, parties=parties,
                                         passives=passives, transport=link, device=torch_device, seed=config.seed,
                                         recv_timeout=federation.limits.recv_timeout_s)
         finally:
@@ -645,4 +676,11 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
         if is_active and server is not None:
             summary.address = f"http://{host}:{server.server_address[1]}"
     summary.wall_s = time.perf_counter() - started
+    timing, latency = "", {}
+    if summary.latencies_ms:
+        p50, p99 = np.percentile(summary.latencies_ms, [50, 99])
+        timing, latency = f"; latency p50 {p50:.1f} ms, p99 {p99:.1f} ms", {"p50_ms": p50, "p99_ms": p99}
+    log_done(name, f"stopped: {summary.requests} requests, {summary.rows_scored} rows scored{timing}",
+             summary.wall_s, summary.rows_scored, link.link_stats() if hasattr(link, "link_stats") else None,
+             requests=summary.requests, **latency)
     return summary

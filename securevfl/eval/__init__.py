@@ -1,5 +1,11 @@
 """Evaluation: metrics on held-out data."""
 
-from securevfl.eval.metrics import classification_metrics, imbalanced, regression_metrics, task_metrics
+from securevfl.eval.metrics import (
+    classification_metrics,
+    imbalanced,
+    positive_index,
+    regression_metrics,
+    task_metrics,
+)
 
-__all__ = ["classification_metrics", "imbalanced", "regression_metrics", "task_metrics"]
+__all__ = ["classification_metrics", "imbalanced", "positive_index", "regression_metrics", "task_metrics"]

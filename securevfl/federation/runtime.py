@@ -70,6 +70,7 @@ class Channel:
         self._clock = 0  # Lamport depth: the deepest message this party has received
         self._recv_timeout = recv_timeout
         self.waiting_for: tuple[str, str] | None = None  # (peer, tag) of the receive in progress
+        self.waiting_since = 0.0  # time.monotonic() when that receive began (a watcher reports long waits)
 
     def _payload(self, value: Any) -> bytes | codec.Parcel:
         with self._meter.serialize():
@@ -107,6 +108,7 @@ class Channel:
 
     def recv(self, src: str, tag: str) -> Any:
         """Receive the next message from ``src``; it must carry ``tag`` (else ProtocolError)."""
+        self.waiting_since = time.monotonic()
         self.waiting_for = (src, tag)
         try:
             with self._meter.waiting():

@@ -7,6 +7,8 @@ to evaluate a set of rows); :func:`run_side` owns the rest:
   the party's training rows, :func:`securevfl.methods.base.batch_plan`);
 * **stages, history and progress**: ``ctx.stage`` names the epoch, the active party's per-batch
   losses become the epoch's ``train_loss`` (one per party where the method has several losses);
+  the active party calls ``progress(epoch=, epochs=, loss=)`` after each epoch, and every party
+  ``progress(epoch=N, epochs=, resumed=True)`` once when it resumes from epoch N's checkpoint;
 * **early stopping** (``TrainConfig.patience`` > 0): a seeded validation split of the aligned
   training rows that all parties derive alike; after each epoch of a validated phase every party
   takes part in an evaluation of those rows, the active party computes the validation loss (the
@@ -678,6 +680,8 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
             store.move_aside()
     record = EngineRecord(history, resumed_from_epoch=start, validation_rows=len(val_rows))
     total_epochs = sum(p.epochs for p in phases)
+    if start:  # every party says so (a deployed party prints it; in-process only the active party's shows)
+        ctx.progress(epoch=start, epochs=total_epochs, resumed=True)
 
     def save(epoch: int) -> None:
         if store is not None:
@@ -716,6 +720,8 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
             save(last)
             if ctx.is_active:
                 ctx.progress(epoch=last, epochs=total_epochs, loss=entry[phase.loss_key])
+            else:  # deployed, every party reports its epochs (in one process only the active party's progress runs)
+                ctx.progress(epoch=last, epochs=total_epochs)
             if stop:
                 break
         if stopper is not None:

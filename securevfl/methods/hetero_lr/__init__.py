@@ -268,6 +268,7 @@ def passive_role(data: PartyData, config: TrainConfig, options: HeteroLROptions,
                     grad = _gradient(ctx, X[idx], residual, options, randbelow, residual_scale(data.task))
                     with ctx.meter.compute():
                         theta = theta - options.lr * (grad + options.l2 * theta)
+                ctx.progress(epoch=epoch + 1, epochs=config.epochs)  # deployed: the passive party's own progress
             keep(kept_theta(theta))
             ctx.stage = "evaluate"
             with ctx.meter.compute():
@@ -419,6 +420,7 @@ def arbiter_role(options: HeteroLROptions, parties: tuple[str, ...], active: str
                         decrypt_masked(ctx, backend, party, MASKED_GRADIENT)
                 if monitor_loss:
                     decrypt_masked(ctx, backend, active, MASKED_LOSS)
+                ctx.progress(epoch=epoch + 1, epochs=epochs)  # deployed: the arbiter's own progress
         finally:
             backend.close()
         return {"key_bits": public_key.bits}
