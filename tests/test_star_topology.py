@@ -23,7 +23,13 @@ from test_deploy_processes import HELPERS, federation_file, headline, in_process
 from securevfl.cli_deploy import launch
 from securevfl.deploy.federation import job_fingerprint, load_federation, parse_federation
 from securevfl.errors import ConfigError, PeerFinishedError, PeerTimeoutError, ProtocolError
-from securevfl.federation.grpc_transport import GrpcTransport, LinkRefusedError, NetworkSettings, TlsCredentials
+from securevfl.federation.grpc_transport import (
+    GrpcTransport,
+    LinkRefusedError,
+    NetworkSettings,
+    PeerLostError,
+    TlsCredentials,
+)
 from securevfl.federation.transport import Envelope
 from securevfl.methods import method_names
 
@@ -463,3 +469,16 @@ def test_idle_pull_streams_with_a_valid_certificate_do_not_starve_the_hub(star, 
             call.cancel()
         for channel in channels:
             channel.close()
+
+
+def test_a_lost_party_is_reported_by_the_hub_to_a_party_waiting_on_it(star, pki):
+    s = star(pki)
+    a, b, c = (s.start(n) for n in "abc")
+    for t in (a, b, c):
+        t.wait_ready()
+    c._pulls["a"].close()  # c dies: its streams end without FIN or ABORT
+    c._links["a"].close()
+    started = time.monotonic()
+    with pytest.raises(PeerLostError, match="a lost c"):
+        b.recv("b", "c", NO_ABORT, 30)  # b cannot see c; the hub can, and tells it
+    assert time.monotonic() - started < FAST.peer_timeout_s + 3

@@ -102,6 +102,7 @@ RELAY = "\x1e"
 _SEP = "\x1f"
 _RELAY_FIN = RELAY + "fin"  # the sender's role returned: nothing more on this relayed link (sealed)
 _RELAY_BUNDLE = RELAY + "bundle"  # the sender's signed session key (see securevfl.federation.e2e)
+_RELAY_LOST = RELAY + "lost"  # from the hub: the party named as source is lost (the hub alone can see it)
 #: The receiver acknowledges cumulatively: after this many frames or bytes, on FIN and on a heartbeat.
 ACK_EVERY_FRAMES = 32
 ACK_EVERY_BYTES = 8 * 1024 * 1024
@@ -381,6 +382,8 @@ class _OutLink:
                         break
                 self.cond.wait(0.2)
         self.owner.notify()
+        if self.error is not None and not self.closing:
+            self.owner._report_lost(self.peer, str(self.error))
 
     # -- the link's own thread
 
@@ -1159,6 +1162,15 @@ class GrpcTransport(Transport):
         except SecureVFLError:
             pass  # the link to dst failed: this party's role, or dst's peer timeout, reports it
 
+    def _report_lost(self, peer: str, detail: str) -> None:
+        """The hub lost ``peer``: tell the other parties, which cannot see it themselves (they wait on it)."""
+        for other, link in self._links.items():
+            if other != peer:
+                try:
+                    link.send(relay_tag(peer, _RELAY_LOST), 0, detail.encode("utf-8")[:4000], relayed=True)
+                except SecureVFLError:
+                    pass
+
     def _relay(self, src: str, dst: str, tag: str, depth: int, payload: bytes) -> None:
         """The hub hands a relayed message on (a test replaces it with a tampering relay)."""
         self._links[dst].send(tag, depth, payload, relayed=True)
@@ -1176,6 +1188,10 @@ class GrpcTransport(Transport):
         from securevfl.federation import e2e
 
         pair = self._pairs[origin]
+        if inner == _RELAY_LOST:  # liveness is the hub's to tell (it could stop relaying anyway)
+            self._fail_inbox(origin, PeerLostError(origin, self.party, f"{self.party}: {carrier} lost {origin}: "
+                                                   + payload.decode("utf-8", "replace")))
+            return
         try:
             if inner == _RELAY_BUNDLE:
                 if self.tls is None or pair.channel is not None:
