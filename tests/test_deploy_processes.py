@@ -117,7 +117,8 @@ def headline(metrics):
 
 @pytest.mark.parametrize("method, options, toml_options", [
     ("splitnn", {}, ""),
-    ("easter", {"secagg": "dh", "embedding_size": 16}, 'secagg = "dh"\nembedding_size = 16'),
+    pytest.param("easter", {"secagg": "dh", "embedding_size": 16}, 'secagg = "dh"\nembedding_size = 16',
+                 marks=pytest.mark.slow),  # the suite's time budget; the star test runs it too under slow
 ])
 def test_three_processes_match_the_threaded_run(tmp_path, files, certs, method, options, toml_options,
                                                monkeypatch):

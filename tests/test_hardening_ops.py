@@ -87,7 +87,8 @@ class _Party:
 
 
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGTERM, 143, "terminated by SIGTERM"),
-                                                (signal.SIGINT, 130, "interrupted by SIGINT")])
+                                                pytest.param(signal.SIGINT, 130, "interrupted by SIGINT",
+                                                             marks=pytest.mark.slow)])
 def test_a_signalled_party_aborts_its_peers_and_exits_at_once(tmp_path, sig, code, word):
     parties = ("bank", "shop", "clinic")
     files = _tables(tmp_path, parties)

@@ -132,6 +132,7 @@ def test_a_row_count_lie_is_named_at_once_and_allocates_nothing(tmp_path, files)
         assert lied[p][3] < 20.0  # within the receive timeout (20 s), not at it
 
 
+@pytest.mark.slow  # 23 s: the default suite's time budget
 def test_a_party_lost_at_the_cost_summary_leaves_the_finished_report(tmp_path, files):
     report = tmp_path / "run.json"
     # dies after training, before its costs: once what it sent last has had time to leave (a crash at

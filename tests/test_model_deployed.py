@@ -45,8 +45,9 @@ def _launch(fed: Path, files: dict[str, Path], *args: str) -> int:
     return main(["launch", str(fed), "--insecure", "--device", "cpu", "--timeout", "180", *data, *args])
 
 
-@pytest.mark.parametrize("method, options", [("splitnn", ""), ("easter", 'secagg = "dh"\nembedding_size = 16'),
-                                             ("entity-aug", "")], ids=["splitnn", "easter-dh", "entity-aug"])
+@pytest.mark.parametrize("method, options", [  # EASTER and entity-aug: slow (20 s each; the suite's budget)
+    ("splitnn", ""), pytest.param("easter", 'secagg = "dh"\nembedding_size = 16', marks=pytest.mark.slow),
+    pytest.param("entity-aug", "", marks=pytest.mark.slow)], ids=["splitnn", "easter-dh", "entity-aug"])
 def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_path, tables, method, options,
                                                                            monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

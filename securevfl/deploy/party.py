@@ -704,8 +704,16 @@ def log_start(federation: Federation, name: str, mode: str, rows: int | None,
     peers = [p for p in federation.parties if p != name]
     security = "plaintext, loopback" if federation.insecure else "mutual TLS"
     held = f", {rows} rows" if rows is not None else ""
-    log_event(_log, name, "start", "start", f"{federation.job.method} ({mode}), {role} party{held}; connecting to "
-              f"{', '.join(peers) or 'no other party'} ({security}); {threads.describe()}", role=role,
+    if federation.topology == "star" and name != federation.active:  # it dials the active party alone
+        others = [p for p in peers if p != federation.active]
+        links = f"dialling out to {federation.active} (star hub" + (f"; it relays {', '.join(others)})" if others
+                                                                     else ")")
+    elif federation.topology == "star":
+        links = f"listening for {', '.join(peers) or 'no other party'} (star hub)"
+    else:
+        links = f"connecting to {', '.join(peers) or 'no other party'}"
+    log_event(_log, name, "start", "start", f"{federation.job.method} ({mode}), {role} party{held}; {links} "
+              f"({security}); {threads.describe()}", role=role,
               method=federation.job.method, mode=mode, address=federation.addresses.get(name), peers=peers,
               tls=not federation.insecure, rows=rows, threads=threads.threads, threads_source=threads.source)
 
