@@ -19,6 +19,7 @@ import pytest
 import test_deploy_processes as processes
 from net_helpers import CuttingProxy, free_port
 from test_deploy_processes import HELPERS, federation_file, headline, in_process, run_in_threads
+from test_grpc_transport import FAST, NO_ABORT  # the same fast network settings as the mesh transport's tests
 
 from securevfl.cli_deploy import launch
 from securevfl.deploy.federation import job_fingerprint, load_federation, parse_federation
@@ -26,16 +27,11 @@ from securevfl.errors import ConfigError, PeerFinishedError, PeerTimeoutError, P
 from securevfl.federation.grpc_transport import (
     GrpcTransport,
     LinkRefusedError,
-    NetworkSettings,
     PeerLostError,
     TlsCredentials,
 )
 from securevfl.federation.transport import Envelope
 from securevfl.methods import method_names
-
-FAST = NetworkSettings(peer_timeout_s=4, heartbeat_s=0.3, connect_timeout_s=6, chunk_kb=64,
-                       reconnect_backoff_s=0.05, max_backoff_s=0.5)
-NO_ABORT = threading.Event()
 
 
 def creds(directory: Path, party: str) -> TlsCredentials:

@@ -1083,16 +1083,7 @@ class GrpcTransport(Transport):
             pull.push(fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal)))
             raise LinkRefusedError(peer, refusal, f"{self.party} refused the link from {peer}: {refusal}")
         bound = settings.recv_buffer_bytes
-        with self._cond:
-            inbox.generation += 1
-            generation = inbox.generation
-            inbox.hello_seen = True
-            inbox.last_seen = time.monotonic()
-            inbox.peer_max_message = hello.max_message
-            if inbox.reassembly is None:
-                inbox.reassembly = fr.Reassembly(settings.max_message_bytes)
-            expected = inbox.expected
-            self._cond.notify_all()
+        generation, expected, _ = self._accept_hello(inbox, hello)
         pull.push(fr.encode_frame(fr.Frame(fr.Kind.HELLO_ACK, seq=expected)))
         for data in responses:
             with self._cond:
@@ -1280,17 +1271,7 @@ class GrpcTransport(Transport):
         src = hello.src
         inbox = self._inboxes[src]
         bound = settings.recv_buffer_bytes
-        with self._cond:
-            inbox.generation += 1
-            generation = inbox.generation
-            inbox.hello_seen = True
-            inbox.last_seen = time.monotonic()
-            inbox.peer_max_message = hello.max_message
-            if inbox.reassembly is None:
-                inbox.reassembly = fr.Reassembly(settings.max_message_bytes)
-            expected = inbox.expected
-            previous, inbox.context = inbox.context, context
-            self._cond.notify_all()
+        generation, expected, previous = self._accept_hello(inbox, hello, context)
         if previous is not None and previous is not context:
             previous.cancel()  # the peer reconnected: its old stream ends and frees its thread
         yield fr.encode_frame(fr.Frame(fr.Kind.HELLO_ACK, seq=expected))
@@ -1330,6 +1311,25 @@ class GrpcTransport(Transport):
             self._after_frame(src, inbox)
             if ack is not None:
                 yield ack
+
+    def _accept_hello(self, inbox: _Inbox, hello: fr.Frame, context: Any = None) -> tuple[int, int, Any]:
+        """Start a new generation of ``inbox`` for an accepted HELLO.
+
+        Returns (the generation, the next frame number expected, the server context it replaces);
+        ``context``: the server stream now carrying the link (None for a pull stream this party opened).
+        """
+        with self._cond:
+            inbox.generation += 1
+            inbox.hello_seen = True
+            inbox.last_seen = time.monotonic()
+            inbox.peer_max_message = hello.max_message
+            if inbox.reassembly is None:
+                inbox.reassembly = fr.Reassembly(self.settings.max_message_bytes)
+            previous = inbox.context
+            if context is not None:
+                inbox.context = context
+            self._cond.notify_all()
+            return inbox.generation, inbox.expected, previous
 
     def _check_hello(self, hello: fr.Frame, context: grpc.ServicerContext | None) -> str:
         if hello.kind != fr.Kind.HELLO:
