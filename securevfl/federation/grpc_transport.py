@@ -303,11 +303,7 @@ class _OutLink:
         # The request stream ends by itself once nothing urgent is queued: gRPC then delivers what it
         # was handed (an ABORT) before the half-close. Cancelling at once could drop that frame, and the
         # peer would only learn of the failure a peer timeout later; cancel a stream that lingers.
-        self._thread.join(timeout=1.0)
-        call = self._call
-        if self._thread.is_alive() and call is not None:
-            call.cancel()
-        self._thread.join(timeout=5)
+        _end_stream(self._thread, self._call)
         if self._channel is not None:
             self._channel.close()
         elif self.context is not None and self.urgent:
@@ -389,9 +385,7 @@ class _OutLink:
 
     def _requests(self, generation: int) -> Iterator[bytes]:
         owner = self.owner
-        yield fr.encode_frame(fr.Frame(fr.Kind.HELLO, src=owner.party, dst=self.peer, text=owner.fingerprint,
-                                       job=owner.job, chunk_kb=self.settings.chunk_kb,
-                                       max_message=self.settings.max_message_bytes))
+        yield _hello(owner, self.peer)
         heartbeat = self.settings.heartbeat_s
         window = self.settings.send_window_mb * _MIB
         while True:
@@ -513,6 +507,21 @@ class _OutLink:
 _HEARTBEAT = fr.encode_frame(fr.Frame(fr.Kind.HEARTBEAT))
 
 
+def _hello(owner: GrpcTransport, peer: str) -> bytes:
+    """The first frame of a stream ``owner`` opens to ``peer``: names, job fingerprint and link settings."""
+    settings = owner.settings
+    return fr.encode_frame(fr.Frame(fr.Kind.HELLO, src=owner.party, dst=peer, text=owner.fingerprint, job=owner.job,
+                                    chunk_kb=settings.chunk_kb, max_message=settings.max_message_bytes))
+
+
+def _end_stream(thread: threading.Thread, call: Any) -> None:
+    """Let a link's thread end its stream by itself (delivering a queued ABORT); cancel a stream that lingers."""
+    thread.join(timeout=1.0)
+    if thread.is_alive() and call is not None:
+        call.cancel()
+    thread.join(timeout=5)
+
+
 def _permanent_failure(detail: str, peer: str, address: str, party: str) -> str:
     """A readable reason, naming the side that failed, when a gRPC error cannot pass on retry; "" otherwise.
 
@@ -606,18 +615,12 @@ class _PullLink:
         with self.cond:
             self.closing = True
             self.cond.notify_all()
-        self._thread.join(timeout=1.0)
-        call = self._call
-        if self._thread.is_alive() and call is not None:
-            call.cancel()
-        self._thread.join(timeout=5)
+        _end_stream(self._thread, self._call)
         self._channel.close()
 
     def _requests(self, generation: int, queue: deque[bytes]) -> Iterator[bytes]:
         owner = self.owner
-        yield fr.encode_frame(fr.Frame(fr.Kind.HELLO, src=owner.party, dst=self.peer, text=owner.fingerprint,
-                                       job=owner.job, chunk_kb=self.settings.chunk_kb,
-                                       max_message=self.settings.max_message_bytes))
+        yield _hello(owner, self.peer)
         while True:  # this stream's own queue: a stale stream's iterator never takes the new stream's frames
             with self.cond:
                 while not queue:  # closing: what is queued (the acknowledgement of a FIN) goes first
