@@ -298,14 +298,7 @@ def _passive_role(model: _ServingModel, fingerprint: str,
                                          "index": index.tobytes()})
         _build_announced(ctx, model, build_side)
         started = time.perf_counter()
-        while True:
-            ctx.stage = IDLE_STAGE
-            message = ctx.recv(ctx.active, TAG_REQUEST)
-            if message == "idle":
-                continue
-            if message == "stop":
-                summary.wall_s = time.perf_counter() - started
-                return summary
+        while (message := _next_request(ctx)) is not None:
             ctx.stage = "serve: request"
             asked = _points(message, ctx.active, MAX_REQUEST_ROWS, "request")
             with ctx.meter.crypto("serve.blind"):
@@ -322,8 +315,21 @@ def _passive_role(model: _ServingModel, fingerprint: str,
             log_event(_log, ctx.name, "serve", "request", f"request {summary.requests}: {len(positions)} of "
                       f"{len(asked)} asked rows scored here", level=logging.DEBUG, request=summary.requests,
                       rows=len(positions), asked=len(asked))
+        summary.wall_s = time.perf_counter() - started
+        return summary
 
     return role
+
+
+def _next_request(ctx: PartyContext) -> Any:
+    """The active party's next request to this party (idle ticks skipped); None once it stops the service."""
+    while True:
+        ctx.stage = IDLE_STAGE
+        message = ctx.recv(ctx.active, TAG_REQUEST)
+        if message == "stop":
+            return None
+        if message != "idle":
+            return message
 
 
 def _model_inputs(message: Any, sender: str, parties: Sequence[str]) -> tuple[dict[str, int], int, str]:
@@ -365,14 +371,7 @@ def _helper_role(model: _ServingModel, build_side: SideBuilder) -> Callable[[Par
         ctx.stage = "serve: setup"
         _build_announced(ctx, model, build_side)
         started = time.perf_counter()
-        while True:
-            ctx.stage = IDLE_STAGE
-            message = ctx.recv(ctx.active, TAG_REQUEST)
-            if message == "stop":
-                summary.wall_s = time.perf_counter() - started
-                return summary
-            if message == "idle":
-                continue
+        while (message := _next_request(ctx)) is not None:
             if not isinstance(message, int) or isinstance(message, bool) or not 0 <= message <= MAX_REQUEST_ROWS:
                 raise ProtocolError(f"{ctx.active} sent a malformed request to helper {ctx.name}")
             summary.requests += 1
@@ -382,6 +381,8 @@ def _helper_role(model: _ServingModel, build_side: SideBuilder) -> Callable[[Par
                 summary.rows_scored += message
             log_event(_log, ctx.name, "serve", "request", f"request {summary.requests}: {message} rows",
                       level=logging.DEBUG, request=summary.requests, rows=message)
+        summary.wall_s = time.perf_counter() - started
+        return summary
 
     return role
 
