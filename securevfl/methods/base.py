@@ -163,6 +163,8 @@ class Method(ABC, Generic[OptionsT]):
     #: Whether the method trains through :mod:`securevfl.methods.objective`: regression tasks and
     #: ``class_weight``; the others refuse both.
     supports_objectives: ClassVar[bool] = False
+    #: Whether it stops early (``--early-stopping``) although it trains outside the engine (secureboost).
+    supports_early_stopping: ClassVar[bool] = False
     #: Whether its bottom models learn embeddings of category codes (``ColumnSpec(embed=True)``).
     supports_category_embeddings: ClassVar[bool] = False
     #: Why its parties cannot save a model (``--model-dir``) yet; "" where they can (the engine's
@@ -190,7 +192,7 @@ class Method(ABC, Generic[OptionsT]):
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
         self.options = parse_options(self.Options, config.options)
-        if not self.uses_engine and (config.patience or config.checkpoint_dir):
+        if not self.uses_engine and (config.checkpoint_dir or (config.patience and not self.supports_early_stopping)):
             engine = ", ".join(n for n in method_names() if method_class(n).uses_engine)
             raise ConfigError(f"{self.name} does not support early stopping or checkpoints; the methods on the "
                               f"split-learning engine do: {engine}")

@@ -1,0 +1,108 @@
+"""Fixed-point gradients and their packing: (g, h) in one Paillier plaintext, many split sums in one ciphertext.
+
+The active party turns g and h into integers ``round(x · 2^frac_bits)`` (:func:`to_fixed`); every
+histogram and split sum is then an exact integer sum, the same with and without encryption, so the
+plaintext mode (``encrypt=false``) and the encrypted protocol build identical trees.
+
+Packing (SecureBoost+, Fan et al. 2021, "GH packing" and "cipher compressing") writes several signed
+integers as the digits of one number in base 2^s, ``P = Σ_i d_i 2^(i s)``, with no offsets: a sum of
+such numbers is the number of the digit sums, and as long as every digit sum stays inside
+(−2^(s−1), 2^(s−1)) the digits are recovered exactly by balanced base-2^s decoding
+(:func:`unpack_signed`). A negative P is stored as n + P (residues above n/2 read as negative). So a
+passive party can add packed (g, h) ciphertexts into bins, and shift-and-add several candidate sums
+into one ciphertext (c_1^(2^(2s)) · c_2 ...), without knowing any value or any offset; it never
+learns counts of rows per bin either (there is no count slot to correct offsets).
+
+The digit width ``s`` follows from public bounds only — the rows summed, |g| <= bound, h <= bound, the
+fixed-point scale — so it tells a passive party nothing about the labels (for regression the bound is
+the largest |g| of the tree, rounded up to a power of two: see docs/secureboost.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from securevfl.errors import ConfigError, EncodingOverflowError
+
+#: Exact int64 sums need |Σ x| < 2^62: the fixed-point scale is lowered for a tree whose bound needs it.
+INT64_SUM_BITS = 62
+
+
+def to_fixed(values: np.ndarray, frac_bits: int) -> np.ndarray:
+    """``round(values · 2^frac_bits)`` as int64."""
+    return np.asarray(np.rint(np.asarray(values, dtype=np.float64) * float(2**frac_bits)), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class DigitLayout:
+    """Signed digits of ``digit_bits`` bits, ``digits`` of them per plaintext of a ``plain_bits``-bit modulus."""
+
+    digit_bits: int
+    digits: int
+
+    @classmethod
+    def fitting(cls, max_abs_sum: int, n_bits: int) -> DigitLayout:
+        """The narrowest digit that holds sums up to ``max_abs_sum`` in magnitude, and how many fit below n/2."""
+        digit_bits = max(8, int(max_abs_sum).bit_length() + 2)  # |sum| < 2^(s-1) with a spare bit
+        digits = (n_bits - 2) // digit_bits
+        if digits < 2:
+            raise ConfigError(f"a {n_bits}-bit key cannot hold two {digit_bits}-bit digits; use a larger key")
+        return cls(digit_bits, digits)
+
+
+def pack_signed(rows: Sequence[Sequence[int]], digit_bits: int, n: int) -> list[int]:
+    """Each row of signed digits as one residue in [0, n): Σ_i d_i 2^(i s) mod n (digit 0 lowest)."""
+    out = []
+    for digits in rows:
+        value = 0
+        for d in reversed(digits):
+            value = (value << digit_bits) + int(d)
+        out.append(value % n)
+    return out
+
+
+def pack_pairs(g: np.ndarray, h: np.ndarray, digit_bits: int, n: int) -> list[int]:
+    """(g_i, h_i) as g_i + h_i 2^s mod n per row: the packed plaintexts the active party encrypts."""
+    shift = 1 << digit_bits
+    return [(int(a) + int(b) * shift) % n for a, b in zip(g.tolist(), h.tolist(), strict=True)]
+
+
+def unpack_signed(residues: Sequence[int], digits: int, digit_bits: int, n: int) -> np.ndarray:
+    """Balanced base-2^s digits of each residue (read as signed): an int64 ``(len, digits)`` array.
+
+    A residue whose value does not end after ``digits`` digits (a digit sum left its range) is an
+    EncodingOverflowError: it never decodes silently wrong.
+    """
+    half, base, mask = n // 2, 1 << digit_bits, (1 << digit_bits) - 1
+    top = 1 << (digit_bits - 1)
+    out = np.empty((len(residues), digits), dtype=np.int64)
+    for i, r in enumerate(residues):
+        value = int(r)
+        if value > half:
+            value -= n
+        for j in range(digits):
+            d = value & mask
+            if d >= top:
+                d -= base
+            out[i, j] = d
+            value = (value - d) >> digit_bits
+        if value != 0:
+            raise EncodingOverflowError("a packed sum left its digit range (the histogram cannot be decoded)")
+    return out
+
+
+def digit_bound(rows: int, value_bound: float, frac_bits: int) -> int:
+    """The largest |sum| of ``rows`` fixed-point values of magnitude <= ``value_bound``."""
+    return int(math.ceil(rows * value_bound * 2**frac_bits)) + rows
+
+
+def frac_bits_for(rows: int, value_bound: float, wanted: int) -> int:
+    """``wanted`` fraction bits, lowered where the sums of ``rows`` values could leave exact int64 range."""
+    room = INT64_SUM_BITS - math.ceil(math.log2(max(rows, 1) * max(value_bound, 1e-300) + 1)) - 1
+    if room < 8:
+        raise ConfigError(f"gradients of magnitude {value_bound:g} over {rows} rows leave no fixed-point precision")
+    return min(wanted, room)

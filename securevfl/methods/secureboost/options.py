@@ -1,0 +1,86 @@
+"""The options of ``secureboost`` (``--option key=value``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from securevfl.errors import ConfigError
+from securevfl.methods.secureboost.binning import MAX_BINS_LIMIT
+from securevfl.privacy.paillier import available_backends
+from securevfl.privacy.paillier.keys import MIN_TEST_KEY_BITS, SECURE_KEY_BITS
+
+EXECUTORS = ("process", "ray")
+
+
+@dataclass(frozen=True)
+class SecureBoostOptions:
+    """Options of ``secureboost``.
+
+    Trees: ``trees`` boosting rounds (one tree per class per round for multi-class), ``max_depth``,
+    ``learning_rate`` (XGBoost's eta), ``max_bins`` per feature (missing values get one more),
+    ``min_child_weight`` (least hessian sum of a child), ``l2`` (XGBoost's lambda),
+    ``min_split_gain`` (gamma), ``subsample`` (rows per tree), ``colsample`` (each party's features
+    per tree), ``first_tree_active_only`` (the paper's reduced-leakage variant: the first round uses the
+    active party's features only, and the passive parties see nothing of it). Early stopping:
+    the run's ``--early-stopping N`` on a ``--val-fraction`` split.
+
+    Cryptography: ``encrypt`` (``false`` runs the same protocol on plaintext gradients: tests, and
+    the cost of the cryptography), ``backend`` (``fast`` or ``phe``), ``key_bits`` (2048 or 3072; smaller
+    with ``insecure_allow_small_key``, tests only), ``frac_bits`` (fixed-point bits of g and h),
+    ``packing`` (g and h in one plaintext, and many split sums in one ciphertext: SecureBoost+),
+    ``subtraction`` (compute the smaller child's histogram, subtract for its sibling), ``shuffle`` (each
+    passive party permutes its split candidates per tree, so the active party sees "split id k" only),
+    ``workers`` (processes for encryption, histograms and decryption; 1 = in the party's process),
+    ``executor`` (``process`` or ``ray``, with ``ray_address``).
+    """
+
+    trees: int = 50
+    max_depth: int = 5
+    learning_rate: float = 0.3
+    max_bins: int = 32
+    min_child_weight: float = 1.0
+    l2: float = 1.0
+    min_split_gain: float = 0.0
+    subsample: float = 1.0
+    colsample: float = 1.0
+    first_tree_active_only: bool = False
+    encrypt: bool = True
+    backend: str = "fast"
+    key_bits: int = 2048
+    insecure_allow_small_key: bool = False
+    frac_bits: int = 32
+    packing: bool = True
+    subtraction: bool = True
+    shuffle: bool = True
+    workers: int = 1
+    executor: str = "process"
+    ray_address: str = ""
+
+    def __post_init__(self) -> None:
+        if self.trees < 1:
+            raise ConfigError(f"trees must be >= 1, got {self.trees}")
+        if self.max_depth < 1:
+            raise ConfigError(f"max_depth must be >= 1 (a tree of depth 0 is a constant), got {self.max_depth}")
+        if not 0 < self.learning_rate <= 1:
+            raise ConfigError(f"learning_rate must be in (0, 1], got {self.learning_rate}")
+        if not 2 <= self.max_bins <= MAX_BINS_LIMIT:
+            raise ConfigError(f"max_bins must be in [2, {MAX_BINS_LIMIT}], got {self.max_bins}")
+        if not self.min_child_weight >= 0 or not self.l2 >= 0 or not self.min_split_gain >= 0:
+            raise ConfigError("min_child_weight, l2 and min_split_gain must be >= 0")
+        if not 0 < self.subsample <= 1 or not 0 < self.colsample <= 1:
+            raise ConfigError(f"subsample and colsample must be in (0, 1], got {self.subsample}, {self.colsample}")
+        if self.backend not in available_backends():
+            raise ConfigError(f"backend must be one of {', '.join(available_backends())}, got {self.backend!r}")
+        if self.key_bits not in SECURE_KEY_BITS:
+            if not self.insecure_allow_small_key:
+                raise ConfigError(f"key_bits must be one of {SECURE_KEY_BITS}")
+            if self.key_bits < MIN_TEST_KEY_BITS or self.key_bits % 2:
+                raise ConfigError(f"key_bits must be even and >= {MIN_TEST_KEY_BITS}, got {self.key_bits}")
+        if not 8 <= self.frac_bits <= 40:
+            raise ConfigError(f"frac_bits must be in [8, 40], got {self.frac_bits}")
+        if self.workers < 1:
+            raise ConfigError(f"workers must be >= 1, got {self.workers}")
+        if self.executor not in EXECUTORS:
+            raise ConfigError(f"executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
+        if self.ray_address and self.executor != "ray":
+            raise ConfigError("ray_address needs executor=ray")

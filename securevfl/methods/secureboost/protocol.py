@@ -1,0 +1,755 @@
+"""SecureBoost's training protocol: the active party's and the passive parties' roles.
+
+Per tree (one per class per round for multi-class), with n walked rows = the training rows (those
+that fit, and early stopping's validation rows) followed by the test rows:
+
+1. **gradients** (active → passive): the active party computes g and h on the rows the tree fits,
+   turns them into fixed-point integers, packs (g, h) into one plaintext per row
+   (:mod:`.codec`), encrypts, and sends the ciphertexts with the rows they belong to;
+2. per level, **assign** (active → passive): every walked row's node (the instance space of each
+   node: SecureBoost's known leakage) and the nodes whose histograms are wanted — with subtraction
+   only the smaller child of each split, its sibling being the parent minus it;
+3. **histograms** (passive → active): each passive party bins its own columns (:mod:`.binning`),
+   multiplies the ciphertexts of each node's rows into bins (:mod:`.histogram`), forms the left-side
+   sum of every split candidate (prefix sums over bins; with missing values left and right), permutes
+   the candidates with a fresh secret permutation per tree, packs many candidate sums per ciphertext
+   and re-randomises them;
+4. the active party decrypts, subtracts for siblings, and finds each node's best split over every
+   party's candidates (XGBoost's gain); **split** (active → passive): "node j: your candidate k";
+5. **left rows** (passive → active): the owner alone maps k to its feature and threshold, keeps them in
+   its lookup table under a record id, and returns the record id and which of the node's rows go left.
+
+The active party keeps the trees (children, owner and record per node, leaf weights) and its own
+lookup table; each passive party its lookup table (:mod:`.tree`). ``encrypt=false`` runs exactly
+this protocol on the fixed-point integers in the clear, so both modes build identical trees.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from psi.executors import ExecutorConfig
+from securevfl.data.scenario import PartyData
+from securevfl.errors import DataError, ProtocolError
+from securevfl.federation.runtime import PartyContext
+from securevfl.methods.base import ActiveOutcome, TrainConfig
+from securevfl.methods.engine.kept import Keep, KeptRole, kept_side
+from securevfl.methods.engine.loop import split_rows
+from securevfl.methods.secureboost.binning import FeatureBins, fit_bins
+from securevfl.methods.secureboost.codec import (
+    DigitLayout,
+    digit_bound,
+    frac_bits_for,
+    pack_pairs,
+    to_fixed,
+    unpack_signed,
+)
+from securevfl.methods.secureboost.histogram import (
+    Candidate,
+    EncryptedHistogrammer,
+    candidates_of,
+    plain_candidate_sums,
+    plain_histograms,
+)
+from securevfl.methods.secureboost.objective import GRADIENT_BOUND, BoostObjective
+from securevfl.methods.secureboost.options import SecureBoostOptions
+from securevfl.methods.secureboost.tree import SPLITS, TREES, SplitRecorder, TreeBuilder
+from securevfl.privacy.paillier import (
+    PaillierBackend,
+    PaillierPrivateKey,
+    PaillierPublicKey,
+    create_backend,
+    generate_keypair,
+)
+from securevfl.seeding import simulation_rng
+
+KeyPair = tuple[PaillierPublicKey, PaillierPrivateKey]
+
+PUBLIC_KEY = "secureboost.setup.public_key"
+TREE = "secureboost.tree.gradients"
+ASSIGN = "secureboost.level.assign"
+HISTOGRAMS = "secureboost.level.histograms"
+SPLIT = "secureboost.level.split"
+LEFT_ROWS = "secureboost.level.left_rows"
+STATS = "secureboost.end.stats"
+
+
+# -- shared helpers -------------------------------------------------------------------------------------------------
+
+def ciphertext_bytes(n: int) -> int:
+    """Bytes of one ciphertext on the wire (fixed width, big-endian, mod n^2)."""
+    return (2 * n.bit_length() + 7) // 8
+
+
+def to_wire(ciphertexts: Sequence[Any], width: int) -> bytes:
+    """Ciphertexts as one byte string of fixed-width big-endian integers."""
+    return b"".join(int(c).to_bytes(width, "big") for c in ciphertexts)
+
+
+def from_wire(data: Any, width: int, count: int, sender: str, what: str) -> list[int]:
+    """``count`` fixed-width ciphertexts from ``data``; any other length is a ProtocolError naming the sender."""
+    if not isinstance(data, bytes) or len(data) != width * count:
+        got = f"{len(data)} bytes" if isinstance(data, bytes) else type(data).__name__
+        raise ProtocolError(f"{sender} sent {what} of {got}; {count} ciphertexts of {width} bytes were expected")
+    return [int.from_bytes(data[i : i + width], "big") for i in range(0, len(data), width)]
+
+
+def rows_by_node(node_of: np.ndarray, nodes: Sequence[int]) -> list[np.ndarray]:
+    """The positions holding each of ``nodes`` in ``node_of`` (ascending)."""
+    order = np.argsort(node_of, kind="stable")
+    ordered = node_of[order]
+    out = []
+    for k in nodes:
+        lo, hi = np.searchsorted(ordered, k, "left"), np.searchsorted(ordered, k, "right")
+        out.append(np.sort(order[lo:hi]))
+    return out
+
+
+def goes_left(bins: np.ndarray, feature: int, bin_index: int, missing_left: bool, missing_bin: int) -> np.ndarray:
+    """Whether rows with these bins go left at "bin <= bin_index" (missing values to ``missing_left``)."""
+    column = bins[:, feature].astype(np.int64)
+    missing = column == missing_bin
+    return np.where(missing, missing_left, column <= bin_index)
+
+
+def executor_config(options: SecureBoostOptions) -> ExecutorConfig | None:
+    """The executor the options ask for: None for work in the party's own process."""
+    if options.executor == "ray":
+        return ExecutorConfig("ray", workers=options.workers if options.workers > 1 else None,
+                              ray_address=options.ray_address or None)
+    return ExecutorConfig("process", workers=options.workers) if options.workers > 1 else None
+
+
+def _walk_rows(data: PartyData) -> np.ndarray:
+    return np.concatenate([np.asarray(data.X_train, dtype=np.float64), np.asarray(data.X_test, dtype=np.float64)])
+
+
+def _has_missing(X: np.ndarray) -> list[bool]:
+    return [bool(v) for v in np.isnan(X).any(axis=0)] if len(X) else [False] * X.shape[1]
+
+
+def _feature_subset(n_features: int, fraction: float, seed: int, party: str, tree: int) -> np.ndarray:
+    """The features a party uses for ``tree`` (its own choice, seeded: all of them at ``colsample`` 1)."""
+    if fraction >= 1 or n_features == 0:
+        return np.arange(n_features)
+    keep = max(1, int(round(fraction * n_features)))
+    return np.sort(simulation_rng(seed, "secureboost.colsample", party, tree).choice(n_features, keep, replace=False))
+
+
+@dataclass
+class TreePlan:
+    """What the active party tells the passive parties about one tree's gradients."""
+
+    tree: int
+    rows: np.ndarray  # walked-row positions of the fitted rows, in the order of the gradients
+    frac_bits: int
+    layout: DigitLayout
+
+
+# -- the passive party ----------------------------------------------------------------------------------------------
+
+@dataclass
+class _PassiveTree:
+    tree: int
+    rows: np.ndarray
+    gradients: list[list[int]] | np.ndarray  # per component list of ciphertexts, or int64 (rows, 2)
+    candidates: list[Candidate]
+    per_ciphertext: int
+    digit_bits: int
+
+
+class PassiveTrainer:
+    """A passive party's side of training: histograms of its own bins, and the rows of its own splits."""
+
+    def __init__(self, ctx: PartyContext, data: PartyData, config: TrainConfig, options: SecureBoostOptions,
+                 shuffle_seed: int | None) -> None:
+        self.ctx, self.data, self.config, self.options = ctx, data, config, options
+        X_walk = _walk_rows(data)
+        self.bins: FeatureBins = fit_bins(np.asarray(data.X_train, dtype=np.float64), options.max_bins)
+        self.walk_bins = self.bins.transform(X_walk)
+        self.n_walk = len(X_walk)
+        self.has_missing = _has_missing(np.asarray(data.X_train, dtype=np.float64))
+        self.recorder = SplitRecorder()
+        self.shuffle = np.random.default_rng(shuffle_seed if shuffle_seed is not None else secrets.randbits(128))
+        self.n: int | None = None
+        self.backend: PaillierBackend | None = None
+        self.hist: EncryptedHistogrammer | None = None
+
+    def setup(self) -> None:
+        ctx, options = self.ctx, self.options
+        ctx.stage = "key exchange"
+        raw = ctx.recv(ctx.active, PUBLIC_KEY)
+        if options.encrypt:
+            if not isinstance(raw, bytes):
+                raise ProtocolError(f"{ctx.active} sent no public key, but encrypt=true was agreed")
+            public_key = PaillierPublicKey.from_bytes(raw)
+            if public_key.bits != options.key_bits:
+                raise ProtocolError(f"{ctx.active} sent a {public_key.bits}-bit key; "
+                                    f"{options.key_bits} bits were agreed")
+            self.n = public_key.n
+            extra: dict[str, Any] = {"workers": options.workers} if options.backend == "fast" else {}
+            self.backend = create_backend(options.backend, public_key, **extra)
+            self.hist = EncryptedHistogrammer(public_key.n, workers=options.workers, executor=executor_config(options))
+        elif raw is not None:
+            raise ProtocolError(f"{ctx.active} sent a public key, but encrypt=false was agreed")
+
+    def run(self) -> int:
+        """Serve every tree until the active party ends training; the number of trees it keeps."""
+        tree = 0
+        while True:
+            message = self.ctx.recv(self.ctx.active, TREE)
+            if not isinstance(message, dict):
+                raise ProtocolError(f"{self.ctx.active} sent a malformed {TREE}")
+            if message.get("done"):
+                kept = message.get("trees")
+                if not isinstance(kept, int) or not 0 <= kept <= tree:
+                    raise ProtocolError(f"{self.ctx.active} ended training keeping {kept!r} of {tree} trees")
+                return kept
+            self.ctx.stage = f"tree {tree + 1}"
+            if not message.get("skip"):
+                self._tree(self._receive_tree(message, tree))
+            tree += 1
+            self.ctx.progress(tree=tree)
+
+    def _receive_tree(self, message: dict[str, Any], tree: int) -> _PassiveTree:
+        ctx, options = self.ctx, self.options
+        rows = message.get("rows")
+        if (not isinstance(rows, np.ndarray) or rows.ndim != 1 or rows.dtype.kind not in "iu"
+                or (len(rows) and (rows.min() < 0 or rows.max() >= self.n_walk))):
+            raise ProtocolError(f"{ctx.active} sent the rows of tree {tree + 1} malformed or out of range")
+        rows = rows.astype(np.int64)
+        digit_bits, per_ct = message.get("digit_bits"), message.get("per_ciphertext")
+        if not isinstance(digit_bits, int) or not isinstance(per_ct, int) or not 8 <= digit_bits <= 512 or per_ct < 1:
+            raise ProtocolError(f"{ctx.active} sent a malformed packing layout for tree {tree + 1}")
+        features = _feature_subset(self.bins.n_features, options.colsample, self.config.seed, ctx.name, tree)
+        n_bins = [len(self.bins.cuts[f]) + 1 for f in range(self.bins.n_features)]
+        every = candidates_of(n_bins, self.has_missing)
+        chosen = set(features.tolist())
+        candidates = [c for c in every if c[0] in chosen]
+        if options.shuffle:
+            candidates = [candidates[i] for i in self.shuffle.permutation(len(candidates))]
+        gh = message.get("gradients")
+        gradients: list[list[int]] | np.ndarray
+        if self.n is None:
+            if not isinstance(gh, np.ndarray) or gh.shape != (len(rows), 2) or gh.dtype != np.int64:
+                raise ProtocolError(f"{ctx.active} sent plaintext gradients of another shape than {len(rows)} x 2")
+            gradients = gh
+        else:
+            components = 1 if options.packing else 2
+            if not isinstance(gh, list) or len(gh) != components:
+                raise ProtocolError(f"{ctx.active} sent {TREE} with a malformed gradient list")
+            width = ciphertext_bytes(self.n)
+            with ctx.meter.serialize():
+                gradients = [from_wire(part, width, len(rows), ctx.active, "gradients") for part in gh]
+        return _PassiveTree(tree, rows, gradients, candidates, per_ct, digit_bits)
+
+    def _tree(self, tree: _PassiveTree) -> None:
+        ctx = self.ctx
+        sample_bins = self.walk_bins[tree.rows]
+        while True:
+            message = ctx.recv(ctx.active, ASSIGN)
+            if not isinstance(message, dict):
+                raise ProtocolError(f"{ctx.active} sent a malformed {ASSIGN}")
+            if message.get("end"):
+                return
+            node_of, compute = message.get("node_of"), message.get("compute")
+            if (not isinstance(node_of, np.ndarray) or node_of.shape != (self.n_walk,) or node_of.dtype.kind not in "iu"
+                    or not isinstance(compute, np.ndarray) or compute.ndim != 1 or compute.dtype.kind not in "iu"):
+                raise ProtocolError(f"{ctx.active} sent a node assignment of another shape than {self.n_walk} rows")
+            node_of = node_of.astype(np.int64)
+            if len(compute):
+                sample_nodes = node_of[tree.rows]
+                node_rows = rows_by_node(sample_nodes, compute.tolist())
+                ctx.send(ctx.active, HISTOGRAMS, self._histograms(tree, sample_bins, node_rows))
+            self._split(tree, node_of)
+
+    def _histograms(self, tree: _PassiveTree, sample_bins: np.ndarray, node_rows: list[np.ndarray]) -> dict[str, Any]:
+        ctx, options = self.ctx, self.options
+        width = self.options.max_bins + 1
+        missing = self.bins.missing_bin
+        count = len(tree.candidates)
+        if isinstance(tree.gradients, np.ndarray):
+            with ctx.meter.compute():
+                hist = plain_histograms(tree.gradients, sample_bins, width, node_rows)
+                plain = plain_candidate_sums(hist, tree.candidates, missing) if count else np.zeros(
+                    (len(node_rows), 0, 2), dtype=np.int64)
+            return {"count": count, "sums": plain}
+        assert self.hist is not None and self.backend is not None and self.n is not None
+        blobs: list[list[bytes]] = [[] for _ in node_rows]
+        for component in tree.gradients:
+            with ctx.meter.crypto("secureboost.histogram"):
+                flat = self.hist.histograms(component, sample_bins, node_rows, width)
+                per_node = self.hist.candidate_sums(flat, len(node_rows), sample_bins.shape[1], width, missing,
+                                                    tree.candidates)
+            for k, sums in enumerate(per_node):
+                if options.packing:
+                    with ctx.meter.crypto("secureboost.compress"):
+                        packed = self.hist.compress(sums, tree.per_ciphertext, 2 * tree.digit_bits)
+                else:
+                    packed = [1 if s is None else s for s in sums]
+                with ctx.meter.crypto("paillier.rerandomize"):
+                    packed = self.backend.rerandomize_raw(packed)
+                with ctx.meter.serialize():
+                    blobs[k].append(to_wire(packed, ciphertext_bytes(self.n)))
+        return {"count": count, "sums": blobs}
+
+    def _split(self, tree: _PassiveTree, node_of: np.ndarray) -> None:
+        ctx = self.ctx
+        message = ctx.recv(ctx.active, SPLIT)
+        nodes, chosen = (message.get("nodes"), message.get("candidates")) if isinstance(message, dict) else (None, None)
+        if (not isinstance(nodes, np.ndarray) or not isinstance(chosen, np.ndarray) or nodes.shape != chosen.shape
+                or nodes.ndim != 1 or (len(chosen) and (chosen.min() < 0 or chosen.max() >= len(tree.candidates)))):
+            raise ProtocolError(f"{ctx.active} sent a malformed {SPLIT} (split ids must name this party's candidates)")
+        records, masks = [], []
+        node_rows = rows_by_node(node_of, nodes.tolist())
+        for rows, candidate in zip(node_rows, chosen.tolist(), strict=True):
+            feature, bin_index, missing_left = tree.candidates[candidate]
+            records.append(self.recorder.add(feature, self.bins.threshold(feature, bin_index), missing_left, tree.tree))
+            left = goes_left(self.walk_bins[rows], feature, bin_index, missing_left, self.bins.missing_bin)
+            masks.append(np.packbits(left).tobytes())
+        ctx.send(ctx.active, LEFT_ROWS, {"records": np.array(records, dtype=np.int64), "left": masks})
+
+    def close(self) -> None:
+        if self.hist is not None:
+            self.hist.close()
+        if self.backend is not None:
+            self.backend.close()
+
+    def stats(self) -> dict[str, int]:
+        return {"homomorphic_additions": self.hist.multiplications if self.hist is not None else 0,
+                "records": len(self.recorder.feature)}
+
+
+def passive_role(data: PartyData, config: TrainConfig, options: SecureBoostOptions,
+                 shuffle_seed: int | None = None) -> KeptRole:
+    """A passive party: it keeps its own lookup table (feature, threshold, missing side per record)."""
+
+    def role(ctx: PartyContext, keep: Keep) -> dict[str, int]:
+        trainer = PassiveTrainer(ctx, data, config, options, shuffle_seed)
+        try:
+            trainer.setup()
+            kept = trainer.run()
+        finally:
+            trainer.close()
+        keep(kept_side({SPLITS: trainer.recorder.module(kept)}))
+        stats = trainer.stats()
+        ctx.send(ctx.active, STATS, stats)
+        return stats
+
+    return KeptRole(role)
+
+
+# -- the active party -----------------------------------------------------------------------------------------------
+
+@dataclass
+class _Node:
+    """A node the active party is growing: its row sets, exact sums and candidate sums per party."""
+
+    node: int  # index in the forest
+    depth: int
+    sample: np.ndarray  # positions (into the tree's fitted rows) of its rows
+    total: np.ndarray  # exact (G, H) in fixed point
+    candidates: dict[int, np.ndarray] = field(default_factory=dict)  # party index -> (count, 2) left sums
+
+
+@dataclass
+class _Timing:
+    encrypt: float = 0.0
+    decrypt: float = 0.0
+    split_finding: float = 0.0
+    waiting: float = 0.0  # for the passive parties' histograms and left rows (their compute and the network)
+
+    def as_dict(self) -> dict[str, float]:
+        return {"encrypt": self.encrypt, "decrypt": self.decrypt, "split_finding": self.split_finding,
+                "histogram_and_network": self.waiting}
+
+
+class ActiveTrainer:
+    """The active party's side of training: gradients, split finding over every party, the trees."""
+
+    def __init__(self, ctx: PartyContext, data: PartyData, config: TrainConfig, options: SecureBoostOptions,
+                 passives: tuple[str, ...], candidate_limits: dict[str, int], keypair: KeyPair | None) -> None:
+        if data.y_train is None or data.y_test is None:
+            raise DataError("the active party of secureboost must hold the labels")
+        self.ctx, self.data, self.config, self.options = ctx, data, config, options
+        self.passives = passives
+        self.limits = candidate_limits
+        self.keypair = keypair
+        self.objective = BoostObjective.for_task(data.task, data.n_classes)
+        self.y = np.asarray(data.y_train)
+        self.n_train = len(data.X_train)
+        X_walk = _walk_rows(data)
+        self.n_walk = len(X_walk)
+        self.fit_rows, self.val_rows = split_rows(self.n_train, config)
+        self.bins = fit_bins(np.asarray(data.X_train, dtype=np.float64), options.max_bins)
+        self.walk_bins = self.bins.transform(X_walk)
+        n_bins = [len(c) + 1 for c in self.bins.cuts]
+        self.all_candidates = candidates_of(n_bins, _has_missing(np.asarray(data.X_train, dtype=np.float64)))
+        self.forest = TreeBuilder()
+        self.recorder = SplitRecorder()
+        self.backend: PaillierBackend | None = None
+        self.n_bits = 0
+        self.timing = _Timing()
+        self.counts = {"encryptions": 0, "decryptions": 0, "trees": 0}
+        self.owners = {name: 0 for name in (ctx.name, *passives)}
+        self._scale = 1.0  # 2^frac_bits of the tree being grown
+
+    # -- set-up --------------------------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        ctx, options = self.ctx, self.options
+        if not options.encrypt:
+            ctx.broadcast(self.passives, PUBLIC_KEY, None)
+            return
+        ctx.stage = "key generation"
+        with ctx.meter.crypto("paillier.keygen"):
+            public_key, private_key = self.keypair or generate_keypair(
+                options.key_bits, insecure_allow_small_key=options.insecure_allow_small_key)
+        extra: dict[str, Any] = {"workers": options.workers} if options.backend == "fast" else {}
+        self.backend = create_backend(options.backend, public_key, private_key, **extra)
+        self.n_bits = public_key.bits
+        ctx.broadcast(self.passives, PUBLIC_KEY, public_key.to_bytes())
+
+    # -- training ------------------------------------------------------------------------------------------------------
+    def train(self) -> tuple[np.ndarray, list[dict[str, float]], int]:
+        """Every round; the walked rows' margins, the history, and the number of trees kept."""
+        objective, options, config = self.objective, self.options, self.config
+        base = objective.base_margin(self.y[self.fit_rows])
+        margin = np.tile(base, (self.n_walk, 1))
+        history: list[dict[str, float]] = []
+        best_loss, best_round, stale = math.inf, 0, 0
+        best_margin = margin.copy()
+        per_round = objective.trees_per_round
+        rounds = 0
+        for rnd in range(options.trees):
+            started = time.perf_counter()
+            g_all, h_all = objective.gradients(self.y[self.fit_rows], margin[self.fit_rows])
+            for k in range(per_round):
+                tree = rnd * per_round + k
+                self.ctx.stage = f"round {rnd + 1}, tree {tree + 1}"
+                leaf_of_row, values = self._grow(tree, k, g_all[:, k], h_all[:, k],
+                                                 involve=not (options.first_tree_active_only and rnd == 0))
+                margin[:, k] += values[leaf_of_row]
+            rounds = rnd + 1
+            record: dict[str, float] = {"epoch": float(rounds), "seconds": time.perf_counter() - started,
+                                        "train_loss": objective.loss(self.y[self.fit_rows], margin[self.fit_rows])}
+            if len(self.val_rows):
+                loss = objective.loss(self.y[self.val_rows], margin[self.val_rows])
+                record["val_loss"] = loss
+                if loss < best_loss - 1e-12:
+                    best_loss, best_round, stale = loss, rounds, 0
+                    best_margin = margin.copy()
+                else:
+                    stale += 1
+            history.append(record)
+            self.ctx.progress(epoch=rounds, epochs=options.trees, loss=record["train_loss"])
+            if len(self.val_rows) and stale >= config.patience:
+                break
+        kept_rounds = best_round if len(self.val_rows) else rounds
+        if len(self.val_rows):
+            margin = best_margin
+        kept_trees = kept_rounds * per_round
+        self.forest.truncate(kept_trees)
+        self.ctx.broadcast(self.passives, TREE, {"done": True, "trees": kept_trees})
+        return margin, history, kept_trees
+
+    def _sample(self, tree: int) -> np.ndarray:
+        """Positions (into the fitted rows) this tree fits: all of them, or a seeded ``subsample``."""
+        n = len(self.fit_rows)
+        if self.options.subsample >= 1:
+            return np.arange(n)
+        keep = max(2, int(round(self.options.subsample * n)))
+        return np.sort(simulation_rng(self.config.seed, "secureboost.subsample", tree).choice(n, keep, replace=False))
+
+    def _layout(self, g: np.ndarray, rows: int) -> tuple[int, DigitLayout]:
+        """Fixed-point bits and the digit layout of one tree (from public bounds; regression: max |g|)."""
+        bound = GRADIENT_BOUND if not self.objective.regression else 2.0 ** math.ceil(
+            math.log2(max(float(np.max(np.abs(g))) if len(g) else 1.0, 1e-6)))
+        bound = max(bound, 1.0)  # h <= 1 for every objective here
+        frac = frac_bits_for(rows, bound, self.options.frac_bits)
+        n_bits = self.n_bits or 2048
+        return frac, DigitLayout.fitting(digit_bound(rows, bound, frac), n_bits)
+
+    def _grow(self, tree: int, output: int, g_fit: np.ndarray, h_fit: np.ndarray,
+              involve: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Grow one tree; each walked row's leaf (forest index) and the forest's leaf values."""
+        ctx, options = self.ctx, self.options
+        sample = self._sample(tree)
+        rows = self.fit_rows[sample]  # walked-row positions of the fitted rows
+        g, h = g_fit[sample], h_fit[sample]
+        frac, layout = self._layout(g, len(rows))
+        self._scale = float(2**frac)
+        gh = np.column_stack([to_fixed(g, frac), to_fixed(h, frac)])
+        passives = self.passives if involve else ()
+        if involve and passives:
+            self._send_gradients(tree, rows, gh, layout, frac)
+        elif passives:
+            ctx.broadcast(self.passives, TREE, {"tree": tree, "skip": True})
+        own_features = set(_feature_subset(self.bins.n_features, options.colsample, self.config.seed, ctx.name,
+                                           tree).tolist())
+        own_candidates = [c for c in self.all_candidates if c[0] in own_features]
+        sample_bins = self.walk_bins[rows]
+        root = self.forest.start_tree(output)
+        node_of = np.full(self.n_walk, root, dtype=np.int64)
+        sample_node = np.full(len(rows), root, dtype=np.int64)
+        nodes = {root: _Node(root, 0, np.arange(len(rows)), gh.sum(axis=0))}
+        frontier = [root] if self._splittable(nodes[root]) else []
+        compute = list(frontier)
+        derive: dict[int, tuple[int, int]] = {}  # node -> (parent, computed sibling)
+        while frontier:
+            if passives:
+                ctx.broadcast(passives, ASSIGN, {"node_of": node_of.astype(np.int32),
+                                                 "compute": np.array(compute, dtype=np.int32)})
+            self._candidate_sums(nodes, compute, gh, sample_bins, own_candidates, passives, layout)
+            for node, (parent, sibling) in derive.items():
+                for party, sums in nodes[sibling].candidates.items():
+                    nodes[node].candidates[party] = nodes[parent].candidates[party] - sums
+            decisions = self._best_splits([nodes[k] for k in frontier], frac)
+            lefts = self._apply_splits(decisions, passives, node_of, own_candidates)
+            next_frontier, compute, derive = [], [], {}
+            for node, (party, _, record) in decisions.items():
+                left_child, right_child = self.forest.split(node, party, record)
+                self.owners[(ctx.name, *self.passives)[party]] += 1
+                mask_rows = rows_by_node(node_of, [node])[0]
+                left_rows = mask_rows[lefts[node]]
+                right_rows = mask_rows[~lefts[node]]
+                node_of[left_rows], node_of[right_rows] = left_child, right_child
+                parent_sample = nodes[node].sample
+                in_left = lefts[node][np.searchsorted(mask_rows, rows[parent_sample])]
+                children = []
+                for child, members in ((left_child, parent_sample[in_left]), (right_child, parent_sample[~in_left])):
+                    sample_node[members] = child
+                    nodes[child] = _Node(child, nodes[node].depth + 1, members, gh[members].sum(axis=0))
+                    children.append(child)
+                splittable = [c for c in children if self._splittable(nodes[c])]
+                if not splittable:
+                    continue
+                next_frontier += splittable
+                if options.subtraction:
+                    small, large = sorted(children, key=lambda c: (len(nodes[c].sample), c))
+                    compute.append(small)
+                    if large in splittable:
+                        derive[large] = (node, small)
+                else:
+                    compute += splittable
+            needed = set(next_frontier) | {parent for parent, _ in derive.values()}
+            for node in nodes:
+                if node not in needed:
+                    nodes[node].candidates.clear()  # histograms no longer needed
+            frontier = next_frontier
+        if passives:
+            ctx.broadcast(passives, ASSIGN, {"end": True})
+        # leaf weights from the exact float sums (the active party holds g and h)
+        for node in np.unique(node_of).tolist():
+            members = np.flatnonzero(sample_node == node)
+            weight = -float(np.sum(g[members])) / (float(np.sum(h[members])) + options.l2) if len(members) else 0.0
+            self.forest.value[node] = options.learning_rate * weight
+        self.counts["trees"] += 1
+        return node_of, np.asarray(self.forest.value)
+
+    def _splittable(self, node: _Node) -> bool:
+        """Whether a node may still split: above the depth limit, two rows, room for two children's hessian."""
+        hessian = float(node.total[1]) / self._scale
+        return (node.depth < self.options.max_depth and len(node.sample) >= 2
+                and hessian >= 2 * self.options.min_child_weight)
+
+    def _send_gradients(self, tree: int, rows: np.ndarray, gh: np.ndarray, layout: DigitLayout, frac: int) -> None:
+        ctx, options = self.ctx, self.options
+        message: dict[str, Any] = {"tree": tree, "rows": rows.astype(np.int32), "digit_bits": layout.digit_bits,
+                                   "per_ciphertext": max(1, layout.digits // 2)}
+        if self.backend is None:
+            message["gradients"] = gh
+        else:
+            n = self.backend.public_key.n
+            started = time.perf_counter()
+            with ctx.meter.crypto("paillier.encrypt"):
+                if options.packing:
+                    parts = [self.backend.encrypt_raw(pack_pairs(gh[:, 0], gh[:, 1], layout.digit_bits, n))]
+                else:
+                    parts = [self.backend.encrypt_raw([int(v) % n for v in gh[:, c].tolist()]) for c in (0, 1)]
+            self.timing.encrypt += time.perf_counter() - started
+            self.counts["encryptions"] += sum(len(p) for p in parts)
+            with ctx.meter.serialize():
+                message["gradients"] = [to_wire(p, ciphertext_bytes(n)) for p in parts]
+        ctx.broadcast(self.passives, TREE, message)
+
+    def _candidate_sums(self, nodes: dict[int, _Node], compute: list[int], gh: np.ndarray, sample_bins: np.ndarray,
+                        own_candidates: list[Candidate], passives: Sequence[str], layout: DigitLayout) -> None:
+        """Fill ``candidates`` of the computed nodes: the active party's own in the clear, the passives' decrypted."""
+        if not compute:
+            return
+        ctx = self.ctx
+        node_rows = [nodes[k].sample for k in compute]
+        with ctx.meter.compute():
+            width = self.options.max_bins + 1
+            hist = plain_histograms(gh, sample_bins, width, node_rows)
+            own = (plain_candidate_sums(hist, own_candidates, self.bins.missing_bin) if own_candidates
+                   else np.zeros((len(compute), 0, 2), dtype=np.int64))
+        for k, node in enumerate(compute):
+            nodes[node].candidates[0] = own[k]
+        for index, party in enumerate(self.passives, start=1):
+            if party not in passives:
+                continue
+            started = time.perf_counter()
+            message = ctx.recv(party, HISTOGRAMS)
+            self.timing.waiting += time.perf_counter() - started
+            sums = self._decode_histograms(party, message, len(compute), layout)
+            for k, node in enumerate(compute):
+                nodes[node].candidates[index] = sums[k]
+
+    def _decode_histograms(self, party: str, message: Any, n_nodes: int, layout: DigitLayout) -> list[np.ndarray]:
+        """The passive party's candidate sums per node, (count, 2) int64 each; a wrong shape is a ProtocolError."""
+        options = self.options
+        if not isinstance(message, dict) or not isinstance(message.get("count"), int):
+            raise ProtocolError(f"{party} sent a malformed {HISTOGRAMS} message")
+        count = message["count"]
+        if not 0 <= count <= self.limits[party]:
+            raise ProtocolError(f"{party} sent {count} split candidates; its {self.limits[party]} at most were agreed")
+        sums = message.get("sums")
+        if self.backend is None:
+            if not isinstance(sums, np.ndarray) or sums.shape != (n_nodes, count, 2) or sums.dtype != np.int64:
+                got = sums.shape if isinstance(sums, np.ndarray) else type(sums).__name__
+                raise ProtocolError(f"{party} sent histograms of shape {got}; {(n_nodes, count, 2)} were expected")
+            return list(sums)
+        if not isinstance(sums, list) or len(sums) != n_nodes:
+            raise ProtocolError(f"{party} sent histograms for {len(sums) if isinstance(sums, list) else '?'} "
+                                f"nodes; {n_nodes} were asked for")
+        n = self.backend.public_key.n
+        width = ciphertext_bytes(n)
+        per_ct = max(1, layout.digits // 2) if options.packing else 1
+        per_node = -(-count // per_ct) if options.packing else count
+        components = 1 if options.packing else 2
+        out = []
+        for blobs in sums:
+            if not isinstance(blobs, list) or len(blobs) != components:
+                raise ProtocolError(f"{party} sent a histogram with {len(blobs) if isinstance(blobs, list) else '?'} "
+                                    f"parts; {components} were expected")
+            cts = [from_wire(b, width, per_node, party, "a histogram") for b in blobs]
+            started = time.perf_counter()
+            with self.ctx.meter.crypto("paillier.decrypt"):
+                residues = [self.backend.decrypt_raw(c) for c in cts]
+                self.counts["decryptions"] += sum(len(c) for c in cts)
+                if options.packing:
+                    digits = unpack_signed(residues[0], 2 * per_ct, layout.digit_bits, n)
+                    values = digits.reshape(-1, 2)[:count]
+                else:
+                    half = n // 2
+                    values = np.array([[r - n if r > half else r for r in comp] for comp in residues],
+                                      dtype=np.int64).T.reshape(count, 2)
+            self.timing.decrypt += time.perf_counter() - started
+            out.append(np.ascontiguousarray(values, dtype=np.int64))
+        return out
+
+    def _best_splits(self, frontier: list[_Node], frac: int) -> dict[int, tuple[int, int, int]]:
+        """Per node with a split of positive gain: (party index, candidate index, -1 record until applied)."""
+        options = self.options
+        scale = float(2**frac)
+        lam, mcw = options.l2, options.min_child_weight
+        out: dict[int, tuple[int, int, int]] = {}
+        started = time.perf_counter()
+        with self.ctx.meter.compute():
+            for node in frontier:
+                G, H = node.total[0] / scale, node.total[1] / scale
+                parent = G * G / (H + lam)
+                best = (-math.inf, -1, -1)
+                for party in sorted(node.candidates):
+                    sums = node.candidates[party]
+                    if not len(sums):
+                        continue
+                    gl, hl = sums[:, 0] / scale, sums[:, 1] / scale
+                    gr, hr = G - gl, H - hl
+                    gain = gl * gl / (hl + lam) + gr * gr / (hr + lam) - parent
+                    gain = np.where((hl >= mcw) & (hr >= mcw), gain, -math.inf)
+                    i = int(np.argmax(gain))
+                    if gain[i] > best[0]:
+                        best = (float(gain[i]), party, i)
+                if best[1] >= 0 and best[0] > options.min_split_gain and best[0] > 1e-12 * max(1.0, abs(parent)):
+                    out[node.node] = (best[1], best[2], -1)
+        self.timing.split_finding += time.perf_counter() - started
+        return out
+
+    def _apply_splits(self, decisions: dict[int, tuple[int, int, int]], passives: Sequence[str], node_of: np.ndarray,
+                      own_candidates: list[Candidate]) -> dict[int, np.ndarray]:
+        """Tell each owner its splits; the rows going left of each split node (in ascending walked-row order)."""
+        ctx = self.ctx
+        lefts: dict[int, np.ndarray] = {}
+        for index, party in enumerate(self.passives, start=1):
+            if party not in passives:
+                continue
+            mine = sorted(node for node, (p, _, _) in decisions.items() if p == index)
+            ctx.send(party, SPLIT, {"nodes": np.array(mine, dtype=np.int64),
+                                    "candidates": np.array([decisions[k][1] for k in mine], dtype=np.int64)})
+        for node, (owner, candidate, _) in decisions.items():
+            if owner != 0:
+                continue
+            feature, bin_index, missing_left = own_candidates[candidate]
+            record = self.recorder.add(feature, self.bins.threshold(feature, bin_index), missing_left,
+                                       len(self.forest.roots) - 1)
+            decisions[node] = (0, candidate, record)
+            rows = rows_by_node(node_of, [node])[0]
+            lefts[node] = goes_left(self.walk_bins[rows], feature, bin_index, missing_left, self.bins.missing_bin)
+        for index, party in enumerate(self.passives, start=1):
+            if party not in passives:
+                continue
+            mine = sorted(node for node, (p, _, _) in decisions.items() if p == index)
+            started = time.perf_counter()
+            reply = ctx.recv(party, LEFT_ROWS)
+            self.timing.waiting += time.perf_counter() - started
+            records, masks = (reply.get("records"), reply.get("left")) if isinstance(reply, dict) else (None, None)
+            if (not isinstance(records, np.ndarray) or records.shape != (len(mine),) or not isinstance(masks, list)
+                    or len(masks) != len(mine)):
+                raise ProtocolError(f"{party} answered {len(mine)} splits with a malformed {LEFT_ROWS}")
+            for node, record, mask in zip(mine, records.tolist(), masks, strict=True):
+                rows = rows_by_node(node_of, [node])[0]
+                if not isinstance(mask, bytes) or len(mask) != -(-len(rows) // 8):
+                    raise ProtocolError(f"{party} sent the left rows of a node of {len(rows)} rows malformed")
+                lefts[node] = np.unpackbits(np.frombuffer(mask, dtype=np.uint8), count=len(rows)).astype(bool)
+                decisions[node] = (index, decisions[node][1], int(record))
+        return lefts
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
+
+
+def active_role(data: PartyData, config: TrainConfig, options: SecureBoostOptions, passives: tuple[str, ...],
+                candidate_limits: dict[str, int], keypair: KeyPair | None = None) -> KeptRole:
+    """The active party: labels, gradients, split finding, the trees and its own lookup table."""
+
+    def role(ctx: PartyContext, keep: Keep) -> ActiveOutcome:
+        trainer = ActiveTrainer(ctx, data, config, options, passives, candidate_limits, keypair)
+        started = time.perf_counter()
+        try:
+            trainer.setup()
+            margin, history, kept = trainer.train()
+        finally:
+            trainer.close()
+        seconds = time.perf_counter() - started
+        base = trainer.objective.base_margin(trainer.y[trainer.fit_rows])
+        keep(kept_side({TREES: trainer.forest.module(base), SPLITS: trainer.recorder.module(kept)},
+                       state={"objective": trainer.objective.kind, "parties": [ctx.name, *passives]}))
+        peer_stats = {p: ctx.recv(p, STATS) for p in passives}
+        test = margin[trainer.n_train:]
+        built = trainer.counts["trees"]
+        extra = {"secureboost": {
+            "encrypt": options.encrypt, "backend": options.backend if options.encrypt else None,
+            "key_bits": options.key_bits if options.encrypt else None, "packing": options.packing,
+            "subtraction": options.subtraction, "trees_built": built, "trees_kept": kept,
+            "split_owners": trainer.owners, "seconds": seconds,
+            "seconds_per_tree": seconds / max(built, 1),
+            "active_seconds": trainer.timing.as_dict(),
+            "operations": {"encryptions": trainer.counts["encryptions"],
+                           "decryptions": trainer.counts["decryptions"],
+                           "homomorphic_additions": {p: int(s.get("homomorphic_additions", 0))
+                                                     for p, s in peer_stats.items() if isinstance(s, dict)}},
+        }}
+        return ActiveOutcome(y_true=np.asarray(data.y_test), scores=trainer.objective.scores(test), history=history,
+                             extra=extra)
+
+    return KeptRole(role)
