@@ -81,12 +81,31 @@ def fit_bins(X: np.ndarray, max_bins: int) -> FeatureBins:
     for f in range(X.shape[1]):
         column = X[:, f]
         column = column[~np.isnan(column)]
-        distinct = np.unique(column)
+        distinct, counts = np.unique(column, return_counts=True)
         if len(distinct) <= max_bins:
             cut = distinct[:-1]  # one bin per value: v <= distinct[i] goes left of cut i
         else:
-            qs = np.quantile(column, np.linspace(0, 1, max_bins + 1)[1:-1], method="inverted_cdf")
-            cut = np.unique(qs)
-            cut = cut[cut < distinct[-1]]
+            cut = _equal_frequency_cuts(distinct, counts, max_bins)
         cuts.append(np.ascontiguousarray(cut, dtype=np.float64))
     return FeatureBins(tuple(cuts), max_bins)
+
+
+def _equal_frequency_cuts(distinct: np.ndarray, counts: np.ndarray, max_bins: int) -> np.ndarray:
+    """Cuts between distinct values so each bin holds about an equal share of the rows *still unbinned*.
+
+    A heavy value (the zeros of a mostly-zero column) takes one bin and the other bins share the rest,
+    instead of plain quantiles collapsing onto it (which left such a column two or three bins).
+    """
+    cumulative = np.cumsum(counts)
+    total = int(cumulative[-1])
+    cuts: list[float] = []
+    start, done = 0, 0  # first distinct value not yet binned; rows binned so far
+    for bins_left in range(max_bins, 1, -1):
+        target = done + (total - done) / bins_left
+        i = int(np.searchsorted(cumulative, target, side="left"))
+        i = max(i, start)
+        if i >= len(distinct) - 1:
+            break
+        cuts.append(float(distinct[i]))
+        done, start = int(cumulative[i]), i + 1
+    return np.array(cuts, dtype=np.float64)
