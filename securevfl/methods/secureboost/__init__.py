@@ -58,5 +58,11 @@ class SecureBoost(Method[SecureBoostOptions]):
         roles[scenario.active] = active_role(active, self.config, self.options, passives, limits, self.keypair)
         return roles
 
+    def scoring_roles(self, scenario: Scenario) -> dict[str, Role]:
+        """The trees walked jointly: each node's owner says which way a row goes (:mod:`.scoring`)."""
+        from securevfl.methods.secureboost.scoring import scoring_roles
+
+        return scoring_roles(self, scenario)
+
 
 __all__ = ["SecureBoost", "SecureBoostOptions", "candidate_limit"]
