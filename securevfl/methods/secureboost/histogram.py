@@ -61,15 +61,14 @@ def plain_candidate_sums(hist: np.ndarray, candidates: Sequence[Candidate], miss
     return np.asarray(out)
 
 
-def _accumulate(task: tuple[int, list[Any], np.ndarray, int]) -> list[Any]:
-    """Worker: products of ciphertexts per key (a key per (row, feature)); ``None`` where no row fell."""
-    nsq_int, cts, keys, size = task
+def _accumulate(task: tuple[int, list[Any], np.ndarray, np.ndarray, int]) -> list[Any]:
+    """Worker: products of ciphertexts per key, one (row, key) pair at a time; ``None`` where no row fell."""
+    nsq_int, cts, rows, keys, size = task
     nsq = mpz(nsq_int)
     acc: list[Any] = [None] * size
-    for c, krow in zip(cts, keys.tolist(), strict=True):
-        for k in krow:
-            a = acc[k]
-            acc[k] = c if a is None else a * c % nsq
+    for r, k in zip(rows.tolist(), keys.tolist(), strict=True):
+        a = acc[k]
+        acc[k] = cts[r] if a is None else a * cts[r] % nsq
     return acc
 
 
@@ -81,6 +80,24 @@ def _merge(parts: Iterable[list[Any]], size: int, nsq: mpz) -> list[Any]:
                 a = out[k]
                 out[k] = v if a is None else a * v % nsq
     return out
+
+
+def dominant_bins(bins: np.ndarray, width: int, rows: int) -> np.ndarray:
+    """Per feature, the bin to derive rather than sum (its most populated one), or −1 where summing all is cheaper.
+
+    A derived bin is the node's total over the feature's other bins (one inversion), so it saves the
+    additions of its rows at the price of one total per node: worth it where the skipped rows of all
+    features together outnumber the node's rows (one-hot and mostly-zero columns; not a feature of
+    32 even bins).
+    """
+    counts = np.stack([np.bincount(bins[:, f].astype(np.int64), minlength=width) for f in range(bins.shape[1])]) \
+        if bins.shape[1] else np.zeros((0, width), dtype=np.int64)
+    top = counts.argmax(axis=1) if len(counts) else np.zeros(0, dtype=np.int64)
+    saved = counts[np.arange(len(counts)), top] if len(counts) else np.zeros(0, dtype=np.int64)
+    worth = saved > rows // 8  # a feature whose dominant bin holds over an eighth of the rows
+    if int(saved[worth].sum()) <= rows:
+        return np.full(bins.shape[1], -1, dtype=np.int64)
+    return np.where(worth, top, -1).astype(np.int64)
 
 
 class EncryptedHistogrammer:
@@ -98,6 +115,7 @@ class EncryptedHistogrammer:
         self._executor: TaskExecutor | None = None
         self.parallel_min_items = parallel_min_items
         self.multiplications = 0
+        self.squarings = 0
 
     def _pool(self) -> TaskExecutor | None:
         if self._config is None and self.workers <= 1:
@@ -108,23 +126,78 @@ class EncryptedHistogrammer:
         return self._executor
 
     def histograms(self, ciphertexts: Sequence[Any], bins: np.ndarray, node_rows: Sequence[np.ndarray],
-                   width: int) -> list[Any]:
-        """Products of each node's rows' ciphertexts per bin, flat at ``(node · F + feature) · width + bin``."""
+                   width: int, skip: np.ndarray | None = None) -> list[Any]:
+        """Products of each node's rows' ciphertexts per bin, flat at ``(node · F + feature) · width + bin``.
+
+        ``skip`` (:func:`dominant_bins`): per feature a bin not summed but derived as the node's total
+        over the feature's other bins (``None``: sum every bin).
+        """
         n_features = bins.shape[1]
-        size = len(node_rows) * n_features * width
-        rows = np.concatenate(node_rows) if node_rows else np.zeros(0, dtype=np.int64)
-        node_of = np.repeat(np.arange(len(node_rows), dtype=np.int64), [len(r) for r in node_rows])
-        keys = ((node_of[:, None] * n_features + np.arange(n_features)) * width + bins[rows].astype(np.int64))
-        self.multiplications += max(0, keys.size - size)
+        n_nodes = len(node_rows)
+        size = n_nodes * n_features * width
+        rows = np.concatenate(node_rows).astype(np.int64) if node_rows else np.zeros(0, dtype=np.int64)
+        node_of = np.repeat(np.arange(n_nodes, dtype=np.int64), [len(r) for r in node_rows])
+        row_bins = bins[rows].astype(np.int64)
+        keys = (node_of[:, None] * n_features + np.arange(n_features)) * width + row_bins
+        pair_rows = np.broadcast_to(np.arange(len(rows))[:, None], keys.shape)
+        derive = skip is not None and bool((skip >= 0).any())
+        if derive:
+            assert skip is not None
+            keep = row_bins != skip[None, :]
+            pair_rows, keys = pair_rows[keep], keys[keep]
+            # the node totals, in slots after the bins
+            pair_rows = np.concatenate([pair_rows, np.arange(len(rows))])
+            keys = np.concatenate([keys, size + node_of])
+        else:
+            pair_rows, keys = pair_rows.ravel(), keys.ravel()
+        total_size = size + (n_nodes if derive else 0)
+        self.multiplications += max(0, len(keys) - total_size)
         cts = [ciphertexts[i] for i in rows.tolist()]
-        pool = self._pool() if keys.size >= self.parallel_min_items else None
+        pool = self._pool() if len(keys) >= self.parallel_min_items else None
         nsq = int(self.nsq)
         if pool is None:
-            return _accumulate((nsq, cts, keys, size))
-        chunks = max(1, pool.workers * 2)
-        step = -(-len(cts) // chunks)
-        tasks = ((nsq, cts[i : i + step], keys[i : i + step], size) for i in range(0, len(cts), step))
-        return _merge(pool.map(_accumulate, tasks), size, self.nsq)
+            flat = _accumulate((nsq, cts, pair_rows, keys, total_size))
+        else:
+            chunks = max(1, pool.workers * 2)
+            step = -(-len(cts) // chunks)
+            starts = np.searchsorted(pair_rows, np.arange(0, len(cts), step)) if not derive else None
+            tasks = []
+            for i in range(0, len(cts), step):
+                if derive:
+                    mask = (pair_rows >= i) & (pair_rows < i + step)
+                    part_rows, part_keys = pair_rows[mask] - i, keys[mask]
+                else:
+                    assert starts is not None
+                    lo = int(starts[i // step])
+                    hi = int(starts[i // step + 1]) if i // step + 1 < len(starts) else len(keys)
+                    part_rows, part_keys = pair_rows[lo:hi] - i, keys[lo:hi]
+                tasks.append((nsq, cts[i : i + step], part_rows, part_keys, total_size))
+            flat = _merge(pool.map(_accumulate, tasks), total_size, self.nsq)
+        if derive:
+            assert skip is not None
+            self._derive(flat, n_nodes, n_features, width, skip)
+        return flat[:size]
+
+    def _derive(self, flat: list[Any], n_nodes: int, n_features: int, width: int, skip: np.ndarray) -> None:
+        """Fill each skipped bin with the node's total divided by the feature's other bins."""
+        nsq = self.nsq
+        size = n_nodes * n_features * width
+        for node in range(n_nodes):
+            total = flat[size + node]
+            for f in np.flatnonzero(skip >= 0).tolist():
+                base = (node * n_features + f) * width
+                others = None
+                for b in range(width):
+                    v = flat[base + b]
+                    if v is not None and b != skip[f]:
+                        others = v if others is None else others * v % nsq
+                        self.multiplications += 1
+                if total is None:
+                    flat[base + int(skip[f])] = None
+                elif others is None:
+                    flat[base + int(skip[f])] = total
+                else:
+                    flat[base + int(skip[f])] = total * gmpy2.invert(others, nsq) % nsq
 
     def candidate_sums(self, flat: list[Any], n_nodes: int, n_features: int, width: int, missing_bin: int,
                        candidates: Sequence[Candidate]) -> list[list[Any]]:
@@ -168,7 +241,9 @@ class EncryptedHistogrammer:
         for start in range(0, len(sums), per_ciphertext):
             acc = mpz(1)
             for c in reversed(sums[start : start + per_ciphertext]):
-                acc = gmpy2.powmod(acc, power, nsq) if acc != 1 else acc
+                if acc != 1:
+                    acc = gmpy2.powmod(acc, power, nsq)
+                    self.squarings += shift_bits
                 if c is not None:
                     acc = acc * c % nsq
             out.append(acc)

@@ -55,6 +55,7 @@ from securevfl.methods.secureboost.histogram import (
     Candidate,
     EncryptedHistogrammer,
     candidates_of,
+    dominant_bins,
     plain_candidate_sums,
     plain_histograms,
 )
@@ -163,6 +164,7 @@ class _PassiveTree:
     candidates: list[Candidate]
     per_ciphertext: int
     digit_bits: int
+    skip: np.ndarray | None = None  # per feature the bin derived from the node total (histogram.dominant_bins)
 
 
 class PassiveTrainer:
@@ -283,9 +285,11 @@ class PassiveTrainer:
             return {"count": count, "sums": plain}
         assert self.hist is not None and self.backend is not None and self.n is not None
         blobs: list[list[bytes]] = [[] for _ in node_rows]
+        if tree.skip is None:
+            tree.skip = dominant_bins(sample_bins, width, len(tree.rows))
         for component in tree.gradients:
             with ctx.meter.crypto("secureboost.histogram"):
-                flat = self.hist.histograms(component, sample_bins, node_rows, width)
+                flat = self.hist.histograms(component, sample_bins, node_rows, width, tree.skip)
                 per_node = self.hist.candidate_sums(flat, len(node_rows), sample_bins.shape[1], width, missing,
                                                     tree.candidates)
             for k, sums in enumerate(per_node):
@@ -324,6 +328,7 @@ class PassiveTrainer:
 
     def stats(self) -> dict[str, int]:
         return {"homomorphic_additions": self.hist.multiplications if self.hist is not None else 0,
+                "compress_squarings": self.hist.squarings if self.hist is not None else 0,
                 "records": len(self.recorder.feature)}
 
 
@@ -747,7 +752,9 @@ def active_role(data: PartyData, config: TrainConfig, options: SecureBoostOption
             "operations": {"encryptions": trainer.counts["encryptions"],
                            "decryptions": trainer.counts["decryptions"],
                            "homomorphic_additions": {p: int(s.get("homomorphic_additions", 0))
-                                                     for p, s in peer_stats.items() if isinstance(s, dict)}},
+                                                     for p, s in peer_stats.items() if isinstance(s, dict)},
+                           "compress_squarings": {p: int(s.get("compress_squarings", 0))
+                                                  for p, s in peer_stats.items() if isinstance(s, dict)}},
         }}
         return ActiveOutcome(y_true=np.asarray(data.y_test), scores=trainer.objective.scores(test), history=history,
                              extra=extra)
