@@ -30,7 +30,10 @@ class SecureBoostOptions:
     ``packing`` (g and h in one plaintext, and many split sums in one ciphertext: SecureBoost+),
     ``subtraction`` (compute the smaller child's histogram, subtract for its sibling), ``shuffle`` (each
     passive party permutes its split candidates per tree, so the active party sees "split id k" only),
-    ``workers`` (processes for encryption, histograms and decryption; 1 = in the party's process),
+    ``precompute`` (the active party computes the next tree's Paillier random factors on a background
+    thread while it waits for the passive parties' histograms, so encrypting a tree's gradients is one
+    multiplication per row; ``fast`` backend), ``workers`` (processes for encryption, histograms and
+    decryption; 1 = in the party's process),
     ``executor`` (``process`` or ``ray``, with ``ray_address``).
     """
 
@@ -52,6 +55,7 @@ class SecureBoostOptions:
     packing: bool = True
     subtraction: bool = True
     shuffle: bool = True
+    precompute: bool = True
     workers: int = 1
     executor: str = "process"
     ray_address: str = ""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ from securevfl.privacy.paillier import (
     create_backend,
     generate_keypair,
 )
+from securevfl.privacy.paillier.fast_backend import FastBackend
 from securevfl.seeding import simulation_rng
 
 KeyPair = tuple[PaillierPublicKey, PaillierPrivateKey]
@@ -370,10 +372,57 @@ class _Timing:
     decrypt: float = 0.0
     split_finding: float = 0.0
     waiting: float = 0.0  # for the passive parties' histograms and left rows (their compute and the network)
+    precompute: float = 0.0  # random factors computed in the background while waiting (not on the path)
 
     def as_dict(self) -> dict[str, float]:
         return {"encrypt": self.encrypt, "decrypt": self.decrypt, "split_finding": self.split_finding,
-                "histogram_and_network": self.waiting}
+                "histogram_and_network": self.waiting, "precompute_in_background": self.precompute}
+
+
+class RandomnessAhead:
+    """Paillier random factors for the next tree, computed on a background thread while the party waits.
+
+    The thread only hands work to the backend's worker processes and waits for them (the interpreter
+    lock is free meanwhile), so the party goes on; :meth:`take` joins it. Each factor is used once.
+    """
+
+    def __init__(self, backend: Any, timing: _Timing) -> None:
+        self.backend = backend
+        self.timing = timing
+        self._thread: threading.Thread | None = None
+        self._ready: list[Any] = []
+        self._error: BaseException | None = None
+
+    def start(self, count: int) -> None:
+        """Begin computing ``count`` factors (after any still under way)."""
+        self.join()
+
+        def work() -> None:
+            started = time.perf_counter()
+            try:
+                self._ready.extend(self.backend.precompute_randomness(count))
+            except BaseException as exc:  # re-raised by join() in the party's own thread
+                self._error = exc
+            self.timing.precompute += time.perf_counter() - started
+
+        self._thread = threading.Thread(target=work, name="secureboost-precompute", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def take(self, count: int) -> list[Any]:
+        """``count`` factors: those precomputed, and the rest computed now."""
+        self.join()
+        if len(self._ready) < count:
+            self._ready.extend(self.backend.precompute_randomness(count - len(self._ready)))
+        taken, self._ready = self._ready[:count], self._ready[count:]
+        return taken
 
 
 class ActiveTrainer:
@@ -405,6 +454,7 @@ class ActiveTrainer:
         self.counts = {"encryptions": 0, "decryptions": 0, "trees": 0}
         self.owners = {name: 0 for name in (ctx.name, *passives)}
         self._scale = 1.0  # 2^frac_bits of the tree being grown
+        self.ahead: RandomnessAhead | None = None
 
     # -- set-up --------------------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -419,6 +469,8 @@ class ActiveTrainer:
         extra: dict[str, Any] = {"workers": options.workers} if options.backend == "fast" else {}
         self.backend = create_backend(options.backend, public_key, private_key, **extra)
         self.n_bits = public_key.bits
+        if options.precompute and isinstance(self.backend, FastBackend):
+            self.ahead = RandomnessAhead(self.backend, self.timing)
         ctx.broadcast(self.passives, PUBLIC_KEY, public_key.to_bytes())
 
     # -- training ------------------------------------------------------------------------------------------------------
@@ -574,15 +626,19 @@ class ActiveTrainer:
             n = self.backend.public_key.n
             started = time.perf_counter()
             with ctx.meter.crypto("paillier.encrypt"):
-                if options.packing:
-                    parts = [self.backend.encrypt_raw(pack_pairs(gh[:, 0], gh[:, 1], layout.digit_bits, n))]
+                plaintexts = ([pack_pairs(gh[:, 0], gh[:, 1], layout.digit_bits, n)] if options.packing
+                              else [[int(v) % n for v in gh[:, c].tolist()] for c in (0, 1)])
+                if self.ahead is not None and isinstance(self.backend, FastBackend):
+                    parts = [self.backend.encrypt_with(p, self.ahead.take(len(p))) for p in plaintexts]
                 else:
-                    parts = [self.backend.encrypt_raw([int(v) % n for v in gh[:, c].tolist()]) for c in (0, 1)]
+                    parts = [self.backend.encrypt_raw(p) for p in plaintexts]
             self.timing.encrypt += time.perf_counter() - started
             self.counts["encryptions"] += sum(len(p) for p in parts)
             with ctx.meter.serialize():
                 message["gradients"] = [to_wire(p, ciphertext_bytes(n)) for p in parts]
         ctx.broadcast(self.passives, TREE, message)
+        if self.ahead is not None and tree + 1 < self.options.trees * self.objective.trees_per_round:
+            self.ahead.start(len(rows) * (1 if options.packing else 2))  # the next tree's factors, while waiting
 
     def _candidate_sums(self, nodes: dict[int, _Node], compute: list[int], gh: np.ndarray, sample_bins: np.ndarray,
                         own_candidates: list[Candidate], passives: Sequence[str], layout: DigitLayout) -> None:
@@ -719,6 +775,11 @@ class ActiveTrainer:
         return lefts
 
     def close(self) -> None:
+        if self.ahead is not None:
+            try:
+                self.ahead.join()
+            finally:
+                self.ahead = None
         if self.backend is not None:
             self.backend.close()
 

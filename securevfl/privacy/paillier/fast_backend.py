@@ -160,6 +160,11 @@ class FastEngine:
         hs_pow = self.hs_pow
         return [(mpz(m) * n + 1) * hs_pow(r) % nsq for m, r in zip(plaintexts, rs, strict=True)]
 
+    def randomness(self, rs: Sequence[int]) -> list[mpz]:
+        """The random factors h_s^r mod n^2 of future encryptions (precomputed ahead of the plaintexts)."""
+        hs_pow = self.hs_pow
+        return [hs_pow(r) for r in rs]
+
     def rerandomize(self, ciphertexts: Sequence[Any], rs: Sequence[int]) -> list[mpz]:
         """Re-randomise: c * h_s^r mod n^2."""
         nsq = self.nsq
@@ -251,7 +256,7 @@ def _engine_task(task: tuple[tuple[Any, ...], str, tuple[Sequence[Any], ...]]) -
 
 # Rough cost of one item relative to one table-DJN encryption, for the parallel threshold:
 # a CRT decryption is two 1024-bit exponentiations, about 10 encryptions.
-_RELATIVE_COST = {"encrypt": 1, "rerandomize": 1, "mul": 1, "decrypt": 10}
+_RELATIVE_COST = {"encrypt": 1, "randomness": 1, "rerandomize": 1, "mul": 1, "decrypt": 10}
 
 
 class FastBackend(PaillierBackend):
@@ -360,6 +365,26 @@ class FastBackend(PaillierBackend):
             if not 0 <= m < n:
                 raise ConfigError("raw plaintext must be in [0, n)")
         return self._run("encrypt", plaintexts, self._draw_rs(len(plaintexts)))
+
+    def precompute_randomness(self, count: int) -> list[Any]:
+        """``count`` fresh random factors h_s^r for :meth:`encrypt_with` (the costly part of an encryption).
+
+        Computed ahead — while the party waits for a peer — they make the later encryption one
+        multiplication per value. Each factor must be used once: :meth:`encrypt_with` consumes them.
+        """
+        return self._run("randomness", self._draw_rs(count))
+
+    def encrypt_with(self, plaintexts: Sequence[int], randomness: list[Any]) -> list[Any]:
+        """Encrypt with precomputed factors: c = (1 + m n) R mod n^2; the factors used are removed from the list."""
+        plaintexts = [int(m) for m in plaintexts]
+        if len(randomness) < len(plaintexts):
+            raise ConfigError(f"{len(plaintexts)} plaintexts but {len(randomness)} precomputed factors")
+        n, nsq = self.engine.n, self.engine.nsq
+        if any(not 0 <= m < n for m in plaintexts):
+            raise ConfigError("raw plaintext must be in [0, n)")
+        factors = randomness[: len(plaintexts)]
+        del randomness[: len(plaintexts)]  # never reuse a factor
+        return [(mpz(m) * n + 1) * r % nsq for m, r in zip(plaintexts, factors, strict=True)]
 
     def rerandomize_raw(self, ciphertexts: Sequence[Any]) -> list[Any]:
         """Multiply by h_s^r for fresh r."""
