@@ -8,7 +8,7 @@ from deterministic_random import det_randbits
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from securevfl.errors import EncodingOverflowError
+from securevfl.errors import ConfigError, EncodingOverflowError
 from securevfl.privacy.paillier import FastBackend, create_backend, generate_keypair
 
 FRAC = 32
@@ -172,3 +172,17 @@ def test_fast_parallel_linear_combination(keys):
                                       serial.decrypt(enc @ w))
         np.testing.assert_allclose(serial.decrypt(w.T @ enc.with_backend(par)), w.T @ x,
                                    atol=1e-8)
+
+
+def test_precomputed_random_factors_encrypt_once_each(keys):
+    """``encrypt_with`` consumes the factors ``precompute_randomness`` made: valid ciphertexts, never a reuse."""
+    public, private = keys
+    backend = FastBackend(public, private, workers=1)
+    factors = backend.precompute_randomness(5)
+    ciphertexts = backend.encrypt_with([7, 0, public.n - 1], factors)
+    assert backend.decrypt_raw(ciphertexts) == [7, 0, public.n - 1]
+    assert len(factors) == 2  # the three used are gone
+    again = backend.encrypt_with([7, 7], factors)
+    assert again[0] != again[1] and again[0] != ciphertexts[0]
+    with pytest.raises(ConfigError, match="precomputed factors"):
+        backend.encrypt_with([1], factors)
