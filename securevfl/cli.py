@@ -267,6 +267,11 @@ def print_summary(result: Any) -> None:
         for party, m in per_party.items():
             t.add_row(party, *(f"{m[c]:.4f}" for c in cols))
         console.print(t)
+    boost = result.extra.get("secureboost") if isinstance(result.extra, dict) else None
+    if boost:
+        owners = ", ".join(f"{p} {n}" for p, n in boost["split_owners"].items())
+        console.print(f"secureboost: {boost['trees_kept']} trees kept of {boost['trees_built']} built, "
+                      f"{boost['seconds_per_tree']:.2f} s per tree; splits owned: {owners}")
     c = result.cost
     n_parties = len(c.get("per_party", {}))
     cost = Table(title="where the time went", caption=(
