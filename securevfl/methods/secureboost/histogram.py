@@ -50,6 +50,22 @@ def candidates_of(n_bins: Sequence[int], has_missing: Sequence[bool]) -> list[Ca
     return out
 
 
+def lowest_equivalent(node_bins: np.ndarray, bin_index: int, missing_left: bool, missing_bin: int) -> tuple[int, bool]:
+    """The split that parts a node's fitted rows as "bin <= ``bin_index``" does, with the lowest bin (XGBoost's pick).
+
+    ``node_bins``: the bins of the split's feature over the node's fitted rows. Candidates whose bins in
+    between hold none of those rows have equal sums, hence equal gains; the active party takes the
+    first of them in the passive party's shuffled order, so without this the threshold (and the side
+    of test rows in those bins) would change from run to run. Missing values go right where the node
+    has none (XGBoost's default direction then).
+    """
+    present = np.zeros(missing_bin + 1, dtype=bool)
+    present[np.asarray(node_bins, dtype=np.int64)] = True
+    while bin_index > 0 and not present[bin_index]:
+        bin_index -= 1
+    return bin_index, bool(missing_left and present[missing_bin])
+
+
 def plain_candidate_sums(hist: np.ndarray, candidates: Sequence[Candidate], missing_bin: int) -> np.ndarray:
     """Left-side sums ``(nodes, candidates, components)`` from plain histograms ``(nodes, F, width, C)``."""
     prefix = np.cumsum(hist, axis=2)

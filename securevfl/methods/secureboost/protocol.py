@@ -57,6 +57,7 @@ from securevfl.methods.secureboost.histogram import (
     EncryptedHistogrammer,
     candidates_of,
     dominant_bins,
+    lowest_equivalent,
     plain_candidate_sums,
     plain_histograms,
 )
@@ -174,6 +175,9 @@ class PassiveTrainer:
 
     def __init__(self, ctx: PartyContext, data: PartyData, config: TrainConfig, options: SecureBoostOptions,
                  shuffle_seed: int | None) -> None:
+        if data.y_train is not None or data.y_test is not None:
+            raise DataError(f"{data.name}: a passive party must not hold the labels (in secureboost the active "
+                            "party alone computes gradients from them)")
         self.ctx, self.data, self.config, self.options = ctx, data, config, options
         X_walk = _walk_rows(data)
         self.bins: FeatureBins = fit_bins(np.asarray(data.X_train, dtype=np.float64), options.max_bins)
@@ -315,8 +319,11 @@ class PassiveTrainer:
             raise ProtocolError(f"{ctx.active} sent a malformed {SPLIT} (split ids must name this party's candidates)")
         records, masks = [], []
         node_rows = rows_by_node(node_of, nodes.tolist())
-        for rows, candidate in zip(node_rows, chosen.tolist(), strict=True):
+        fitted_nodes = node_of[tree.rows]
+        for node, rows, candidate in zip(nodes.tolist(), node_rows, chosen.tolist(), strict=True):
             feature, bin_index, missing_left = tree.candidates[candidate]
+            bin_index, missing_left = lowest_equivalent(self.walk_bins[tree.rows[fitted_nodes == node], feature],
+                                                        bin_index, missing_left, self.bins.missing_bin)
             records.append(self.recorder.add(feature, self.bins.threshold(feature, bin_index), missing_left, tree.tree))
             left = goes_left(self.walk_bins[rows], feature, bin_index, missing_left, self.bins.missing_bin)
             masks.append(np.packbits(left).tobytes())
@@ -546,7 +553,7 @@ class ActiveTrainer:
         passives = self.passives if involve else ()
         if involve and passives:
             self._send_gradients(tree, rows, gh, layout, frac)
-        elif passives:
+        elif self.passives:  # the passive parties skip a tree they take no part in
             ctx.broadcast(self.passives, TREE, {"tree": tree, "skip": True})
         own_features = set(_feature_subset(self.bins.n_features, options.colsample, self.config.seed, ctx.name,
                                            tree).tolist())
