@@ -581,3 +581,15 @@ def test_cli_trains_secureboost_and_lists_it(tmp_path, capsys):
     assert "secureboost" in capsys.readouterr().out
     rc = main(["train", "--method", "secureboost", "--dataset", "breast-cancer", "--epochs", "5", "--quiet"])
     assert rc != 0 and "--option trees=5" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["process", "ray"])
+def test_the_worker_pools_build_the_same_trees_as_one_process(executor):
+    """Histograms, encryption and decryption spread over 2 workers (local processes or a local Ray) change no tree."""
+    pytest.importorskip("ray") if executor == "ray" else None
+    small = {"trees": 2, "max_depth": 3, "key_bits": 1024, "insecure_allow_small_key": True, "shuffle": False}
+    common = dict(dataset="synthetic", n_samples=3000, n_features=16, parties=2, seed=0)
+    alone = securevfl.train("secureboost", options=small, **common)
+    pooled = securevfl.train("secureboost", options={**small, "executor": executor, "workers": 2}, **common)
+    np.testing.assert_array_equal(pooled.test_predictions["scores"], alone.test_predictions["scores"])

@@ -131,6 +131,14 @@ def executor_config(options: SecureBoostOptions) -> ExecutorConfig | None:
     return ExecutorConfig("process", workers=options.workers) if options.workers > 1 else None
 
 
+def backend_options(options: SecureBoostOptions) -> dict[str, Any]:
+    """The ``fast`` backend's worker settings (``phe`` has none): the same executor as the histograms."""
+    if options.backend != "fast":
+        return {}
+    config = executor_config(options)
+    return {"workers": options.workers} if config is None else {"workers": options.workers, "executor": config}
+
+
 def _walk_rows(data: PartyData) -> np.ndarray:
     return np.concatenate([np.asarray(data.X_train, dtype=np.float64), np.asarray(data.X_test, dtype=np.float64)])
 
@@ -202,8 +210,7 @@ class PassiveTrainer:
                 raise ProtocolError(f"{ctx.active} sent a {public_key.bits}-bit key; "
                                     f"{options.key_bits} bits were agreed")
             self.n = public_key.n
-            extra: dict[str, Any] = {"workers": options.workers} if options.backend == "fast" else {}
-            self.backend = create_backend(options.backend, public_key, **extra)
+            self.backend = create_backend(options.backend, public_key, **backend_options(options))
             self.hist = EncryptedHistogrammer(public_key.n, workers=options.workers, executor=executor_config(options))
         elif raw is not None:
             raise ProtocolError(f"{ctx.active} sent a public key, but encrypt=false was agreed")
@@ -473,8 +480,7 @@ class ActiveTrainer:
         with ctx.meter.crypto("paillier.keygen"):
             public_key, private_key = self.keypair or generate_keypair(
                 options.key_bits, insecure_allow_small_key=options.insecure_allow_small_key)
-        extra: dict[str, Any] = {"workers": options.workers} if options.backend == "fast" else {}
-        self.backend = create_backend(options.backend, public_key, private_key, **extra)
+        self.backend = create_backend(options.backend, public_key, private_key, **backend_options(options))
         self.n_bits = public_key.bits
         if options.precompute and isinstance(self.backend, FastBackend):
             self.ahead = RandomnessAhead(self.backend, self.timing)
