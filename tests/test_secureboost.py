@@ -587,7 +587,8 @@ def test_cli_trains_secureboost_and_lists_it(tmp_path, capsys):
 @pytest.mark.parametrize("executor", ["process", "ray"])
 def test_the_worker_pools_build_the_same_trees_as_one_process(executor):
     """Histograms, encryption and decryption spread over 2 workers (local processes or a local Ray) change no tree."""
-    pytest.importorskip("ray") if executor == "ray" else None
+    if executor == "ray":
+        pytest.importorskip("ray")
     small = {"trees": 2, "max_depth": 3, "key_bits": 1024, "insecure_allow_small_key": True, "shuffle": False}
     common = dict(dataset="synthetic", n_samples=3000, n_features=16, parties=2, seed=0)
     alone = securevfl.train("secureboost", options=small, **common)
