@@ -13,7 +13,7 @@ from typing import Any
 from securevfl.errors import ConfigError
 from securevfl.federation.meter import NetworkModel
 
-SECTIONS = ("primitives", "methods", "scaling", "network", "predict", "environment")
+SECTIONS = ("primitives", "methods", "scaling", "network", "predict", "secureboost", "environment")
 PRIVACY = ("none", "dh", "pairwise", "paillier")
 #: Named links (both ends of the 10-1000 Mbit/s, 1-100 ms range the network section sweeps, and between).
 NETWORK_PRESETS: dict[str, NetworkModel] = {
@@ -37,17 +37,30 @@ class Sizes:
     paillier_rounds: int
     wire_epochs: int = 0  # epochs of the deployed-vs-in-process SplitNN run (0: not run)
     predict_rows: int = 2_000  # rows scored by the predict section (a saved model against the floor)
+    # the secureboost section (securevfl.bench.secureboost; 2048-bit keys at every size)
+    secureboost_rows: int = 3_000  # generated rows of the fast run (80 % train)
+    secureboost_trees: int = 2
+    secureboost_depth: int = 3
+    secureboost_plain_rows: int = 500  # rows of the straightforward SecureBoost (1 tree) and the fast run beside it
+    secureboost_features: int = 10
+    secureboost_max_bins: int = 32
+    secureboost_workers: int = 2  # processes per party (tiny: 1, no worker processes)
+    secureboost_rate_scale: float = 0.5  # work of the per-operation rate measurements
 
 
 SIZES: dict[str, Sizes] = {
     "tiny": Sizes(repeats=2, psi_sizes=(200,), psi_scaling_sizes=(100,), paillier_scale=0, mask_repeats=5,
-                  epochs=1, paillier_batches=(2, 4), paillier_rounds=1, wire_epochs=0, predict_rows=2_000),
+                  epochs=1, paillier_batches=(2, 4), paillier_rounds=1, wire_epochs=0, predict_rows=2_000,
+                  secureboost_rows=400, secureboost_trees=2, secureboost_depth=2, secureboost_plain_rows=100,
+                  secureboost_features=4, secureboost_max_bins=8, secureboost_workers=1, secureboost_rate_scale=0.05),
     "quick": Sizes(repeats=3, psi_sizes=(2_000, 10_000), psi_scaling_sizes=(1_000, 5_000), paillier_scale=1,
                    mask_repeats=50, epochs=4, paillier_batches=(16, 64, 128), paillier_rounds=2, wire_epochs=3,
                    predict_rows=20_000),
     "full": Sizes(repeats=5, psi_sizes=(10_000, 100_000), psi_scaling_sizes=(1_000, 3_000, 30_000, 300_000),
                   paillier_scale=4, mask_repeats=200, epochs=5, paillier_batches=(16, 32, 64, 128, 256),
-                  paillier_rounds=3, wire_epochs=6, predict_rows=200_000),
+                  paillier_rounds=3, wire_epochs=6, predict_rows=200_000, secureboost_rows=20_000,
+                  secureboost_trees=3, secureboost_depth=4, secureboost_plain_rows=2_000, secureboost_features=20,
+                  secureboost_rate_scale=1.0),
 }
 DEFAULT_PARTIES = {"tiny": (2, 3), "quick": (2, 4, 8), "full": (2, 4, 6, 8, 10)}
 DEFAULT_METHODS = ("splitnn", "easter", "aggvfl")

@@ -252,6 +252,42 @@ def predict(methods: Mapping[str, Mapping[str, Any]], path: Path) -> str:
     return _save(fig, path)
 
 
+def secureboost(data: Mapping[str, Any], path: Path) -> str:
+    """Section 4c: time per tree of every configuration (log), and where the fast run's tree goes next to its floor."""
+    fig = MplFigure(figsize=(13, 4.8))
+    axes = fig.subplots(1, 2)
+    runs = data["runs"]
+    ax = axes[0]
+    bars = [(f"{r['label']}\n{r['rows']:,} rows", r["seconds_per_tree"], COLORS["ours"]) for r in runs.values()]
+    bars.append((f"crypto floor (fast)\n{runs['fast']['rows']:,} rows", runs["fast"]["floor"]["per_tree_s"],
+                 COLORS["floor"]))
+    x = data.get("xgboost", {})
+    if x.get("status") == "ok":
+        bars.append((f"XGBoost hist\n{x['rows']:,} rows", x["seconds_per_tree"], COLORS["peer"]))
+    ys = np.arange(len(bars))
+    ax.barh(ys, [max(b[1], 1e-6) for b in bars], color=[b[2] for b in bars])
+    ax.set_yticks(ys, [b[0] for b in bars], fontsize=7)
+    ax.invert_yaxis()
+    ax.set(xscale="log", xlabel="seconds per tree (log)", title="Time per tree")
+    ax = axes[1]
+    keys = [k for k in ("fast", "fast_at_plain_rows", "fast_big") if k in runs]
+    parts = ("encrypt", "histogram", "decrypt", "split_finding", "network", "other")
+    for i, key in enumerate(keys):
+        start = 0.0
+        for j, part in enumerate(parts):
+            width = max(0.0, float(runs[key]["split_per_tree_s"][part]))
+            ax.barh(2 * i, width, left=start, color=f"C{j}", label=part.replace("_", " ") if i == 0 else None)
+            start += width
+        ax.barh(2 * i + 1, runs[key]["floor"]["per_tree_s"], color=COLORS["floor"],
+                label="crypto floor" if i == 0 else None)
+    ax.set_yticks(range(2 * len(keys)), [f"{runs[k]['label']}: {p}" for k in keys for p in ("split", "floor")],
+                  fontsize=7)
+    ax.invert_yaxis()
+    ax.set(xlabel="seconds per tree (all trees, worker start-up included)", title="Where a fast tree's time goes")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
 def load(samples: Sequence[Mapping[str, Any]], cores: int, threshold: float, path: Path) -> str:
     """Section 5: the load average per core at the start and after every section."""
     fig = MplFigure(figsize=(7, 4))

@@ -27,6 +27,10 @@ HEADLINE_LABELS = {
     "mask_speedup_vs_flower": ("Mask expansion, AES-CTR vs Flower's MT19937 (x, median)", "{:.2f}x"),
     "x25519_speedup_vs_ffdh2048": ("Key exchange, X25519 vs ffdhe2048 (x, median)", "{:.1f}x"),
     "psi_exponent": ("PSI time vs set size, fitted exponent (ours)", "{:.2f}"),
+    "secureboost_speedup_vs_plain": ("SecureBoost time per tree, straightforward protocol / ours, equal rows (x)",
+                                     "{:.1f}x"),
+    "secureboost_fraction_of_crypto_floor": ("SecureBoost time per tree / its crypto floor (goal <= 1.25)", "{:.2f}"),
+    "secureboost_ratio_to_xgboost": ("SecureBoost training / XGBoost hist on the joined table (x)", "{:,.0f}x"),
 }
 
 
@@ -45,7 +49,10 @@ def headline(results: Results) -> dict[str, float]:
              "paillier_decrypt_fast_vs_phe": "primitives.paillier.decrypt.fast_vs_phe",
              "paillier_decrypt_packed_vs_phe": "primitives.paillier.decrypt.packed_vs_phe",
              "mask_speedup_vs_flower": "primitives.mask.speedup_vs_flower",
-             "x25519_speedup_vs_ffdh2048": "primitives.key_agreement.x25519_speedup_vs_ffdh2048"}
+             "x25519_speedup_vs_ffdh2048": "primitives.key_agreement.x25519_speedup_vs_ffdh2048",
+             "secureboost_speedup_vs_plain": "secureboost.speedup_vs_plain_secureboost",
+             "secureboost_fraction_of_crypto_floor": "secureboost.fraction_of_crypto_floor",
+             "secureboost_ratio_to_xgboost": "secureboost.ratio_to_xgboost"}
     out.update({k: f[v].median for k, v in pairs.items() if v in f})
     for s in results.sections:
         if s.key == "scaling" and s.data.get("psi_exponents", {}).get("psi_ours") is not None:

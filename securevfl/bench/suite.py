@@ -1,9 +1,10 @@
 """Run the benchmark sections in order and write the report: :func:`run_bench`.
 
 Order: the environment first (load at the start), then primitives, methods, scaling (which reuses
-section 1's PSI timings), network (which re-prices section 2's runs, no new runs), and the environment
-again at the end (load at the end, the warning). The load average is also sampled between sections
-for the environment's figure.
+section 1's PSI timings), network (which re-prices section 2's runs, no new runs), predict (batch
+scoring against its floor), secureboost (training against the straightforward protocol, its crypto
+floor and XGBoost), and the environment again at the end (load at the end, the warning). The load
+average is also sampled between sections for the environment's figure.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from securevfl.bench import environment, methods, network, plots, predict, primitives, report, scaling, wire
+from securevfl.bench import secureboost as secureboost_bench
 from securevfl.bench.config import BenchConfig
 from securevfl.bench.results import Results, Section, Table
 from securevfl.bench.timing import Figure
@@ -36,7 +38,8 @@ def run_bench(config: BenchConfig, out: str | Path, *, progress: Progress | None
     out_dir.mkdir(parents=True, exist_ok=True)
     progress = progress or _quiet
     started = time.perf_counter()
-    active = [s for s in ("primitives", "methods", "scaling", "network", "predict") if s in config.sections]
+    active = [s for s in ("primitives", "methods", "scaling", "network", "predict", "secureboost")
+              if s in config.sections]
     total = len(active) + 1
     done = 0
     load_samples: list[tuple[str, float, float]] = [("start", 0.0, environment.load_average())]
@@ -123,6 +126,15 @@ def run_bench(config: BenchConfig, out: str | Path, *, progress: Progress | None
                            "caption": "Where batch scoring's time goes (plaintext alignment) next to the floor"})
         results.sections.append(sec)
         finish_section("predict")
+    if "secureboost" in active:
+        sb = secureboost_bench.measure(secureboost_bench.from_sizes(sizes, seed=config.seed), tick)
+        record(secureboost_bench.figures(sb))
+        sec = secureboost_bench.section(sb)
+        sec.images.append({"file": plots.secureboost(sb, out_dir / "bench_secureboost.png"),
+                           "caption": "SecureBoost: time per tree of each configuration; the fast run's split "
+                                      "next to its crypto floor"})
+        results.sections.append(sec)
+        finish_section("secureboost")
     results.environment = environment.finish(env, load_samples)
     results.sections.append(_environment_section(results.environment, out_dir))
     results.headline = report.headline(results)
