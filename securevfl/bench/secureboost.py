@@ -46,20 +46,18 @@ decryption. Then::
 
 over the run's operation counts, and ``fraction_of_crypto_floor`` = measured time per tree /
 (floor_s / trees). The floor leaves out re-randomisation (one per histogram ciphertext sent), so it
-is a strict lower bound. ``compress_squarings`` comes from the run's report where it counts them,
-and otherwise is counted here by wrapping ``EncryptedHistogrammer.compress`` (``shift_bits``
-squarings per Horner step after the first non-empty sum).
+is a strict lower bound. ``compress_squarings`` comes from the run's report (the passive parties
+count ``shift_bits`` squarings per Horner step after the first non-empty sum).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import secrets
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -220,34 +218,6 @@ def crypto_floor(operations: Mapping[str, int], rates: Mapping[str, float], core
 
 
 # --------------------------------------------------------------------------------------------------------- runs
-@contextlib.contextmanager
-def counting_compress_squarings() -> Iterator[dict[str, int]]:
-    """Count the squarings of ``EncryptedHistogrammer.compress`` while the block runs (its own logic unchanged).
-
-    Horner packing raises the accumulator to 2^shift_bits before each further sum once the
-    accumulator holds a sum (``acc != 1``): ``shift_bits`` squarings per such step.
-    """
-    from securevfl.methods.secureboost.histogram import EncryptedHistogrammer
-
-    counter = {"squarings": 0}
-    original = EncryptedHistogrammer.compress
-
-    def compress(self: Any, sums: Sequence[Any], per_ciphertext: int, shift_bits: int) -> list[Any]:
-        for start in range(0, len(sums), per_ciphertext):
-            holding = False
-            for c in reversed(sums[start : start + per_ciphertext]):
-                if holding:
-                    counter["squarings"] += shift_bits
-                holding = holding or c is not None
-        return original(self, sums, per_ciphertext, shift_bits)
-
-    EncryptedHistogrammer.compress = compress  # type: ignore[method-assign]
-    try:
-        yield counter
-    finally:
-        EncryptedHistogrammer.compress = original  # type: ignore[method-assign]
-
-
 def run_config(rows: int, bench: SecureBoostBench, options: Mapping[str, Any]) -> Any:
     """The RunConfig of one run: generated ``synthetic`` rows, 2 parties, plaintext alignment."""
     from securevfl.api import RunConfig
@@ -282,10 +252,9 @@ def run_secureboost(label: str, rows: int, bench: SecureBoostBench, options: Map
 
     config = run_config(rows, bench, options)
     sc = sc if sc is not None else scenario(rows, bench)
-    with counting_compress_squarings() as counted:
-        started = time.perf_counter()
-        report = run(config, scenario=sc)
-        wall = time.perf_counter() - started
+    started = time.perf_counter()
+    report = run(config, scenario=sc)
+    wall = time.perf_counter() - started
     extra = report.extra["secureboost"]
     cost = report.cost
     trees = int(extra["trees_built"])
@@ -305,12 +274,9 @@ def run_secureboost(label: str, rows: int, bench: SecureBoostBench, options: Map
              "split_finding": float(active_s["split_finding"]), "network": network}
     split["other"] = training - sum(split.values())
     ops_in = extra.get("operations", {})
-    reported_squarings = ops_in.get("compress_squarings")
     operations = {"encryptions": int(ops_in.get("encryptions", 0)), "decryptions": int(ops_in.get("decryptions", 0)),
                   "homomorphic_additions": _sum_ops(ops_in.get("homomorphic_additions")),
-                  "compress_squarings": (_sum_ops(reported_squarings) if reported_squarings is not None
-                                         else int(counted["squarings"])),
-                  "compress_squarings_source": "report" if reported_squarings is not None else "counted here",
+                  "compress_squarings": _sum_ops(ops_in.get("compress_squarings")),
                   "per_party": {k: v for k, v in ops_in.items() if isinstance(v, Mapping)}}
     train_rows = len(sc.party_data(active).X_train)
     return {

@@ -305,16 +305,18 @@ class PassiveTrainer:
                 flat = self.hist.histograms(component, sample_bins, node_rows, width, tree.skip)
                 per_node = self.hist.candidate_sums(flat, len(node_rows), sample_bins.shape[1], width, missing,
                                                     tree.candidates)
-            for k, sums in enumerate(per_node):
-                if options.packing:
-                    with ctx.meter.crypto("secureboost.compress"):
-                        packed = self.hist.compress(sums, tree.per_ciphertext, 2 * tree.digit_bits)
-                else:
-                    packed = [1 if s is None else s for s in sums]
-                with ctx.meter.crypto("paillier.rerandomize"):
-                    packed = self.backend.rerandomize_raw(packed)
-                with ctx.meter.serialize():
-                    blobs[k].append(to_wire(packed, ciphertext_bytes(self.n)))
+            if options.packing:
+                with ctx.meter.crypto("secureboost.compress"):
+                    packed_nodes = self.hist.compress_many(per_node, tree.per_ciphertext, 2 * tree.digit_bits)
+            else:
+                packed_nodes = [[1 if c is None else c for c in sums] for sums in per_node]
+            with ctx.meter.crypto("paillier.rerandomize"):
+                flat_packed = self.backend.rerandomize_raw([c for node in packed_nodes for c in node])
+            with ctx.meter.serialize():
+                start = 0
+                for k, node in enumerate(packed_nodes):
+                    blobs[k].append(to_wire(flat_packed[start : start + len(node)], ciphertext_bytes(self.n)))
+                    start += len(node)
         return {"count": count, "sums": blobs}
 
     def _split(self, tree: _PassiveTree, node_of: np.ndarray) -> None:
@@ -699,25 +701,29 @@ class ActiveTrainer:
         per_ct = max(1, layout.digits // 2) if options.packing else 1
         per_node = -(-count // per_ct) if options.packing else count
         components = 1 if options.packing else 2
-        out = []
+        received: list[list[list[int]]] = []  # per node, per component
         for blobs in sums:
             if not isinstance(blobs, list) or len(blobs) != components:
                 raise ProtocolError(f"{party} sent a histogram with {len(blobs) if isinstance(blobs, list) else '?'} "
                                     f"parts; {components} were expected")
-            cts = [from_wire(b, width, per_node, party, "a histogram") for b in blobs]
-            started = time.perf_counter()
-            with self.ctx.meter.crypto("paillier.decrypt"):
-                residues = [self.backend.decrypt_raw(c) for c in cts]
-                self.counts["decryptions"] += sum(len(c) for c in cts)
+            received.append([from_wire(b, width, per_node, party, "a histogram") for b in blobs])
+        started = time.perf_counter()
+        with self.ctx.meter.crypto("paillier.decrypt"):
+            everything = [c for node in received for part in node for c in part]
+            residues = self.backend.decrypt_raw(everything)  # one call: large enough for the worker pool
+            self.counts["decryptions"] += len(everything)
+            out = []
+            for k in range(len(received)):
+                node_residues = residues[k * components * per_node : (k + 1) * components * per_node]
                 if options.packing:
-                    digits = unpack_signed(residues[0], 2 * per_ct, layout.digit_bits, n)
+                    digits = unpack_signed(node_residues, 2 * per_ct, layout.digit_bits, n)
                     values = digits.reshape(-1, 2)[:count]
                 else:
                     half = n // 2
-                    values = np.array([[r - n if r > half else r for r in comp] for comp in residues],
-                                      dtype=np.int64).T.reshape(count, 2)
-            self.timing.decrypt += time.perf_counter() - started
-            out.append(np.ascontiguousarray(values, dtype=np.int64))
+                    signed = [r - n if r > half else r for r in node_residues]
+                    values = np.array(signed, dtype=np.int64).reshape(2, count).T
+                out.append(np.ascontiguousarray(values, dtype=np.int64))
+        self.timing.decrypt += time.perf_counter() - started
         return out
 
     def _best_splits(self, frontier: list[_Node], frac: int) -> dict[int, tuple[int, int, int]]:

@@ -1,0 +1,252 @@
+"""Encrypted histograms: products of Paillier ciphertexts per (node, feature, bin), and their packing.
+
+A bin's encrypted sum is the product mod n^2 of the ciphertexts of the rows that fall in it
+(Paillier's addition): rows × features modular multiplications per computed node, spread over a
+:class:`psi.executors.TaskExecutor` (local processes, or a Ray cluster) in row chunks, each worker
+returning partial histograms the caller multiplies together. A feature's dominant bin can be derived
+from the node's total instead (:func:`dominant_bins`), and many sums can be packed into one
+ciphertext by Horner's rule (:meth:`EncryptedHistogrammer.compress`), also spread over the workers.
+This module imports only numpy, gmpy2 and the executors, so worker processes start quickly. Used by
+:mod:`securevfl.methods.secureboost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import gmpy2
+import numpy as np
+from gmpy2 import mpz
+
+from psi.executors import ExecutorConfig, TaskExecutor, create_executor
+
+Candidate = tuple[int, int, bool]  # (feature, bin b: "bin <= b" goes left, missing values go left)
+
+
+def _accumulate(task: tuple[int, list[Any], np.ndarray, np.ndarray, int]) -> list[Any]:
+    """Worker: products of ciphertexts per key, one (row, key) pair at a time; ``None`` where no row fell."""
+    nsq_int, cts, rows, keys, size = task
+    nsq = mpz(nsq_int)
+    acc: list[Any] = [None] * size
+    for r, k in zip(rows.tolist(), keys.tolist(), strict=True):
+        a = acc[k]
+        acc[k] = cts[r] if a is None else a * cts[r] % nsq
+    return acc
+
+
+def _shifts(group: Sequence[Any]) -> int:
+    """Horner steps that square: one before each sum once the accumulator holds one."""
+    holding, count = False, 0
+    for c in reversed(group):
+        count += holding
+        holding = holding or c is not None
+    return count
+
+
+def _compress(task: tuple[int, list[list[Any]], int]) -> list[Any]:
+    """Worker: each group of sums as one ciphertext, Σ_j sum_j 2^(j · shift_bits) (empty sums are zero)."""
+    nsq_int, groups, shift_bits = task
+    nsq = mpz(nsq_int)
+    power = mpz(1) << shift_bits
+    out = []
+    for group in groups:
+        acc = mpz(1)
+        for c in reversed(group):
+            if acc != 1:
+                acc = gmpy2.powmod(acc, power, nsq)
+            if c is not None:
+                acc = acc * c % nsq
+        out.append(acc)
+    return out
+
+
+def _merge(parts: Iterable[list[Any]], size: int, nsq: mpz) -> list[Any]:
+    out: list[Any] = [None] * size
+    for part in parts:
+        for k, v in enumerate(part):
+            if v is not None:
+                a = out[k]
+                out[k] = v if a is None else a * v % nsq
+    return out
+
+
+def dominant_bins(bins: np.ndarray, width: int, rows: int) -> np.ndarray:
+    """Per feature, the bin to derive rather than sum (its most populated one), or −1 where summing all is cheaper.
+
+    A derived bin is the node's total over the feature's other bins (one inversion), so it saves the
+    additions of its rows at the price of one total per node: worth it where the skipped rows of all
+    features together outnumber the node's rows (one-hot and mostly-zero columns; not a feature of
+    32 even bins).
+    """
+    counts = np.stack([np.bincount(bins[:, f].astype(np.int64), minlength=width) for f in range(bins.shape[1])]) \
+        if bins.shape[1] else np.zeros((0, width), dtype=np.int64)
+    top = counts.argmax(axis=1) if len(counts) else np.zeros(0, dtype=np.int64)
+    saved = counts[np.arange(len(counts)), top] if len(counts) else np.zeros(0, dtype=np.int64)
+    worth = saved > rows // 8  # a feature whose dominant bin holds over an eighth of the rows
+    if int(saved[worth].sum()) <= rows:
+        return np.full(bins.shape[1], -1, dtype=np.int64)
+    return np.where(worth, top, -1).astype(np.int64)
+
+
+class EncryptedHistogrammer:
+    """Encrypted histograms of one tree's rows, computed in this process or on an executor's workers.
+
+    ``workers`` > 1 (or an :class:`~psi.executors.ExecutorConfig`, Ray included) spreads the rows in
+    chunks; below ``parallel_min_items`` (row × feature products) the work stays here.
+    """
+
+    def __init__(self, n: int, *, workers: int = 1, executor: ExecutorConfig | None = None,
+                 parallel_min_items: int = 20_000) -> None:
+        self.nsq = mpz(n) * mpz(n)
+        self.workers = workers
+        self._config = executor
+        self._executor: TaskExecutor | None = None
+        self.parallel_min_items = parallel_min_items
+        self.multiplications = 0
+        self.squarings = 0
+
+    def _pool(self) -> TaskExecutor | None:
+        if self._config is None and self.workers <= 1:
+            return None
+        if self._executor is None:
+            config = self._config or ExecutorConfig("process", workers=self.workers)
+            self._executor = create_executor(config, preload=[__name__])
+        return self._executor
+
+    def histograms(self, ciphertexts: Sequence[Any], bins: np.ndarray, node_rows: Sequence[np.ndarray],
+                   width: int, skip: np.ndarray | None = None) -> list[Any]:
+        """Products of each node's rows' ciphertexts per bin, flat at ``(node · F + feature) · width + bin``.
+
+        ``skip`` (:func:`dominant_bins`): per feature a bin not summed but derived as the node's total
+        over the feature's other bins (``None``: sum every bin).
+        """
+        n_features = bins.shape[1]
+        n_nodes = len(node_rows)
+        size = n_nodes * n_features * width
+        rows = np.concatenate(node_rows).astype(np.int64) if node_rows else np.zeros(0, dtype=np.int64)
+        node_of = np.repeat(np.arange(n_nodes, dtype=np.int64), [len(r) for r in node_rows])
+        row_bins = bins[rows].astype(np.int64)
+        keys = (node_of[:, None] * n_features + np.arange(n_features)) * width + row_bins
+        pair_rows = np.broadcast_to(np.arange(len(rows))[:, None], keys.shape)
+        derive = skip is not None and bool((skip >= 0).any())
+        if derive:
+            assert skip is not None
+            keep = row_bins != skip[None, :]
+            pair_rows, keys = pair_rows[keep], keys[keep]
+            # the node totals, in slots after the bins
+            pair_rows = np.concatenate([pair_rows, np.arange(len(rows))])
+            keys = np.concatenate([keys, size + node_of])
+        else:
+            pair_rows, keys = pair_rows.ravel(), keys.ravel()
+        total_size = size + (n_nodes if derive else 0)
+        self.multiplications += max(0, len(keys) - total_size)
+        cts = [ciphertexts[i] for i in rows.tolist()]
+        pool = self._pool() if len(keys) >= self.parallel_min_items else None
+        nsq = int(self.nsq)
+        if pool is None:
+            flat = _accumulate((nsq, cts, pair_rows, keys, total_size))
+        else:
+            chunks = max(1, pool.workers * 2)
+            step = -(-len(cts) // chunks)
+            starts = np.searchsorted(pair_rows, np.arange(0, len(cts), step)) if not derive else None
+            tasks = []
+            for i in range(0, len(cts), step):
+                if derive:
+                    mask = (pair_rows >= i) & (pair_rows < i + step)
+                    part_rows, part_keys = pair_rows[mask] - i, keys[mask]
+                else:
+                    assert starts is not None
+                    lo = int(starts[i // step])
+                    hi = int(starts[i // step + 1]) if i // step + 1 < len(starts) else len(keys)
+                    part_rows, part_keys = pair_rows[lo:hi] - i, keys[lo:hi]
+                tasks.append((nsq, cts[i : i + step], part_rows, part_keys, total_size))
+            flat = _merge(pool.map(_accumulate, tasks), total_size, self.nsq)
+        if derive:
+            assert skip is not None
+            self._derive(flat, n_nodes, n_features, width, skip)
+        return flat[:size]
+
+    def _derive(self, flat: list[Any], n_nodes: int, n_features: int, width: int, skip: np.ndarray) -> None:
+        """Fill each skipped bin with the node's total divided by the feature's other bins."""
+        nsq = self.nsq
+        size = n_nodes * n_features * width
+        for node in range(n_nodes):
+            total = flat[size + node]
+            for f in np.flatnonzero(skip >= 0).tolist():
+                base = (node * n_features + f) * width
+                others = None
+                for b in range(width):
+                    v = flat[base + b]
+                    if v is not None and b != skip[f]:
+                        others = v if others is None else others * v % nsq
+                        self.multiplications += 1
+                if total is None:
+                    flat[base + int(skip[f])] = None
+                elif others is None:
+                    flat[base + int(skip[f])] = total
+                else:
+                    flat[base + int(skip[f])] = total * gmpy2.invert(others, nsq) % nsq
+
+    def candidate_sums(self, flat: list[Any], n_nodes: int, n_features: int, width: int, missing_bin: int,
+                       candidates: Sequence[Candidate]) -> list[list[Any]]:
+        """Per node, the encrypted left-side sum of each candidate (prefix products over bins)."""
+        nsq = self.nsq
+        last_bin: dict[int, int] = {}
+        for f, b, _ in candidates:
+            last_bin[f] = max(b, last_bin.get(f, -1))
+        out = []
+        for node in range(n_nodes):
+            prefix: dict[tuple[int, int], Any] = {}
+            for f, top in last_bin.items():  # prefix products in bin order, whatever order the candidates come in
+                base = (node * n_features + f) * width
+                value = None
+                for b in range(top + 1):
+                    here = flat[base + b]
+                    if here is not None:
+                        if value is None:
+                            value = here
+                        else:
+                            value = value * here % nsq
+                            self.multiplications += 1
+                    prefix[(f, b)] = value
+            sums: list[Any] = []
+            for f, b, miss in candidates:
+                value = prefix[(f, b)]
+                if miss:
+                    m = flat[(node * n_features + f) * width + missing_bin]
+                    if m is not None:
+                        value = m if value is None else value * m % nsq
+                        self.multiplications += 1
+                sums.append(value)
+            out.append(sums)
+        return out
+
+    def compress(self, sums: Sequence[Any], per_ciphertext: int, shift_bits: int) -> list[Any]:
+        """Horner packing: ``per_ciphertext`` sums per ciphertext, the first in the lowest digits."""
+        return self.compress_many([sums], per_ciphertext, shift_bits)[0]
+
+    def compress_many(self, lists: Sequence[Sequence[Any]], per_ciphertext: int, shift_bits: int) -> list[list[Any]]:
+        """:meth:`compress` of each list (a node's candidate sums), on the workers when there is enough work."""
+        groups = [(k, start, list(sums[start : start + per_ciphertext]))
+                  for k, sums in enumerate(lists) for start in range(0, len(sums), per_ciphertext)]
+        self.squarings += shift_bits * sum(_shifts(group) for _, _, group in groups)
+        nsq = int(self.nsq)
+        work = sum(len(group) for _, _, group in groups)
+        pool = self._pool() if work * shift_bits >= self.parallel_min_items * 4 else None
+        if pool is None:
+            packed = _compress((nsq, [g for _, _, g in groups], shift_bits))
+        else:
+            step = max(1, -(-len(groups) // (pool.workers * 2)))
+            tasks = ((nsq, [g for _, _, g in groups[i : i + step]], shift_bits) for i in range(0, len(groups), step))
+            packed = [c for part in pool.map(_compress, tasks) for c in part]
+        out: list[list[Any]] = [[] for _ in lists]
+        for (k, _, _), c in zip(groups, packed, strict=True):
+            out[k].append(c)
+        return out
+
+    def close(self) -> None:
+        """Release the workers (started again on demand)."""
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
