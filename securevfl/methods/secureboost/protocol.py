@@ -561,7 +561,7 @@ class ActiveTrainer:
         passives = self.passives if involve else ()
         if involve and passives:
             self._send_gradients(tree, rows, gh, layout, frac)
-        elif self.passives:  # the passive parties skip a tree they take no part in
+        elif self.passives:  # the first tree of first_tree_active_only: the passive parties only count it
             ctx.broadcast(self.passives, TREE, {"tree": tree, "skip": True})
         own_features = set(_feature_subset(self.bins.n_features, options.colsample, self.config.seed, ctx.name,
                                            tree).tolist())
