@@ -576,14 +576,15 @@ class ActiveTrainer:
         derive: dict[int, tuple[int, int]] = {}  # node -> (parent, computed sibling)
         while frontier:
             if passives:
-                ctx.broadcast(passives, ASSIGN, {"node_of": node_of.astype(np.int32),
-                                                 "compute": np.array(compute, dtype=np.int32)})
+                # node ids relative to the tree's root: nothing on the wire counts the nodes of earlier trees
+                ctx.broadcast(passives, ASSIGN, {"node_of": (node_of - root).astype(np.int32),
+                                                 "compute": np.array(compute, dtype=np.int32) - root})
             self._candidate_sums(nodes, compute, gh, sample_bins, own_candidates, passives, layout)
             for node, (parent, sibling) in derive.items():
                 for party, sums in nodes[sibling].candidates.items():
                     nodes[node].candidates[party] = nodes[parent].candidates[party] - sums
             decisions = self._best_splits([nodes[k] for k in frontier], frac)
-            lefts = self._apply_splits(decisions, passives, node_of, own_candidates)
+            lefts = self._apply_splits(decisions, passives, node_of, own_candidates, root)
             next_frontier, compute, derive = [], [], {}
             for node, (party, _, record) in decisions.items():
                 left_child, right_child = self.forest.split(node, party, record)
@@ -755,7 +756,7 @@ class ActiveTrainer:
         return out
 
     def _apply_splits(self, decisions: dict[int, tuple[int, int, int]], passives: Sequence[str], node_of: np.ndarray,
-                      own_candidates: list[Candidate]) -> dict[int, np.ndarray]:
+                      own_candidates: list[Candidate], root: int) -> dict[int, np.ndarray]:
         """Tell each owner its splits; the rows going left of each split node (in ascending walked-row order)."""
         ctx = self.ctx
         lefts: dict[int, np.ndarray] = {}
@@ -763,7 +764,7 @@ class ActiveTrainer:
             if party not in passives:
                 continue
             mine = sorted(node for node, (p, _, _) in decisions.items() if p == index)
-            ctx.send(party, SPLIT, {"nodes": np.array(mine, dtype=np.int64),
+            ctx.send(party, SPLIT, {"nodes": np.array(mine, dtype=np.int64) - root,
                                     "candidates": np.array([decisions[k][1] for k in mine], dtype=np.int64)})
         for node, (owner, candidate, _) in decisions.items():
             if owner != 0:
