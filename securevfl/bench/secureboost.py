@@ -44,8 +44,11 @@ decryption. Then::
                + (homomorphic_additions + compress_squarings) / multiply_per_s
                + decryptions / decrypt_per_s) / cores,    cores = min(workers, CPUs)
 
-over the run's operation counts, and ``fraction_of_crypto_floor`` = measured time per tree /
-(floor_s / trees). The floor leaves out re-randomisation (one per histogram ciphertext sent), so it
+over the run's operation counts, and ``fraction_of_crypto_floor`` = the run's whole training time
+(every tree, worker start-up and key set-up included) / floor_s: with ``precompute`` a tree's
+encryption randomness is made during the tree before, so only whole-run totals compare fairly
+(``steady_fraction_of_floor``, the trees after the first against the floor per tree, is beside it).
+The floor leaves out re-randomisation (one per histogram ciphertext sent), so it
 is a strict lower bound. ``compress_squarings`` comes from the run's report (the passive parties
 count ``shift_bits`` squarings per Horner step after the first non-empty sum).
 """
@@ -332,7 +335,8 @@ def _with_floor(run: dict[str, Any], rates: Mapping[str, Any], cores: int) -> No
     floor = crypto_floor(run["operations"], rates, cores)
     floor["per_tree_s"] = floor["floor_s"] / max(run["trees"], 1)
     run["floor"] = floor
-    run["fraction_of_crypto_floor"] = run["seconds_per_tree"] / floor["per_tree_s"]
+    run["fraction_of_crypto_floor"] = run["training_s"] / floor["floor_s"]
+    run["steady_fraction_of_floor"] = run["seconds_per_tree"] / floor["per_tree_s"]
 
 
 def measure(bench: SecureBoostBench, tick: Tick | None = None) -> dict[str, Any]:
@@ -383,7 +387,7 @@ def measure(bench: SecureBoostBench, tick: Tick | None = None) -> dict[str, Any]
         "definitions": {
             "speedup_vs_plain_secureboost": f"plain secureboost time per tree / fast time per tree, both on "
                                             f"{bench.plain_rows:,} rows",
-            "fraction_of_crypto_floor": f"fast time per tree / crypto floor per tree, {bench.rows:,} rows",
+            "fraction_of_crypto_floor": f"fast training time (all trees) / its crypto floor, {bench.rows:,} rows",
             "crypto_floor": fast["floor"]["formula"] + f"; cores = min(workers, CPUs) = {cores}",
             "ratio_to_xgboost": "fast training seconds (all trees, key generation and worker start-up included) / "
                                 "XGBoost fit seconds (binning included), same rows",
@@ -450,8 +454,8 @@ def summary_lines(data: Mapping[str, Any]) -> list[str]:
              f"{small['rows']:,} rows" + ("; the plain run built one tree: its time per tree is its first tree's"
                                           if plain["includes_startup"] else "") + ")",
              f"fraction_of_crypto_floor: {data['fraction_of_crypto_floor']:.2f} (fast, {runs['fast']['rows']:,} rows: "
-             f"{runs['fast']['seconds_per_tree']:.3g} s per tree vs a floor of "
-             f"{runs['fast']['floor']['per_tree_s']:.3g} s; goal <= 1.25)"]
+             f"{runs['fast']['training_s']:.3g} s of training vs a floor of {runs['fast']['floor']['floor_s']:.3g} s; "
+             f"the trees after the first: {runs['fast']['steady_fraction_of_floor']:.2f}; goal <= 1.25)"]
     if data["ratio_to_xgboost"] is not None:
         x = data["xgboost"]
         lines.append(f"ratio_to_xgboost: {data['ratio_to_xgboost']:,.0f}x ({runs['fast']['training_s']:.3g} s vs "
