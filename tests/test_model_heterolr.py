@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from aggregation_harness import RecordingTransport
 from deployed_threads import in_threads, loopback_federation_file, run_parties_in_threads
 from org_tables import organisation_frames, probabilities, rows_of, write_tables
 
@@ -24,7 +25,6 @@ from securevfl.cli import main
 from securevfl.deploy.federation import load_federation
 from securevfl.eval import task_metrics
 from securevfl.federation import codec
-from securevfl.federation.transport import InProcessTransport
 from securevfl.methods.hetero_lr import ARBITER, PUBLIC_KEY, HeteroLR
 from securevfl.methods.hetero_lr.scoring import MASKED_SCORE, SCORE_PARTIAL, SCORE_UNMASKED
 from securevfl.model.scoring import load_model
@@ -119,18 +119,6 @@ def test_a_regression_model_predicts_values_on_the_training_scale(tmp_path, file
     assert load_model(tmp_path / "model").manifests["bank"].target_scale["std"] > 1.0  # mapped back from z
 
 
-class RecordingTransport(InProcessTransport):
-    """Keeps every envelope that crosses any link."""
-
-    def __init__(self, parties):
-        super().__init__(parties)
-        self.log = []
-
-    def send(self, envelope):
-        self.log.append(envelope)
-        super().send(envelope)
-
-
 def _score_recorded(monkeypatch, model, new, keypair):
     """Score in one process over a recording transport, with the arbiter's key pair injected to read the wire."""
     logs = []
@@ -138,7 +126,7 @@ def _score_recorded(monkeypatch, model, new, keypair):
 
     def recorded(roles, **kwargs):
         transport = RecordingTransport(list(roles))
-        logs.append(transport.log)
+        logs.append(transport.envelopes)
         return original(roles, transport=transport, **kwargs)
 
     monkeypatch.setattr(runtime, "run_parties", recorded)
@@ -192,7 +180,7 @@ def test_every_scoring_run_has_a_fresh_key(tmp_path, files, trained, monkeypatch
     def recorded(roles, **kwargs):
         transport = RecordingTransport(list(roles))
         result = original(roles, transport=transport, **kwargs)
-        keys.extend(codec.decode(e.payload) for e in transport.log if e.tag == PUBLIC_KEY and e.dst == "bank")
+        keys.extend(codec.decode(e.payload) for e in transport.envelopes if e.tag == PUBLIC_KEY and e.dst == "bank")
         return result
 
     monkeypatch.setattr(runtime, "run_parties", recorded)

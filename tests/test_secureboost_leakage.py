@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from aggregation_harness import RecordingTransport
 
 from securevfl.api import RunConfig, build_scenario
 from securevfl.data import PartitionSpec
 from securevfl.errors import PartyFailure, ProtocolError
 from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
-from securevfl.federation.transport import InProcessTransport
 from securevfl.methods import TrainConfig, create_method
 from securevfl.methods.engine.loop import score_side
 from securevfl.methods.secureboost import protocol as sb
@@ -37,18 +37,6 @@ from securevfl.privacy.paillier import create_backend
 SMALL_KEY = {"key_bits": 1024, "insecure_allow_small_key": True}
 WIDTH = 256  # bytes of one ciphertext mod n^2 at 1024 bits
 SEED = 0
-
-
-class RecordingTransport(InProcessTransport):
-    """Keeps every envelope that crosses any link (encoded bytes: what a network would carry)."""
-
-    def __init__(self, parties):
-        super().__init__(parties)
-        self.log = []
-
-    def send(self, envelope):
-        self.log.append(envelope)
-        super().send(envelope)
 
 
 @dataclass
@@ -120,7 +108,7 @@ def train_run(keypair, *, parties=3, dataset="breast-cancer", shuffle_seed=None,
         run.roles = method.roles(scenario)
         transport = RecordingTransport(list(run.roles))
         run.result = run_parties(run.roles, active=scenario.active, passives=scenario.passives, transport=transport)
-    run.log = transport.log
+    run.log = transport.envelopes
     return run
 
 
@@ -627,7 +615,7 @@ def scored(main_run):
              for p in sides}
     transport = RecordingTransport(list(roles))
     result = run_parties(roles, active=run.active, passives=run.passives, transport=transport)
-    return result, transport.log
+    return result, transport.envelopes
 
 
 def test_scoring_tells_the_active_party_one_bit_per_row_at_each_passive_node(main_run, scored):

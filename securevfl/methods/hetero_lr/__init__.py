@@ -82,11 +82,10 @@ from securevfl.privacy.paillier import (
     PaillierBackend,
     PaillierPrivateKey,
     PaillierPublicKey,
-    available_backends,
     create_backend,
     generate_keypair,
 )
-from securevfl.privacy.paillier.keys import MIN_TEST_KEY_BITS, SECURE_KEY_BITS
+from securevfl.privacy.paillier.registry import check_backend_and_key
 from securevfl.privacy.paillier.ring_masks import RandBelow, add_ring_masks, draw_ring_masks, remove_ring_masks
 
 ARBITER = "arbiter"
@@ -132,13 +131,7 @@ class HeteroLROptions:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if not self.l2 >= 0:
             raise ConfigError(f"l2 must be >= 0, got {self.l2}")
-        if self.backend not in available_backends():
-            raise ConfigError(f"backend must be one of {', '.join(available_backends())}, got {self.backend!r}")
-        if self.key_bits not in SECURE_KEY_BITS:
-            if not self.insecure_allow_small_key:
-                raise ConfigError(f"key_bits must be one of {SECURE_KEY_BITS}")
-            if self.key_bits < MIN_TEST_KEY_BITS or self.key_bits % 2:
-                raise ConfigError(f"key_bits must be even and >= {MIN_TEST_KEY_BITS}, got {self.key_bits}")
+        check_backend_and_key(self.backend, self.key_bits, self.insecure_allow_small_key)
         if not 8 <= self.frac_bits <= 64:
             raise ConfigError(f"frac_bits must be in [8, 64], got {self.frac_bits}")
         if self.workers < 1:

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 from securevfl.errors import ConfigError
 from securevfl.methods.secureboost.binning import MAX_BINS_LIMIT
-from securevfl.privacy.paillier import available_backends
-from securevfl.privacy.paillier.keys import MIN_TEST_KEY_BITS, SECURE_KEY_BITS
+from securevfl.privacy.paillier.registry import check_backend_and_key
 
 EXECUTORS = ("process", "ray")
 
@@ -73,13 +72,7 @@ class SecureBoostOptions:
             raise ConfigError("min_child_weight, l2 and min_split_gain must be >= 0")
         if not 0 < self.subsample <= 1 or not 0 < self.colsample <= 1:
             raise ConfigError(f"subsample and colsample must be in (0, 1], got {self.subsample}, {self.colsample}")
-        if self.backend not in available_backends():
-            raise ConfigError(f"backend must be one of {', '.join(available_backends())}, got {self.backend!r}")
-        if self.key_bits not in SECURE_KEY_BITS:
-            if not self.insecure_allow_small_key:
-                raise ConfigError(f"key_bits must be one of {SECURE_KEY_BITS}")
-            if self.key_bits < MIN_TEST_KEY_BITS or self.key_bits % 2:
-                raise ConfigError(f"key_bits must be even and >= {MIN_TEST_KEY_BITS}, got {self.key_bits}")
+        check_backend_and_key(self.backend, self.key_bits, self.insecure_allow_small_key)
         if not 8 <= self.frac_bits <= 40:
             raise ConfigError(f"frac_bits must be in [8, 40], got {self.frac_bits}")
         if self.workers < 1:

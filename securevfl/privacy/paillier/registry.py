@@ -8,7 +8,7 @@ from securevfl.errors import ConfigError
 
 from .backend import PaillierBackend
 from .fast_backend import FastBackend
-from .keys import PaillierPrivateKey, PaillierPublicKey
+from .keys import MIN_TEST_KEY_BITS, SECURE_KEY_BITS, PaillierPrivateKey, PaillierPublicKey
 from .phe_backend import PheBackend
 
 BACKENDS: dict[str, type[PaillierBackend]] = {"phe": PheBackend, "fast": FastBackend}
@@ -18,6 +18,17 @@ BACKENDS: dict[str, type[PaillierBackend]] = {"phe": PheBackend, "fast": FastBac
 def available_backends() -> tuple[str, ...]:
     """Names accepted by :func:`create_backend`."""
     return tuple(sorted(BACKENDS))
+
+
+def check_backend_and_key(backend: str, key_bits: int, insecure_allow_small_key: bool) -> None:
+    """A method's Paillier options: a known backend, and a secure key size (smaller only when allowed, tests)."""
+    if backend not in available_backends():
+        raise ConfigError(f"backend must be one of {', '.join(available_backends())}, got {backend!r}")
+    if key_bits not in SECURE_KEY_BITS:
+        if not insecure_allow_small_key:
+            raise ConfigError(f"key_bits must be one of {SECURE_KEY_BITS}")
+        if key_bits < MIN_TEST_KEY_BITS or key_bits % 2:
+            raise ConfigError(f"key_bits must be even and >= {MIN_TEST_KEY_BITS}, got {key_bits}")
 
 
 def create_backend(
