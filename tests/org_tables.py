@@ -47,6 +47,17 @@ def write_tables(frames: Mapping[str, pd.DataFrame], directory: Path, prefix: st
     return paths
 
 
+def training_and_new_tables(directory: Path) -> tuple[dict[str, Path], dict[str, Path]]:
+    """(training files, new files) of three organisations: the new rows are a quarter of the customers, none
+    trained on, each new file in a shuffled order of its own."""
+    frames = organisation_frames(3, keep=0.92)
+    new_ids = set(f"c{i:04d}" for i in np.random.default_rng(4).choice(569, 142, replace=False))
+    train = write_tables({p: f[~f.customer_id.isin(new_ids)] for p, f in frames.items()}, directory)
+    new = write_tables({p: f[f.customer_id.isin(new_ids)].sample(frac=1.0, random_state=1)
+                        for p, f in frames.items()}, directory, prefix="new_")
+    return train, new
+
+
 def rows_of(files: Mapping[str, Path], directory: Path, ids, parties=None) -> dict[str, str]:
     """Each party's file cut to ``ids``, in a shuffled order of its own, as new files."""
     keep = set(ids)

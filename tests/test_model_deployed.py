@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from deployed_threads import SPLITNN_JOB, loopback_federation_file
-from org_tables import organisation_frames, probabilities, write_tables
+from org_tables import probabilities, training_and_new_tables
 
 import securevfl
 from securevfl.cli import main
@@ -25,13 +25,7 @@ PARTIES = ("bank", "shop", "clinic")
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory) -> tuple[dict[str, Path], dict[str, Path]]:
     """(training files, new files): the new rows are a quarter of the customers, none trained on."""
-    out = tmp_path_factory.mktemp("tables")
-    frames = organisation_frames(3, keep=0.92)
-    new_ids = set(f"c{i:04d}" for i in np.random.default_rng(4).choice(569, 142, replace=False))
-    train = write_tables({p: f[~f.customer_id.isin(new_ids)] for p, f in frames.items()}, out)
-    new = write_tables({p: f[f.customer_id.isin(new_ids)].sample(frac=1.0, random_state=1)
-                        for p, f in frames.items()}, out, prefix="new_")
-    return train, new
+    return training_and_new_tables(tmp_path_factory.mktemp("tables"))
 
 
 def _federation(directory: Path, method: str, options: str = "") -> Path:

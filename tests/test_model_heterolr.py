@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from aggregation_harness import RecordingTransport
 from deployed_threads import in_threads, loopback_federation_file, run_parties_in_threads
-from org_tables import organisation_frames, probabilities, rows_of, write_tables
+from org_tables import organisation_frames, probabilities, rows_of, training_and_new_tables, write_tables
 
 import securevfl
 import securevfl.federation.runtime as runtime
@@ -213,11 +213,7 @@ def _score_in_threads(federation, files, model_dir, batch_size):
 def test_a_model_trained_deployed_scores_deployed_with_the_arbiter_as_in_one_process(tmp_path, files):
     federation = load_federation(_federation(tmp_path))
     assert not federation.party(ARBITER).data
-    frames = organisation_frames(3, keep=0.92)
-    new_ids = set(f"c{i:04d}" for i in np.random.default_rng(4).choice(569, 142, replace=False))
-    train = write_tables({p: f[~f.customer_id.isin(new_ids)] for p, f in frames.items()}, tmp_path / "train")
-    new = write_tables({p: f[f.customer_id.isin(new_ids)].sample(frac=1.0, random_state=1)
-                        for p, f in frames.items()}, tmp_path / "new")
+    train, new = training_and_new_tables(tmp_path / "tables")
     model = tmp_path / "model"
     trained = run_parties_in_threads(federation, {**{p: str(train[p]) for p in PARTIES}, ARBITER: None},
                                      model_dir=model)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from org_tables import organisation_frames, probabilities, rows_of, write_tables
+from org_tables import organisation_frames, probabilities, rows_of, training_and_new_tables, write_tables
 
 import securevfl
 from securevfl.eval import task_metrics
@@ -70,11 +70,7 @@ def test_a_model_trained_deployed_scores_deployed_as_in_one_process(tmp_path):
     job = 'method = "secureboost"\nseed = 0\nid_column = "customer_id"\nlabel_column = "churn"'
     options = "[job.options]\nkey_bits = 1024\ninsecure_allow_small_key = true\ntrees = 3\nmax_depth = 3"
     federation = load_federation(loopback_federation_file(tmp_path, PARTIES, "bank", job, options))
-    frames = organisation_frames(3, keep=0.92)
-    new_ids = set(f"c{i:04d}" for i in np.random.default_rng(4).choice(569, 142, replace=False))
-    train = write_tables({p: f[~f.customer_id.isin(new_ids)] for p, f in frames.items()}, tmp_path / "train")
-    new = write_tables({p: f[f.customer_id.isin(new_ids)].sample(frac=1.0, random_state=1)
-                        for p, f in frames.items()}, tmp_path / "new")
+    train, new = training_and_new_tables(tmp_path / "tables")
     model = tmp_path / "model"
     trained = run_parties_in_threads(federation, {p: str(train[p]) for p in PARTIES}, model_dir=model)
     # not a fixed figure: each passive party's secret candidate permutation breaks ties of equal gain
