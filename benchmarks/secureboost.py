@@ -78,6 +78,17 @@ def print_tables(data: dict[str, Any]) -> None:
     for row in sb.floor_rows(data):
         floor.add_row(*row)
     console.print(floor)
+    if data.get("ablation"):
+        fast = data["runs"]["fast_at_plain_rows"]
+        ablation = Table(title=f"each optimisation off alone, {fast['rows']:,} rows (fast: "
+                               f"{fast['seconds_per_tree']:.3g} s per tree)")
+        for col in ("turned off", "trees", "s / tree", "x fast", "homomorphic additions", "decryptions", "MB sent"):
+            ablation.add_column(col, justify="left" if col == "turned off" else "right")
+        for label, a in data["ablation"].items():
+            ablation.add_row(label, str(a["trees"]), f"{a['seconds_per_tree']:.3g}", f"{a['slowdown_vs_fast']:.2f}",
+                             f"{a['operations']['homomorphic_additions']:,}", f"{a['operations']['decryptions']:,}",
+                             f"{sum(a['bytes'].values()) / 1e6:.2f}")
+        console.print(ablation)
     links = Table(title="bytes per link (in process: counted, not sent)")
     links.add_column("configuration")
     names = sorted({link for r in data["runs"].values() for link in r["bytes"]})
@@ -108,6 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-bins", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-ablation", action="store_true", help="skip the runs with one optimisation off")
     parser.add_argument("--no-plaintext", action="store_true", help="skip the encrypt=false run")
     parser.add_argument("--insecure-small-key", action="store_true", help="allow --key-bits below 2048 (tests)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON to this file")
@@ -126,7 +138,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              key_bits=args.key_bits, plain_rows=pick("plain_rows"), plain_trees=pick("plain_trees"),
                              big_rows=pick("big_rows"), features=args.features, max_bins=args.max_bins,
                              learning_rate=args.learning_rate, seed=args.seed, plaintext=not args.no_plaintext,
-                             insecure_allow_small_key=args.insecure_small_key)
+                             ablation=not args.no_ablation, insecure_allow_small_key=args.insecure_small_key)
     started = time.perf_counter()
 
     def log(text: str) -> None:

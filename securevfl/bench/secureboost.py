@@ -71,6 +71,14 @@ Tick = Callable[[str], None]
 #: The straightforward SecureBoost: python-paillier, one value per ciphertext, every histogram computed.
 PLAIN_SECUREBOOST = {"backend": "phe", "packing": False, "subtraction": False}
 FAST = {"backend": "fast", "packing": True, "subtraction": True}
+#: One optimisation off at a time, at the straightforward run's rows (``ablation``): label -> options.
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "no GH packing / cipher compression": {"packing": False},
+    "no histogram subtraction": {"subtraction": False},
+    "no precomputed randomness": {"precompute": False},
+    "one process per party (workers=1)": {"workers": 1},
+    "phe backend (packing kept)": {"backend": "phe", "precompute": False},
+}
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,7 @@ class SecureBoostBench:
     learning_rate: float = 0.3
     seed: int = 0
     plaintext: bool = True  # also the same protocol with encrypt=false
+    ablation: bool = True  # each optimisation turned off alone, at plain_rows (ABLATIONS)
     rate_scale: float = 1.0  # work of the per-operation rate measurements (1: about 5 s at 2048 bits)
     insecure_allow_small_key: bool = False  # tests only: key_bits below 2048
 
@@ -119,7 +128,7 @@ def from_sizes(sizes: Any, *, seed: int = 0) -> SecureBoostBench:
     return SecureBoostBench(rows=sizes.secureboost_rows, trees=sizes.secureboost_trees, depth=sizes.secureboost_depth,
                             workers=sizes.secureboost_workers, plain_rows=sizes.secureboost_plain_rows,
                             features=sizes.secureboost_features, max_bins=sizes.secureboost_max_bins, seed=seed,
-                            rate_scale=sizes.secureboost_rate_scale)
+                            rate_scale=sizes.secureboost_rate_scale, ablation=False)
 
 
 def cores_used(workers: int) -> int:
@@ -366,6 +375,17 @@ def measure(bench: SecureBoostBench, tick: Tick | None = None) -> dict[str, Any]
          f"{bench.plain_trees} tree(s)")
     runs["plain_secureboost"] = run_secureboost("plain SecureBoost", bench.plain_rows, bench,
                                                 bench.options(**PLAIN_SECUREBOOST, trees=bench.plain_trees), small_sc)
+    ablation: dict[str, dict[str, Any]] = {}
+    if bench.ablation:
+        base = runs["fast_at_plain_rows"]["seconds_per_tree"]
+        for label, change in ABLATIONS.items():
+            trees = bench.plain_trees if change.get("backend") == "phe" else bench.trees
+            tick(f"ablation at {bench.plain_rows:,} rows: {label}")
+            run = run_secureboost(label, bench.plain_rows, bench, bench.options(**{**FAST, "trees": trees, **change}),
+                                  small_sc)
+            ablation[label] = {"options": change, "trees": run["trees"], "seconds_per_tree": run["seconds_per_tree"],
+                               "training_s": run["training_s"], "operations": run["operations"],
+                               "bytes": run["bytes"], "slowdown_vs_fast": run["seconds_per_tree"] / base}
     if bench.big_rows:
         tick(f"SecureBoost fast: {bench.big_rows:,} rows, 1 tree")
         runs["fast_big"] = run_secureboost(f"fast, {bench.big_rows:,} rows, 1 tree", bench.big_rows, bench,
@@ -399,7 +419,7 @@ def measure(bench: SecureBoostBench, tick: Tick | None = None) -> dict[str, Any]
                 "split between 2 parties, 80 % train / 20 % test, plaintext alignment (no PSI in any figure)",
         "network_note": "in-process parties: no real network; bytes per link are counted, and network = "
                         "serialisation + the active party's waiting not explained by the passive party's metered work",
-        "runs": runs, "xgboost": xgb, "rates": rates,
+        "runs": runs, "xgboost": xgb, "rates": rates, "ablation": ablation,
         "machine": {"cores": os.cpu_count(), "cores_used": cores, "workers": bench.workers,
                     "key_bits": bench.key_bits, "cpu": environment.cpu_model(),
                     "load_1m_start": round(load_start, 2), "load_1m_end": round(environment.load_average(), 2)},
