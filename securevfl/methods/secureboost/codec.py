@@ -54,17 +54,6 @@ class DigitLayout:
         return cls(digit_bits, digits)
 
 
-def pack_signed(rows: Sequence[Sequence[int]], digit_bits: int, n: int) -> list[int]:
-    """Each row of signed digits as one residue in [0, n): Σ_i d_i 2^(i s) mod n (digit 0 lowest)."""
-    out = []
-    for digits in rows:
-        value = 0
-        for d in reversed(digits):
-            value = (value << digit_bits) + int(d)
-        out.append(value % n)
-    return out
-
-
 def pack_pairs(g: np.ndarray, h: np.ndarray, digit_bits: int, n: int) -> list[int]:
     """(g_i, h_i) as g_i + h_i 2^s mod n per row: the packed plaintexts the active party encrypts."""
     shift = 1 << digit_bits

@@ -155,16 +155,6 @@ def _feature_subset(n_features: int, fraction: float, seed: int, party: str, tre
     return np.sort(simulation_rng(seed, "secureboost.colsample", party, tree).choice(n_features, keep, replace=False))
 
 
-@dataclass
-class TreePlan:
-    """What the active party tells the passive parties about one tree's gradients."""
-
-    tree: int
-    rows: np.ndarray  # walked-row positions of the fitted rows, in the order of the gradients
-    frac_bits: int
-    layout: DigitLayout
-
-
 # -- the passive party ----------------------------------------------------------------------------------------------
 
 @dataclass
