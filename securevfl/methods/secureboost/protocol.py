@@ -574,12 +574,13 @@ class ActiveTrainer:
                 for party, sums in nodes[sibling].candidates.items():
                     nodes[node].candidates[party] = nodes[parent].candidates[party] - sums
             decisions = self._best_splits([nodes[k] for k in frontier], frac)
-            lefts = self._apply_splits(decisions, passives, node_of, own_candidates, root)
+            split_rows = dict(zip(decisions, rows_by_node(node_of, list(decisions)), strict=True))  # one sort a level
+            lefts = self._apply_splits(decisions, passives, split_rows, own_candidates, root)
             next_frontier, compute, derive = [], [], {}
             for node, (party, _, record) in decisions.items():
                 left_child, right_child = self.forest.split(node, party, record)
                 self.owners[(ctx.name, *self.passives)[party]] += 1
-                mask_rows = rows_by_node(node_of, [node])[0]
+                mask_rows = split_rows[node]
                 left_rows = mask_rows[lefts[node]]
                 right_rows = mask_rows[~lefts[node]]
                 node_of[left_rows], node_of[right_rows] = left_child, right_child
@@ -609,8 +610,8 @@ class ActiveTrainer:
         if passives:
             ctx.broadcast(passives, ASSIGN, {"end": True})
         # leaf weights from the exact float sums (the active party holds g and h)
-        for node in np.unique(node_of).tolist():
-            members = np.flatnonzero(sample_node == node)
+        leaves = np.unique(node_of).tolist()
+        for node, members in zip(leaves, rows_by_node(sample_node, leaves), strict=True):
             weight = -float(np.sum(g[members])) / (float(np.sum(h[members])) + options.l2) if len(members) else 0.0
             self.forest.value[node] = options.learning_rate * weight
         self.counts["trees"] += 1
@@ -745,9 +746,10 @@ class ActiveTrainer:
         self.timing.split_finding += time.perf_counter() - started
         return out
 
-    def _apply_splits(self, decisions: dict[int, tuple[int, int, int]], passives: Sequence[str], node_of: np.ndarray,
-                      own_candidates: list[Candidate], root: int) -> dict[int, np.ndarray]:
-        """Tell each owner its splits; the rows going left of each split node (in ascending walked-row order)."""
+    def _apply_splits(self, decisions: dict[int, tuple[int, int, int]], passives: Sequence[str],
+                      split_rows: dict[int, np.ndarray], own_candidates: list[Candidate],
+                      root: int) -> dict[int, np.ndarray]:
+        """Tell each owner its splits; the rows going left of each split node (of ``split_rows[node]``, ascending)."""
         ctx = self.ctx
         lefts: dict[int, np.ndarray] = {}
         for index, party in enumerate(self.passives, start=1):
@@ -763,7 +765,7 @@ class ActiveTrainer:
             record = self.recorder.add(feature, self.bins.threshold(feature, bin_index), missing_left,
                                        len(self.forest.roots) - 1)
             decisions[node] = (0, candidate, record)
-            rows = rows_by_node(node_of, [node])[0]
+            rows = split_rows[node]
             lefts[node] = goes_left(self.walk_bins[rows], feature, bin_index, missing_left, self.bins.missing_bin)
         for index, party in enumerate(self.passives, start=1):
             if party not in passives:
@@ -777,7 +779,7 @@ class ActiveTrainer:
                     or len(masks) != len(mine)):
                 raise ProtocolError(f"{party} answered {len(mine)} splits with a malformed {LEFT_ROWS}")
             for node, record, mask in zip(mine, records.tolist(), masks, strict=True):
-                rows = rows_by_node(node_of, [node])[0]
+                rows = split_rows[node]
                 if not isinstance(mask, bytes) or len(mask) != -(-len(rows) // 8):
                     raise ProtocolError(f"{party} sent the left rows of a node of {len(rows)} rows malformed")
                 lefts[node] = np.unpackbits(np.frombuffer(mask, dtype=np.uint8), count=len(rows)).astype(bool)
