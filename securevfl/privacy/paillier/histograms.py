@@ -149,18 +149,10 @@ class EncryptedHistogrammer:
         else:
             chunks = max(1, pool.workers * 2)
             step = -(-len(cts) // chunks)
-            starts = np.searchsorted(pair_rows, np.arange(0, len(cts), step)) if not derive else None
             tasks = []
-            for i in range(0, len(cts), step):
-                if derive:
-                    mask = (pair_rows >= i) & (pair_rows < i + step)
-                    part_rows, part_keys = pair_rows[mask] - i, keys[mask]
-                else:
-                    assert starts is not None
-                    lo = int(starts[i // step])
-                    hi = int(starts[i // step + 1]) if i // step + 1 < len(starts) else len(keys)
-                    part_rows, part_keys = pair_rows[lo:hi] - i, keys[lo:hi]
-                tasks.append((nsq, cts[i : i + step], part_rows, part_keys, total_size))
+            for i in range(0, len(cts), step):  # each worker gets a chunk of rows and every pair of those rows
+                mask = (pair_rows >= i) & (pair_rows < i + step)
+                tasks.append((nsq, cts[i : i + step], pair_rows[mask] - i, keys[mask], total_size))
             flat = _merge(pool.map(_accumulate, tasks), total_size, self.nsq)
         if derive:
             assert skip is not None
