@@ -82,11 +82,7 @@ class PassiveScorer(_Scorer):
 class ActiveScorer(_Scorer):
     """The active party: walks every tree, asking each node's owner; margin and scores from the leaves."""
 
-    def model_state(self) -> dict[str, Any]:
-        return dict(self._state)
-
     def load_saved(self, saved: SavedSide) -> None:
-        self._state = dict(saved.state)
         kind = saved.state.get("objective")
         parties = saved.state.get("parties")
         if not isinstance(kind, str) or not isinstance(parties, list):
