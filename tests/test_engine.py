@@ -233,7 +233,7 @@ def test_early_stopping_per_phase_stops_restores_the_best_and_lets_local_phases_
 
 def test_methods_off_the_engine_refuse_early_stopping_and_checkpoints(tmp_path):
     with pytest.raises(ConfigError, match="does not support early stopping"):
-        securevfl.train("hetero-lr", epochs=1, patience=2)
+        securevfl.train("apcvfl", epochs=1, patience=2)
     with pytest.raises(ConfigError, match="resume needs a checkpoint directory"):
         securevfl.train("splitnn", epochs=1, resume=True)
 

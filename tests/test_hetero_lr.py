@@ -300,17 +300,17 @@ def test_threat_model_a_deviating_passive_party_reads_the_labels(keypair, monkey
     is exactly -2y', and whose sign gives the labels while |z| < 2. If this test ever fails because
     the arbiter refuses the request, update the threat model in docs/hetero_lr.md.
     """
-    import securevfl.methods.hetero_lr as hl
+    import securevfl.methods.hetero_lr.sides as hl
 
-    honest, stolen = hl._gradient, []
+    honest, stolen = hl.gradient, []
 
     def deviating(ctx, X_batch, residual, options, randbelow, scale):
         if ctx.is_active:
             return honest(ctx, X_batch, residual, options, randbelow, scale)
-        stolen.append(hl._send_masked(ctx, MASKED_GRADIENT, residual, randbelow))  # [[e]], not X^T[[e]]
+        stolen.append(hl.send_masked(ctx, MASKED_GRADIENT, residual, randbelow))  # [[e]], not X^T[[e]]
         return np.zeros(X_batch.shape[1])
 
-    monkeypatch.setattr(hl, "_gradient", deviating)
+    monkeypatch.setattr(hl, "gradient", deviating)
     run = federated_run(2, keypair, epochs=1)
     y = run.scenario.party_data(run.scenario.active).y_train
     X = run.scenario.party_data(run.scenario.active).X_train

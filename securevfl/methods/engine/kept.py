@@ -1,6 +1,6 @@
 """Methods that train outside the engine and still save and score: kept roles, scoring-only sides.
 
-A method whose training roles are plain functions (APC-VFL, VFedTrans, hetero-lr, few-shot VFL)
+A method whose training roles are plain functions (APC-VFL, VFedTrans, few-shot VFL)
 saves a model as the engine's methods do. Each training role is a :class:`KeptRole`: its body
 hands what its party keeps of the trained model (a :class:`SavedSide`: its own modules' weights,
 never a peer's data) to the ``keep`` callback it is given. For scoring, the method's

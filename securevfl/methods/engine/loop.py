@@ -246,6 +246,9 @@ class PartySide(ABC):
 
     #: False for a party that only contributes at set-up (TabNet-CT's guests send raw features).
     takes_part: bool = True
+    #: True where the active side may report no loss for an epoch (hetero-lr without loss monitoring):
+    #: such an epoch's history entry holds no loss (by default its loss is 0.0).
+    loss_optional: bool = False
 
     def phases(self) -> tuple[Phase, ...]:
         """The training phases in order; by default one ``train`` phase of ``config.epochs``."""
@@ -362,7 +365,8 @@ class PartySide(ABC):
 class _LossTotals:
     """Per-epoch averages of the active party's batch losses (weighted by rows)."""
 
-    def __init__(self) -> None:
+    def __init__(self, empty_epoch_has_no_loss: bool = False) -> None:
+        self.empty_epoch_has_no_loss = empty_epoch_has_no_loss  # no loss reported: an entry without one
         self.sums: dict[str, float] = {}
         self.counts: dict[str, int] = {}
 
@@ -373,6 +377,8 @@ class _LossTotals:
 
     def entry(self, epoch: int, key: str = "train_loss") -> dict[str, float]:
         means = {k: self.sums[k] / max(self.counts[k], 1) for k in self.sums}
+        if self.empty_epoch_has_no_loss and not means:
+            return {"epoch": epoch}
         if set(means) <= {"loss"}:
             return {"epoch": epoch, key: means.get("loss", 0.0)}
         return {"epoch": epoch, key: float(np.mean(list(means.values()))),
@@ -703,7 +709,7 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
         for epoch in epochs:
             ctx.stage = f"{phase.name} epoch {epoch + 1}"
             side.state.train(True)
-            totals = _LossTotals()
+            totals = _LossTotals(side.loss_optional)
             for batch in side.batches(epoch):
                 losses = side.train_batch(ctx, batch)
                 if losses is not None:
@@ -718,7 +724,7 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
             if stopper is not None and (stop or last == first):
                 _end_validated_phase(side, stopper)  # the checkpoint of a phase's last epoch holds its best weights
             save(last)
-            if ctx.is_active:
+            if ctx.is_active and phase.loss_key in entry:
                 ctx.progress(epoch=last, epochs=total_epochs, loss=entry[phase.loss_key])
             else:  # deployed, every party reports its epochs (in one process only the active party's progress runs)
                 ctx.progress(epoch=last, epochs=total_epochs)

@@ -1,8 +1,8 @@
 """hetero-lr scoring with a saved model: partial scores encrypted, their sum decrypted by the arbiter behind a mask.
 
-Each data party holds its own saved θ_k (:func:`~securevfl.methods.hetero_lr.kept_theta`); the
-arbiter holds nothing of the model. Per scoring run (one process, :func:`securevfl.predict`, or
-deployed, ``securevfl party --predict``):
+Each data party holds its own saved θ_k (the :class:`~securevfl.methods.hetero_lr.protocol.Theta`
+its training side kept); the arbiter holds nothing of the model. Per scoring run (one process,
+:func:`securevfl.predict`, or deployed, ``securevfl party --predict``):
 
 1. the arbiter generates a **fresh** Paillier key pair of the run's ``key_bits`` (never saved, never
    reused across runs) and sends the public key to every data party, which refuses a key of
@@ -33,6 +33,7 @@ This differs from training's own test evaluation, which sends plaintext partial 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,17 +45,17 @@ from securevfl.methods.base import Method, Role
 from securevfl.methods.engine.kept import ScoringSide
 from securevfl.methods.engine.loop import Evaluation
 from securevfl.methods.engine.split import side_role
-from securevfl.methods.hetero_lr import (
+from securevfl.methods.hetero_lr.protocol import (
     PUBLIC_KEY,
     THETA,
     HeteroLROptions,
     Theta,
-    _backend,
-    _receive_key,
-    _send_masked,
     decrypt_masked,
     design_matrix,
+    make_backend,
     output_scores,
+    receive_key,
+    send_masked,
 )
 from securevfl.privacy.paillier import (
     EncryptedTensor,
@@ -72,6 +73,58 @@ MASKED_SCORE = "hetero-lr.score.masked_sum"
 SCORE_UNMASKED = "hetero-lr.score.decrypted_masked"
 
 
+@dataclass(frozen=True)
+class JointScoreTags:
+    """The tags of one use of the joint scoring protocol: [[u_k]] in, the masked sum out, its residues back."""
+
+    partial: str
+    masked: str
+    unmasked: str
+
+
+#: Scoring a saved model.
+SCORING = JointScoreTags(SCORE_PARTIAL, MASKED_SCORE, SCORE_UNMASKED)
+#: Training's validation rows (early stopping), scored as a saved model scores new rows.
+VALIDATION = JointScoreTags("hetero-lr.validate.enc_partial", "hetero-lr.validate.masked_sum",
+                            "hetero-lr.validate.decrypted_masked")
+
+
+def send_partial(ctx: PartyContext, backend: PaillierBackend, frac_bits: int, u: np.ndarray, tag: str) -> None:
+    """A passive party's step: [[u_k]] (fixed point at ``frac_bits``) to the active party."""
+    with ctx.meter.crypto("paillier.encrypt"):
+        encrypted = backend.encrypt(u, frac_bits=frac_bits)
+    with ctx.meter.serialize():
+        wire = encrypted.to_bytes()
+    ctx.send(ctx.active, tag, wire)
+
+
+def encrypted_sum(ctx: PartyContext, backend: PaillierBackend, passives: tuple[str, ...], rows: int, frac_bits: int,
+                  tag: str) -> EncryptedTensor:
+    """Σ_k [[u_k]] over the passive parties' messages, each checked: one ciphertext per row, unpacked."""
+    total: EncryptedTensor | None = None
+    for p in passives:
+        wire = ctx.recv(p, tag)
+        if not isinstance(wire, bytes):
+            raise ProtocolError(f"{p} sent malformed partial scores (expected ciphertext bytes)")
+        with ctx.meter.serialize():
+            score = EncryptedTensor.from_bytes(wire, backend)
+        if score.is_packed or score.shape != (rows,) or score.scale_bits != frac_bits:
+            raise ProtocolError(f"{p} sent partial scores of shape {score.shape} at {score.scale_bits} "
+                                f"fraction bits; the batch has {rows} rows at {frac_bits}")
+        with ctx.meter.crypto("paillier.add"):
+            total = score if total is None else total + score
+    if total is None:
+        raise ProtocolError("hetero-lr scores with at least one passive party")
+    return total
+
+
+def passive_scores(ctx: PartyContext, backend: PaillierBackend, passives: tuple[str, ...], rows: int,
+                   frac_bits: int, randbelow: RandBelow | None, tags: JointScoreTags) -> np.ndarray:
+    """The active party's step: Σ_k u_k of the passive parties, decrypted by the arbiter behind a uniform mask."""
+    total = encrypted_sum(ctx, backend, passives, rows, frac_bits, tags.partial)
+    return send_masked(ctx, tags.masked, total, randbelow, reply=tags.unmasked)
+
+
 class _DataScorer(ScoringSide):
     """A data party's scoring side: the arbiter's fresh public key, and its own saved θ_k."""
 
@@ -84,7 +137,7 @@ class _DataScorer(ScoringSide):
         self._scored = 0
 
     def build(self, ctx: PartyContext) -> None:
-        self.backend = _receive_key(ctx, self.options)
+        self.backend = receive_key(ctx, self.options)
         self.state.modules[THETA] = Theta(np.zeros(self.data.n_features + int(self.intercept)))
 
     def theta(self) -> np.ndarray:
@@ -111,11 +164,7 @@ class PassiveScorer(_DataScorer):
         assert self.backend is not None
         with ctx.meter.compute():
             u = self.partial(X)
-        with ctx.meter.crypto("paillier.encrypt"):
-            encrypted = self.backend.encrypt(u, frac_bits=self.options.frac_bits)
-        with ctx.meter.serialize():
-            wire = encrypted.to_bytes()
-        ctx.send(ctx.active, SCORE_PARTIAL, wire)
+        send_partial(ctx, self.backend, self.options.frac_bits, u, SCORING.partial)
         self.scored(len(X))
         return None
 
@@ -130,33 +179,13 @@ class ActiveScorer(_DataScorer):
 
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation | None:
         assert self.backend is not None
-        total = self._encrypted_sum(ctx, len(X))
-        passive_sum = _send_masked(ctx, MASKED_SCORE, total, self.randbelow, reply=SCORE_UNMASKED)
+        passive_sum = passive_scores(ctx, self.backend, self.passives, len(X), self.options.frac_bits,
+                                     self.randbelow, SCORING)
         with ctx.meter.compute():
             logits = self.partial(X) + passive_sum
             scores = output_scores(self.objective, logits)
         self.scored(len(X))
         return Evaluation(scores)
-
-    def _encrypted_sum(self, ctx: PartyContext, rows: int) -> EncryptedTensor:
-        """Σ_k [[u_k]] over the passive parties' messages, each checked: one ciphertext per row, unpacked."""
-        assert self.backend is not None
-        frac_bits = self.options.frac_bits
-        total: EncryptedTensor | None = None
-        for p in self.passives:
-            wire = ctx.recv(p, SCORE_PARTIAL)
-            if not isinstance(wire, bytes):
-                raise ProtocolError(f"{p} sent malformed partial scores (expected ciphertext bytes)")
-            with ctx.meter.serialize():
-                score = EncryptedTensor.from_bytes(wire, self.backend)
-            if score.is_packed or score.shape != (rows,) or score.scale_bits != frac_bits:
-                raise ProtocolError(f"{p} sent partial scores of shape {score.shape} at {score.scale_bits} "
-                                    f"fraction bits; the batch has {rows} rows at {frac_bits}")
-            with ctx.meter.crypto("paillier.add"):
-                total = score if total is None else total + score
-        if total is None:
-            raise ProtocolError("hetero-lr scores with at least one passive party")
-        return total
 
 
 class ArbiterScorer(ScoringSide):
@@ -175,24 +204,25 @@ class ArbiterScorer(ScoringSide):
         with ctx.meter.crypto("paillier.keygen"):
             public_key, private_key = self.keypair or generate_keypair(
                 options.key_bits, insecure_allow_small_key=options.insecure_allow_small_key)
-        self.backend = _backend(options, public_key, private_key)
+        self.backend = make_backend(options, public_key, private_key)
         ctx.broadcast((ctx.active, *ctx.passives), PUBLIC_KEY, public_key.to_bytes())
 
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation | None:
         assert self.backend is not None
-        decrypt_masked(ctx, self.backend, ctx.active, MASKED_SCORE, reply=SCORE_UNMASKED, count=len(X))
+        decrypt_masked(ctx, self.backend, ctx.active, SCORING.masked, reply=SCORING.unmasked, count=len(X))
         self._scored += len(X)
         if self._scored >= len(self.data.X_test):
             self.backend.close()
         return None
 
 
-def arbiter_data(scenario: Scenario, name: str) -> PartyData:
-    """The arbiter's view of a scoring run: no column, only the number of rows to score (from the plan)."""
+def arbiter_data(scenario: Scenario, name: str, train_rows: int = 0) -> PartyData:
+    """The arbiter's view of a run: no column, only row counts (to score, from the plan; to train, aligned)."""
     rows = len(scenario.test)
     nothing = np.zeros((0, 0))
-    return PartyData(name=name, feature_names=(), X_train=nothing, X_test=np.zeros((rows, 0)), X_unaligned=nothing,
-                     ids_train=np.zeros(0, dtype=object), ids_unaligned=np.zeros(0, dtype=object),
+    return PartyData(name=name, feature_names=(), X_train=np.zeros((train_rows, 0)), X_test=np.zeros((rows, 0)),
+                     X_unaligned=nothing,
+                     ids_train=np.zeros(train_rows, dtype=object), ids_unaligned=np.zeros(0, dtype=object),
                      n_classes=scenario.n_classes, task=scenario.task)
 
 
@@ -208,5 +238,6 @@ def scoring_roles(method: Method[Any], scenario: Scenario, options: HeteroLROpti
     return roles
 
 
-__all__ = ["MASKED_SCORE", "SCORE_PARTIAL", "SCORE_UNMASKED", "ActiveScorer", "ArbiterScorer", "PassiveScorer",
-           "arbiter_data", "scoring_roles"]
+__all__ = ["MASKED_SCORE", "SCORE_PARTIAL", "SCORE_UNMASKED", "SCORING", "VALIDATION", "ActiveScorer",
+           "ArbiterScorer", "JointScoreTags", "PassiveScorer", "arbiter_data", "encrypted_sum", "passive_scores",
+           "scoring_roles", "send_partial"]

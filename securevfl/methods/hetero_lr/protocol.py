@@ -1,0 +1,185 @@
+"""hetero-lr's shared pieces: options, message tags, the arbiter's key, masked decryption, θ_k as a module.
+
+Training (:mod:`.sides`) and scoring with a saved model (:mod:`.scoring`) both use them; neither
+imports the other's module for them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from securevfl.errors import ConfigError, ProtocolError
+from securevfl.federation.runtime import PartyContext
+from securevfl.methods.objective import REGRESSION, Objective
+from securevfl.privacy.paillier import (
+    EncryptedTensor,
+    PaillierBackend,
+    PaillierPrivateKey,
+    PaillierPublicKey,
+    create_backend,
+)
+from securevfl.privacy.paillier.registry import check_backend_and_key
+from securevfl.privacy.paillier.ring_masks import RandBelow, add_ring_masks, draw_ring_masks, remove_ring_masks
+
+ARBITER = "arbiter"
+
+PUBLIC_KEY = "hetero-lr.setup.public_key"
+ENC_SCORE = "hetero-lr.train.enc_score"
+RESIDUAL = "hetero-lr.train.enc_residual"
+MASKED_GRADIENT = "hetero-lr.train.masked_gradient"
+UNMASKED = "hetero-lr.train.decrypted_masked"
+MASKED_LOSS = "hetero-lr.train.masked_loss"
+TEST_SCORE = "hetero-lr.test.score"
+#: The module name of a party's saved weights θ_k (:class:`Theta`).
+THETA = "theta"
+
+LOG2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class HeteroLROptions:
+    """Options of ``hetero-lr``.
+
+    ``lr``: SGD step size (0.15, FATE's default; the global ``--lr`` is for Adam-trained networks
+    and is refused here). ``l2``: L2 penalty added to the gradient in the clear. ``backend``:
+    Paillier implementation, ``fast`` or ``phe``. ``key_bits``: 2048 or 3072; smaller keys need
+    ``insecure_allow_small_key=True`` (tests only). ``frac_bits``: fixed-point fraction bits of
+    encrypted values and plaintext multipliers. ``fit_intercept``: intercept at the active party.
+    ``monitor_loss``: encrypted Taylor loss per epoch (with exactly one passive party).
+    ``workers``: processes for the ``fast`` backend's large batches (1 = in the party's thread).
+    """
+
+    lr: float = 0.15
+    l2: float = 0.0
+    backend: str = "fast"
+    key_bits: int = 2048
+    insecure_allow_small_key: bool = False
+    frac_bits: int = 32
+    fit_intercept: bool = True
+    monitor_loss: bool = True
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if not self.l2 >= 0:
+            raise ConfigError(f"l2 must be >= 0, got {self.l2}")
+        check_backend_and_key(self.backend, self.key_bits, self.insecure_allow_small_key)
+        if not 8 <= self.frac_bits <= 64:
+            raise ConfigError(f"frac_bits must be in [8, 64], got {self.frac_bits}")
+        if self.workers < 1:
+            raise ConfigError(f"workers must be >= 1, got {self.workers}")
+
+
+def make_backend(options: HeteroLROptions, public_key: PaillierPublicKey,
+                 private_key: PaillierPrivateKey | None = None) -> PaillierBackend:
+    """The Paillier backend the options name (with its worker processes for ``fast``)."""
+    extra = {"workers": options.workers} if options.backend == "fast" else {}
+    return create_backend(options.backend, public_key, private_key, **extra)
+
+
+def receive_key(ctx: PartyContext, options: HeteroLROptions) -> PaillierBackend:
+    """A data party's backend on the arbiter's public key; a key of another size than agreed is refused."""
+    ctx.stage = "key exchange"
+    raw = ctx.recv(ARBITER, PUBLIC_KEY)
+    with ctx.meter.serialize():
+        public_key = PaillierPublicKey.from_bytes(raw)
+    if public_key.bits != options.key_bits:  # the agreed size: refuse a weaker key from the arbiter
+        raise ProtocolError(f"the arbiter sent a {public_key.bits}-bit key; {options.key_bits} bits were agreed")
+    return make_backend(options, public_key)
+
+
+def design_matrix(X: np.ndarray, intercept: bool) -> np.ndarray:
+    """Features as float64, with a leading column of ones when the party fits the intercept."""
+    X = np.asarray(X, dtype=np.float64)
+    return np.hstack([np.ones((len(X), 1)), X]) if intercept else X
+
+
+def l2_mask(width: int, intercept: bool) -> np.ndarray:
+    """1 for regularised weights, 0 for the intercept."""
+    mask = np.ones(width)
+    if intercept:
+        mask[0] = 0.0
+    return mask
+
+
+class Theta(nn.Module):
+    """A party's weights θ_k as a float64 buffer (the active party's intercept first): what it saves."""
+
+    def __init__(self, theta: np.ndarray) -> None:
+        super().__init__()
+        self.register_buffer("weight", torch.as_tensor(np.asarray(theta, dtype=np.float64)).clone())
+
+    def values(self) -> np.ndarray:
+        """θ_k as a float64 array."""
+        weight = self.get_buffer("weight")
+        return weight.detach().cpu().numpy().astype(np.float64)
+
+    def assign(self, theta: np.ndarray) -> None:
+        """Set θ_k (exactly: float64 in, float64 kept)."""
+        with torch.no_grad():
+            self.get_buffer("weight").copy_(torch.as_tensor(np.asarray(theta, dtype=np.float64)))
+
+
+def output_scores(objective: Objective, logits: np.ndarray) -> np.ndarray:
+    """The active party's scores of θᵀx: [1 − p, p] with p = σ(θᵀx), or the value on the target's scale."""
+    if objective.regression:
+        return objective.predictions(torch.as_tensor(logits))
+    with np.errstate(over="ignore"):  # exp(-θᵀx) overflows to inf for a very negative θᵀx: p = 0 exactly
+        p = 1.0 / (1.0 + np.exp(-logits))
+    return np.column_stack([1.0 - p, p])
+
+
+def residual_scale(task: str) -> float:
+    """The residual's scale in e = scale · d: 4 for the logistic Taylor residual, 1 for the squared loss."""
+    return 1.0 if task == REGRESSION else 4.0
+
+
+def send_masked(ctx: PartyContext, tag: str, tensor: EncryptedTensor, randbelow: RandBelow | None,
+                reply: str = UNMASKED) -> np.ndarray:
+    """Mask ``tensor`` uniformly in Z_n, have the arbiter decrypt it, unmask: the plaintext values.
+
+    ``tag``: the request's message tag; ``reply``: the tag of the arbiter's answer.
+    """
+    n = tensor.backend.public_key.n
+    with ctx.meter.crypto("paillier.mask"):
+        masks = draw_ring_masks(n, tensor.n_ciphertexts, randbelow)
+        masked = add_ring_masks(tensor, masks)
+    with ctx.meter.crypto("paillier.rerandomize"):
+        masked = masked.rerandomize()
+    with ctx.meter.serialize():
+        wire = masked.to_bytes()
+    ctx.send(ARBITER, tag, wire)
+    residues = ctx.recv(ARBITER, reply)
+    with ctx.meter.crypto("paillier.mask"):
+        values = remove_ring_masks(residues, masks, n, masked.scale_bits)
+    return values.reshape(tensor.shape)
+
+
+def decrypt_masked(ctx: PartyContext, backend: PaillierBackend, party: str, tag: str, reply: str = UNMASKED,
+                   count: int | None = None) -> None:
+    """The arbiter's step: decrypt what ``party`` sent under ``tag`` (masked values) and return the residues.
+
+    ``count``: how many values the request must hold (a ProtocolError otherwise), where it is agreed.
+    """
+    wire = ctx.recv(party, tag)
+    if not isinstance(wire, bytes):
+        raise ProtocolError(f"{party} sent a malformed {tag} (expected ciphertext bytes)")
+    with ctx.meter.serialize():
+        tensor = EncryptedTensor.from_bytes(wire, backend)
+    if count is not None and tensor.n_ciphertexts != count:
+        raise ProtocolError(f"{party} sent {tensor.n_ciphertexts} values to decrypt under {tag}; {count} were "
+                            "agreed (does every party score with the same --batch-size?)")
+    with ctx.meter.crypto("paillier.decrypt"):
+        residues = backend.decrypt_raw(tensor.ciphertexts.ravel().tolist())
+    ctx.send(party, reply, [int(r) for r in residues])
+
+
+__all__ = ["ARBITER", "ENC_SCORE", "LOG2", "MASKED_GRADIENT", "MASKED_LOSS", "PUBLIC_KEY", "RESIDUAL", "TEST_SCORE",
+           "THETA", "UNMASKED", "HeteroLROptions", "Theta", "decrypt_masked", "design_matrix", "l2_mask",
+           "make_backend", "output_scores", "receive_key", "residual_scale", "send_masked"]
