@@ -52,6 +52,7 @@ rows (and the predictions); each client, nothing beyond what PSI tells it.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +76,7 @@ from securevfl.methods.base import (
 )
 from securevfl.methods.engine import checked_tensor
 from securevfl.methods.engine.kept import Keep, KeptRole, ScoringSide, kept_side
+from securevfl.methods.engine.local_fit import StepLoss, fit_local
 from securevfl.methods.engine.loop import Evaluation, SavedSide
 from securevfl.methods.engine.split import side_role
 from securevfl.methods.objective import Objective
@@ -233,21 +235,17 @@ class ClassifierSettings:
 def train_classifier(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, settings: ClassifierSettings,
                      purpose: str) -> float:
     """Supervised training of a server classifier on representations; returns the last epoch's mean loss."""
-    opt = torch.optim.Adam(model.parameters(), lr=settings.lr)
-    model.train()
-    loss_sum = 0.0
     salt = 1000 * (label_number(purpose) & 0xFFFF)  # a batch order per classifier, agreed by nobody else
-    for epoch in range(settings.epochs):
-        loss_sum, n = 0.0, 0
-        for batch in batch_plan(len(features), settings.batch_size, settings.seed, salt + epoch):
-            idx = torch.as_tensor(batch, device=features.device)
-            loss = F.cross_entropy(model(features[idx]), labels[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            loss_sum, n = loss_sum + loss.item() * len(batch), n + len(batch)
-        loss_sum /= max(n, 1)
-    return loss_sum
+
+    def batches(epoch: int) -> Iterator[np.ndarray]:
+        return batch_plan(len(features), settings.batch_size, settings.seed, salt + epoch)
+
+    def step(batch: np.ndarray) -> StepLoss:
+        idx = torch.as_tensor(batch, device=features.device)
+        return StepLoss(F.cross_entropy(model(features[idx]), labels[idx]), weight=len(batch))
+
+    opt = torch.optim.Adam(model.parameters(), lr=settings.lr)
+    return fit_local([model], opt, settings.epochs, batches, step).last(default=0.0)
 
 
 @dataclass
@@ -271,36 +269,36 @@ def local_ssl(extractor: nn.Module, heads: nn.ModuleList, labelled: LabelledRows
     n_l, n_u = len(labelled.X), len(X_u)
     u_batch = options.mu * batch_size
     steps = max(math.ceil(n_u / u_batch) if n_u else 0, math.ceil(n_l / batch_size))
-    extractor.train()
-    heads.train()
-    stats = {"supervised": 0.0, "unlabelled": 0.0, "mask_rate": 0.0}
-    for _ in range(epochs):
-        l_order = np.concatenate([rng.permutation(n_l) for _ in range(math.ceil(steps * batch_size / n_l) + 1)])
-        u_order = (np.concatenate([rng.permutation(n_u) for _ in range(math.ceil(steps * u_batch / n_u) + 1)])
-                   if n_u else np.empty(0, dtype=np.int64))
-        sums = dict.fromkeys(stats, 0.0)
-        for step in range(steps):
-            li = torch.as_tensor(l_order[step * batch_size : (step + 1) * batch_size], device=labelled.X.device)
-            xs = augment.weak(labelled.X[li], gen)
-            z = extractor(xs)
-            logits = torch.stack([heads[0](z), heads[1](z)], dim=1)[torch.arange(len(li)), labelled.head[li]]
-            loss = F.cross_entropy(logits, labelled.y[li])
-            sums["supervised"] += loss.item()
-            if n_u and options.lambda_u > 0:
-                ui = torch.as_tensor(u_order[step * u_batch : (step + 1) * u_batch], device=X_u.device)
-                xu = X_u[ui]
-                weak_logits = heads[0](extractor(augment.weak(xu, gen)))
-                strong_logits = heads[0](extractor(augment.strong(xu, gen)))
-                unl = fixmatch_loss(weak_logits, strong_logits, options.threshold)
-                conf = torch.softmax(weak_logits.detach(), dim=1).max(dim=1).values
-                sums["mask_rate"] += float((conf >= options.threshold).float().mean())
-                sums["unlabelled"] += unl.item()
-                loss = loss + options.lambda_u * unl
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        stats = {k: v / steps for k, v in sums.items()}
-    return stats
+    unlabelled = bool(n_u) and options.lambda_u > 0
+
+    def steps_of(epoch: int) -> range:  # the epoch's row orders: labelled, then unlabelled, drawn up front
+        orders["l"] = np.concatenate([rng.permutation(n_l) for _ in range(math.ceil(steps * batch_size / n_l) + 1)])
+        orders["u"] = (np.concatenate([rng.permutation(n_u) for _ in range(math.ceil(steps * u_batch / n_u) + 1)])
+                       if n_u else np.empty(0, dtype=np.int64))
+        return range(steps)
+
+    def step(at: int) -> StepLoss:
+        li = torch.as_tensor(orders["l"][at * batch_size : (at + 1) * batch_size], device=labelled.X.device)
+        xs = augment.weak(labelled.X[li], gen)
+        z = extractor(xs)
+        logits = torch.stack([heads[0](z), heads[1](z)], dim=1)[torch.arange(len(li)), labelled.head[li]]
+        loss = F.cross_entropy(logits, labelled.y[li])
+        report = {"supervised": loss.item(), "unlabelled": 0.0, "mask_rate": 0.0}
+        if unlabelled:
+            ui = torch.as_tensor(orders["u"][at * u_batch : (at + 1) * u_batch], device=X_u.device)
+            xu = X_u[ui]
+            weak_logits = heads[0](extractor(augment.weak(xu, gen)))
+            strong_logits = heads[0](extractor(augment.strong(xu, gen)))
+            unl = fixmatch_loss(weak_logits, strong_logits, options.threshold)
+            conf = torch.softmax(weak_logits.detach(), dim=1).max(dim=1).values
+            report["mask_rate"] = float((conf >= options.threshold).float().mean())
+            report["unlabelled"] = unl.item()
+            loss = loss + options.lambda_u * unl
+        return StepLoss(loss, report=report)
+
+    orders: dict[str, np.ndarray] = {}
+    fit = fit_local([extractor, heads], opt, epochs, steps_of, step)
+    return {k: fit.last(k, 0.0) for k in ("supervised", "unlabelled", "mask_rate")}
 
 
 def _extractor(data: PartyData, config: TrainConfig, name: str) -> nn.Module:

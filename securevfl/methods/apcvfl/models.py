@@ -8,8 +8,8 @@ Participant Centric Vertical Federated Learning: Some Representations May Be All
 
 from __future__ import annotations
 
-import copy
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +18,7 @@ from torch import nn
 
 from securevfl.errors import ConfigError
 from securevfl.methods.base import batch_plan
+from securevfl.methods.engine.local_fit import StepLoss, fit_local
 from securevfl.models import init_parameters
 from securevfl.models.mlp import parse_widths
 from securevfl.seeding import party_generator
@@ -158,36 +159,20 @@ def fit_autoencoder(model: SymmetricAutoencoder, X: torch.Tensor, settings: FitS
         m = None if aligned is None else aligned[rows]
         return apc_loss(X[rows], x_hat, z, t, m, lam, kind)
 
-    best, best_epoch, best_state, waited, last_train = float("inf"), 0, None, 0, float("nan")
-    epoch = 0
     seed = _tag_seed(settings.seed, tag)[1]
-    for epoch in range(1, settings.max_epochs + 1):
-        model.train()
-        total = 0.0
-        for idx in batch_plan(len(tr), settings.batch_size, seed, epoch):
-            loss = loss_on(tr[torch.as_tensor(idx, device=X.device)])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += float(loss.detach()) * len(idx)
-        last_train = total / max(len(tr), 1)
-        if len(va):
-            model.eval()
-            with torch.no_grad():
-                monitored = float(loss_on(va))
-        else:
-            monitored = last_train
-        if monitored < best - 1e-12:
-            best, best_epoch, waited = monitored, epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            waited += 1
-            if waited >= settings.patience:
-                break
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
-    return FitResult(epochs=epoch, best_epoch=best_epoch, best_loss=best, train_loss=last_train)
+
+    def batches(epoch: int) -> Iterator[np.ndarray]:
+        return batch_plan(len(tr), settings.batch_size, seed, epoch + 1)  # the batch orders of epochs 1, 2, ...
+
+    def step(idx: np.ndarray) -> StepLoss:
+        return StepLoss(loss_on(tr[torch.as_tensor(idx, device=X.device)]), weight=len(idx))
+
+    def validation_loss() -> float:
+        return float(loss_on(va))
+
+    fit = fit_local([model], opt, settings.max_epochs, batches, step, patience=settings.patience,
+                    validation_loss=validation_loss if len(va) else None, min_improvement=1e-12)
+    return FitResult(epochs=fit.epochs, best_epoch=fit.best_epoch, best_loss=fit.best_loss, train_loss=fit.last())
 
 
 __all__ = ["DISTILL_LOSSES", "FitResult", "FitSettings", "SymmetricAutoencoder", "apc_loss", "autoencoder_widths",
