@@ -33,7 +33,7 @@ def test_kmeans_on_gradients_recovers_the_classes_up_to_renaming():
         cluster_gradients(grads[:3], 4, seed=0)
 
 
-def test_attention_estimate_is_a_convex_mix_of_the_other_clients_rows():
+def test_attention_estimate_is_a_convex_mix_of_the_other_passive_parties_rows():
     keys = torch.eye(3) * 50  # each query below matches exactly one overlapping row
     values = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]])
     est = estimate_missing(keys[[2, 0]], keys, values)
@@ -74,12 +74,12 @@ def test_augmentations():
 
 
 def test_pseudo_label_message_is_checked():
-    rows, classes = _pseudo_message((np.array([1, 3]), np.array([0, 2])), "server", 5, 3)
+    rows, classes = _pseudo_message((np.array([1, 3]), np.array([0, 2])), "active", 5, 3)
     assert rows.tolist() == [1, 3] and classes.tolist() == [0, 2]
     for bad in [(np.array([5]), np.array([0])), (np.array([1, 1]), np.array([0, 0])),
                 (np.array([0]), np.array([3])), "nonsense"]:
         with pytest.raises(ProtocolError):
-            _pseudo_message(bad, "server", 5, 3)
+            _pseudo_message(bad, "active", 5, 3)
 
 
 def _run(config, **spec):
@@ -93,14 +93,14 @@ def _run(config, **spec):
 @pytest.mark.parametrize("variant, uploads, downloads", [("one-shot", 2, 1), ("few-shot", 3, 2)])
 def test_rounds_and_what_crosses_the_wire(variant, uploads, downloads):
     config = TrainConfig(epochs=2, batch_size=32, embedding_dim=8,
-                         options={"variant": variant, "server_epochs": 5, "mu": 2})
+                         options={"variant": variant, "active_epochs": 5, "mu": 2})
     scenario, result = _run(config)
     msgs = result.meters["active"].snapshot().messages
     for k in ("passive1", "passive2"):
         data = scenario.party_data(k)
-        client = result.results[k]
-        assert client["overlap_rows"] == 150 and client["unaligned_rows"] == len(data.X_unaligned) > 0
-        # uploads, plus the test representations; the server only ever answers with gradients / pseudo-labels
+        passive = result.results[k]
+        assert passive["overlap_rows"] == 150 and passive["unaligned_rows"] == len(data.X_unaligned) > 0
+        # uploads, plus the test representations; the active party only ever answers with gradients / pseudo-labels
         assert result.meters[k].snapshot().messages[f"{k}->active"] == uploads + 1
         assert msgs[f"active->{k}"] == downloads
     extra = result.results["active"].extra["fewshot_vfl"]
@@ -111,11 +111,11 @@ def test_rounds_and_what_crosses_the_wire(variant, uploads, downloads):
             assert kept["rows"] == result.results[k]["pseudo_labelled_rows"] <= kept["of"]
 
 
-def test_each_client_learns_the_overlapping_rows_classes_up_to_a_renaming():
-    # What the design gives the clients away (the Entity Augmentation paper's objection): k-means on the
-    # server's per-row gradients, before any training, groups the overlapping rows by their true class.
+def test_each_passive_party_learns_the_overlapping_rows_classes_up_to_a_renaming():
+    # What the design gives the passive parties away (the Entity Augmentation paper's objection): k-means on the
+    # active party's per-row gradients, before any training, groups the overlapping rows by their true class.
     config = TrainConfig(epochs=1, batch_size=32, embedding_dim=8,
-                         options={"variant": "one-shot", "server_epochs": 1, "mu": 2})
+                         options={"variant": "one-shot", "active_epochs": 1, "mu": 2})
     scenario, result = _run(config)
     y = scenario.party_data(scenario.active).y_train
     for k in ("passive1", "passive2"):
@@ -125,16 +125,18 @@ def test_each_client_learns_the_overlapping_rows_classes_up_to_a_renaming():
 
 def test_learns_from_few_overlapping_rows_end_to_end():
     r = securevfl.train("fewshot-vfl", "digits", parties=3, active_features=0, aligned=200, unaligned="spread",
-                        epochs=8, batch_size=32, alignment="plaintext", options={"mu": 2, "server_epochs": 30})
+                        epochs=8, batch_size=32, alignment="plaintext", options={"mu": 2, "active_epochs": 30})
     # Measured at seed 0: 0.64 (10 classes; chance 0.1); SplitNN on the 200 aligned rows alone is far lower.
     assert r.metrics["accuracy"] > 0.4
     assert r.cost["comm"]["messages"] == {"active->passive1": 2, "active->passive2": 2,
                                           "passive1->active": 4, "passive2->active": 4}
 
 
-def test_refuses_a_server_with_features_and_bad_options():
-    with pytest.raises(ConfigError, match="active-features 0"):
+def test_refuses_an_active_party_with_features_and_bad_options():
+    with pytest.raises(ConfigError, match="active party holds labels only: use --active-features 0"):
         securevfl.train("fewshot-vfl", "digits", parties=3, epochs=1)
+    with pytest.raises(ConfigError, match="server_epochs is now called active_epochs"):
+        create_method("fewshot-vfl", TrainConfig(options={"server_epochs": 5}))
     with pytest.raises(ConfigError, match="variant"):
         create_method("fewshot-vfl", TrainConfig(options={"variant": "two-shot"}))
 

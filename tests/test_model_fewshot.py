@@ -1,7 +1,7 @@
 """fewshot-vfl saves a model and scores new rows: in one process, and deployed across parties.
 
-The server (the bank) holds the label and no feature column; the shop and the clinic hold the
-features. Each client keeps its extractor, the server its final classifier. The oracle: scoring a
+The active party (the bank) holds the label and no feature column; the shop and the clinic hold the
+features. Each passive party keeps its extractor, the active party its final classifier. The oracle: scoring a
 run's held-out rows with its saved model reproduces the run's test predictions (1e-6) and metrics.
 """
 
@@ -19,9 +19,9 @@ import securevfl
 from securevfl.model.scoring import load_model
 
 PARTIES = ("bank", "shop", "clinic")
-#: The bank holds only the IDs and the label (fewshot-vfl's server has no features).
+#: The bank holds only the IDs and the label (fewshot-vfl's active party has no features).
 SPLIT = {"bank": slice(0, 0), "shop": slice(0, 15), "clinic": slice(15, 30)}
-OPTIONS = {"server_epochs": 5, "mu": 2}
+OPTIONS = {"active_epochs": 5, "mu": 2}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def test_scoring_the_held_out_rows_reproduces_the_runs_test_predictions(tmp_path
                              label_column="churn", epochs=2, batch_size=64, seed=0, device="cpu",
                              options={**OPTIONS, "variant": variant}, model_dir=model)
     saved = load_model(model)
-    assert set(saved.sides["bank"].weights) == {"classifier"}  # the server's classifier alone
+    assert set(saved.sides["bank"].weights) == {"classifier"}  # the active party's classifier alone
     assert all(set(saved.sides[k].weights) == {"extractor"} for k in ("shop", "clinic"))  # no local heads
     held_out = report.test_predictions
     new = rows_of(files, tmp_path / "new", held_out["ids"], PARTIES)
@@ -61,14 +61,14 @@ def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_p
     frames = {p: pd.read_csv(files[p]) for p in PARTIES}
     new_ids = set(frames["bank"].customer_id.sample(120, random_state=2))
     train = write_tables({p: f[~f.customer_id.isin(new_ids)] for p, f in frames.items()}, tmp_path / "train")
-    # the new bank file holds the IDs alone: no label, and no feature column (the server has none)
+    # the new bank file holds the IDs alone: no label, and no feature column (the active party has none)
     new = write_tables({p: f[f.customer_id.isin(new_ids)].drop(columns=["churn"] if p == "bank" else [])
                         .sample(frac=1.0, random_state=1) for p, f in frames.items()}, tmp_path / "new")
     assert list(pd.read_csv(new["bank"]).columns) == ["customer_id"]
     job = ('method = "fewshot-vfl"\nepochs = 2\nbatch_size = 64\nseed = 0\n'
            'id_column = "customer_id"\nlabel_column = "churn"')
     federation = load_federation(loopback_federation_file(
-        tmp_path, PARTIES, "bank", job, '[job.options]\nvariant = "few-shot"\nserver_epochs = 5\nmu = 2'))
+        tmp_path, PARTIES, "bank", job, '[job.options]\nvariant = "few-shot"\nactive_epochs = 5\nmu = 2'))
     model = tmp_path / "model"
     in_threads(lambda p: run_deployed_party(federation, p, train[p], device="cpu", model_dir=model), PARTIES)
     assert sorted(p.name for p in model.iterdir()) == sorted(PARTIES)
@@ -83,7 +83,7 @@ def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_p
     assert (deployed.prediction == local.prediction).all()
 
 
-def test_a_server_state_without_each_clients_width_is_refused():
+def test_an_active_party_state_without_each_passive_partys_width_is_refused():
     from securevfl.errors import ModelError
     from securevfl.methods.fewshot_vfl import WIDTHS, _saved_widths
 

@@ -371,7 +371,7 @@ def test_every_method_in_the_star_gives_the_mesh_metrics(tmp_path, files, certs,
                                                                            "insecure_allow_small_key": True}
     elif method == "easter":
         options, opts = 'secagg = "dh"', {"secagg": "dh"}
-    if method == "fewshot-vfl":  # its server (the active party) holds the labels only
+    if method == "fewshot-vfl":  # its active party holds the labels only
         import pandas as pd
 
         bank = pd.read_csv(files["bank"])[["customer_id", "churn"]]

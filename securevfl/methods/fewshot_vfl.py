@@ -1,52 +1,56 @@
 """One-shot and few-shot VFL (Sun et al., ICCV 2023): the baseline of Entity Augmentation's Table 1.
 
 Sun, Xu, Yang, Nath, Li, Zhao, Xu, Chen, Roth, "Communication-Efficient Vertical Federated Learning
-with Limited Overlapping Samples", ICCV 2023, pp. 5203-5212. The server (the active party, label
-holder, no features) knows the labels ``Y_o`` of the overlapping rows only; every client (passive
-party) holds its columns of the overlapping rows ``X_o^k`` and of its own unaligned rows ``X_u^k``.
+with Limited Overlapping Samples", ICCV 2023, pp. 5203-5212. The paper's server is our active party
+(label holder, no features): it knows the labels ``Y_o`` of the overlapping rows only; each of the
+paper's clients is a passive party, which holds its columns of the overlapping rows ``X_o^k`` and of
+its own unaligned rows ``X_u^k``.
 
-**One-shot VFL** (two uploads and one download per client):
+**One-shot VFL** (two uploads and one download per passive party):
 
-1. each client sends ``H_o^k = f_k(X_o^k)`` from its randomly initialised extractor ``f_k``;
-2. the server concatenates them, computes the loss of its classifier ``f_c`` against ``Y_o`` and
-   returns each client its partial gradient ``dL/dH_o^k`` and the class count ``C``;
-3. the client clusters its gradients with k-means into ``C`` clusters: the cluster indices are
-   temporary labels of its overlapping rows (gradients of one class point the same way);
-4. the client trains ``f_k`` with a local head semi-supervised (FixMatch): cross-entropy on
+1. each passive party sends ``H_o^k = f_k(X_o^k)`` from its randomly initialised extractor ``f_k``;
+2. the active party concatenates them, computes the loss of its classifier ``f_c`` against ``Y_o``
+   and returns each passive party its partial gradient ``dL/dH_o^k`` and the class count ``C``;
+3. the passive party clusters its gradients with k-means into ``C`` clusters: the cluster indices
+   are temporary labels of its overlapping rows (gradients of one class point the same way);
+4. the passive party trains ``f_k`` with a local head semi-supervised (FixMatch): cross-entropy on
    ``(X_o^k, cluster labels)`` plus ``lambda_u`` times the consistency loss on ``X_u^k``
    (pseudo-label of a weak augmentation, kept above a confidence ``threshold``, as the target of a
    strong augmentation);
-5. the client sends ``H_o^k' = f_k(X_o^k)``; the server trains ``f_c`` on them with ``Y_o``.
+5. the passive party sends ``H_o^k' = f_k(X_o^k)``; the active party trains ``f_c`` on them with
+   ``Y_o``.
 
-**Few-shot VFL** (one more round): with the step-5 upload each client also sends ``H_u^k`` of
-its unaligned rows. For each such row the server estimates the other clients' missing
+**Few-shot VFL** (one more round): with the step-5 upload each passive party also sends ``H_u^k`` of
+its unaligned rows. For each such row the active party estimates the other passives' missing
 representations with ``T(H_u^k, H_o^k, H_o^j) = softmax(H_u^k H_o^k^T / sqrt(d)) H_o^j`` (an
-attention over the overlapping rows), predicts the class with ``f_c`` on the completed row and
-with an auxiliary classifier ``f_c^k`` trained on ``H_o^k`` alone, and keeps the rows where both
-agree with confidence >= ``select_threshold``. It sends each client the positions and predicted
-classes of its kept rows; the client trains ``f_k`` again with them as extra labelled rows (a
-second head in the server's class space; the cluster head keeps the overlapping rows) and sends
-``H_o^k''`` and the kept rows' representations; the server retrains ``f_c`` on the overlapping
-rows (true labels) plus the kept rows (completed by ``T``, pseudo-labels).
+attention over the overlapping rows), predicts the class with ``f_c`` on the completed row and with
+an auxiliary classifier ``f_c^k`` trained on ``H_o^k`` alone, and keeps the rows where both agree
+with confidence >= ``select_threshold``. It sends each passive party the positions and predicted
+classes of its kept rows; the passive party trains ``f_k`` again with them as extra labelled rows (a
+second head in the active party's class space; the cluster head keeps the overlapping rows) and
+sends ``H_o^k''`` and the kept rows' representations; the active party retrains ``f_c`` on the
+overlapping rows (true labels) plus the kept rows (completed by ``T``, pseudo-labels).
 
 Where Sun et al. leave a choice open here, ours is stated (docs/entity_aug.md, "Few-shot VFL"):
 augmentations (tabular: the paper's mask-to-mean weak and mask + Gaussian noise strong; image
 strips: a random shift weak and shift + cutout + noise strong, in place of RandAugment), the
 attention form of ``T``, and fresh classifier weights for the final training.
 
-What each party learns: the server, every client's representations of its overlapping, unaligned
-and test rows; each client, the server's per-row gradients on its overlapping rows — which
-k-means turns into the overlapping rows' label classes up to a renaming (that is the method's
-design) — and, in few-shot VFL, the server's predicted classes of its kept unaligned rows.
+What each party learns: the active party, every passive party's representations of its overlapping,
+unaligned and test rows; each passive party, the active party's per-row gradients on its overlapping
+rows — which k-means turns into the overlapping rows' label classes up to a renaming (that is the
+method's design) — and, in few-shot VFL, the active party's predicted classes of its kept unaligned
+rows.
 
-**Saved model and scoring** (``--model-dir``, ``securevfl predict``): each client keeps its
-extractor ``f_k`` as trained at the end (its local heads serve training only); the server keeps
-the final classifier ``f_c`` (in few-shot VFL the one retrained on overlap + pseudo-labelled rows)
-and the width of each client's representation. Scoring runs the training's test evaluation on
-the new rows (after the same PSI as training): each client sends the server ``f_k`` of its rows
-of each batch; the server concatenates them in the clients' training order and applies ``f_c``.
-What each party learns at scoring: the server, every client's representations of the scored
-rows (and the predictions); each client, nothing beyond what PSI tells it.
+**Saved model and scoring** (``--model-dir``, ``securevfl predict``): each passive party keeps its
+extractor ``f_k`` as trained at the end (its local heads serve training only); the active party
+keeps the final classifier ``f_c`` (in few-shot VFL the one retrained on overlap + pseudo-labelled
+rows) and the width of each passive party's representation. Scoring runs the training's test
+evaluation on the new rows (after the same PSI as training): each passive party sends the active
+party ``f_k`` of its rows of each batch; the active party concatenates them in the passives'
+training order and applies ``f_c``. What each party learns at scoring: the active party, every
+passive party's representations of the scored rows (and the predictions); each passive party,
+nothing beyond what PSI tells it.
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ PSEUDO = "fewshot.pseudo_labels"
 FINAL = "fewshot.final_representations"
 TEST = "fewshot.test_representations"
 SCORE = "fewshot.score.representations"
-#: The server's saved model state: each client's representation width (the classifier's input, in order).
+#: The active's saved model state: each passive party's representation width (the classifier's input, in order).
 WIDTHS = "input_widths"
 
 
@@ -100,19 +104,20 @@ WIDTHS = "input_widths"
 class FewShotOptions:
     """Options of ``fewshot-vfl``.
 
-    ``variant``: ``few-shot`` (3 uploads, 2 downloads per client) or ``one-shot`` (2 uploads, 1
+    ``variant``: ``few-shot`` (3 uploads, 2 downloads per passive party) or ``one-shot`` (2 uploads, 1
     download). ``local_epochs``: epochs of each local semi-supervised training (0: the run's
-    ``--epochs``); an epoch is one pass over the client's unlabelled rows in batches of
-    ``mu * batch_size`` (or over its labelled rows, if longer). ``server_epochs``: epochs of the
-    server's classifier training. ``mu``, ``lambda_u``, ``threshold``: FixMatch's unlabelled batch
-    ratio, loss weight and confidence threshold (its defaults 7, 1, 0.95). ``select_threshold``:
-    the confidence both server classifiers need for a pseudo-label. ``mask_prob`` / ``noise_std``:
-    the tabular augmentations; ``shift``: the image weak augmentation's translation in pixels.
+    ``--epochs``); an epoch is one pass over the passive party's unlabelled rows in batches of
+    ``mu * batch_size`` (or over its labelled rows, if longer). ``active_epochs``: epochs of the
+    active party's classifier training (formerly ``server_epochs``). ``mu``, ``lambda_u``,
+    ``threshold``: FixMatch's unlabelled batch ratio, loss weight and confidence threshold (its
+    defaults 7, 1, 0.95). ``select_threshold``: the confidence both classifiers of the active party
+    need for a pseudo-label. ``mask_prob`` / ``noise_std``: the tabular augmentations; ``shift``:
+    the image weak augmentation's translation in pixels.
     """
 
     variant: str = FEW_SHOT
     local_epochs: int = 0
-    server_epochs: int = 50
+    active_epochs: int = 50
     mu: int = 7
     lambda_u: float = 1.0
     threshold: float = 0.95
@@ -125,8 +130,8 @@ class FewShotOptions:
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
             raise ConfigError(f"variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
-        if self.local_epochs < 0 or self.server_epochs < 1 or self.mu < 1 or self.kmeans_init < 1:
-            raise ConfigError("local_epochs >= 0 (0: the run's epochs), server_epochs, mu and kmeans_init >= 1")
+        if self.local_epochs < 0 or self.active_epochs < 1 or self.mu < 1 or self.kmeans_init < 1:
+            raise ConfigError("local_epochs >= 0 (0: the run's epochs), active_epochs, mu and kmeans_init >= 1")
         if self.lambda_u < 0 or not 0 < self.threshold <= 1 or not 0 < self.select_threshold <= 1:
             raise ConfigError("lambda_u >= 0; threshold and select_threshold in (0, 1]")
         if not 0 <= self.mask_prob < 1 or self.noise_std < 0 or self.shift < 0:
@@ -146,11 +151,11 @@ def cluster_gradients(gradients: np.ndarray, n_clusters: int, *, seed: int, n_in
 
 
 def estimate_missing(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """``T``: another client's representation of unaligned rows, attention over the overlapping rows.
+    """``T``: another passive party's representation of unaligned rows, attention over the overlapping rows.
 
-    ``softmax(query keys^T / sqrt(d)) values``: ``query`` are a client's representations of its
+    ``softmax(query keys^T / sqrt(d)) values``: ``query`` are a passive party's representations of its
     unaligned rows, ``keys`` its representations of the overlapping rows, ``values`` the other
-    client's representations of the same overlapping rows.
+    passive party's representations of the same overlapping rows.
     """
     if len(keys) != len(values):
         raise ConfigError(f"keys and values must cover the same overlapping rows ({len(keys)} vs {len(values)})")
@@ -179,7 +184,7 @@ def fixmatch_loss(weak_logits: torch.Tensor, strong_logits: torch.Tensor, thresh
 
 @dataclass(frozen=True)
 class Augmenter:
-    """The weak and strong augmentations of one client's rows (image strips or tabular columns)."""
+    """The weak and strong augmentations of one passive party's rows (image strips or tabular columns)."""
 
     strip_shape: tuple[int, int] | None
     means: torch.Tensor
@@ -224,7 +229,7 @@ class Augmenter:
 
 @dataclass(frozen=True)
 class ClassifierSettings:
-    """How the server trains a classifier on representations."""
+    """How the active party trains a classifier on representations."""
 
     epochs: int
     batch_size: int
@@ -234,7 +239,7 @@ class ClassifierSettings:
 
 def train_classifier(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, settings: ClassifierSettings,
                      purpose: str) -> float:
-    """Supervised training of a server classifier on representations; returns the last epoch's mean loss."""
+    """Supervised training of an active party's classifier on representations; returns the last epoch's mean loss."""
     salt = 1000 * (label_number(purpose) & 0xFFFF)  # a batch order per classifier, agreed by nobody else
 
     def batches(epoch: int) -> Iterator[np.ndarray]:
@@ -250,17 +255,17 @@ def train_classifier(model: nn.Module, features: torch.Tensor, labels: torch.Ten
 
 @dataclass
 class LabelledRows:
-    """A client's labelled rows for one local training: inputs, targets, and which head each uses."""
+    """A passive party's labelled rows for one local training: inputs, targets, and which head each uses."""
 
     X: torch.Tensor
     y: torch.Tensor
-    head: torch.Tensor  # 0: the cluster head (temporary labels), 1: the class head (server's pseudo-labels)
+    head: torch.Tensor  # 0: the cluster head (temporary labels), 1: the class head (active's pseudo-labels)
 
 
 def local_ssl(extractor: nn.Module, heads: nn.ModuleList, labelled: LabelledRows, X_u: torch.Tensor,
               augment: Augmenter, options: FewShotOptions, *, epochs: int, batch_size: int, lr: float,
               gen: torch.Generator, rng: np.random.Generator) -> dict[str, float]:
-    """Step 4: FixMatch on the client — supervised CE on ``labelled`` plus the consistency loss on ``X_u``.
+    """Step 4: FixMatch on the passive party — supervised CE on ``labelled`` plus the consistency loss on ``X_u``.
 
     The consistency loss uses the cluster head (head 0). Returns the last epoch's mean losses.
     """
@@ -302,7 +307,7 @@ def local_ssl(extractor: nn.Module, heads: nn.ModuleList, labelled: LabelledRows
 
 
 def _extractor(data: PartyData, config: TrainConfig, name: str) -> nn.Module:
-    """A client's feature extractor ``f_k``: a strip CNN for image strips, else an MLP, to ``embedding_dim``."""
+    """A passive party's feature extractor ``f_k``: a strip CNN for image strips, else an MLP, to ``embedding_dim``."""
     if data.strip_shape is not None:
         model: nn.Module = StripCNN(data.strip_shape, config.embedding_dim)
     else:
@@ -311,7 +316,7 @@ def _extractor(data: PartyData, config: TrainConfig, name: str) -> nn.Module:
 
 
 def _classifier_net(width: int, config: TrainConfig, n_classes: int) -> nn.Module:
-    """A server classifier (``f_c``, or an auxiliary ``f_c^k``) of ``width`` inputs, before initialisation."""
+    """A active party's classifier (``f_c``, or an auxiliary ``f_c^k``) of ``width`` inputs, before initialisation."""
     return MLP(width, config.hidden, n_classes)
 
 
@@ -324,21 +329,21 @@ def _represent(model: nn.Module, X: torch.Tensor, batch: int = 1024) -> torch.Te
 
 # -- roles ---------------------------------------------------------------------------------------
 
-def client_role(data: PartyData, config: TrainConfig, options: FewShotOptions) -> KeptRole:
-    """A client (passive party): representations, k-means on gradients, local FixMatch; keeps its extractor."""
+def passive_role(data: PartyData, config: TrainConfig, options: FewShotOptions) -> KeptRole:
+    """A passive party: representations, k-means on gradients, local FixMatch; keeps its extractor."""
 
     def role(ctx: PartyContext, keep: Keep) -> dict[str, Any]:
-        device, server = ctx.device, ctx.active
+        device, active = ctx.device, ctx.active
         epochs = options.local_epochs or config.epochs
         X_o, X_u = as_tensor(data.X_train, device), as_tensor(data.X_unaligned, device)
         extractor = _extractor(data, config, ctx.name).to(device)
         ctx.stage = "send overlap representations"
-        ctx.send(server, OVERLAP, _represent(extractor, X_o))
+        ctx.send(active, OVERLAP, _represent(extractor, X_o))
         ctx.stage = "cluster partial gradients"
-        message = ctx.recv(server, GRADIENTS)
+        message = ctx.recv(active, GRADIENTS)
         if not (isinstance(message, tuple) and len(message) == 2):
-            raise ProtocolError(f"{server} sent a malformed gradient message")
-        grads, n_classes = checked_tensor(message[0], server, len(X_o), "gradient"), int(message[1])
+            raise ProtocolError(f"{active} sent a malformed gradient message")
+        grads, n_classes = checked_tensor(message[0], active, len(X_o), "gradient"), int(message[1])
         with ctx.meter.compute():
             clusters = cluster_gradients(grads.numpy(), n_classes, seed=config.seed, n_init=options.kmeans_init)
         heads = nn.ModuleList([nn.Linear(config.embedding_dim, n_classes) for _ in range(2)])
@@ -354,17 +359,17 @@ def client_role(data: PartyData, config: TrainConfig, options: FewShotOptions) -
         with ctx.meter.compute():
             first = local_ssl(extractor, heads, labelled, X_u, augment, options, epochs=epochs,
                               batch_size=config.batch_size, lr=config.lr, gen=gen, rng=rng)
-        rounds = 1 if options.variant == ONE_SHOT else 2  # local trainings (clients), classifier trainings (server)
+        rounds = 1 if options.variant == ONE_SHOT else 2  # local trainings (passives), classifier trainings (active)
         ctx.progress(epoch=1, epochs=rounds, loss=first["supervised"])
         ctx.stage = "send representations"
         if options.variant == ONE_SHOT:
-            ctx.send(server, AFTER_SSL, _represent(extractor, X_o))
+            ctx.send(active, AFTER_SSL, _represent(extractor, X_o))
             second: dict[str, float] = {}
             kept = 0
         else:
-            ctx.send(server, AFTER_SSL, (_represent(extractor, X_o), _represent(extractor, X_u)))
+            ctx.send(active, AFTER_SSL, (_represent(extractor, X_o), _represent(extractor, X_u)))
             ctx.stage = "receive pseudo-labels"
-            rows, classes = _pseudo_message(ctx.recv(server, PSEUDO), server, len(X_u), n_classes)
+            rows, classes = _pseudo_message(ctx.recv(active, PSEUDO), active, len(X_u), n_classes)
             kept = len(rows)
             rest = np.setdiff1d(np.arange(len(X_u)), rows)
             labelled = LabelledRows(
@@ -377,10 +382,10 @@ def client_role(data: PartyData, config: TrainConfig, options: FewShotOptions) -
                                    options, epochs=epochs, batch_size=config.batch_size, lr=config.lr, gen=gen,
                                    rng=rng)
             ctx.progress(epoch=2, epochs=rounds, loss=second["supervised"])
-            ctx.send(server, FINAL, (_represent(extractor, X_o),
+            ctx.send(active, FINAL, (_represent(extractor, X_o),
                                      _represent(extractor, X_u[torch.as_tensor(rows, device=device)])))
         ctx.stage = "send test representations"
-        ctx.send(server, TEST, _represent(extractor, as_tensor(data.X_test, device)))
+        ctx.send(active, TEST, _represent(extractor, as_tensor(data.X_test, device)))
         keep(kept_side({"extractor": extractor}))  # the local heads serve training only
         return {"overlap_rows": len(X_o), "unaligned_rows": len(X_u), "pseudo_labelled_rows": kept,
                 "ssl_first": first, "ssl_second": second, "cluster_labels": clusters}
@@ -394,13 +399,14 @@ def _pseudo_message(message: Any, sender: str, n_rows: int, n_classes: int) -> t
     rows, classes = (np.asarray(m, dtype=np.int64).reshape(-1) for m in message)
     if len(rows) != len(classes) or len(np.unique(rows)) != len(rows) or (len(rows) and (
             rows.min() < 0 or rows.max() >= n_rows or classes.min() < 0 or classes.max() >= n_classes)):
-        raise ProtocolError(f"{sender} sent pseudo-labels outside this client's {n_rows} rows or {n_classes} classes")
+        raise ProtocolError(f"{sender} sent pseudo-labels outside this passive party's {n_rows} rows or "
+                            f"{n_classes} classes")
     return rows, classes
 
 
-def server_role(data: PartyData, clients: tuple[str, ...], config: TrainConfig,
+def active_role(data: PartyData, passives: tuple[str, ...], config: TrainConfig,
                 options: FewShotOptions) -> KeptRole:
-    """The server (active party): partial gradients, classifier training, few-shot pseudo-labels; keeps ``f_c``."""
+    """The active party: partial gradients, classifier training, few-shot pseudo-labels; keeps ``f_c``."""
 
     def role(ctx: PartyContext, keep: Keep) -> ActiveOutcome:
         assert data.y_train is not None and data.y_test is not None  # the active party holds the labels
@@ -408,7 +414,7 @@ def server_role(data: PartyData, clients: tuple[str, ...], config: TrainConfig,
         y_o = torch.as_tensor(data.y_train, dtype=torch.long, device=device)
         n_o = len(y_o)
         ctx.stage = "receive overlap representations"
-        H = {k: checked_tensor(ctx.recv(k, OVERLAP), k, n_o).to(device) for k in clients}
+        H = {k: checked_tensor(ctx.recv(k, OVERLAP), k, n_o).to(device) for k in passives}
         widths = {k: h.shape[1] for k, h in H.items()}
 
         def classifier(width: int, purpose: str) -> nn.Module:
@@ -418,15 +424,15 @@ def server_role(data: PartyData, clients: tuple[str, ...], config: TrainConfig,
         top = classifier(sum(widths.values()), "classifier")
         ctx.stage = "partial gradients"
         with ctx.meter.compute():
-            parts = [H[k].clone().requires_grad_(True) for k in clients]
+            parts = [H[k].clone().requires_grad_(True) for k in passives]
             top.eval()
             F.cross_entropy(top(torch.cat(parts, dim=1)), y_o, reduction="sum").backward()
-        for k, part in zip(clients, parts, strict=True):
+        for k, part in zip(passives, parts, strict=True):
             assert part.grad is not None
             ctx.send(k, GRADIENTS, (part.grad.detach().cpu(), n_classes))
         ctx.stage = "receive representations"
         unaligned: dict[str, torch.Tensor] = {}
-        for k in clients:
+        for k in passives:
             message = ctx.recv(k, AFTER_SSL)
             if options.variant == FEW_SHOT:
                 if not (isinstance(message, tuple) and len(message) == 2):
@@ -434,73 +440,73 @@ def server_role(data: PartyData, clients: tuple[str, ...], config: TrainConfig,
                 message, h_u = message
                 unaligned[k] = checked_tensor(h_u, k, len(h_u), "unaligned representation").to(device)
             H[k] = checked_tensor(message, k, n_o).to(device)
-        settings = ClassifierSettings(options.server_epochs, config.batch_size, config.lr, config.seed)
+        settings = ClassifierSettings(options.active_epochs, config.batch_size, config.lr, config.seed)
         ctx.stage = "train classifier"
         with ctx.meter.compute():
-            loss = train_classifier(top, torch.cat([H[k] for k in clients], dim=1), y_o, settings, "one-shot")
+            loss = train_classifier(top, torch.cat([H[k] for k in passives], dim=1), y_o, settings, "one-shot")
         rounds = 1 if options.variant == ONE_SHOT else 2
         ctx.progress(epoch=1, epochs=rounds, loss=loss)
         history = [{"stage": 1.0, "classifier_loss": loss}]
         extra: dict[str, Any] = {"variant": options.variant, "overlap_rows": n_o}
         if options.variant == FEW_SHOT:
-            top, loss, kept = _few_shot_round(ctx, clients, H, unaligned, top, classifier, y_o, options, settings)
+            top, loss, kept = _few_shot_round(ctx, passives, H, unaligned, top, classifier, y_o, options, settings)
             history.append({"stage": 2.0, "classifier_loss": loss})
             ctx.progress(epoch=2, epochs=rounds, loss=loss)
             extra["pseudo_labels"] = kept
         ctx.stage = "evaluate"
-        test = [checked_tensor(ctx.recv(k, TEST), k, len(data.y_test)).to(device) for k in clients]
+        test = [checked_tensor(ctx.recv(k, TEST), k, len(data.y_test)).to(device) for k in passives]
         with torch.no_grad():
             top.eval()
             scores = predict_scores(top(torch.cat(test, dim=1)))
-        extra["communication"] = {"uploads_per_client": 2 if options.variant == ONE_SHOT else 3,
-                                  "downloads_per_client": 1 if options.variant == ONE_SHOT else 2,
+        extra["communication"] = {"uploads_per_passive": 2 if options.variant == ONE_SHOT else 3,
+                                  "downloads_per_passive": 1 if options.variant == ONE_SHOT else 2,
                                   "plus": "one upload of test representations for evaluation"}
         keep(kept_side({"classifier": top}, Objective(),
-                       {WIDTHS: {k: int(t.shape[1]) for k, t in zip(clients, test, strict=True)}}))
+                       {WIDTHS: {k: int(t.shape[1]) for k, t in zip(passives, test, strict=True)}}))
         return ActiveOutcome(y_true=data.y_test, scores=scores, history=history, extra={"fewshot_vfl": extra})
 
     return KeptRole(role)
 
 
-def _few_shot_round(ctx: PartyContext, clients: tuple[str, ...], H: dict[str, torch.Tensor],
+def _few_shot_round(ctx: PartyContext, passives: tuple[str, ...], H: dict[str, torch.Tensor],
                     unaligned: dict[str, torch.Tensor], top: nn.Module, classifier: Any, y_o: torch.Tensor,
                     options: FewShotOptions, settings: ClassifierSettings) -> tuple[nn.Module, float, dict[str, Any]]:
-    """Pseudo-label every client's unaligned rows, send them, retrain on overlap + kept rows."""
+    """Pseudo-label every passive party's unaligned rows, send them, retrain on overlap + kept rows."""
     ctx.stage = "pseudo-label unaligned rows"
     kept: dict[str, Any] = {}
     with ctx.meter.compute():
         auxiliary = {}
-        for k in clients:
+        for k in passives:
             auxiliary[k] = classifier(H[k].shape[1], f"auxiliary.{k}")
             train_classifier(auxiliary[k], H[k], y_o, settings, f"auxiliary.{k}")
         selections = {}
         top.eval()
         with torch.no_grad():
-            for k in clients:
+            for k in passives:
                 h_u = unaligned[k]
-                completed = torch.cat([h_u if j == k else estimate_missing(h_u, H[k], H[j]) for j in clients], dim=1)
+                completed = torch.cat([h_u if j == k else estimate_missing(h_u, H[k], H[j]) for j in passives], dim=1)
                 auxiliary[k].eval()
                 selections[k] = select_pseudo_labels(predict_scores(top(completed)),
                                                      predict_scores(auxiliary[k](h_u)), options.select_threshold)
-    for k in clients:
+    for k in passives:
         rows, classes = selections[k]
         ctx.send(k, PSEUDO, (rows, classes))
         kept[k] = {"rows": int(len(rows)), "of": int(len(unaligned[k]))}
     ctx.stage = "receive final representations"
     features, labels = [], [y_o]
     finals = {}
-    for k in clients:
+    for k in passives:
         message = ctx.recv(k, FINAL)
         if not (isinstance(message, tuple) and len(message) == 2):
             raise ProtocolError(f"{k} sent a malformed representation message")
         finals[k] = (checked_tensor(message[0], k, len(y_o)).to(ctx.device),
                      checked_tensor(message[1], k, kept[k]["rows"], "kept-row representation").to(ctx.device))
-    features.append(torch.cat([finals[k][0] for k in clients], dim=1))
-    for k in clients:
+    features.append(torch.cat([finals[k][0] for k in passives], dim=1))
+    for k in passives:
         h_s = finals[k][1]
         if len(h_s):
             features.append(torch.cat([h_s if j == k else estimate_missing(h_s, finals[k][0], finals[j][0])
-                                       for j in clients], dim=1))
+                                       for j in passives], dim=1))
             labels.append(torch.as_tensor(selections[k][1], device=ctx.device))
     ctx.stage = "train classifier on overlap + pseudo-labelled rows"
     fresh = classifier(features[0].shape[1], "classifier.few-shot")
@@ -511,8 +517,8 @@ def _few_shot_round(ctx: PartyContext, clients: tuple[str, ...], H: dict[str, to
 
 # -- scoring with a saved model ----------------------------------------------------------------------
 
-class ClientScoring(ScoringSide):
-    """A client scoring new rows: its saved extractor's representations of each batch, to the server."""
+class PassiveScoring(ScoringSide):
+    """A passive party scoring new rows: its saved extractor's representations of each batch, to the active party."""
 
     def build(self, ctx: PartyContext) -> None:
         self.state.modules["extractor"] = _extractor(self.data, self.config, ctx.name).to(ctx.device)
@@ -523,8 +529,8 @@ class ClientScoring(ScoringSide):
         ctx.send(ctx.active, SCORE, representations)
 
 
-class ServerScoring(ScoringSide):
-    """The server scoring new rows: the clients' representations, concatenated in training's order, through ``f_c``."""
+class ActiveScoring(ScoringSide):
+    """The active scoring new rows: the passives' representations, concatenated in training's order, through ``f_c``."""
 
     def build(self, ctx: PartyContext) -> None:
         """Nothing yet: the classifier's input width is in the saved model state (:meth:`load_saved`)."""
@@ -549,43 +555,49 @@ class ServerScoring(ScoringSide):
             return Evaluation(predict_scores(classifier(torch.cat(parts, dim=1))))
 
 
-def _saved_widths(state: dict[str, Any], clients: tuple[str, ...], name: str) -> dict[str, int]:
-    """Each client's representation width from the server's saved state; a ModelError if it does not fit."""
+def _saved_widths(state: dict[str, Any], passives: tuple[str, ...], name: str) -> dict[str, int]:
+    """Each passive party's representation width from the active party's saved state; else a ModelError."""
     widths = state.get(WIDTHS)
-    if not isinstance(widths, dict) or sorted(widths) != sorted(clients) or not all(
+    if not isinstance(widths, dict) or sorted(widths) != sorted(passives) or not all(
             isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths.values()):
         raise ModelError(f"{name}'s saved fewshot-vfl state does not give a representation width for each "
-                         f"client ({', '.join(clients)})")
-    return {k: widths[k] for k in clients}
+                         f"passive party ({', '.join(passives)})")
+    return {k: widths[k] for k in passives}
 
 
 @register_method
 class FewShotVFL(Method[FewShotOptions]):
-    """One-shot / few-shot VFL: k-means on partial gradients, local FixMatch, server pseudo-labels."""
+    """One-shot / few-shot VFL: k-means on partial gradients, local FixMatch, the active party's pseudo-labels."""
 
     name = "fewshot-vfl"
-    summary = "one-/few-shot VFL (Sun et al. 2023): gradient k-means + local FixMatch, 2-3 uploads per client"
+    summary = "one-/few-shot VFL (Sun et al. 2023): gradient k-means + local FixMatch, 2-3 uploads per passive party"
     saves_outside_engine = True
 
+    def __init__(self, config: TrainConfig) -> None:
+        if "server_epochs" in config.options:
+            raise ConfigError("fewshot-vfl's option server_epochs is now called active_epochs (the epochs of the "
+                              "active party's classifier training): pass --option active_epochs=N")
+        super().__init__(config)
+
     def roles(self, scenario: Scenario) -> dict[str, Role]:
-        clients = self.require_passives(scenario)
-        server = scenario.party_data(scenario.active)
-        if server.y_train is None:
+        passives = self.require_passives(scenario)
+        active = scenario.party_data(scenario.active)
+        if active.y_train is None:
             raise DataError(f"the active party {scenario.active!r} must hold the labels")
-        if server.n_features:
-            raise ConfigError("fewshot-vfl's server holds labels only: use --active-features 0 "
+        if active.n_features:
+            raise ConfigError("fewshot-vfl's active party holds labels only: use --active-features 0 "
                               "(or --partition entity-aug)")
         if scenario.n_classes < 2:
             raise ConfigError("fewshot-vfl needs a classification task (k-means into one cluster per class)")
-        roles: dict[str, Role] = {k: client_role(scenario.party_data(k), self.config, self.options) for k in clients}
-        roles[scenario.active] = server_role(server, clients, self.config, self.options)
+        roles: dict[str, Role] = {k: passive_role(scenario.party_data(k), self.config, self.options) for k in passives}
+        roles[scenario.active] = active_role(active, passives, self.config, self.options)
         return roles
 
     def scoring_roles(self, scenario: Scenario) -> dict[str, Role]:
-        """Scoring sides: each client's saved extractor, the server's saved classifier."""
-        clients = self.require_passives(scenario)
-        roles = {k: side_role(ClientScoring(self, scenario.party_data(k))) for k in clients}
-        roles[scenario.active] = side_role(ServerScoring(self, scenario.party_data(scenario.active), clients))
+        """Scoring sides: each passive party's saved extractor, the active party's saved classifier."""
+        passives = self.require_passives(scenario)
+        roles = {k: side_role(PassiveScoring(self, scenario.party_data(k))) for k in passives}
+        roles[scenario.active] = side_role(ActiveScoring(self, scenario.party_data(scenario.active), passives))
         return roles
 
 
