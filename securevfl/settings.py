@@ -150,5 +150,5 @@ def _dataclass_in(annotation: Any) -> type:
     raise TypeError(f"a group field must hold a dataclass, got {annotation!r}")
 
 
-__all__ = ["Setting", "SettingInfo", "default_of", "group", "group_type", "holds_tuple", "info_of", "same_as", "setting",
-           "settings_doc", "settings_of"]
+__all__ = ["Setting", "SettingInfo", "default_of", "group", "group_type", "holds_tuple", "info_of", "same_as",
+           "setting", "settings_doc", "settings_of"]

@@ -36,12 +36,13 @@ Role = Callable[[PartyContext], Any]
 class TrainConfig:
     """Settings every method understands; method-specific ones go in ``options``.
 
-    ``early_stopping`` (patience in epochs) > 0 turns on early stopping on a ``val_fraction`` validation split of the aligned
-    training rows (split-learning methods); ``checkpoint_dir`` makes every party save its own state
-    at each epoch end, and ``resume`` continues from the last epoch every party completed, of the
-    same run, job and data (anything else is refused, naming the party; so is a resume with no
-    checkpoint at any party: "nothing to resume"). A fresh run refuses a
-    directory that holds checkpoints; ``checkpoint_overwrite`` moves them aside instead (into
+    Each field declares one setting of a run (:mod:`securevfl.settings`): its name is the API keyword,
+    the ``[job]`` key and the report's key, its help the CLI's. ``early_stopping`` (patience in epochs)
+    > 0 turns on early stopping on a ``val_fraction`` validation split of the aligned training rows;
+    ``checkpoint_dir`` makes every party save its own state at each epoch end, and ``resume``
+    continues from the last epoch every party completed, of the same run, job and data (anything else
+    is refused, naming the party; so is a resume with no checkpoint at any party: "nothing to
+    resume"). A fresh run refuses a directory that holds checkpoints; ``checkpoint_overwrite`` moves them aside instead (into
     ``DIR/<party>/previous-<time>/``; nothing is deleted).
     """
 
@@ -202,7 +203,8 @@ class Method(ABC, Generic[OptionsT]):
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
         self.options = parse_options(self.Options, config.options)
-        if not self.uses_engine and (config.checkpoint_dir or (config.early_stopping and not self.supports_early_stopping)):
+        stops_early = config.early_stopping and not self.supports_early_stopping
+        if not self.uses_engine and (config.checkpoint_dir or stops_early):
             engine = ", ".join(n for n in method_names() if method_class(n).uses_engine)
             raise ConfigError(f"{self.name} does not support early stopping or checkpoints; the methods on the "
                               f"split-learning engine do: {engine}")
