@@ -42,8 +42,8 @@ class TrainConfig:
     ``checkpoint_dir`` makes every party save its own state at each epoch end, and ``resume``
     continues from the last epoch every party completed, of the same run, job and data (anything else
     is refused, naming the party; so is a resume with no checkpoint at any party: "nothing to
-    resume"). A fresh run refuses a directory that holds checkpoints; ``checkpoint_overwrite`` moves them aside instead (into
-    ``DIR/<party>/previous-<time>/``; nothing is deleted).
+    resume"). A fresh run refuses a directory that holds checkpoints; ``checkpoint_overwrite`` moves
+    them aside instead (into ``DIR/<party>/previous-<time>/``; nothing is deleted).
     """
 
     epochs: int = setting(50, help="Training epochs.", job=True)
