@@ -417,7 +417,8 @@ def test_cli_run_with_failure_flags(tmp_path):
     out = tmp_path / "tabvfl.json"
     rc = main(["train", "--method", "tabvfl", "--dataset", "breast-cancer", "--parties", "3",
                "--active-features", "0", "--epochs", "2", "--batch-size", "128", "--embedding-dim", "4",
-               "--device", "cpu", "--alignment", "plaintext", "--fail-prob", "0.35", "--on-fail", "zeros",
+               "--device", "cpu", "--alignment", "plaintext",
+               "--option", "fail_prob=0.35", "--option", "on_fail=zeros",
                "--option", "latent_quality=false",
                "--option", "pretrain_epochs=1", "--quiet", "--report", str(out)])
     assert rc == 0
