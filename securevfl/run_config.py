@@ -81,7 +81,8 @@ def run_config(**values: Any) -> RunConfig:
     for name, value in values.items():
         s = _BY_NAME[name]
         parts.setdefault(s.path[:-1], {})[s.path[-1]] = _plain(s, value)
-    return _build(RunConfig, (), parts, seed=values.get("seed", 0))
+    config: RunConfig = _build(RunConfig, (), parts, seed=values.get("seed", 0))
+    return config
 
 
 def _build(config_type: type, prefix: tuple[str, ...], parts: Mapping[tuple[str, ...], dict[str, Any]],
