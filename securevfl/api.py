@@ -18,26 +18,11 @@ from securevfl.errors import ConfigError
 from securevfl.eval import imbalanced, positive_index, task_metrics
 from securevfl.federation.runtime import run_parties
 from securevfl.methods import create_method
+from securevfl.models.device import resolve_device
 from securevfl.report import RunReport, cost_from_snapshots
 from securevfl.report.run_report import report_paths
 from securevfl.run_config import RUN_SETTINGS, RunConfig, run_config
 from securevfl.settings import settings_doc
-
-
-def resolve_device(name: str) -> Any:
-    """``auto`` -> CUDA when available, else CPU; ``cpu`` / ``cuda`` / ``cuda:N`` as given."""
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"unknown device {name!r}; use auto, cpu or cuda[:N]") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device 'cuda' requested but no CUDA device is available")
-    return device
-
 
 ProgressCallback = Callable[..., None]
 
@@ -249,4 +234,4 @@ def train(method: str = "splitnn", dataset: str = "breast-cancer", *, report: st
 train.__doc__ = (train.__doc__ or "") + settings_doc(RUN_SETTINGS)
 
 
-__all__ = ["RunConfig", "build_scenario", "check_report_path", "describe_parties", "resolve_device", "run", "train"]
+__all__ = ["RunConfig", "build_scenario", "check_report_path", "describe_parties", "run", "train"]
