@@ -68,7 +68,7 @@ def splitnn_comparison(args: argparse.Namespace, console: Console) -> list[dict[
             for seed in range(args.split_reps):
                 if method == "splitnn":
                     r = securevfl.train("splitnn", aligned=n, seed=seed, epochs=args.max_epochs, batch_size=8,
-                                        patience=10, val_fraction=0.1, options=PAPER_SPLITNN, **common)
+                                        early_stopping=10, val_fraction=0.1, options=PAPER_SPLITNN, **common)
                     stopping = r.extra["early_stopping"]
                     trained = stopping["stopped_after_epoch"] or args.max_epochs
                     epochs.append(trained)

@@ -90,7 +90,7 @@ def train_once(scenario: Scenario, method: str, options: dict[str, Any], overrid
     """One run on ``scenario``; ``select``: validate every epoch and keep the best epoch's weights."""
     selecting = select and method != "local"
     train = TrainConfig(epochs=epochs, batch_size=BATCH, seed=seed, lr=lr, options=options,
-                        patience=epochs if selecting else 0, val_fraction=VAL_FRACTION, **overrides)
+                        early_stopping=epochs if selecting else 0, val_fraction=VAL_FRACTION, **overrides)
     started = time.perf_counter()
     report = run(RunConfig(method=method, dataset=scenario.dataset, alignment="plaintext", device="cpu",
                            train=train), scenario=scenario)

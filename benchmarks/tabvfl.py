@@ -133,7 +133,7 @@ def train(method: str, dataset: str, *, guests: int, epochs: int, batch_size: in
     return securevfl.train(method, source, parties=guests + 1, active_features=0, epochs=epochs,
                            batch_size=batch_size, lr=setup.lr, seed=seed, device="cpu", alignment="plaintext",
                            embedding_dim=setup.latent_dim, n_samples=setup.n_samples, options=options,
-                           test_size=setup.test_size, patience=setup.patience if early_stopping else 0,
+                           test_size=setup.test_size, early_stopping=setup.patience if early_stopping else 0,
                            val_fraction=setup.val_fraction, **table)
 
 

@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "train": "securevfl.api",
     "run": "securevfl.api",
-    "RunConfig": "securevfl.api",
+    "RunConfig": "securevfl.run_config",
     "RunReport": "securevfl.report",
     "TrainConfig": "securevfl.methods",
     "PartitionSpec": "securevfl.data",

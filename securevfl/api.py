@@ -3,74 +3,26 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from securevfl.checks import check_output_file
-from securevfl.data import (
-    ColumnSpec,
-    DatasetOptions,
-    PartitionSpec,
-    Scenario,
-    load_dataset,
-    partition,
-    scenario_from_partition,
-    scenario_from_tables,
-)
+from securevfl.data import Scenario, load_dataset, partition, scenario_from_partition, scenario_from_tables
 from securevfl.data.alignment import alignment_crypto_seconds, create_aligner
 from securevfl.data.files import party_tables_from_files
 from securevfl.errors import ConfigError
 from securevfl.eval import imbalanced, positive_index, task_metrics
-from securevfl.federation.meter import NetworkModel
-from securevfl.federation.runtime import DEFAULT_RECV_TIMEOUT_S, run_parties
-from securevfl.methods import TrainConfig, create_method
+from securevfl.federation.runtime import run_parties
+from securevfl.methods import create_method
+from securevfl.models.device import resolve_device
 from securevfl.report import RunReport, cost_from_snapshots
 from securevfl.report.run_report import report_paths
-
-
-def resolve_device(name: str) -> Any:
-    """``auto`` -> CUDA when available, else CPU; ``cpu`` / ``cuda`` / ``cuda:N`` as given."""
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"unknown device {name!r}; use auto, cpu or cuda[:N]") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device 'cuda' requested but no CUDA device is available")
-    return device
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """One training run: the method, where the data comes from, how it is cut, how it trains."""
-
-    method: str = "splitnn"
-    dataset: str = "breast-cancer"
-    dataset_options: DatasetOptions = field(default_factory=DatasetOptions)
-    partition: PartitionSpec = field(default_factory=PartitionSpec)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    device: str = "auto"
-    network: NetworkModel = field(default_factory=NetworkModel)
-    alignment: str = "psi"
-    data_files: Mapping[str, str] | None = None
-    recv_timeout_s: float | None = DEFAULT_RECV_TIMEOUT_S
-    attacks: tuple[str, ...] = ()
-    #: How the parties of this process run (securevfl.federation.runtime.SCHEDULERS).
-    scheduler: str = "cooperative"
-    #: Where every party saves its own part of the trained model (``DIR/<party>/``; issue 27).
-    model_dir: str | None = None
-    #: Replace a model already saved in ``model_dir``.
-    overwrite_model: bool = False
-    #: The class binary F1 and AUC score as positive (default: the second of the label's classes).
-    positive_class: str | None = None
-
+from securevfl.run_config import RUN_SETTINGS, RunConfig, run_config
+from securevfl.settings import settings_doc
 
 ProgressCallback = Callable[..., None]
 
@@ -249,81 +201,21 @@ def _config_dict(config: RunConfig, method_options: Mapping[str, Any]) -> dict[s
     return out
 
 
-def train(
-    method: str = "splitnn",
-    dataset: str = "breast-cancer",
-    *,
-    parties: int = 2,
-    party_names: Sequence[str] | None = None,
-    epochs: int = 50,
-    batch_size: int = 32,
-    lr: float = 1e-3,
-    seed: int = 0,
-    device: str = "auto",
-    embedding_dim: int = 16,
-    hidden: Sequence[int] = (64,),
-    features: Mapping[str, Sequence[str]] | None = None,
-    preset: str | None = None,
-    split: str | None = None,
-    active_features: int | None = None,
-    aligned: int | None = None,
-    aligned_ratio: float | None = None,
-    unaligned: str = "drop",
-    test_size: float = 0.2,
-    id_column: str | None = None,
-    label_column: str | None = None,
-    n_samples: int = 10_000,
-    n_features: int = 40,
-    columns: ColumnSpec | Mapping[str, ColumnSpec] | None = None,
-    task: str = "auto",
-    options: Mapping[str, Any] | None = None,
-    data_files: Mapping[str, str] | None = None,
-    alignment: str = "psi",
-    bandwidth_mbps: float = 100.0,
-    latency_ms: float = 10.0,
-    recv_timeout_s: float | None = DEFAULT_RECV_TIMEOUT_S,
-    scheduler: str = "cooperative",
-    patience: int = 0,
-    val_fraction: float = 0.2,
-    checkpoint_dir: str | Path | None = None,
-    resume: bool = False,
-    checkpoint_overwrite: bool = False,
-    attacks: Sequence[str] = (),
-    defenses: Mapping[str, float] | None = None,
-    class_weight: str = "none",
-    report: str | Path | None = None,
-    progress: ProgressCallback | None = None,
-    model_dir: str | Path | None = None,
-    overwrite_model: bool = False,
-    positive_class: str | None = None,
-) -> RunReport:
-    """Train ``method`` on ``dataset`` cut into ``parties`` parties; same options as the CLI.
+def train(method: str = "splitnn", dataset: str = "breast-cancer", *, report: str | Path | None = None,
+          progress: ProgressCallback | None = None, **settings: Any) -> RunReport:
+    """Train ``method`` on ``dataset`` and return the run's report; ``settings`` are the CLI's options.
 
-    With ``data_files={"active": "a.csv", "bank": "b.csv"}`` the parties' own tables are used
-    instead (the first holds the labels). ``columns`` (a :class:`~securevfl.data.ColumnSpec`, or
-    party -> ColumnSpec for per-party files) says how each party reads and encodes its own columns:
-    integer categories, dropped columns, dates, missing markers, the one-hot limit; every party fits
-    its preprocessing on its own training rows. ``task``: ``"auto"`` (a numeric label with
-    fractional values and many distinct ones is a regression target; anything else has classes),
-    ``"classification"`` or ``"regression"`` (MSE; metrics rmse, mae, r2). ``alignment="psi"``
-    (default) finds the shared rows with ECDH PSI; ``"plaintext"`` skips it for simulations and the
-    report says so. ``patience`` > 0 stops early on a ``val_fraction`` validation split of the
-    aligned training rows (best weights restored); ``checkpoint_dir`` saves every party's own state
-    at each epoch end and ``resume`` continues from the last epoch all parties completed
-    (split-learning methods); a new run refuses a used directory unless ``checkpoint_overwrite``
-    (the old files are moved aside). ``attacks`` (``securevfl.attacks.attack_names()``) tap the attacking
-    party's channel and add a ``privacy`` section to the report: each attack's metric next to its
-    random-guess baseline. ``defenses`` (``{"grad-noise": 0.5, "grad-sparsify": 0.9, "label-dp":
-    1.0}``) perturb what the active party returns or trains on (securevfl.methods.defenses); the
-    same report shows what they cost. ``class_weight="balanced"`` weights the cross-entropy by
-    inverse class frequency (imbalanced labels; securevfl.methods.objective). ``scheduler``: the
-    parties run as greenlets of one thread (``"cooperative"``, default) or a thread each (``"threads"``);
-    the results and byte counts are the same. ``model_dir``: every party saves its own part of the
-    trained model under ``model_dir/<party>/`` (weights, fitted preprocessing, schema, manifest, model
-    card; :mod:`securevfl.model`), scored later by :func:`securevfl.predict`; a directory that holds a
-    model is refused unless ``overwrite_model``. ``positive_class``: the class name binary F1 and AUC
-    score as positive (default: the second of the label's classes, the class names of a file sorted; the
-    report and the console name it either way).
+    Every setting of :data:`securevfl.run_config.RUN_SETTINGS` is a keyword, named as its field (the
+    list below is generated from them): ``epochs=30``, ``aligned_ratio=0.5``, ``options={"secagg":
+    "dh"}`` (method options, ``securevfl methods``), ``columns=ColumnSpec(...)`` (or party ->
+    ColumnSpec for per-party files), ``data_files={"active": "a.csv", "bank": "b.csv"}`` (the
+    parties' own tables, the first holding the labels; PSI aligns them unless ``alignment="plaintext"``),
+    ``early_stopping=N`` (patience in epochs on a ``val_fraction`` validation split of the aligned
+    training rows, best weights restored), ``checkpoint_dir`` / ``resume``, ``attacks``, ``defenses``,
+    ``model_dir`` (every party saves its own part; :func:`securevfl.predict` scores with it). An
+    unknown keyword is a :class:`~securevfl.errors.ConfigError` naming the closest setting.
+    ``report``: also write the report there (JSON + Markdown; the path is checked before any work).
+    ``progress``: called after each epoch with ``(epoch, epochs, **metrics)``.
 
     Example::
 
@@ -333,37 +225,13 @@ def train(
     """
     if report is not None:
         check_report_path(report)  # before any work: a run must not be lost to an unwritable path
-    config = RunConfig(
-        method=method, dataset=dataset,
-        dataset_options=DatasetOptions(id_column=id_column, label_column=label_column,
-                                       n_samples=n_samples, n_features=n_features, seed=seed,
-                                       columns=columns if columns is not None else ColumnSpec(), task=task),
-        partition=PartitionSpec(parties=parties, names=tuple(party_names) if party_names else None,
-                                features=features, preset=preset, split=split,
-                                active_features=active_features, aligned=aligned,
-                                aligned_ratio=aligned_ratio, unaligned=unaligned,
-                                test_size=test_size, seed=seed),
-        train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
-                          embedding_dim=embedding_dim, hidden=tuple(hidden), options=dict(options or {}),
-                          patience=patience, val_fraction=val_fraction,
-                          checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
-                          checkpoint_overwrite=checkpoint_overwrite, defenses=dict(defenses or {}),
-                          class_weight=class_weight),
-        device=device,
-        network=NetworkModel(bandwidth_mbps=bandwidth_mbps, latency_ms=latency_ms),
-        alignment=alignment,
-        data_files=dict(data_files) if data_files else None,
-        recv_timeout_s=recv_timeout_s,
-        attacks=tuple(attacks),
-        scheduler=scheduler,
-        model_dir=str(model_dir) if model_dir else None,
-        overwrite_model=overwrite_model,
-        positive_class=positive_class,
-    )
-    result = run(config, progress=progress)
+    result = run(run_config(method=method, dataset=dataset, **settings), progress=progress)
     if report is not None:
         result.save(report)
     return result
 
 
-__all__ = ["RunConfig", "build_scenario", "check_report_path", "describe_parties", "resolve_device", "run", "train"]
+train.__doc__ = (train.__doc__ or "") + settings_doc(RUN_SETTINGS)
+
+
+__all__ = ["RunConfig", "build_scenario", "check_report_path", "describe_parties", "run", "train"]

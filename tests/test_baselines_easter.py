@@ -168,7 +168,7 @@ def test_el_pl_gives_every_party_an_mlp_with_that_many_embedding_and_decision_la
     from securevfl.models.zoo import layered_architecture
 
     report = securevfl.train("easter", "breast-cancer", parties=3, epochs=2, batch_size=64, device="cpu",
-                             alignment="plaintext", patience=5,
+                             alignment="plaintext", early_stopping=5,
                              options={"secagg": "none", "embedding_size": 8, "el_pl": "2:1"})
     assert set(report.extra["architectures"].values()) == {"mlp-el2-pl1"}
     assert all(0 <= h["val_accuracy"] <= 1 for h in report.history)  # early stopping records it too

@@ -209,7 +209,7 @@ def test_train_features_party_name_validated(tmp_path, capsys):
 @pytest.mark.parametrize("name", ["a.b", "bank\n", "../x"])
 def test_partition_spec_names_validated(name):
     with pytest.raises(ConfigError, match="letters, digits"):
-        PartitionSpec(parties=2, names=("active", name))
+        PartitionSpec(parties=2, party_names=("active", name))
 
 
 # --- finding 12: one-party runs need no alignment ------------------------------------------------

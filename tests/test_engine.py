@@ -111,7 +111,7 @@ def test_resume_with_early_stopping_in_two_phases(tmp_path, interrupt):
     # TabVFL: pretraining stops early after epoch 4 (best 3); finetuning runs epochs 7-12. Interrupted
     # inside pretraining, at the epoch it stopped, and inside finetuning, the resumed run must end as the
     # uninterrupted one: the same skipped epochs, best weights restored per phase, history and metrics.
-    kw = dict(parties=3, epochs=6, seed=3, patience=1, val_fraction=0.25, alignment="plaintext",
+    kw = dict(parties=3, epochs=6, seed=3, early_stopping=1, val_fraction=0.25, alignment="plaintext",
               options={"pretrain_epochs": 6, "latent_quality": False})
     uninterrupted = securevfl.train("tabvfl", **kw)
     assert uninterrupted.extra["early_stopping"]["phases"]["pretrain"]["stopped_after_epoch"] == 4
@@ -153,14 +153,14 @@ def test_a_damaged_checkpoint_is_a_clear_error(tmp_path):
 
 def test_early_stopping_restores_the_best_weights():
     kw = dict(parties=2, seed=0, lr=0.05, embedding_dim=32, hidden=(128,), alignment="plaintext")
-    stopped = securevfl.train("splitnn", epochs=40, patience=2, **kw)
+    stopped = securevfl.train("splitnn", epochs=40, early_stopping=2, **kw)
     info = stopped.extra["early_stopping"]
     val = [h["val_loss"] for h in stopped.history]
     assert info["best_epoch"] == 1 + int(np.argmin(val))
     assert info["stopped_after_epoch"] == len(stopped.history) < 40  # it stopped
     assert info["stopped_after_epoch"] == info["best_epoch"] + 2  # after `patience` epochs without improvement
     # the weights evaluated are those of the best epoch: the same as a run that ends there
-    ends_at_best = securevfl.train("splitnn", epochs=info["best_epoch"], patience=2, **kw)
+    ends_at_best = securevfl.train("splitnn", epochs=info["best_epoch"], early_stopping=2, **kw)
     assert stopped.metrics == ends_at_best.metrics
 
 
@@ -215,7 +215,7 @@ def test_early_stopping_per_phase_stops_restores_the_best_and_lets_local_phases_
 
     from securevfl.methods import create_method
 
-    method = create_method("splitnn", TrainConfig(epochs=1, patience=2, val_fraction=0.25, seed=0))
+    method = create_method("splitnn", TrainConfig(epochs=1, early_stopping=2, val_fraction=0.25, seed=0))
     data = SimpleNamespace(X_train=np.zeros((20, 1)), X_test=np.zeros((4, 1)), y_train=np.zeros(20))
     sides = {"active": ScriptedPhases(method, data, ("passive1",)), "passive1": ScriptedPhases(method, data)}
     result = run_parties({n: side_role(s) for n, s in sides.items()}, active="active", seed=0)
@@ -233,7 +233,7 @@ def test_early_stopping_per_phase_stops_restores_the_best_and_lets_local_phases_
 
 def test_methods_off_the_engine_refuse_early_stopping_and_checkpoints(tmp_path):
     with pytest.raises(ConfigError, match="does not support early stopping"):
-        securevfl.train("apcvfl", epochs=1, patience=2)
+        securevfl.train("apcvfl", epochs=1, early_stopping=2)
     with pytest.raises(ConfigError, match="resume needs a checkpoint directory"):
         securevfl.train("splitnn", epochs=1, resume=True)
 

@@ -250,7 +250,7 @@ def test_entity_aug_from_cli(tmp_path):
     out = tmp_path / "ea.json"
     rc = main(["train", "--method", "entity-aug", "--dataset", "breast-cancer", "--parties", "3",
                "--partition", "entity-aug", "--aligned-ratio", "0.2", "--unaligned", "spread", "--epochs", "2",
-               "--drop-prob", "0.2", "--option", "misalign=true", "--quiet", "--report", str(out)])
+               "--option", "drop_prob=0.2", "--option", "misalign=true", "--quiet", "--report", str(out)])
     assert rc == 0
     report = json.loads(out.read_text())
     assert report["method"] == "entity-aug" and report["config"]["train"]["options"]["drop_prob"] == 0.2

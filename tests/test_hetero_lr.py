@@ -266,7 +266,7 @@ def test_multiclass_and_reserved_names_are_refused():
     digits = build_scenario(RunConfig(dataset="digits", partition=PartitionSpec(parties=2), alignment="plaintext"))
     with pytest.raises(ConfigError, match="binary"):
         method.roles(digits)
-    clash = build_scenario(RunConfig(partition=PartitionSpec(parties=2, names=("active", ARBITER)),
+    clash = build_scenario(RunConfig(partition=PartitionSpec(parties=2, party_names=("active", ARBITER)),
                                      alignment="plaintext"))
     with pytest.raises(ConfigError, match="reserved"):
         method.roles(clash)

@@ -13,14 +13,14 @@ KW = dict(dataset="breast-cancer", parties=2, batch_size=128, seed=0, alignment=
 def test_patience_stops_hetero_lr_early_and_keeps_the_best_weights():
     # A step size this large overshoots after the first epoch: the validation loss rises and training stops.
     options = {**SMALL_KEY, "lr": 2.0}
-    stopped = securevfl.train("hetero-lr", epochs=10, patience=2, options=options, **KW)
+    stopped = securevfl.train("hetero-lr", epochs=10, early_stopping=2, options=options, **KW)
     info = stopped.extra["early_stopping"]
     val = [h["val_loss"] for h in stopped.history]
     assert info["best_epoch"] == 1 + val.index(min(val))
     assert info["stopped_after_epoch"] == len(stopped.history) == info["best_epoch"] + 2 < 10
     assert all("train_loss" in h for h in stopped.history)  # the monitored Taylor loss, as without patience
     # the weights evaluated are those of the best epoch: the same as a run that ends there
-    ends_at_best = securevfl.train("hetero-lr", epochs=info["best_epoch"], patience=2, options=options, **KW)
+    ends_at_best = securevfl.train("hetero-lr", epochs=info["best_epoch"], early_stopping=2, options=options, **KW)
     assert stopped.metrics == ends_at_best.metrics
     assert stopped.extra["hetero_lr"]["active_weights"] == ends_at_best.extra["hetero_lr"]["active_weights"]
 

@@ -1,4 +1,4 @@
-"""Hardening of ``--secagg paillier``: a deviating active party or relay, and fuzzed wire messages.
+"""Hardening of ``--option secagg=paillier``: a deviating active party or relay, and fuzzed wire messages.
 
 Each attack test runs the real parties through the runtime with one party deviating, and checks
 both that the run stops with a ProtocolError at the honest party and that the attacker obtained

@@ -104,7 +104,7 @@ def test_a_deployed_regression_learns_the_task_from_the_plan(tmp_path):
 
 
 def test_early_stopping_and_attacks_work_on_a_regression_target():
-    report = securevfl.train("splitnn", "diabetes", epochs=40, patience=3,
+    report = securevfl.train("splitnn", "diabetes", epochs=40, early_stopping=3,
                              attacks=["label-cosine", "feature-inversion"], **FAST)
     stopping = report.extra["early_stopping"]
     assert stopping["stopped_after_epoch"] < 40 and stopping["best_epoch"] <= stopping["stopped_after_epoch"]

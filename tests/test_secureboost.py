@@ -128,7 +128,7 @@ class Run:
 def secureboost(scenario: Scenario, keypair: Any = None, *, taps: dict[str, Tap] | None = None, patience: int = 0,
                 **options: Any) -> Run:
     """One secureboost run of ``scenario`` (roles run in this process; ``taps`` wrap parties' roles)."""
-    train = TrainConfig(seed=SEED, patience=patience, options={**SMALL_KEY, **options})
+    train = TrainConfig(seed=SEED, early_stopping=patience, options={**SMALL_KEY, **options})
     method = create_method("secureboost", train)
     method.keypair = keypair
     method.shuffle_seed = SHUFFLE_SEED

@@ -354,7 +354,7 @@ def test_early_stopping_validates_pretraining_on_held_out_training_rows_and_stop
     """Pretraining stops on the validation reconstruction loss (the host decides, guests are told);
     finetuning on the validation log loss; the validation rows come from the training rows."""
     scenario = _scenario(parties=3)  # 2 guests
-    config = TrainConfig(**{**SMALL, "epochs": 3}, patience=1, val_fraction=0.2,
+    config = TrainConfig(**{**SMALL, "epochs": 3}, early_stopping=1, val_fraction=0.2,
                          options={"latent_quality": False, "pretrain_epochs": 12})
     roles = create_method("tabvfl", config).roles(scenario)
     transport = RecordingTransport(list(roles))
@@ -377,7 +377,7 @@ def test_early_stopping_validates_pretraining_on_held_out_training_rows_and_stop
 
 
 def test_lt_guests_stop_their_local_pretraining_on_their_own():
-    config = TrainConfig(**{**SMALL, "epochs": 1}, patience=1,
+    config = TrainConfig(**{**SMALL, "epochs": 1}, early_stopping=1,
                          options={"latent_quality": False, "pretrain_epochs": 15})
     scenario = _scenario(parties=3)
     roles = create_method("tabnet-lt", config).roles(scenario)
@@ -417,7 +417,8 @@ def test_cli_run_with_failure_flags(tmp_path):
     out = tmp_path / "tabvfl.json"
     rc = main(["train", "--method", "tabvfl", "--dataset", "breast-cancer", "--parties", "3",
                "--active-features", "0", "--epochs", "2", "--batch-size", "128", "--embedding-dim", "4",
-               "--device", "cpu", "--alignment", "plaintext", "--fail-prob", "0.35", "--on-fail", "zeros",
+               "--device", "cpu", "--alignment", "plaintext",
+               "--option", "fail_prob=0.35", "--option", "on_fail=zeros",
                "--option", "latent_quality=false",
                "--option", "pretrain_epochs=1", "--quiet", "--report", str(out)])
     assert rc == 0

@@ -68,7 +68,7 @@ def _per_round_views(view: AttackerView) -> tuple[list[Any], Any]:
         test = tap.received(".test.embedding", src=view.target)
         return train, test[-1] if test else None
     options = view.config.options
-    if options.get("drop_prob") or options.get("embed_grad", "own") != "own" or view.config.patience:
+    if options.get("drop_prob") or options.get("embed_grad", "own") != "own" or view.config.early_stopping:
         return [], None  # rounds with dropouts, gradient sums or validation do not map to batches simply
     rounds = tap.received("agg.plain", src=view.target) or [
         o.value for o in tap.observations if o.tag == "aggregate.sum"]
@@ -185,7 +185,7 @@ class PeerInversion(FeatureInversion):
 
     def rounds(self, view: AttackerView) -> tuple[list[Any], Any]:
         options = view.config.options
-        if options.get("drop_prob") or view.config.patience:
+        if options.get("drop_prob") or view.config.early_stopping:
             return [], None
         globals_ = view.tap.received(".train.global") + view.tap.received(".test.global")
         own = [o.value for o in view.tap.observations if o.tag == "aggregate.contribution"]

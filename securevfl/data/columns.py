@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from securevfl.errors import ConfigError, DataError
+from securevfl.settings import setting
 
 #: pandas' own missing markers (``read_csv``'s defaults) plus ``?`` (UCI tables such as Adult).
 DEFAULT_MISSING_MARKERS: tuple[str, ...] = (
@@ -53,14 +54,17 @@ class ColumnSpec:
     for a neural bottom model to learn an embedding of (methods that support it; the others refuse).
     """
 
-    categorical: tuple[str, ...] = ()
-    drop: tuple[str, ...] = ()
-    dates: tuple[str, ...] = ()
-    missing_markers: tuple[str, ...] = DEFAULT_MISSING_MARKERS
-    max_onehot: int = 20
-    hash_buckets: int = 16
-    min_frequency: int = 5
-    embed: bool = False
+    categorical: tuple[str, ...] = setting(
+        (), help="Comma-separated integer columns to encode as categories (text columns are categorical anyway).")
+    drop: tuple[str, ...] = setting((), help="Comma-separated columns to leave out.")
+    dates: tuple[str, ...] = setting((), help="Comma-separated date columns (used as year, month, day of week).")
+    missing_markers: tuple[str, ...] = setting(
+        DEFAULT_MISSING_MARKERS, help="Comma-separated cell values that mean missing (a blank cell always does).")
+    max_onehot: int = setting(20, help="One-hot a categorical column up to this many levels; hash wider ones.")
+    hash_buckets: int = setting(16, help="Columns a categorical column wider than --max-onehot is hashed into.")
+    min_frequency: int = setting(5, help="Levels seen fewer times share one 'infrequent' column.")
+    embed: bool = setting(False, flag="--embed-categories",
+                          help="Categorical columns as codes the bottom models learn embeddings of (neural methods).")
 
     def __post_init__(self) -> None:
         for name in _NAME_FIELDS:

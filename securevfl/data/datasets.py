@@ -31,6 +31,7 @@ from securevfl.data.columns import (
 )
 from securevfl.data.labels import AUTO, REGRESSION, check_task, regression_targets, resolve_task
 from securevfl.errors import ConfigError, DataError, MissingPackageError, psi_errors
+from securevfl.settings import group, same_as, setting
 
 ID = "id"
 LABEL = "label"
@@ -44,14 +45,16 @@ class DatasetOptions:
     table, each party using the names of its own columns; or, for per-party files, party -> spec).
     """
 
-    id_column: str | None = None
-    label_column: str | None = None
-    n_samples: int = 10_000
-    n_features: int = 40
+    id_column: str | None = setting(None, job=True, help="ID column of a csv:/parquet: dataset or --data files.")
+    label_column: str | None = setting(None, job=True,
+                                       help="Label column of a csv:/parquet: dataset or --data files.")
+    n_samples: int = setting(10_000, help="Rows of the synthetic dataset.")
+    n_features: int = setting(40, help="Columns of the synthetic dataset.")
     n_classes: int = 2
-    seed: int = 0
-    columns: ColumnSpec | Mapping[str, ColumnSpec] = field(default_factory=ColumnSpec)
-    task: str = AUTO  # auto | classification | regression (securevfl.data.labels)
+    seed: int = same_as("seed", 0)
+    columns: ColumnSpec | Mapping[str, ColumnSpec] = group(ColumnSpec, cli_only=True)
+    task: str = setting(AUTO, job=True, help="auto | classification | regression "
+                                             "(auto: a fractional numeric label is a regression target).")
 
     def __post_init__(self) -> None:
         check_task(self.task)

@@ -23,6 +23,7 @@ from securevfl.data.columns import ColumnSpec, needs_encoding
 from securevfl.data.datasets import Dataset
 from securevfl.data.labels import CLASSIFICATION
 from securevfl.errors import ConfigError
+from securevfl.settings import same_as, setting
 
 SPLITS = ("random", "contiguous", "strips")
 UNALIGNED_POLICIES = ("drop", "active", "spread", "disjoint")
@@ -64,29 +65,31 @@ class PartyTable:
 class PartitionSpec:
     """How to cut one dataset into a VFL scenario. Parties are ``active``, ``passive1``, ... by default."""
 
-    parties: int = 2
-    names: tuple[str, ...] | None = None
-    features: Mapping[str, Sequence[str]] | None = None
-    preset: str | None = None
-    split: str | None = None  # default: strips for image datasets, random otherwise
-    active_features: int | None = None
-    aligned: int | None = None
-    aligned_ratio: float | None = None
-    unaligned: str = "drop"
-    test_size: float = 0.2
-    seed: int = 0
+    parties: int = setting(2, help="Number of parties (1 active + passives).")
+    party_names: tuple[str, ...] | None = setting(None, help="Comma-separated party names; the first is active.")
+    features: Mapping[str, Sequence[str]] | None = setting(None, repeat=True,
+                                                           help="PARTY=col1,col2 (repeat per party).")
+    preset: str | None = setting(None, flag="--partition", help="Named partition preset.")
+    split: str | None = setting(None, help="Feature split: random | contiguous | strips "
+                                           "(default: strips for images, random otherwise).")
+    active_features: int | None = setting(None, help="Number of features for the active party.")
+    aligned: int | None = setting(None, help="Number of aligned training rows (default: all).")
+    aligned_ratio: float | None = setting(None, help="Fraction of training rows that are aligned.")
+    unaligned: str = setting("drop", help="Rows outside the intersection: drop | active | spread | disjoint.")
+    test_size: float = setting(0.2, job=True, help="Fraction of rows held out for testing.")
+    seed: int = same_as("seed", 0)
     active_rows: int | None = None  # with unaligned="disjoint": rows the active party holds in all
 
 
     def __post_init__(self) -> None:
         if self.parties < 1:
             raise ConfigError(f"parties must be >= 1, got {self.parties}")
-        if self.names is not None:
-            if len(self.names) != self.parties:
-                raise ConfigError(f"{len(self.names)} party names given for {self.parties} parties")
-            if len(set(self.names)) != len(self.names):
-                raise ConfigError(f"party names must be distinct: {self.names}")
-            validate_party_names(self.names)
+        if self.party_names is not None:
+            if len(self.party_names) != self.parties:
+                raise ConfigError(f"{len(self.party_names)} party names given for {self.parties} parties")
+            if len(set(self.party_names)) != len(self.party_names):
+                raise ConfigError(f"party names must be distinct: {self.party_names}")
+            validate_party_names(self.party_names)
         if self.features is not None:
             validate_party_names(self.features)
         if self.split is not None and self.split not in SPLITS:
@@ -110,9 +113,10 @@ class PartitionSpec:
             raise ConfigError("active_rows is only meaningful with unaligned='disjoint'")
 
     @property
-    def party_names(self) -> tuple[str, ...]:
-        if self.names is not None:
-            return self.names
+    def resolved_party_names(self) -> tuple[str, ...]:
+        """The party names given, or ``active``, ``passive1``, ..."""
+        if self.party_names is not None:
+            return self.party_names
         return ("active",) + tuple(f"passive{i}" for i in range(1, self.parties))
 
 
@@ -158,7 +162,7 @@ def views_preset(dataset: Dataset, spec: PartitionSpec) -> PartitionSpec:
     if spec.features is not None or (spec.active_features or 0) != 0:
         raise ConfigError("partition 'views' assigns the features itself: give no feature lists and no "
                           "active features")
-    names = spec.party_names
+    names = spec.resolved_party_names
     features = {names[0]: [], **{name: list(cols) for name, (_, cols) in zip(names[1:], dataset.views)}}
     return replace(spec, features=features, active_features=0)
 
@@ -180,7 +184,7 @@ def _strips(dataset: Dataset, names: Sequence[str], active_features: int | None)
 
 def assign_features(dataset: Dataset, spec: PartitionSpec) -> dict[str, list[str]]:
     """Feature names per party, validated: known columns, each given once, no passive left empty."""
-    names = spec.party_names
+    names = spec.resolved_party_names
     columns = list(dataset.feature_columns)
     if spec.features is not None:
         given = {n: list(spec.features.get(n, [])) for n in names}
@@ -307,7 +311,7 @@ def split_train_test(n: int, labels: np.ndarray, test_size: float, seed: int) ->
 def partition(dataset: Dataset, spec: PartitionSpec) -> PartitionedData:
     """Cut ``dataset`` into per-party tables following ``spec`` (see module docstring)."""
     spec = resolve_preset(dataset, spec)
-    names = spec.party_names
+    names = spec.resolved_party_names
     features = assign_features(dataset, spec)
     labels = dataset.labels()
     n = dataset.n_rows

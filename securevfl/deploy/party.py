@@ -550,7 +550,7 @@ def _method_and_config(federation: Federation, device: str, checkpoint_dir: str 
     job = federation.job
     train = TrainConfig(epochs=job.epochs, batch_size=job.batch_size, lr=job.lr, seed=job.seed,
                         embedding_dim=job.embedding_dim, hidden=tuple(job.hidden), options=dict(job.options),
-                        patience=job.early_stopping, val_fraction=job.val_fraction, class_weight=job.class_weight,
+                        early_stopping=job.early_stopping, val_fraction=job.val_fraction, class_weight=job.class_weight,
                         checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
                         checkpoint_overwrite=checkpoint_overwrite)
     config = RunConfig(method=job.method, dataset="federation",

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from securevfl.errors import ConfigError
+from securevfl.settings import setting
 
 COMPUTE = "compute"
 SERIALIZE = "serialize"
@@ -36,8 +37,8 @@ class NetworkModel:
     one latency plus the largest per-link transfer at that level; levels add up.
     """
 
-    bandwidth_mbps: float = 100.0
-    latency_ms: float = 10.0
+    bandwidth_mbps: float = setting(100.0, help="Simulated link bandwidth, Mbit/s.")
+    latency_ms: float = setting(10.0, help="Simulated link latency, ms.")
 
     def __post_init__(self) -> None:
         if not self.bandwidth_mbps > 0:

@@ -24,6 +24,7 @@ from securevfl.federation.runtime import PartyContext
 from securevfl.methods.defenses import check_defenses
 from securevfl.methods.objective import CLASS_WEIGHTS, REGRESSION
 from securevfl.seeding import simulation_rng
+from securevfl.settings import setting
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -35,29 +36,39 @@ Role = Callable[[PartyContext], Any]
 class TrainConfig:
     """Settings every method understands; method-specific ones go in ``options``.
 
-    ``patience`` > 0 turns on early stopping on a ``val_fraction`` validation split of the aligned
-    training rows (split-learning methods); ``checkpoint_dir`` makes every party save its own state
-    at each epoch end, and ``resume`` continues from the last epoch every party completed, of the
-    same run, job and data (anything else is refused, naming the party; so is a resume with no
-    checkpoint at any party: "nothing to resume"). A fresh run refuses a
-    directory that holds checkpoints; ``checkpoint_overwrite`` moves them aside instead (into
-    ``DIR/<party>/previous-<time>/``; nothing is deleted).
+    Each field declares one setting of a run (:mod:`securevfl.settings`): its name is the API keyword,
+    the ``[job]`` key and the report's key, its help the CLI's. ``early_stopping`` (patience in epochs)
+    > 0 turns on early stopping on a ``val_fraction`` validation split of the aligned training rows;
+    ``checkpoint_dir`` makes every party save its own state at each epoch end, and ``resume``
+    continues from the last epoch every party completed, of the same run, job and data (anything else
+    is refused, naming the party; so is a resume with no checkpoint at any party: "nothing to
+    resume"). A fresh run refuses a directory that holds checkpoints; ``checkpoint_overwrite`` moves
+    them aside instead (into ``DIR/<party>/previous-<time>/``; nothing is deleted).
     """
 
-    epochs: int = 50
-    batch_size: int = 32
-    lr: float = 1e-3
-    seed: int = 0
-    embedding_dim: int = 16
-    hidden: tuple[int, ...] = (64,)
-    options: Mapping[str, Any] = field(default_factory=dict)
-    patience: int = 0
-    val_fraction: float = 0.2
-    checkpoint_dir: str | None = None
-    resume: bool = False
-    checkpoint_overwrite: bool = False
-    defenses: Mapping[str, float] = field(default_factory=dict)
-    class_weight: str = "none"  # "balanced": cross-entropy weighted n / (C * count_c) (imbalanced classes)
+    epochs: int = setting(50, help="Training epochs.", job=True)
+    batch_size: int = setting(32, help="Batch size.", job=True)
+    lr: float = setting(1e-3, help="Learning rate (Adam).", job=True)
+    seed: int = setting(0, help="Seed for partition, initialisation and batch order (not for secrets).", job=True)
+    embedding_dim: int = setting(16, help="Embedding width of bottom models.", job=True)
+    hidden: tuple[int, ...] = setting((64,), help="Hidden layer sizes, comma-separated.", job=True)
+    options: Mapping[str, Any] = setting(default_factory=dict, flag="--option", repeat=True, job=True,
+                                         help="Method option KEY=VALUE (repeatable; `securevfl methods` lists them).")
+    early_stopping: int = setting(
+        0, job=True, help="Patience in epochs: stop when the validation loss has not improved for this many (0: off).")
+    val_fraction: float = setting(0.2, job=True,
+                                  help="With --early-stopping: aligned training rows held out to validate.")
+    checkpoint_dir: str | None = setting(
+        None, help="Every party saves its own state here at each epoch end (DIR/<party>/).")
+    resume: bool = setting(False, help="Continue from the last epoch every party checkpointed.")
+    checkpoint_overwrite: bool = setting(
+        False, flag="--overwrite-checkpoints",
+        help="Start a new run in a used --checkpoint-dir: move the old files aside (DIR/<party>/previous-*/).")
+    defenses: Mapping[str, float] = setting(
+        default_factory=dict, flag="--defense", repeat=True,
+        help="NAME=STRENGTH (repeatable): grad-noise=S, grad-sparsify=R, label-dp=EPS.")
+    class_weight: str = setting(
+        "none", job=True, help="none | balanced: weight the loss by inverse class frequency (imbalanced labels).")
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -70,8 +81,8 @@ class TrainConfig:
             raise ConfigError(f"embedding_dim must be >= 1, got {self.embedding_dim}")
         if any(h < 1 for h in self.hidden):
             raise ConfigError(f"hidden sizes must be >= 1, got {self.hidden}")
-        if self.patience < 0:
-            raise ConfigError(f"early-stopping patience must be >= 0, got {self.patience}")
+        if self.early_stopping < 0:
+            raise ConfigError(f"early_stopping (patience in epochs) must be >= 0, got {self.early_stopping}")
         if not 0 < self.val_fraction < 1:
             raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         if self.resume and not self.checkpoint_dir:
@@ -192,7 +203,8 @@ class Method(ABC, Generic[OptionsT]):
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
         self.options = parse_options(self.Options, config.options)
-        if not self.uses_engine and (config.checkpoint_dir or (config.patience and not self.supports_early_stopping)):
+        stops_early = config.early_stopping and not self.supports_early_stopping
+        if not self.uses_engine and (config.checkpoint_dir or stops_early):
             engine = ", ".join(n for n in method_names() if method_class(n).uses_engine)
             raise ConfigError(f"{self.name} does not support early stopping or checkpoints; the methods on the "
                               f"split-learning engine do: {engine}")

@@ -35,7 +35,7 @@ class SplitNNOptions:
     hidden widths before the class layer; empty: ``--hidden``. The APC-VFL paper's SplitNN
     (Appendix B: ``g1`` extractors, ``g2`` plus a class layer as head, SELU) is
     ``activation=selu, active_bottom=64,128, passive_bottom=128,256, top=256,256``; early stopping
-    is the engine's (``--patience``, ``--val-fraction``).
+    is the engine's (``--early-stopping``, ``--val-fraction``).
     """
 
     bottom: str = "mlp"

@@ -119,9 +119,13 @@ def train_settings(config: TrainConfig) -> dict[str, Any]:
 def train_config_from(settings: Mapping[str, Any], where: str) -> TrainConfig:
     """The :class:`TrainConfig` a manifest's ``extra["train"]`` describes; anything else is a ModelError."""
     known = {f.name for f in dataclasses.fields(TrainConfig)} - set(_RUN_ONLY)
-    if not isinstance(settings, Mapping) or not set(settings) <= known:
+    if not isinstance(settings, Mapping):
         raise ModelError(f"{where}: the saved training settings are malformed")
     values = dict(settings)
+    if "patience" in values and "early_stopping" not in values:  # saved before the setting took its one name
+        values["early_stopping"] = values.pop("patience")
+    if not set(values) <= known:
+        raise ModelError(f"{where}: the saved training settings are malformed")
     if "hidden" in values:
         values["hidden"] = tuple(values["hidden"])
     try:

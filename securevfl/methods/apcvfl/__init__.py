@@ -578,7 +578,7 @@ def apcvfl_paper_spec(dataset: Dataset, spec: PartitionSpec, a: int) -> Partitio
         raise ConfigError(f"aligned={aligned_total} must exceed the {layout.test_rows} aligned test rows")
     if aligned_total > layout.active_rows:
         raise ConfigError(f"aligned={aligned_total} exceeds the {layout.active_rows} rows of the active party")
-    names = spec.party_names
+    names = spec.resolved_party_names
     rest = [c for c in dataset.feature_columns if c not in active_features]
     features = {names[0]: active_features}
     for party, chunk in zip(names[1:], np.array_split(np.arange(len(rest)), max(1, len(names) - 1))):

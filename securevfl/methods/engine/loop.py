@@ -9,7 +9,7 @@ to evaluate a set of rows); :func:`run_side` owns the rest:
   losses become the epoch's ``train_loss`` (one per party where the method has several losses);
   the active party calls ``progress(epoch=, epochs=, loss=)`` after each epoch, and every party
   ``progress(epoch=N, epochs=, resumed=True)`` once when it resumes from epoch N's checkpoint;
-* **early stopping** (``TrainConfig.patience`` > 0): a seeded validation split of the aligned
+* **early stopping** (``TrainConfig.early_stopping`` > 0): a seeded validation split of the aligned
   training rows that all parties derive alike; after each epoch of a validated phase every party
   takes part in an evaluation of those rows, the active party computes the validation loss (the
   log loss of a supervised phase, :meth:`PartySide.validation_loss` of an unsupervised one) and
@@ -393,7 +393,7 @@ def agreed_batches(rows: np.ndarray, config: TrainConfig, epoch: int, min_rows: 
 
 def split_rows(n_rows: int, config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
     """The aligned training rows a party trains on, and those that validate (none without early stopping)."""
-    if not config.patience:
+    if not config.early_stopping:
         return np.arange(n_rows), np.arange(0)
     return validation_split(n_rows, config.val_fraction, config.seed)
 
@@ -419,10 +419,10 @@ def job_digest(side: PartySide) -> str:
     failure schedules and the best weights a validated phase's last checkpoint holds depend on
     it), so training longer is a new run, not a resume. Device and checkpoint options are not.
     """
-    c = side.config
+    c = side.config  # "patience": the key checkpoints were written with before the setting took its one name
     job = {"method": side.method.name, "options": side.method.describe(), "seed": c.seed, "epochs": c.epochs,
            "batch_size": c.batch_size, "lr": c.lr, "embedding_dim": c.embedding_dim, "hidden": list(c.hidden),
-           "patience": c.patience, "val_fraction": c.val_fraction, "class_weight": c.class_weight,
+           "patience": c.early_stopping, "val_fraction": c.val_fraction, "class_weight": c.class_weight,
            "defenses": dict(sorted(c.defenses.items()))}
     return hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -669,8 +669,8 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
     if not side.takes_part:
         return side.outcome(ctx, None, EngineRecord([]))
     phases = side.phases()
-    stoppers = {p.name: _EarlyStopping(config.patience) for p in phases
-                if config.patience and p.early_stopping != "none"}
+    stoppers = {p.name: _EarlyStopping(config.early_stopping) for p in phases
+                if config.early_stopping and p.early_stopping != "none"}
     store = CheckpointStore(config.checkpoint_dir, ctx.name) if config.checkpoint_dir else None
     history: list[dict[str, float]] = []
     start = 0

@@ -511,7 +511,7 @@ class ActiveTrainer:
                     stale += 1
             history.append(record)
             self.ctx.progress(epoch=rounds, epochs=options.trees, loss=record["train_loss"])
-            if len(self.val_rows) and stale >= config.patience:
+            if len(self.val_rows) and stale >= config.early_stopping:
                 break
         kept_rounds = best_round if len(self.val_rows) else rounds
         if len(self.val_rows):

@@ -47,7 +47,7 @@ class TabVFLOptions:
     ``part_latent_dim`` (tabnet-lt only): latent width of each party's local TabNet (0: the
     latent dimension divided by the parties holding features, at least 1, so the concatenated
     latent is about as wide as the other designs'; the paper's LT gives each of 5 guests a fifth,
-    Sec. V-C4). Early stopping is the run's (``TrainConfig.patience``, ``val_fraction``):
+    Sec. V-C4). Early stopping is the run's (``TrainConfig.early_stopping``, ``val_fraction``):
     pretraining stops on the validation reconstruction loss, finetuning on the validation log
     loss, each restoring its best weights; ``pretrain_epochs`` / ``epochs`` are the caps.
     """

@@ -1,0 +1,116 @@
+"""The one declaration of a training run: :class:`RunConfig` and its parts, and building it from flat settings.
+
+Every setting is a field of :class:`RunConfig` or of one of its parts (:class:`~securevfl.data.DatasetOptions`,
+:class:`~securevfl.data.ColumnSpec`, :class:`~securevfl.data.PartitionSpec`,
+:class:`~securevfl.methods.TrainConfig`, :class:`~securevfl.federation.meter.NetworkModel`), declared with
+its help by :func:`securevfl.settings.setting`. :data:`RUN_SETTINGS` lists them; :func:`run_config`
+builds a RunConfig from flat ``name=value`` settings (the API's keywords, the CLI's options), refusing
+an unknown name with the closest valid one. The report's ``config`` section is the dataclass itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from securevfl.data import ColumnSpec, DatasetOptions, PartitionSpec
+from securevfl.errors import ConfigError
+from securevfl.federation.meter import NetworkModel
+from securevfl.federation.runtime import DEFAULT_RECV_TIMEOUT_S
+from securevfl.methods import TrainConfig
+from securevfl.settings import Setting, group, group_type, holds_tuple, info_of, setting, settings_of
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run: the method, where the data comes from, how it is cut, how it trains."""
+
+    method: str = setting("splitnn", job=True, help="Training method (see `securevfl methods`).")
+    dataset: str = setting("breast-cancer", help="Dataset name, or csv:PATH / parquet:PATH.")
+    dataset_options: DatasetOptions = group(DatasetOptions)
+    partition: PartitionSpec = group(PartitionSpec)
+    train: TrainConfig = group(TrainConfig)
+    device: str = setting("auto", help="auto (CUDA when present), cpu, cuda[:N].")
+    network: NetworkModel = group(NetworkModel)
+    alignment: str = setting("psi", help="How parties find shared rows: psi (ECDH PSI) | plaintext (simulation only).")
+    data_files: Mapping[str, str] | None = setting(
+        None, flag="--data", repeat=True,
+        help="PARTY=FILE per party (CSV/Parquet); the first holds the labels. Runs PSI, then trains.")
+    recv_timeout_s: float | None = setting(DEFAULT_RECV_TIMEOUT_S, flag="--recv-timeout",
+                                           help="Seconds a party waits for one message before the run fails.")
+    attacks: tuple[str, ...] = setting(
+        (), flag="--attack", repeat=True,
+        help="Measure leakage with an attack on what one party receives (repeatable): label-norm, label-cosine, "
+             "model-completion, feature-inversion, peer-inversion.")
+    #: How the parties of this process run (securevfl.federation.runtime.SCHEDULERS).
+    scheduler: str = setting("cooperative", help="How the parties of one process run: cooperative (greenlets of "
+                                                 "one thread) | threads.")
+    #: Where every party saves its own part of the trained model (``DIR/<party>/``; issue 27).
+    model_dir: str | None = setting(
+        None, help="Every party saves its own part of the trained model here (DIR/<party>/), for predict.")
+    overwrite_model: bool = setting(False, flag="--overwrite", help="Replace a model already saved in --model-dir.")
+    positive_class: str | None = setting(
+        None, help="The class binary F1 and AUC score as positive (default: the second of the label's classes).")
+
+
+#: Every setting of a run, in declaration order.
+RUN_SETTINGS: tuple[Setting, ...] = tuple(settings_of(RunConfig))
+_BY_NAME = {s.name: s for s in RUN_SETTINGS if s.info.api}
+#: Old names of settings, refused with the new one.
+_RENAMED = {"patience": "early_stopping", "names": "party_names"}
+
+
+def run_config(**values: Any) -> RunConfig:
+    """A :class:`RunConfig` from flat settings (``epochs=30, aligned_ratio=0.5, ...``); unset ones keep defaults.
+
+    An unknown name is a :class:`ConfigError` naming the closest valid one. Sequences become tuples
+    where the field holds a tuple; ``seed`` seeds the partition and generated data too.
+    """
+    unknown = [k for k in values if k not in _BY_NAME]
+    if unknown and unknown[0] in _RENAMED:
+        raise ConfigError(f"setting {unknown[0]!r} is now called {_RENAMED[unknown[0]]!r}")
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(_BY_NAME), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; settings: {', '.join(_BY_NAME)}"
+        raise ConfigError(f"unknown setting {unknown[0]!r}{hint}")
+    parts: dict[tuple[str, ...], dict[str, Any]] = {}
+    for name, value in values.items():
+        s = _BY_NAME[name]
+        parts.setdefault(s.path[:-1], {})[s.path[-1]] = _plain(s, value)
+    config: RunConfig = _build(RunConfig, (), parts, seed=values.get("seed", 0))
+    return config
+
+
+def _build(config_type: type, prefix: tuple[str, ...], parts: Mapping[tuple[str, ...], dict[str, Any]],
+           *, seed: int) -> Any:
+    """``config_type`` with the given settings at ``prefix``, its groups built the same way."""
+    kwargs = dict(parts.get(prefix, {}))
+    for f in dataclasses.fields(config_type):
+        info = info_of(f)
+        if info is None:
+            continue
+        if info.same_as == "seed":
+            kwargs[f.name] = seed
+        elif info.group and info.api and f.name not in kwargs:
+            kwargs[f.name] = _build(group_type(config_type, f.name), (*prefix, f.name), parts, seed=seed)
+    return config_type(**kwargs)
+
+
+def _plain(s: Setting, value: Any) -> Any:
+    """An API value as the field holds it: tuples for tuple fields, dicts for mappings, str for paths."""
+    if value is None:
+        return None
+    if holds_tuple(s.type) and isinstance(value, Sequence) and not isinstance(value, str):
+        return tuple(value)
+    if isinstance(value, Mapping) and not isinstance(s.default, ColumnSpec):
+        return dict(value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+__all__ = ["RUN_SETTINGS", "RunConfig", "run_config"]

@@ -1,0 +1,154 @@
+"""One declaration per setting of a run: the field of a config dataclass, with its help in the field's metadata.
+
+A setting is declared once, as a dataclass field made by :func:`setting`; a group of settings (another
+config dataclass) as a field made by :func:`group`. :func:`settings_of` walks a config class and lists
+every setting with its one name, its place in the config, its type, default and help. From that list the
+CLI builds its options (``securevfl.cli.options``), the API checks and places its keywords
+(``securevfl.run_config``), the federation file checks its ``[job]`` keys, and the report writes the
+config section (the dataclasses themselves): a new option is one new field.
+
+The name of a setting is its field's name: the API keyword, the ``[job]`` key and the report's key. Its
+command-line flag is ``--`` and the name with dashes unless the field says otherwise (``flag``: a
+repeatable option reads better singular, ``--attack`` for ``attacks``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import MISSING, dataclass, field
+from typing import Any
+
+_KEY = "securevfl.setting"
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    """What a field's metadata says about the setting it declares.
+
+    ``help``: one line for ``--help`` and the API's docstring. ``flag``: the command-line flag (default
+    ``--name-with-dashes``); ``cli=False``: not on the command line (set by other options or API only).
+    ``job``: also a ``[job]`` key of the federation file. ``repeat``: on the command line, one value per
+    use of the flag (``--attack a --attack b``); otherwise a tuple is comma-separated text. ``same_as``:
+    this field always takes the value of the named setting (the seed every part uses); not a setting.
+    ``api``: an API keyword of its own (``False``: set through the enclosing group's keyword, as the
+    column settings are through ``columns``).
+    """
+
+    help: str
+    flag: str | None = None
+    cli: bool = True
+    job: bool = False
+    repeat: bool = False
+    same_as: str | None = None
+    api: bool = True
+    group: bool = False
+
+
+def setting(default: Any = MISSING, *, help: str, default_factory: Any = MISSING, flag: str | None = None,
+            cli: bool = True, job: bool = False, repeat: bool = False, api: bool = True) -> Any:
+    """A dataclass field that declares a setting (its name is the field's name)."""
+    info = SettingInfo(help=help, flag=flag, cli=cli, job=job, repeat=repeat, api=api)
+    return field(default=default, default_factory=default_factory, metadata={_KEY: info})
+
+
+def same_as(name: str, default: Any) -> Any:
+    """A field that always holds the value of setting ``name`` (filled in by the config's builder)."""
+    return field(default=default, metadata={_KEY: SettingInfo(help="", same_as=name, cli=False, api=False)})
+
+
+def group(default_factory: Callable[[], Any], *, cli_only: bool = False) -> Any:
+    """A field holding another config dataclass whose settings belong to this one.
+
+    ``cli_only``: the group's settings are command-line options that make the one value of this field;
+    the API takes the whole object under the field's name (``columns=ColumnSpec(...)``).
+    """
+    info = SettingInfo(help="", group=True, api=not cli_only)
+    return field(default_factory=default_factory, metadata={_KEY: info})
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its name, where it lives in the config (field names), its type, default and declaration."""
+
+    name: str
+    path: tuple[str, ...]
+    type: Any
+    default: Any
+    info: SettingInfo
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag."""
+        return self.info.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def help(self) -> str:
+        return self.info.help
+
+
+def info_of(f: dataclasses.Field[Any]) -> SettingInfo | None:
+    """The setting declaration of a dataclass field, if it has one."""
+    info = f.metadata.get(_KEY)
+    return info if isinstance(info, SettingInfo) else None
+
+
+def default_of(f: dataclasses.Field[Any]) -> Any:
+    """A field's default value (made fresh from its factory)."""
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return None if f.default is MISSING else f.default
+
+
+def settings_of(config_type: type, *, prefix: tuple[str, ...] = ()) -> Iterator[Setting]:
+    """Every setting of ``config_type``, groups walked in field order (depth first)."""
+    hints = typing.get_type_hints(config_type)
+    for f in dataclasses.fields(config_type):
+        info = info_of(f)
+        if info is None or info.same_as is not None:
+            continue
+        if info.group:
+            inner = _dataclass_in(hints[f.name])
+            yield from (replace_api(s, info.api) for s in settings_of(inner, prefix=(*prefix, f.name)))
+            if not info.api:  # the API takes the group whole, under the field's name
+                yield Setting(f.name, (*prefix, f.name), hints[f.name], default_of(f),
+                              SettingInfo(help=f"a {inner.__name__}", cli=False))
+            continue
+        yield Setting(f.name, (*prefix, f.name), hints[f.name], default_of(f), info)
+
+
+def replace_api(s: Setting, api: bool) -> Setting:
+    """``s``, no API keyword of its own when its group is taken whole."""
+    return s if api else dataclasses.replace(s, info=dataclasses.replace(s.info, api=False))
+
+
+def settings_doc(settings: Iterable[Setting]) -> str:
+    """A docstring section listing each API setting with its default and help (appended to ``train``)."""
+    lines = ["", "", "    Settings (keyword=default: help)::", ""]
+    for s in settings:
+        if s.info.api:
+            lines.append(f"        {s.name}={s.default!r}: {s.help}")
+    return "\n".join(lines) + "\n"
+
+
+def group_type(config_type: type, name: str) -> type:
+    """The dataclass a group field ``name`` of ``config_type`` holds."""
+    return _dataclass_in(typing.get_type_hints(config_type)[name])
+
+
+def holds_tuple(annotation: Any) -> bool:
+    """Whether a field of this type holds a tuple (``tuple[int, ...]``, ``tuple[str, ...] | None``)."""
+    return any(typing.get_origin(t) is tuple or t is tuple for t in (annotation, *typing.get_args(annotation)))
+
+
+def _dataclass_in(annotation: Any) -> type:
+    """The dataclass of a group's annotation (``ColumnSpec | Mapping[...]`` -> ColumnSpec)."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
+            return candidate
+    raise TypeError(f"a group field must hold a dataclass, got {annotation!r}")
+
+
+__all__ = ["Setting", "SettingInfo", "default_of", "group", "group_type", "holds_tuple", "info_of", "same_as",
+           "setting", "settings_doc", "settings_of"]
