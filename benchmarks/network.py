@@ -26,7 +26,7 @@ streams / payload bytes of every message (setup, PSI and training), key
 
 Part 3 — epoch time, 3 processes vs threads. mnist-5k is cut into three tables (``build_scenario``
 with 3 parties, plaintext alignment) written as CSV with an ID column, the labels at the active
-party. The network run is ``cli_deploy.launch`` (one ``securevfl party`` process each, mutual TLS,
+party. The network run is ``securevfl.deploy.launch`` (one ``securevfl party`` process each, mutual TLS,
 ``OMP_NUM_THREADS`` set by launch to cores // parties); the peer is ``securevfl.train`` on the same
 files (party threads in one process, the in-process transport). Both run PSI first. **Per epoch**
 = (time of the last epoch end - time of the first epoch end) / (E - 1): the first epoch (warm-up),
