@@ -28,7 +28,7 @@ from sklearn.metrics import f1_score, roc_auc_score
 
 import securevfl
 from securevfl.cli import main
-from securevfl.cli_resume import resume_hint
+from securevfl.cli.resume import resume_hint
 from securevfl.deploy import threads as th
 from securevfl.deploy.federation import check_tls_paths, job_mismatch, load_federation, parse_federation
 from securevfl.deploy.launch import launch

@@ -1,4 +1,6 @@
-"""``securevfl certs | party | launch``: run each organisation as its own process, over mutual TLS.
+"""``securevfl certs | launch``: the PKI of a deployment, and every party as a local process (loopback).
+
+``securevfl party`` (one organisation's own process) is in :mod:`securevfl.cli.party`.
 
 A thin shell over :mod:`securevfl.deploy` (docs/deploy.md). Errors are raised as
 :class:`~securevfl.errors.SecureVFLError`; the CLI wrapper prints them as one line (exit code 2).
@@ -6,28 +8,19 @@ A thin shell over :mod:`securevfl.deploy` (docs/deploy.md). Errors are raised as
 
 from __future__ import annotations
 
-import functools
-import json
-import logging
-import os
-import signal
-import threading
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.console import Console
 
-from psi import atomic
-from securevfl.deploy.launch import STOP_SIGNALS, launch
-from securevfl.errors import ConfigError, Interrupted, PartyFailure, SecureVFLError
+from securevfl.cli.options import parse_pairs
+from securevfl.cli.party import DEFAULT_PREDICTIONS, check_insecure, check_predict_options
+from securevfl.deploy.launch import launch
+from securevfl.errors import ConfigError
 
 console = Console()
 err_console = Console(stderr=True)
-_log = logging.getLogger(__name__)
 
 
 certs_app = typer.Typer(
@@ -122,338 +115,6 @@ def certs_sign_command(
     _say(f"send {signed.cert.name} and {Path(ca) / 'ca.pem'} to {signed.party}")
 
 
-def _event(party: str, phase: str, event: str, message: str, level: int = logging.INFO, **fields: Any) -> None:
-    """One event of this party's process (the console shows it as ``[party] message``)."""
-    from securevfl.deploy.progress import log_event
-
-    log_event(_log, party, phase, event, message, level=level, **fields)
-
-
-@contextmanager
-def logged_failure(party: str) -> Iterator[None]:
-    """A party's failure as its last event (level error): in the log file and a JSON console.
-
-    A text console shows the one ``error:`` line the CLI prints instead.
-    """
-    from securevfl.deploy.progress import log_event
-
-    started = time.monotonic()
-    try:
-        yield
-    except (SecureVFLError, Interrupted) as exc:
-        cause = exc.cause if isinstance(exc, PartyFailure) and exc.cause is not None else exc
-        stage = exc.stage if isinstance(exc, PartyFailure) else None
-        text = " ".join(line.strip() for line in str(cause).splitlines() if line.strip())
-        log_event(_log, party, "end", "failed", f"failed{f' during {stage}' if stage else ''}: {text}",
-                  level=logging.ERROR, console=False, error=text, error_type=type(cause).__name__, stage=stage,
-                  wall_s=round(time.monotonic() - started, 3))
-        raise
-
-
-#: After SIGTERM / SIGINT a party has this long to tell its peers and close its links before it exits anyway.
-STOP_GRACE_S = 10.0
-
-
-@contextmanager
-def stop_on_signals(party: str, grace: float = STOP_GRACE_S) -> Iterator[None]:
-    """SIGTERM (systemctl stop, docker stop) and SIGINT (Ctrl-C) raise :class:`Interrupted` in the main thread.
-
-    The exception unwinds the party's role like any failure, so the party sends ABORT with the reason
-    to every peer (who stop at once instead of waiting for a lost link) and closes its links; the CLI
-    then exits with 143 / 130. Checkpoints are written atomically, so an interrupted epoch leaves the
-    last complete one. A watchdog ends the process with the same code if the cleanup takes longer
-    than ``grace`` seconds (a main thread stuck in a long native call), and a second signal ends it at
-    once. Outside the main thread (an embedding program) nothing is installed.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    fired: list[int] = []
-
-    def handler(signum: int, frame: Any) -> None:
-        code = 128 + signum
-        if fired:  # the second signal: the user insists
-            os._exit(code)
-        fired.append(signum)
-        watchdog = threading.Timer(grace, os._exit, args=(code,))
-        watchdog.daemon = True
-        watchdog.start()
-        raise Interrupted(signum, party)
-
-    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, old in previous.items():
-            signal.signal(s, old)
-
-
-def with_party_logging(command: Any) -> Any:
-    """Run ``command`` with its events on the console and in ``--log-file``, its failure included.
-
-    ``--log-level`` and ``--log-format`` say how; typer reads the options from ``command``'s signature.
-    """
-
-    @functools.wraps(command)
-    def run(**options: Any) -> Any:
-        from securevfl.deploy.logs import party_logging
-
-        party, level, fmt = options["as_"], options["log_level"].lower(), options["log_format"].lower()
-        with party_logging(party, level, fmt, options["log_file"]), logged_failure(party):
-            return command(**options)
-
-    return run
-
-
-@with_party_logging
-def party_command(
-    federation: Path = typer.Option(..., help="The federation file (TOML, docs/deploy.md)."),  # noqa: B008
-    as_: str = typer.Option(..., "--as", help="Which party of the federation this process is."),
-    data: Path | None = typer.Option(  # noqa: B008
-        None, help="This party's own table (CSV/Parquet) with the ID column (none for a data = false party)."),
-    report: Path | None = typer.Option(None, help="Where to write this party's report (JSON + .md)."),  # noqa: B008
-    device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda[:N]."),
-    threads: int | None = typer.Option(
-        None, help="torch threads of this process (0: torch's default, one per core). Default: [parties.NAME] "
-                   "threads, else OMP_NUM_THREADS, else this machine's cores / the parties listed on this host."),
-    insecure: bool = typer.Option(False, help="Confirm plaintext links (loopback only; the file must say so too)."),
-    checkpoint_dir: Path | None = typer.Option(  # noqa: B008
-        None, help="Save this party's own state here at each epoch end (split-learning methods)."),
-    resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
-    overwrite_checkpoints: bool = typer.Option(
-        False, help="Start a new run in a used --checkpoint-dir: move the old files aside (previous-*/)."),
-    categorical: str = typer.Option("", help="This party's integer columns to encode as categories (comma-separated)."),
-    drop: str = typer.Option("", help="This party's columns to leave out (comma-separated)."),
-    dates: str = typer.Option("", help="This party's date columns (comma-separated)."),
-    missing_markers: str | None = typer.Option(
-        None, help="Cell values that mean missing in this party's file (comma-separated; blank always)."),
-    max_onehot: int | None = typer.Option(None, help="One-hot up to this many levels; hash wider columns."),
-    embed_categories: bool | None = typer.Option(
-        None, "--embed-categories/--no-embed-categories",
-        help="This party's categorical columns as codes its bottom model learns embeddings of."),
-    model_dir: Path | None = typer.Option(  # noqa: B008
-        None, help="Save this party's own part of the trained model here (DIR/<party>/); with --predict, "
-                   "score with it."),
-    overwrite_model: bool = typer.Option(False, help="Replace a part already saved in --model-dir."),
-    predict: bool = typer.Option(False, help="Score new rows (--data) with this party's part (--model-dir)."),
-    out: Path | None = typer.Option(  # noqa: B008
-        None, help="With --predict at the active party: where to write the predictions (CSV)."),
-    batch_size: int = typer.Option(4096, help="With --predict: rows scored per exchange."),
-    serve: bool = typer.Option(False, help="Stay up and score requests with this party's part (--model-dir) "
-                                           "for the customers of --data; the active party answers POST /score."),
-    listen: str = typer.Option("127.0.0.1:8470", help="With --serve at the active party: the HTTP endpoint's "
-                                                      "HOST:PORT (port 0: any free port)."),
-    log_file: Path | None = typer.Option(  # noqa: B008
-        None, help="Also append this party's events to this file (the console still shows text)."),
-    log_level: str = typer.Option("info", help="debug, info, warning or error: the least severe event shown."),
-    log_format: str = typer.Option("text", help="text, or json: one object per line (of --log-file; without "
-                                                "it, of the console)."),
-    positive_class: str | None = typer.Option(
-        None, help="At the active party: the class binary F1 and AUC score as positive (default: the second "
-                   "class in sorted order)."),
-) -> None:
-    """Run one party: load only its own table, PSI with its peers, then its role of the method.
-
-    The column options describe this party's own file (they override its [parties.NAME.columns]
-    section); no other party sees them. With --predict the party scores its new rows with its own
-    part of a saved model instead (the columns are read as in training). The party prints its
-    progress as ``[party] ...`` lines on stderr (``--log-*``: see :func:`with_party_logging`).
-    """
-    from securevfl.api import check_report_path
-    from securevfl.data.columns import spec_from_text
-    from securevfl.deploy.federation import check_tls_paths, load_federation
-
-    if report is not None:
-        check_report_path(report)
-    fed = load_federation(federation)
-    check_tls_paths(fed)
-    columns = spec_from_text(categorical=categorical, drop=drop, dates=dates, missing_markers=missing_markers,
-                             max_onehot=max_onehot, embed=embed_categories, base=fed.party(as_).columns)
-    if not fed.party(as_).data and columns != fed.party(as_).columns:
-        raise ConfigError(f"{as_} has data = false in the federation file: it takes no column options")
-    check_insecure(fed.insecure, insecure)
-    if positive_class is not None and (serve or predict):
-        raise ConfigError("--positive-class is for training (the metrics of its test rows)")
-    if serve:
-        _check_serve_options(fed, as_, data, model_dir, out, checkpoint_dir, predict)
-        choice = _start_threads(fed, as_, threads)
-        with stop_on_signals(as_):
-            _serve_party(fed, as_, data, model_dir, listen, device, choice)
-        return
-    if predict:
-        _check_predict_options(fed, as_, data, model_dir, out, checkpoint_dir)
-        choice = _start_threads(fed, as_, threads)
-        with stop_on_signals(as_):
-            _score_party(fed, as_, data, model_dir, out, report, device, batch_size, choice)
-        return
-    if out is not None:
-        raise ConfigError("--out is for --predict (the training writes --report and, with --model-dir, the model)")
-    choice = _start_threads(fed, as_, threads)
-    from securevfl.cli_resume import hint_resume
-
-    with stop_on_signals(as_), hint_resume(checkpoint_dir, [as_], deployed=True):
-        _run_party(fed, as_, data, report, device, checkpoint_dir, resume, overwrite_checkpoints, columns,
-                   model_dir, overwrite_model, choice, positive_class)
-
-
-def _start_threads(fed: Any, as_: str, threads: int | None) -> Any:
-    """Choose and set this process's torch threads before any torch work (the start event says which, and why)."""
-    from securevfl.deploy.threads import apply_threads, choose_threads
-
-    return apply_threads(choose_threads(fed, as_, threads))
-
-
-def _check_predict_options(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
-                           checkpoint_dir: Path | None) -> None:
-    """--predict needs this party's new rows and its part; only the active party writes predictions.
-
-    A helper (``data = false``: hetero-lr's arbiter) holds no part and no rows: it takes no --data
-    (a --model-dir is not needed and not read).
-    """
-    from securevfl.checks import check_output_file
-    from securevfl.deploy.scoring import standalone_refusal
-
-    refusal = standalone_refusal(fed, as_)
-    if refusal:
-        raise ConfigError(refusal)
-    if not fed.party(as_).data:
-        if data is not None:
-            raise ConfigError(f"{as_} has data = false in the federation file: it takes no --data")
-    elif model_dir is None or data is None:
-        raise ConfigError("--predict needs --model-dir (this party's saved part) and --data (its new rows)")
-    if checkpoint_dir is not None:
-        raise ConfigError("--checkpoint-dir is for training, not --predict")
-    if as_ == fed.active:
-        check_output_file(out or DEFAULT_PREDICTIONS, "predictions file")
-    elif out is not None:
-        raise ConfigError(f"only the active party ({fed.active}) writes predictions: {as_} takes no --out")
-
-
-def _check_serve_options(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
-                         checkpoint_dir: Path | None, predict: bool) -> None:
-    """--serve needs this party's part and its table; it writes no file."""
-    from securevfl.deploy.scoring import standalone_refusal
-
-    refusal = standalone_refusal(fed, as_)
-    if refusal:
-        raise ConfigError(refusal.replace("--predict", "--serve").replace("scores", "serves"))
-    if predict:
-        raise ConfigError("--serve and --predict are two ways to score: choose one")
-    if not fed.party(as_).data:  # a helper (an arbiter) holds no part and no table
-        if data is not None:
-            raise ConfigError(f"{as_} has data = false in the federation file: it takes no --data")
-    elif model_dir is None or data is None:
-        raise ConfigError("--serve needs --model-dir (this party's saved part) and --data (the customers it "
-                          "can be asked about)")
-    if checkpoint_dir is not None or out is not None:
-        raise ConfigError("--serve answers requests over HTTP: it takes no --checkpoint-dir and no --out")
-
-
-def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, listen: str, device: str,
-                 threads: Any = None) -> None:
-    from securevfl.deploy.serving import run_serving_party
-
-    def ready(url: str) -> None:
-        console.print(f"[{as_}] serving {fed.job.method} at {url}/score: POST a JSON body of rows, each with "
-                      f"{fed.job.id_column!r}; Ctrl-C stops every party", highlight=False)
-
-    part = f"{model_dir}/{as_}" if fed.party(as_).data else "no part (a helper)"
-    _event(as_, "start", "model", f"serving with {part}")
-    run_serving_party(fed, as_, data, model_dir, listen=listen, device=device, on_ready=ready, threads=threads)
-
-
-#: Where the active party writes its predictions unless told (--out).
-DEFAULT_PREDICTIONS = Path("out/predictions.csv")
-
-
-def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
-                 report: Path | None, device: str, batch_size: int, threads: Any = None) -> None:
-    from securevfl.deploy.scoring import run_deployed_scoring
-    from securevfl.methods.base import method_class
-
-    helper = not fed.party(as_).data
-    if method_class(fed.job.method).standalone:
-        _event(as_, "start", "model", f"scoring with {model_dir}/{as_}, alone (a standalone model: no other party, "
-                                      "no link)")
-    elif helper:
-        _event(as_, "start", "model", "scoring as a helper (data = false: it holds no part of the model)")
-    else:
-        _event(as_, "start", "model", f"scoring with {model_dir}/{as_}")
-    result = run_deployed_scoring(fed, as_, data, None if helper else model_dir, batch_size=batch_size,
-                                  device=device, threads=threads)
-    for peer, reason in sorted(result.missing_costs.items()):
-        _event(as_, "cost", "missing_costs", f"the costs of {peer} are missing: {reason}", logging.WARNING,
-               peer=peer)
-    if result.predictions is not None:
-        target = out or DEFAULT_PREDICTIONS
-        target.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_text(target, result.predictions.to_csv(index=False))
-        for key, value in result.metrics.items():
-            if isinstance(value, float):
-                console.print(f"{key}: {value:.4f}", highlight=False)
-        console.print(f"predictions: {target}")
-    if report is not None:
-        from securevfl.report.run_report import report_paths
-
-        json_path, _ = report_paths(report)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        snap = result.snapshots.get(as_)
-        role = "active" if as_ == fed.active else "passive" if fed.party(as_).data else "helper"
-        body = {"party": as_, "kind": "predict", "role": role,
-                "scored_rows": result.rows, "wall_s": result.wall_s, "metrics": result.metrics,
-                "compute_s": snap.compute_s if snap else None, "crypto_s": snap.crypto_s if snap else None,
-                "bytes_sent": dict(snap.bytes) if snap else {}, "missing_costs": result.missing_costs}
-        atomic.write_text(json_path, json.dumps(body, indent=2, default=float))
-        console.print(f"report: {json_path}")
-
-
-def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, device: str,
-               checkpoint_dir: Path | None, resume: bool, overwrite_checkpoints: bool, columns: Any,
-               model_dir: Path | None = None, overwrite_model: bool = False, threads: Any = None,
-               positive_class: str | None = None) -> None:
-    from securevfl.deploy.party import run_deployed_party
-
-    result = run_deployed_party(fed, as_, data, device=device,
-                                checkpoint_dir=checkpoint_dir, resume=resume,
-                                checkpoint_overwrite=overwrite_checkpoints,
-                                columns=columns if fed.party(as_).data else None,
-                                model_dir=model_dir, overwrite_model=overwrite_model, threads=threads,
-                                positive_class=positive_class)
-    if result.report is not None:
-        from securevfl.report.console import print_summary
-
-        print_summary(result.report, console, err_console)
-        if report is not None:
-            json_path, md_path = result.report.save(report)
-            console.print(f"report: {json_path} and {md_path}")
-    elif report is not None:
-        from securevfl.report.run_report import report_paths
-
-        json_path, _ = report_paths(report)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_text(json_path, json.dumps(_passive_report(result), indent=2))
-        console.print(f"report: {json_path}")
-    if model_dir is not None:
-        from securevfl.methods.base import method_class
-
-        if method_class(fed.job.method).standalone and as_ != fed.active:
-            console.print(f"model part: none (the {fed.job.method} model is {fed.active}'s alone)")
-        elif not fed.party(as_).data:
-            console.print(f"model part: none ({as_} has data = false: a helper holds no part of the model)")
-        else:
-            console.print(f"model part: {model_dir}/{as_}/")
-
-
-def _passive_report(result: Any) -> dict[str, Any]:
-    snap = result.snapshots[result.party]
-    return {"party": result.party, "role": "passive", "shared_rows": result.alignment.size,
-            "wall_s": result.wall_s, "threads": result.threads, "compute_s": snap.compute_s, "crypto_s": snap.crypto_s,
-            "serialize_s": snap.serialize_s, "bytes_sent": dict(snap.bytes), "messages_sent": dict(snap.messages),
-            "psi": {"bytes_sent": dict(result.alignment.snapshot.bytes),
-                    "crypto_s": result.alignment.snapshot.crypto_s},
-            "preprocessing": result.preprocessing, "wire": result.link_stats}
-
-
 def launch_command(
     federation: Path = typer.Argument(..., help="The federation file (TOML)."),  # noqa: B008
     data: list[str] = typer.Option(..., "--data", help="PARTY=FILE for every party (repeat)."),  # noqa: B008
@@ -487,9 +148,7 @@ def launch_command(
 
     fed = load_federation(federation)
     check_insecure(fed.insecure, insecure)
-    from securevfl.cli import _parse_pairs  # one NAME=VALUE parser for every command
-
-    files = {name: Path(path) for name, path in _parse_pairs(data, "--data").items()}
+    files = {name: Path(path) for name, path in parse_pairs(data, "--data").items()}
     missing = sorted(set(fed.data_parties) - set(files))
     unknown = sorted(set(files) - set(fed.data_parties))
     if missing or unknown:
@@ -502,7 +161,7 @@ def launch_command(
         check_report_path(report)
     extra: dict[str, list[str]] = {n: [] for n in fed.parties}
     if predict:
-        _check_predict_options(fed, fed.active, files.get(fed.active), model_dir, out, checkpoint_dir)
+        check_predict_options(fed, fed.active, files.get(fed.active), model_dir, out, checkpoint_dir)
         from securevfl.methods.base import method_class
 
         if method_class(fed.job.method).standalone:
@@ -527,7 +186,7 @@ def launch_command(
                   checkpoint_dir=checkpoint_dir, resume=resume, overwrite_checkpoints=overwrite_checkpoints,
                   extra=extra)
     if code and checkpoint_dir is not None and not predict:
-        from securevfl.cli_resume import last_common_epoch
+        from securevfl.cli.resume import last_common_epoch
 
         last = last_common_epoch(checkpoint_dir)
         if last:
@@ -548,12 +207,3 @@ def log_options(parties: Sequence[str], log_file: Path | None, level: str, fmt: 
         raise ConfigError(f"launch --log-file {log_file}: give a folder (every party writes <party>.log in it)")
     return {name: ["--log-level", level.lower(), "--log-format", fmt.lower()]
             + (["--log-file", str(log_file / f"{name}.log")] if log_file is not None else []) for name in parties}
-
-
-def check_insecure(in_file: bool, on_command_line: bool) -> None:
-    """Plaintext needs both the federation file's ``insecure = true`` and ``--insecure``: never by accident."""
-    if in_file and not on_command_line:
-        raise ConfigError("the federation file asks for plaintext links (insecure = true): pass --insecure to "
-                          "confirm (loopback only), or use TLS (securevfl certs)")
-    if on_command_line and not in_file:
-        raise ConfigError("--insecure is given but the federation file uses TLS; remove --insecure")
