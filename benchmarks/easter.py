@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -39,13 +38,11 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from psi.atomic import write_text  # noqa: E402
-from securevfl.api import RunConfig, build_scenario, run  # noqa: E402
-from securevfl.data import DatasetOptions, PartitionSpec  # noqa: E402
-from securevfl.federation.runtime import run_parties  # noqa: E402
-from securevfl.methods import TrainConfig, create_method  # noqa: E402
+from psi.atomic import write_text
+from securevfl.api import RunConfig, build_scenario, run
+from securevfl.data import DatasetOptions, PartitionSpec
+from securevfl.federation.runtime import run_parties
+from securevfl.methods import TrainConfig, create_method
 
 console = Console(width=150)
 PARTIES = 4

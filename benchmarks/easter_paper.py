@@ -41,13 +41,11 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from psi.atomic import write_text  # noqa: E402
-from securevfl.api import RunConfig, build_scenario, run  # noqa: E402
-from securevfl.data import DatasetOptions, PartitionSpec  # noqa: E402
-from securevfl.data.scenario import Scenario  # noqa: E402
-from securevfl.methods import TrainConfig  # noqa: E402
+from psi.atomic import write_text
+from securevfl.api import RunConfig, build_scenario, run
+from securevfl.data import DatasetOptions, PartitionSpec
+from securevfl.data.scenario import Scenario
+from securevfl.methods import TrainConfig
 
 console = Console(width=160)
 PARTIES, BATCH, EMBEDDING = 4, 128, 128

@@ -32,7 +32,6 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,11 +40,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import securevfl  # noqa: E402
-from psi.atomic import write_text  # noqa: E402
-from securevfl.methods.base import n_batches  # noqa: E402
+import securevfl
+from psi.atomic import write_text
+from securevfl.methods.base import n_batches
 
 # Paper (Amalanshu et al. 2024), test accuracy in %.
 PAPER_TABLE4 = {0.05: {"aligned": 97.1, "aligned_plus_misaligned": 98.37},   # MNIST, ResNet-18

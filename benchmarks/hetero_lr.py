@@ -30,13 +30,11 @@ from rich.console import Console
 from rich.table import Table
 from sklearn.linear_model import LogisticRegression
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from psi.atomic import write_text  # noqa: E402
-from securevfl.api import RunConfig, build_scenario, run  # noqa: E402
-from securevfl.data import PartitionSpec  # noqa: E402
-from securevfl.methods import TrainConfig  # noqa: E402
-from securevfl.methods.hetero_lr.reference import taylor_lr_reference  # noqa: E402
+from psi.atomic import write_text
+from securevfl.api import RunConfig, build_scenario, run
+from securevfl.data import PartitionSpec
+from securevfl.methods import TrainConfig
+from securevfl.methods.hetero_lr.reference import taylor_lr_reference
 
 PRIMITIVES = ("encrypt", "decrypt", "add", "matmul", "mask", "rerandomize", "keygen")
 

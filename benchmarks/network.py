@@ -78,12 +78,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from psi.atomic import write_text  # noqa: E402
-from securevfl.bench import wire  # noqa: E402
-from securevfl.bench.wire import run_inprocess, run_network, write_federation  # noqa: E402
-from securevfl.federation.loopback import LoopbackProxy, free_port  # noqa: E402
+from psi.atomic import write_text
+from securevfl.bench import wire
+from securevfl.bench.wire import run_inprocess, run_network, write_federation
+from securevfl.federation.loopback import LoopbackProxy, free_port
 
 NO_ABORT = threading.Event()
 KB, MB = 1024, 1024 * 1024

@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import platform
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,15 +22,13 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from psi.atomic import write_text  # noqa: E402
-from psi.executors import ExecutorConfig  # noqa: E402
-from securevfl.bench.primitives import PaillierCounts, paillier_core  # noqa: E402
-from securevfl.bench.timing import best_rate as rate  # noqa: E402
-from securevfl.bench.timing import interleaved as interleaved_seconds  # noqa: E402
-from securevfl.bench.timing import per_second  # noqa: E402
-from securevfl.privacy.paillier import (  # noqa: E402
+from psi.atomic import write_text
+from psi.executors import ExecutorConfig
+from securevfl.bench.primitives import PaillierCounts, paillier_core
+from securevfl.bench.timing import best_rate as rate
+from securevfl.bench.timing import interleaved as interleaved_seconds
+from securevfl.bench.timing import per_second
+from securevfl.privacy.paillier import (
     PackingSpec,
     create_backend,
     generate_keypair,

@@ -55,8 +55,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 # PSI's worker processes re-import this script's top level: keep it light (torch, pandas, rich and
 # securevfl are imported in the functions, in this process only).
 

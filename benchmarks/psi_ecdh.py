@@ -31,17 +31,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import psi  # noqa: E402
-from psi.atomic import write_text  # noqa: E402
+import psi
+from psi.atomic import write_text
 
 # Worker processes (forkserver/spawn) re-import this script's top level: keep it light. rich and
 # securevfl.bench (which loads matplotlib) cost about a CPU second per worker, so they are imported

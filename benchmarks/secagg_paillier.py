@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,14 +35,12 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from psi.atomic import write_text  # noqa: E402
-from securevfl.api import RunConfig, build_scenario  # noqa: E402
-from securevfl.bench.scaling import aggregation_rounds  # noqa: E402
-from securevfl.data import PartitionSpec  # noqa: E402
-from securevfl.federation.runtime import run_parties  # noqa: E402
-from securevfl.methods import TrainConfig, create_method  # noqa: E402
+from psi.atomic import write_text
+from securevfl.api import RunConfig, build_scenario
+from securevfl.bench.scaling import aggregation_rounds
+from securevfl.data import PartitionSpec
+from securevfl.federation.runtime import run_parties
+from securevfl.methods import TrainConfig, create_method
 
 console = Console(width=140)
 PARTIES = 4

@@ -44,8 +44,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 # The parties' worker processes re-import this script's top level: keep it light (securevfl, rich
 # and xgboost are imported in the functions, in this process only).
 
