@@ -43,6 +43,7 @@ from rich.table import Table
 
 from psi.atomic import write_text
 from securevfl.api import RunConfig, build_scenario, run
+from securevfl.bench.results import write_json
 from securevfl.data import DatasetOptions, PartitionSpec
 from securevfl.data.scenario import Scenario
 from securevfl.methods import TrainConfig
@@ -424,8 +425,7 @@ def markdown(figures: dict[str, Any]) -> str:
 
 def _write(path: str | None, figures: dict[str, Any]) -> None:
     if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        write_text(Path(path), json.dumps(figures, indent=2, default=str))
+        write_json(Path(path), figures, default=str)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 import securevfl
-from psi.atomic import write_text
+from securevfl.bench.results import write_json
 from securevfl.methods.base import n_batches
 
 # Paper (Amalanshu et al. 2024), test accuracy in %.
@@ -345,8 +345,8 @@ def main() -> None:
         merged = merge_table1(args.table1_merge)
         print_new(None, merged, console)
         if args.out:
-            write_text(args.out, json.dumps({"benchmark": "entity_aug", "table1": merged,
-                                            "merged_from": [str(p) for p in args.table1_merge]}, indent=2))
+            write_json(args.out, {"benchmark": "entity_aug", "table1": merged,
+                                  "merged_from": [str(p) for p in args.table1_merge]})
         return
     if args.quick:
         seeds, t4_epochs = [0, 1], 8
@@ -414,8 +414,7 @@ def main() -> None:
     console.print(f"total {total:.0f} s on {platform.machine()} with {torch.get_num_threads()} torch "
                   "thread(s) per party (shared machine: timings are indicative)")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps({
+        write_json(args.out, {
             "benchmark": "entity_aug", "quick": args.quick, "seeds": seeds, "table4": t4, "table23": t23, "drops": dr,
             "table3_handwritten": hw, "table1": t1,
             "table1_seeds": None if not t1 else [0] if args.quick else table1_seeds,
@@ -428,7 +427,7 @@ def main() -> None:
                       "default loss (bce)",
                       "handwritten: the paper's own dataset and Sec. 5.2 shapes; lr 1e-3, not the paper's 0.1 "
                       "(see lr_probe)"],
-        }, indent=2))
+        })
         console.print(f"wrote {args.out}")
 
 

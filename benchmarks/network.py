@@ -78,8 +78,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from psi.atomic import write_text
 from securevfl.bench import wire
+from securevfl.bench.results import write_json
 from securevfl.bench.wire import run_inprocess, run_network, write_federation
 from securevfl.federation.loopback import LoopbackProxy, free_port
 
@@ -556,8 +556,7 @@ def main() -> None:
             figures.update(measure_topologies(work, epochs, args.batch_size, console))
             print_topologies(console, figures, epochs, args.batch_size)
             if args.out:
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                write_text(args.out, json.dumps(figures, indent=2, default=str))
+                write_json(args.out, figures, default=str)
                 console.print(f"figures: {args.out}")
             return
         pki = work / "pki"
@@ -683,8 +682,7 @@ def main() -> None:
                       f"{figures['easter_metrics_max_abs_diff_vs_default_threads']:.1e}): torch's thread count "
                       "changes float sums, not the transport. Walls include PSI and start-up.")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(figures, indent=2, default=str))
+        write_json(args.out, figures, default=str)
         console.print(f"figures: {args.out}")
 
 

@@ -11,7 +11,6 @@ encryption, i.e. a party with only the public key; no fixed-base table) and the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
@@ -22,9 +21,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from psi.atomic import write_text
 from psi.executors import ExecutorConfig
 from securevfl.bench.primitives import PaillierCounts, paillier_core
+from securevfl.bench.results import write_json
 from securevfl.bench.timing import best_rate as rate
 from securevfl.bench.timing import interleaved as interleaved_seconds
 from securevfl.bench.timing import per_second
@@ -203,8 +202,7 @@ def main() -> None:
         f"({results['decrypt_speedup_vs_phe_unpacked']:.2f}x unpacked)"
     )
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(results, indent=2, sort_keys=True))
+        write_json(args.out, results, sort_keys=True)
         console.print(f"wrote {args.out}")
 
 

@@ -29,7 +29,6 @@ OpenMined run does not inflate our figure (its own peak is reported separately).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import threading
 import time
@@ -38,7 +37,7 @@ from pathlib import Path
 import psutil
 
 import psi
-from psi.atomic import write_text
+from securevfl.bench.results import write_json
 
 # Worker processes (forkserver/spawn) re-import this script's top level: keep it light. rich and
 # securevfl.bench (which loads matplotlib) cost about a CPU second per worker, so they are imported
@@ -360,8 +359,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"(load average {figures['load_average_1min']})"
         )
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(figures, indent=2))
+        write_json(args.out, figures)
     return figures
 
 

@@ -15,7 +15,6 @@ peer and key-agreement measurements are shared with ``securevfl bench``
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -24,8 +23,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from psi.atomic import write_text
 from securevfl.bench.primitives import key_agreement_samples, mask_expansion_samples
+from securevfl.bench.results import write_json
 from securevfl.bench.scaling import mask_scaling
 from securevfl.bench.timing import time_calls
 from securevfl.privacy.primitives.shamir import reconstruct_secret, split_secret
@@ -294,7 +293,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     bench_easter_overhead(args.quick, figures)
     if args.out:
-        write_text(args.out, json.dumps(figures, indent=2))
+        write_json(args.out, figures)
         console.print(f"wrote {args.out}")
     return figures
 

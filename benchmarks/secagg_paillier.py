@@ -24,7 +24,6 @@ sum of the parties' work on the critical path, not what separate machines would 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
@@ -35,8 +34,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from psi.atomic import write_text
 from securevfl.api import RunConfig, build_scenario
+from securevfl.bench.results import write_json
 from securevfl.bench.scaling import aggregation_rounds
 from securevfl.data import PartitionSpec
 from securevfl.federation.runtime import run_parties
@@ -214,8 +213,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"(shared machine, load {figures['load_average_1m']:.1f})"
     )
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(figures, indent=2))
+        write_json(args.out, figures)
     return figures
 
 

@@ -38,7 +38,6 @@ Default (full): 100,000 rows, 5 trees, depth 5; straightforward on 10,000 rows, 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -148,10 +147,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.quiet:
         print_tables(data)
     if args.out:
-        from psi.atomic import write_text
+        from securevfl.bench.results import write_json
 
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(data, indent=2, default=float))
+        write_json(args.out, data, default=float)
         if not args.quiet:
             print(f"wrote {args.out}")
     return data
