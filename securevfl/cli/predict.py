@@ -116,6 +116,6 @@ class _RowProgress:
         assert self._bar is not None
         self._bar.update(self._task, completed=rows, total=total)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:
             self._bar.__exit__(*exc)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import typer
 from rich.console import Console
@@ -121,7 +121,8 @@ def train(
             scheduler=scheduler, patience=early_stopping, val_fraction=val_fraction,
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, resume=resume,
             checkpoint_overwrite=overwrite_checkpoints,
-            attacks=attack, defenses=parse_pairs(defense, "--defense"), class_weight=class_weight,
+            attacks=attack, defenses=cast("dict[str, Any]", parse_pairs(defense, "--defense")),
+            class_weight=class_weight,
             progress=on_progress, model_dir=model_dir, overwrite_model=overwrite, positive_class=positive_class)
     json_path, md_path = result.save(report)
     print_summary(result, console, err_console)
@@ -151,7 +152,7 @@ class _progress:
         self._bar: Progress | None = None
         self._task: Any = None
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         if self.quiet:
             return _print_resume
         self._bar = Progress(TextColumn("[bold]training[/]"), BarColumn(),
@@ -166,6 +167,6 @@ class _progress:
         text = " ".join(f"{k}={v:.4f}" for k, v in info.items() if isinstance(v, float))
         self._bar.update(self._task, completed=epoch, total=epochs, info=text)  # type: ignore[union-attr]
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:
             self._bar.__exit__(*exc)
