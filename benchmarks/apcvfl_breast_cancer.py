@@ -35,6 +35,7 @@ from rich.table import Table
 
 import securevfl
 from psi.atomic import write_text
+from securevfl.bench.results import write_json
 from securevfl.methods.apcvfl import apc_footprint_bytes
 
 PAPER_TABLE2 = {  # Table 2, Breast Cancer Wisconsin (accuracy, #comm, cost MB), mean / std
@@ -313,8 +314,7 @@ def main() -> None:
         payload = {"benchmark": "apcvfl_breast_cancer", "config": config, "table2": table2,
                    "limited_alignment": limited, "reduced_alignment": reduced, "lambda_sweep": lambdas,
                    "ratios": headline, "wall_s": wall}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(payload, indent=2, default=str))
+        write_json(args.out, payload, default=str)
         console.print(f"wrote {args.out}")
 
 

@@ -17,7 +17,6 @@ baseline for AUC and accuracy) and, for inversion, against the attacker's own da
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -26,8 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 import securevfl
-from psi.atomic import write_text
 from securevfl.attacks.suite import plot_privacy_utility, privacy_utility
+from securevfl.bench.results import write_json
 
 console = Console(width=150)
 ATTACKS = ["label-norm", "label-cosine", "model-completion", "feature-inversion", "peer-inversion"]
@@ -134,8 +133,7 @@ def main() -> None:
                                                       "gradient noise S")
         console.print(f"plot: {args.plot}")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(figures, indent=2, default=float))
+        write_json(args.out, figures, default=float)
         console.print(f"figures: {args.out}")
 
 

@@ -26,10 +26,8 @@ compute. Goal: <= 10 %.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -39,13 +37,12 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from psi.atomic import write_text  # noqa: E402
-from securevfl.api import RunConfig, build_scenario, run  # noqa: E402
-from securevfl.data import DatasetOptions, PartitionSpec  # noqa: E402
-from securevfl.federation.runtime import run_parties  # noqa: E402
-from securevfl.methods import TrainConfig, create_method  # noqa: E402
+from psi.atomic import write_text
+from securevfl.api import RunConfig, build_scenario, run
+from securevfl.bench.results import write_json
+from securevfl.data import DatasetOptions, PartitionSpec
+from securevfl.federation.runtime import run_parties
+from securevfl.methods import TrainConfig, create_method
 
 console = Console(width=150)
 PARTIES = 4
@@ -324,8 +321,7 @@ def main(argv: list[str] | None = None) -> dict:
         figures["overhead"] = overhead
         figures["secagg_overhead_fraction"] = overhead["secagg_overhead_fraction"]
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(figures, indent=2, default=str))
+        write_json(args.out, figures, default=str)
         if "accuracy" in figures:
             write_text(args.out.with_suffix(".md"), markdown_tables(figures["accuracy"], epochs, seeds))
         console.print(f"wrote {args.out}")

@@ -41,13 +41,12 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from psi.atomic import write_text  # noqa: E402
-from securevfl.api import RunConfig, build_scenario, run  # noqa: E402
-from securevfl.data import DatasetOptions, PartitionSpec  # noqa: E402
-from securevfl.data.scenario import Scenario  # noqa: E402
-from securevfl.methods import TrainConfig  # noqa: E402
+from psi.atomic import write_text
+from securevfl.api import RunConfig, build_scenario, run
+from securevfl.bench.results import write_json
+from securevfl.data import DatasetOptions, PartitionSpec
+from securevfl.data.scenario import Scenario
+from securevfl.methods import TrainConfig
 
 console = Console(width=160)
 PARTIES, BATCH, EMBEDDING = 4, 128, 128
@@ -426,8 +425,7 @@ def markdown(figures: dict[str, Any]) -> str:
 
 def _write(path: str | None, figures: dict[str, Any]) -> None:
     if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        write_text(Path(path), json.dumps(figures, indent=2, default=str))
+        write_json(Path(path), figures, default=str)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

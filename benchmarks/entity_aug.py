@@ -32,7 +32,6 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,11 +40,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import securevfl  # noqa: E402
-from psi.atomic import write_text  # noqa: E402
-from securevfl.methods.base import n_batches  # noqa: E402
+import securevfl
+from securevfl.bench.results import write_json
+from securevfl.methods.base import n_batches
 
 # Paper (Amalanshu et al. 2024), test accuracy in %.
 PAPER_TABLE4 = {0.05: {"aligned": 97.1, "aligned_plus_misaligned": 98.37},   # MNIST, ResNet-18
@@ -348,8 +345,8 @@ def main() -> None:
         merged = merge_table1(args.table1_merge)
         print_new(None, merged, console)
         if args.out:
-            write_text(args.out, json.dumps({"benchmark": "entity_aug", "table1": merged,
-                                            "merged_from": [str(p) for p in args.table1_merge]}, indent=2))
+            write_json(args.out, {"benchmark": "entity_aug", "table1": merged,
+                                  "merged_from": [str(p) for p in args.table1_merge]})
         return
     if args.quick:
         seeds, t4_epochs = [0, 1], 8
@@ -417,8 +414,7 @@ def main() -> None:
     console.print(f"total {total:.0f} s on {platform.machine()} with {torch.get_num_threads()} torch "
                   "thread(s) per party (shared machine: timings are indicative)")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps({
+        write_json(args.out, {
             "benchmark": "entity_aug", "quick": args.quick, "seeds": seeds, "table4": t4, "table23": t23, "drops": dr,
             "table3_handwritten": hw, "table1": t1,
             "table1_seeds": None if not t1 else [0] if args.quick else table1_seeds,
@@ -431,7 +427,7 @@ def main() -> None:
                       "default loss (bce)",
                       "handwritten: the paper's own dataset and Sec. 5.2 shapes; lr 1e-3, not the paper's 0.1 "
                       "(see lr_probe)"],
-        }, indent=2))
+        })
         console.print(f"wrote {args.out}")
 
 

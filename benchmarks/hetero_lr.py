@@ -17,7 +17,6 @@ primitive's seconds include waiting for the interpreter lock; CPU seconds are th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -30,13 +29,11 @@ from rich.console import Console
 from rich.table import Table
 from sklearn.linear_model import LogisticRegression
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from psi.atomic import write_text  # noqa: E402
-from securevfl.api import RunConfig, build_scenario, run  # noqa: E402
-from securevfl.data import PartitionSpec  # noqa: E402
-from securevfl.methods import TrainConfig  # noqa: E402
-from securevfl.methods.hetero_lr.reference import taylor_lr_reference  # noqa: E402
+from securevfl.api import RunConfig, build_scenario, run
+from securevfl.bench.results import write_json
+from securevfl.data import PartitionSpec
+from securevfl.methods import TrainConfig
+from securevfl.methods.hetero_lr.reference import taylor_lr_reference
 
 PRIMITIVES = ("encrypt", "decrypt", "add", "matmul", "mask", "rerandomize", "keygen")
 
@@ -174,8 +171,7 @@ def main() -> None:
                     "load_avg_1m": os.getloadavg()[0]},
     }
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(results, indent=2, sort_keys=True))
+        write_json(args.out, results, sort_keys=True)
         console.print(f"wrote {args.out}")
 
 

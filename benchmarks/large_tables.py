@@ -41,8 +41,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from psi.atomic import write_text
 from securevfl.api import RunConfig, run
+from securevfl.bench.results import write_json
 from securevfl.data.alignment import align_with_psi
 from securevfl.data.files import party_tables_from_files
 from securevfl.data.scenario import scenario_from_tables
@@ -217,8 +217,7 @@ def main() -> None:
                   f"{figures['growth_over_data']:.1f}x the data from {baseline_mb:,.0f} MB (torch loaded); "
                   f"accuracy {figures['accuracy']:.3f}")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(figures, indent=2))
+        write_json(args.out, figures)
         console.print(f"figures: {args.out}")
 
 

@@ -26,7 +26,7 @@ streams / payload bytes of every message (setup, PSI and training), key
 
 Part 3 — epoch time, 3 processes vs threads. mnist-5k is cut into three tables (``build_scenario``
 with 3 parties, plaintext alignment) written as CSV with an ID column, the labels at the active
-party. The network run is ``cli_deploy.launch`` (one ``securevfl party`` process each, mutual TLS,
+party. The network run is ``securevfl.deploy.launch`` (one ``securevfl party`` process each, mutual TLS,
 ``OMP_NUM_THREADS`` set by launch to cores // parties); the peer is ``securevfl.train`` on the same
 files (party threads in one process, the in-process transport). Both run PSI first. **Per epoch**
 = (time of the last epoch end - time of the first epoch end) / (E - 1): the first epoch (warm-up),
@@ -78,12 +78,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from psi.atomic import write_text  # noqa: E402
-from securevfl.bench import wire  # noqa: E402
-from securevfl.bench.wire import run_inprocess, run_network, write_federation  # noqa: E402
-from securevfl.federation.loopback import LoopbackProxy, free_port  # noqa: E402
+from securevfl.bench import wire
+from securevfl.bench.results import write_json
+from securevfl.bench.wire import run_inprocess, run_network, write_federation
+from securevfl.federation.loopback import LoopbackProxy, free_port
 
 NO_ABORT = threading.Event()
 KB, MB = 1024, 1024 * 1024
@@ -558,8 +556,7 @@ def main() -> None:
             figures.update(measure_topologies(work, epochs, args.batch_size, console))
             print_topologies(console, figures, epochs, args.batch_size)
             if args.out:
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                write_text(args.out, json.dumps(figures, indent=2, default=str))
+                write_json(args.out, figures, default=str)
                 console.print(f"figures: {args.out}")
             return
         pki = work / "pki"
@@ -685,8 +682,7 @@ def main() -> None:
                       f"{figures['easter_metrics_max_abs_diff_vs_default_threads']:.1e}): torch's thread count "
                       "changes float sums, not the transport. Walls include PSI and start-up.")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(figures, indent=2, default=str))
+        write_json(args.out, figures, default=str)
         console.print(f"figures: {args.out}")
 
 

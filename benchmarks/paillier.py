@@ -11,10 +11,8 @@ encryption, i.e. a party with only the public key; no fixed-base table) and the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,15 +21,13 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from psi.atomic import write_text  # noqa: E402
-from psi.executors import ExecutorConfig  # noqa: E402
-from securevfl.bench.primitives import PaillierCounts, paillier_core  # noqa: E402
-from securevfl.bench.timing import best_rate as rate  # noqa: E402
-from securevfl.bench.timing import interleaved as interleaved_seconds  # noqa: E402
-from securevfl.bench.timing import per_second  # noqa: E402
-from securevfl.privacy.paillier import (  # noqa: E402
+from psi.executors import ExecutorConfig
+from securevfl.bench.primitives import PaillierCounts, paillier_core
+from securevfl.bench.results import write_json
+from securevfl.bench.timing import best_rate as rate
+from securevfl.bench.timing import interleaved as interleaved_seconds
+from securevfl.bench.timing import per_second
+from securevfl.privacy.paillier import (
     PackingSpec,
     create_backend,
     generate_keypair,
@@ -206,8 +202,7 @@ def main() -> None:
         f"({results['decrypt_speedup_vs_phe_unpacked']:.2f}x unpacked)"
     )
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(results, indent=2, sort_keys=True))
+        write_json(args.out, results, sort_keys=True)
         console.print(f"wrote {args.out}")
 
 

@@ -55,8 +55,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 # PSI's worker processes re-import this script's top level: keep it light (torch, pandas, rich and
 # securevfl are imported in the functions, in this process only).
 
@@ -523,10 +521,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                         deployed=not args.no_deployed and (not args.quick or key == methods[0]),
                                         timeout=args.timeout, log=log)
             if args.out:  # what is measured so far, in case a long run is stopped
-                from psi.atomic import write_text
+                from securevfl.bench.results import write_json
 
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                write_text(args.out, json.dumps({**figures, "partial": True}, indent=2, default=float))
+                write_json(args.out, {**figures, "partial": True}, default=float)
         if args.no_online or "splitnn" not in methods:
             figures["online"] = {"status": "not run (--no-online, or SplitNN not among --methods)"}
         else:
@@ -543,10 +540,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.quiet:
         print_tables(figures)
     if args.out:
-        from psi.atomic import write_text
+        from securevfl.bench.results import write_json
 
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(figures, indent=2, default=float))
+        write_json(args.out, figures, default=float)
         if not args.quiet:
             print(f"wrote {args.out}")
     return figures

@@ -29,19 +29,15 @@ OpenMined run does not inflate our figure (its own peak is reported separately).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import psi  # noqa: E402
-from psi.atomic import write_text  # noqa: E402
+import psi
+from securevfl.bench.results import write_json
 
 # Worker processes (forkserver/spawn) re-import this script's top level: keep it light. rich and
 # securevfl.bench (which loads matplotlib) cost about a CPU second per worker, so they are imported
@@ -363,8 +359,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"(load average {figures['load_average_1min']})"
         )
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(figures, indent=2))
+        write_json(args.out, figures)
     return figures
 
 

@@ -25,7 +25,6 @@ own meters.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
@@ -35,8 +34,8 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
-from psi.atomic import write_text
 from securevfl.api import RunConfig, build_scenario
+from securevfl.bench.results import write_json
 from securevfl.data import DatasetOptions, PartitionSpec
 from securevfl.federation.runtime import run_parties
 from securevfl.methods import TrainConfig, create_method
@@ -205,8 +204,7 @@ def main() -> None:
                     f"overhead_ratio {coop['seconds'] / f:.2f} (goal <= 1.3) = split structure {sp / f:.2f} x "
                     f"runtime over the split loop {coop['seconds'] / sp:.2f}")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(figures, indent=2))
+        write_json(args.out, figures)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,7 @@ peer and key-agreement measurements are shared with ``securevfl bench``
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,14 +23,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from psi.atomic import write_text  # noqa: E402
-from securevfl.bench.primitives import key_agreement_samples, mask_expansion_samples  # noqa: E402
-from securevfl.bench.scaling import mask_scaling  # noqa: E402
-from securevfl.bench.timing import time_calls  # noqa: E402
-from securevfl.privacy.primitives.shamir import reconstruct_secret, split_secret  # noqa: E402
-from securevfl.privacy.secagg import (  # noqa: E402
+from securevfl.bench.primitives import key_agreement_samples, mask_expansion_samples
+from securevfl.bench.results import write_json
+from securevfl.bench.scaling import mask_scaling
+from securevfl.bench.timing import time_calls
+from securevfl.privacy.primitives.shamir import reconstruct_secret, split_secret
+from securevfl.privacy.secagg import (
     AggregatorSecAggState,
     PassiveSecAggState,
     SecAggConfig,
@@ -297,7 +293,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     bench_easter_overhead(args.quick, figures)
     if args.out:
-        write_text(args.out, json.dumps(figures, indent=2))
+        write_json(args.out, figures)
         console.print(f"wrote {args.out}")
     return figures
 

@@ -24,9 +24,7 @@ sum of the parties' work on the critical path, not what separate machines would 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,14 +34,12 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from psi.atomic import write_text  # noqa: E402
-from securevfl.api import RunConfig, build_scenario  # noqa: E402
-from securevfl.bench.scaling import aggregation_rounds  # noqa: E402
-from securevfl.data import PartitionSpec  # noqa: E402
-from securevfl.federation.runtime import run_parties  # noqa: E402
-from securevfl.methods import TrainConfig, create_method  # noqa: E402
+from securevfl.api import RunConfig, build_scenario
+from securevfl.bench.results import write_json
+from securevfl.bench.scaling import aggregation_rounds
+from securevfl.data import PartitionSpec
+from securevfl.federation.runtime import run_parties
+from securevfl.methods import TrainConfig, create_method
 
 console = Console(width=140)
 PARTIES = 4
@@ -217,8 +213,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"(shared machine, load {figures['load_average_1m']:.1f})"
     )
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(figures, indent=2))
+        write_json(args.out, figures)
     return figures
 
 

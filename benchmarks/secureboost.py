@@ -38,13 +38,10 @@ Default (full): 100,000 rows, 5 trees, depth 5; straightforward on 10,000 rows, 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # The parties' worker processes re-import this script's top level: keep it light (securevfl, rich
 # and xgboost are imported in the functions, in this process only).
@@ -150,10 +147,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.quiet:
         print_tables(data)
     if args.out:
-        from psi.atomic import write_text
+        from securevfl.bench.results import write_json
 
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(data, indent=2, default=float))
+        write_json(args.out, data, default=float)
         if not args.quiet:
             print(f"wrote {args.out}")
     return data

@@ -23,7 +23,6 @@ limited to one intra-op thread (several parties' thread pools otherwise fight ov
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import sys
 import time
@@ -38,7 +37,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from psi.atomic import write_text
+from securevfl.bench.results import write_json
 
 DESIGNS = ("tabnet-ct", "tabnet-lt", "tabvfl-le", "tabvfl")
 LABELS = {"tabnet-ct": "CT (central)", "tabnet-lt": "LT", "tabvfl-le": "TabVFL-LE", "tabvfl": "TabVFL"}
@@ -439,10 +438,8 @@ def latent_sweep(setup: Setup, dims: list[int], out: Path | None) -> int:
     console.print(t)
     console.print(f"total {time.perf_counter() - started:.0f} s")
     if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(out, json.dumps({"setup": setup.__dict__, "latent_dims": sweep, "paper_table3": PAPER_TABLE3,
-                                   "paper_summary": summary, "wall_s": time.perf_counter() - started},
-                                  indent=2, default=float))
+        write_json(out, {"setup": setup.__dict__, "latent_dims": sweep, "paper_table3": PAPER_TABLE3,
+                         "paper_summary": summary, "wall_s": time.perf_counter() - started}, default=float)
     return 0
 
 
@@ -480,9 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         efficiency = efficiency_experiment(replace(setup, eff_isolated=True), {})
         print_efficiency(efficiency)
         if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
             figures = {"setup": setup.__dict__, "efficiency": efficiency}
-            write_text(args.out, json.dumps(figures, indent=2, default=float))
+            write_json(args.out, figures, default=float)
         return 0
     started = time.perf_counter()
     results: dict[str, Any] = {"setup": setup.__dict__ | {"mode": "quick" if args.quick else "full"}}
@@ -503,8 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     print_tables(results)
     console.print(f"plot: {args.plot}; total {results['wall_s']:.0f} s")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.out, json.dumps(results, indent=2, default=float))
+        write_json(args.out, results, default=float)
         console.print(f"figures: {args.out}")
     return 0
 

@@ -29,7 +29,7 @@ from net_helpers import free_port
 from org_tables import organisation_frames, write_tables
 
 from securevfl.cli import main
-from securevfl.cli_deploy import log_options
+from securevfl.cli.deploy import log_options
 from securevfl.deploy.certs import make_dev_pki
 from securevfl.deploy.progress import PartyWatch
 from securevfl.errors import ConfigError, PeerTimeoutError

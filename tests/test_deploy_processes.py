@@ -24,9 +24,9 @@ from net_helpers import CuttingProxy, free_port
 from sklearn.datasets import load_breast_cancer
 
 import securevfl
-from securevfl.cli_deploy import launch
 from securevfl.deploy.certs import make_dev_pki
 from securevfl.deploy.federation import job_differences, job_fingerprint, load_federation
+from securevfl.deploy.launch import launch
 from securevfl.deploy.party import ordered_addresses, run_deployed_party
 from securevfl.federation.grpc_transport import GrpcTransport
 

@@ -231,7 +231,7 @@ def test_a_model_trained_deployed_scores_deployed_with_the_arbiter_as_in_one_pro
 
 
 def test_launch_starts_the_arbiter_to_score_without_data_or_part(tmp_path, files, monkeypatch, capsys):
-    import securevfl.cli_deploy as cli_deploy
+    import securevfl.cli.deploy as cli_deploy
 
     fed = _federation(tmp_path)
     calls = []

@@ -28,10 +28,10 @@ from sklearn.metrics import f1_score, roc_auc_score
 
 import securevfl
 from securevfl.cli import main
-from securevfl.cli_deploy import launch
-from securevfl.cli_resume import resume_hint
+from securevfl.cli.resume import resume_hint
 from securevfl.deploy import threads as th
 from securevfl.deploy.federation import check_tls_paths, job_mismatch, load_federation, parse_federation
+from securevfl.deploy.launch import launch
 from securevfl.errors import ConfigError, DataError, PartyFailure, ProtocolError
 
 if sys.version_info >= (3, 11):
@@ -355,7 +355,7 @@ def test_building_the_package_prints_no_setuptools_warning(tmp_path) -> None:
 
 
 def test_metric_labels_name_the_positive_class_and_say_summed() -> None:
-    from securevfl.cli import metric_label, summed_label
+    from securevfl.report.console import metric_label, summed_label
 
     assert metric_label("f1", np.str_("yes")) == "f1 (positive class 'yes')"
     assert metric_label("accuracy", "yes") == "accuracy" and metric_label("auc", None) == "auc"

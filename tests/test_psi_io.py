@@ -128,7 +128,7 @@ def test_three_party_files_and_non_learning_modes(tmp_path):
 
 
 def test_cli_command(tmp_path, capsys):
-    from securevfl.cli_psi import psi_command
+    from securevfl.cli.psi import psi_command
 
     a = write_csv(tmp_path / "a.csv", ["1", "2", "3"])
     b = write_csv(tmp_path / "b.csv", ["3", "2", "5", "6"])
@@ -191,7 +191,7 @@ def test_cli_via_typer(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from securevfl.cli_psi import psi_command
+    from securevfl.cli.psi import psi_command
 
     app = typer.Typer()
     app.command("psi")(psi_command)

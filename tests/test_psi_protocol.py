@@ -428,7 +428,7 @@ def test_psi_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, psi, psi.io, psi.runner, securevfl.cli_psi; print('torch' in sys.modules)"
+    code = "import sys, psi, psi.io, psi.runner, securevfl.cli.psi; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

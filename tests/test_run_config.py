@@ -9,7 +9,7 @@ import pytest
 
 import securevfl
 from securevfl.cli import main
-from securevfl.cli_options import cli_settings
+from securevfl.cli.options import cli_settings
 from securevfl.data import ColumnSpec
 from securevfl.deploy.federation import JobSpec
 from securevfl.errors import ConfigError

@@ -21,8 +21,8 @@ from net_helpers import CuttingProxy, free_port
 from test_deploy_processes import HELPERS, federation_file, headline, in_process, run_in_threads
 from test_grpc_transport import FAST, NO_ABORT  # the same fast network settings as the mesh transport's tests
 
-from securevfl.cli_deploy import launch
 from securevfl.deploy.federation import job_fingerprint, load_federation, parse_federation
+from securevfl.deploy.launch import launch
 from securevfl.errors import ConfigError, PeerFinishedError, PeerTimeoutError, ProtocolError
 from securevfl.federation.grpc_transport import (
     GrpcTransport,

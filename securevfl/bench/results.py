@@ -9,10 +9,12 @@ HTML reports are rendered from the same dictionary that is written to ``results.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from psi import atomic
 from securevfl.bench.timing import Figure
 from securevfl.errors import ConfigError
 
@@ -100,3 +102,12 @@ def load_results(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("figures"), dict):
         raise ConfigError(f"{path} is not a results.json written by `securevfl bench` (schema {SCHEMA})")
     return data
+
+
+def write_json(path: str | Path, data: Any, *, default: Callable[[Any], Any] | None = None,
+               sort_keys: bool = False) -> Path:
+    """Write ``data`` as indented JSON, atomically, making its folder first (how a benchmark script saves figures)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(path, json.dumps(data, indent=2, default=default, sort_keys=sort_keys))
+    return path

@@ -1,7 +1,7 @@
 """The measured network beside the model: one run deployed over gRPC + mutual TLS, one in-process.
 
 The same SplitNN job runs twice on the same party files: as one ``securevfl party`` process per
-party on loopback (``cli_deploy.launch``: gRPC, mutual TLS with a development PKI, the PSI first)
+party on loopback (``securevfl.deploy.launch``: gRPC, mutual TLS with a development PKI, the PSI first)
 and as parties of one process (``securevfl.train``, the in-process transport). Per epoch =
 (last epoch end - first epoch end) / (E - 1), so process start, PSI, the first epoch and the final
 evaluation are left out; the difference is what the real transport costs per epoch on this machine
@@ -113,7 +113,7 @@ def headline(metrics: dict[str, Any]) -> dict[str, Any]:
 def run_network(files: dict[str, Path], pki: Path, work: Path, method: str, epochs: int, batch: int,
                 options: dict[str, Any], topology: str = "mesh", helpers: tuple[str, ...] = ()) -> dict[str, Any]:
     """``method`` deployed: one ``securevfl party`` process per file (and helper), gRPC + mutual TLS on loopback."""
-    from securevfl.cli_deploy import launch
+    from securevfl.deploy.launch import launch
 
     names = list(files)
     fed = write_federation(work / f"fed-{method}-{topology}.toml", pki, names, method, epochs, batch, options,

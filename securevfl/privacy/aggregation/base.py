@@ -15,7 +15,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 Urandom = Callable[[int], bytes]
 OptionsT = TypeVar("OptionsT")
+HalfT_co = TypeVar("HalfT_co", covariant=True)
 
 #: Short names accepted for the key agreement option (the CLI documents ``x25519 | ffdh``).
 KEY_AGREEMENT_ALIASES = {"ffdh": "ffdh2048"}
@@ -128,16 +129,26 @@ class ActiveAggregator(ABC):
         """Close the next round: the sum over the passive parties not in ``dropped``."""
 
 
+class HalfFactory(Protocol[HalfT_co]):
+    """Builds one half of a scheme from the run's config (the half's class itself, usually)."""
+
+    def __call__(self, config: AggregationConfig) -> HalfT_co: ...
+
+
 class AggregationScheme(ABC, Generic[OptionsT]):
     """A named way of summing passive vectors at the active party.
 
     ``Options`` is the scheme's frozen options dataclass (:class:`NoOptions` by default); the
     registry builds it from a mapping (:func:`~securevfl.privacy.aggregation.create_aggregation`).
+    ``Passive`` and ``Active`` are its two halves, each built from the run's :class:`AggregationConfig`;
+    a scheme whose halves take something else overrides :meth:`passive` and :meth:`active` instead.
     """
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
     Options: ClassVar[type[Any]] = NoOptions
+    Passive: ClassVar[HalfFactory[PassiveAggregator]]
+    Active: ClassVar[HalfFactory[ActiveAggregator]]
 
     def __init__(self, config: AggregationConfig | None = None, options: OptionsT | None = None) -> None:
         if options is not None and not isinstance(options, self.Options):
@@ -148,13 +159,13 @@ class AggregationScheme(ABC, Generic[OptionsT]):
         self.config = config or AggregationConfig()
         self.options: OptionsT = self.Options() if options is None else options
 
-    @abstractmethod
     def passive(self) -> PassiveAggregator:
         """A fresh passive half."""
+        return self.Passive(self.config)
 
-    @abstractmethod
     def active(self) -> ActiveAggregator:
         """A fresh active half."""
+        return self.Active(self.config)
 
     def max_dropouts(self, n_passives: int) -> int:
         """How many passive parties may drop in one round with the sum still recoverable."""
@@ -179,6 +190,7 @@ __all__ = [
     "AggregationConfig",
     "AggregationScheme",
     "AggregationStats",
+    "HalfFactory",
     "NoOptions",
     "PassiveAggregator",
     "Urandom",

@@ -242,12 +242,8 @@ class DHAggregation(AggregationScheme[NoOptions]):
 
     name = "dh"
     summary = "DH pairwise masks + self masks, fresh keys per round, Shamir dropout recovery"
-
-    def passive(self) -> PassiveAggregator:
-        return DHPassive(self.config)
-
-    def active(self) -> ActiveAggregator:
-        return DHActive(self.config)
+    Passive = DHPassive
+    Active = DHActive
 
     def _threshold(self, n_passives: int) -> int:
         return self.config.threshold or sa.default_threshold(n_passives)

@@ -115,12 +115,8 @@ class PairwiseAggregation(AggregationScheme[NoOptions]):
 
     name = "pairwise"
     summary = "paper's blinding factors: session DH keys, per-batch masks, no dropout recovery"
-
-    def passive(self) -> PassiveAggregator:
-        return PairwisePassive(self.config)
-
-    def active(self) -> ActiveAggregator:
-        return PairwiseActive(self.config)
+    Passive = PairwisePassive
+    Active = PairwiseActive
 
     def validate(self, n_passives: int) -> None:
         require_passives(n_passives)

@@ -20,7 +20,6 @@ a value without learning it (hetero-lr's arbiter). See docs/paillier.md for secu
 parameters, packing and measured throughput.
 """
 
-from .backend import PaillierBackend
 from .encoding import DEFAULT_FRAC_BITS
 from .fast_backend import FastBackend, default_r_bits
 from .keys import (
@@ -33,7 +32,7 @@ from .packing import PackingLayout, PackingSpec
 from .phe_backend import PheBackend, from_phe_keys, to_phe_keys
 from .registry import available_backends, create_backend
 from .ring_masks import add_ring_masks, draw_ring_masks, remove_ring_masks
-from .tensor import EncryptedTensor
+from .tensor import EncryptedTensor, PaillierBackend
 
 __all__ = [
     "DEFAULT_FRAC_BITS",

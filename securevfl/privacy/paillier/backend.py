@@ -1,9 +1,10 @@
-"""The backend interface shared by the ``phe`` and ``fast`` Paillier implementations.
+"""The integer layer shared by the ``phe`` and ``fast`` Paillier implementations.
 
 A backend does integer Paillier on flat lists (the ``*_raw`` methods, g = n + 1 for both, so the
-two interoperate on the same key); :class:`~.tensor.EncryptedTensor` builds encoding, packing,
-shapes and serialisation on top of it. Backends are picked by name with
-:func:`securevfl.privacy.paillier.create_backend`.
+two interoperate on the same key). :mod:`.tensor` builds encoding, packing, shapes and
+serialisation on top of it (:class:`~.tensor.EncryptedTensor`), and :class:`~.tensor.PaillierBackend`
+adds ``encrypt`` / ``decrypt`` of real arrays; the backends subclass that one. Backends are picked
+by name with :func:`securevfl.privacy.paillier.create_backend`.
 """
 
 from __future__ import annotations
@@ -11,21 +12,16 @@ from __future__ import annotations
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
-
-import numpy as np
+from typing import Any, ClassVar, TypeVar
 
 from securevfl.errors import ConfigError, CryptoError
 
-from .encoding import DEFAULT_FRAC_BITS
 from .keys import PaillierPrivateKey, PaillierPublicKey, RandBits
-from .packing import PackingSpec
 
-if TYPE_CHECKING:
-    from .tensor import EncryptedTensor
+_Backend = TypeVar("_Backend", bound="RawPaillierBackend")
 
 
-class PaillierBackend(ABC):
+class RawPaillierBackend(ABC):
     """Integer Paillier over one key pair; ``private_key`` is needed only to decrypt."""
 
     name: ClassVar[str] = "abstract"
@@ -96,30 +92,6 @@ class PaillierBackend(ABC):
         """Return the trivial encryption of zero (ciphertext 1), used for empty sums."""
         return self.from_int(1)
 
-    # -- tensor layer --------------------------------------------------------------------------
-    def encrypt(
-        self,
-        values: np.ndarray | float | Sequence[float],
-        *,
-        frac_bits: int = DEFAULT_FRAC_BITS,
-        packing: PackingSpec | None = None,
-    ) -> EncryptedTensor:
-        """Encrypt an array of reals in fixed point at 2^-frac_bits, or packed.
-
-        With ``packing`` the spec's own ``frac_bits`` applies.
-        """
-        from .tensor import EncryptedTensor
-
-        return EncryptedTensor.encrypt(self, values, frac_bits=frac_bits, packing=packing)
-
-    def decrypt(self, tensor: EncryptedTensor) -> np.ndarray:
-        """Decrypt a tensor to float64; raises CryptoError for another key's tensor."""
-        from .tensor import EncryptedTensor
-
-        if not isinstance(tensor, EncryptedTensor):
-            raise ConfigError("decrypt expects an EncryptedTensor")
-        return tensor.decrypt(self)
-
     def require_private_key(self) -> PaillierPrivateKey:
         """Return the private key; raise CryptoError when this backend holds only the public."""
         if self.private_key is None:
@@ -129,7 +101,7 @@ class PaillierBackend(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release worker processes, if any."""
 
-    def __enter__(self) -> PaillierBackend:
+    def __enter__(self: _Backend) -> _Backend:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -44,8 +44,8 @@ from gmpy2 import mpz
 from psi.executors import ExecutorConfig, ProcessExecutor, TaskExecutor, create_executor
 from securevfl.errors import ConfigError
 
-from .backend import PaillierBackend
 from .keys import PaillierPrivateKey, PaillierPublicKey, RandBits
+from .tensor import PaillierBackend
 
 WINDOW_BITS = 8
 

@@ -17,8 +17,8 @@ from phe import util as phe_util
 
 from securevfl.errors import CryptoError
 
-from .backend import PaillierBackend
 from .keys import PaillierPrivateKey, PaillierPublicKey, RandBits
+from .tensor import PaillierBackend
 
 
 def to_phe_keys(

@@ -6,10 +6,10 @@ from typing import Any
 
 from securevfl.errors import ConfigError
 
-from .backend import PaillierBackend
 from .fast_backend import FastBackend
 from .keys import MIN_TEST_KEY_BITS, SECURE_KEY_BITS, PaillierPrivateKey, PaillierPublicKey
 from .phe_backend import PheBackend
+from .tensor import PaillierBackend
 
 BACKENDS: dict[str, type[PaillierBackend]] = {"phe": PheBackend, "fast": FastBackend}
 """Backend classes by name (read-only by convention)."""

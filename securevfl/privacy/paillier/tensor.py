@@ -13,6 +13,9 @@ Every tensor carries its key's fingerprint; combining or decrypting tensors of d
 raises :class:`~securevfl.errors.CryptoError`. Results of homomorphic operations are marked
 un-obfuscated and :meth:`EncryptedTensor.to_bytes` re-randomises them before they leave the
 process (python-paillier's ``be_secure=True`` model) unless told otherwise.
+
+:class:`PaillierBackend` is the integer layer (:class:`~.backend.RawPaillierBackend`) plus
+``encrypt`` / ``decrypt`` of real arrays as tensors: the ``phe`` and ``fast`` backends subclass it.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from securevfl.errors import ConfigError, CryptoError, ProtocolError
 
+from .backend import RawPaillierBackend
 from .encoding import (
     DEFAULT_FRAC_BITS,
     decode_signed,
@@ -34,9 +38,6 @@ from .encoding import (
     to_fixed_ints,
 )
 from .packing import PackingLayout, PackingSpec
-
-if TYPE_CHECKING:
-    from .backend import PaillierBackend
 
 _MAGIC = b"SVPT"
 _VERSION = 1
@@ -52,7 +53,7 @@ def _object_array(items: Sequence[Any], shape: tuple[int, ...]) -> np.ndarray:
     return array.reshape(shape)
 
 
-def _tree_sum(backend: PaillierBackend, data: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+def _tree_sum(backend: RawPaillierBackend, data: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """Homomorphic sum of ``data`` over ``axes`` by pairwise halving (vectorised adds)."""
     moved = np.moveaxis(data, axes, tuple(range(len(axes))))
     rest: tuple[int, ...] = tuple(moved.shape[len(axes):])
@@ -96,7 +97,7 @@ class EncryptedTensor:
 
     def __init__(
         self,
-        backend: PaillierBackend,
+        backend: RawPaillierBackend,
         ciphertexts: np.ndarray,
         *,
         shape: tuple[int, ...],
@@ -121,7 +122,7 @@ class EncryptedTensor:
     @classmethod
     def encrypt(
         cls,
-        backend: PaillierBackend,
+        backend: RawPaillierBackend,
         values: np.ndarray | float | Sequence[float],
         *,
         frac_bits: int = DEFAULT_FRAC_BITS,
@@ -154,7 +155,7 @@ class EncryptedTensor:
         fields.update(changes)
         return EncryptedTensor(self.backend, ciphertexts, **fields)
 
-    def with_backend(self, backend: PaillierBackend) -> EncryptedTensor:
+    def with_backend(self, backend: RawPaillierBackend) -> EncryptedTensor:
         """Rebind the ciphertexts to another backend of the same key (e.g. phe <-> fast)."""
         if backend.public_key.fingerprint != self.fingerprint:
             raise CryptoError("backend holds a different key")
@@ -431,7 +432,7 @@ class EncryptedTensor:
         return self._derive(data, shape=self.shape, obfuscated=True)
 
     # -- decryption ----------------------------------------------------------------------------
-    def decrypt(self, backend: PaillierBackend | None = None) -> np.ndarray:
+    def decrypt(self, backend: RawPaillierBackend | None = None) -> np.ndarray:
         """Decrypt with ``backend`` (default: own backend); wrong key raises CryptoError."""
         backend = backend or self.backend
         if backend.public_key.fingerprint != self.fingerprint:
@@ -464,7 +465,7 @@ class EncryptedTensor:
         return tensor._header() + body
 
     @classmethod
-    def from_bytes(cls, data: bytes, backend: PaillierBackend) -> EncryptedTensor:
+    def from_bytes(cls, data: bytes, backend: RawPaillierBackend) -> EncryptedTensor:
         """Parse :meth:`to_bytes` output; a different key raises CryptoError, junk ProtocolError."""
         view = memoryview(data)
         if len(view) < _HEADER.size:
@@ -512,3 +513,26 @@ class EncryptedTensor:
         return cls(backend, _object_array(values, cshape), shape=shape, scale_bits=scale_bits,
                    layout=layout, terms=terms, obfuscated=bool(flags & _FLAG_OBFUSCATED),
                    fingerprint=fingerprint)
+
+
+class PaillierBackend(RawPaillierBackend):
+    """A Paillier backend: the integer layer plus encryption of real arrays as :class:`EncryptedTensor`."""
+
+    def encrypt(
+        self,
+        values: np.ndarray | float | Sequence[float],
+        *,
+        frac_bits: int = DEFAULT_FRAC_BITS,
+        packing: PackingSpec | None = None,
+    ) -> EncryptedTensor:
+        """Encrypt an array of reals in fixed point at 2^-frac_bits, or packed.
+
+        With ``packing`` the spec's own ``frac_bits`` applies.
+        """
+        return EncryptedTensor.encrypt(self, values, frac_bits=frac_bits, packing=packing)
+
+    def decrypt(self, tensor: EncryptedTensor) -> np.ndarray:
+        """Decrypt a tensor to float64; raises CryptoError for another key's tensor."""
+        if not isinstance(tensor, EncryptedTensor):
+            raise ConfigError("decrypt expects an EncryptedTensor")
+        return tensor.decrypt(self)

@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from securevfl.cli.options import parse_pairs
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -36,7 +38,6 @@ def predict_command(
     """Score the rows every party's new file shares with a saved model; the active party writes predictions."""
     from psi.atomic import write_text
     from securevfl.checks import check_output_file
-    from securevfl.cli import _parse_pairs
     from securevfl.model.scoring import load_model, score
 
     check_output_file(out, "predictions file")
@@ -45,7 +46,7 @@ def predict_command(
 
         check_report_path(report)
     model = load_model(model_dir)  # verified (digests, versions, one job) before any data is read
-    files = _parse_pairs(data, "--data")
+    files = parse_pairs(data, "--data")
     with _RowProgress(quiet) as progress:
         scored = score(model, files, id_column=id_column or None, batch_size=batch_size, device=device,
                        alignment=alignment, progress=progress)
@@ -115,6 +116,6 @@ class _RowProgress:
         assert self._bar is not None
         self._bar.update(self._task, completed=rows, total=total)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:
             self._bar.__exit__(*exc)

@@ -1,6 +1,6 @@
 """The ``securevfl psi`` command: align parties' ID files with ECDH PSI and print the costs.
 
-Registered by the lead in ``securevfl/cli.py`` as ``app.command("psi")(psi_command)``. Errors
+Registered in :mod:`securevfl.cli` as ``app.command("psi")(psi_command)``. Errors
 (:class:`securevfl.errors.SecureVFLError`) are raised, not printed: the CLI wrapper turns them
 into one clear line.
 """
@@ -32,7 +32,7 @@ def _parse_parties(values: list[str]) -> dict[str, Path]:
     return parties
 
 
-def _fmt_bytes(n: int) -> str:
+def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -132,7 +132,7 @@ def _psi_as_party(federation: Path, name: str, data: Path, out: Path) -> None:
     job = fed.job
     table, _ = party_table_from_file(name, data, id_column=job.id_column, label_column=job.label_column,
                                      is_active=name == fed.active, columns=fed.party(name).columns)
-    from securevfl.cli_deploy import stop_on_signals
+    from securevfl.cli.party import stop_on_signals
 
     with stop_on_signals(name):  # SIGTERM / SIGINT: ABORT to the peers with the reason, exit 143 / 130
         transport = open_transport(fed, name)

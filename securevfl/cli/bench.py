@@ -1,6 +1,6 @@
 """The ``securevfl bench`` command (and ``securevfl bench compare``): a thin shell over :mod:`securevfl.bench`.
 
-Registered in ``securevfl/cli.py`` as ``app.add_typer(bench_app, name="bench")``. Errors
+Registered in :mod:`securevfl.cli` as ``app.add_typer(bench_app, name="bench")``. Errors
 (:class:`securevfl.errors.SecureVFLError`) are raised, not printed: the CLI wrapper turns them into
 one clear line.
 """

@@ -1,7 +1,8 @@
-"""``securevfl certs | party | launch``: run each organisation as its own process, over mutual TLS.
+"""``securevfl party``: run one organisation of a federation file as its own process, over mutual TLS.
 
-A thin shell over :mod:`securevfl.deploy` (docs/deploy.md). Errors are raised as
-:class:`~securevfl.errors.SecureVFLError`; the CLI wrapper prints them as one line (exit code 2).
+A thin shell over :mod:`securevfl.deploy` (docs/deploy.md): train, score (``--predict``) or serve
+(``--serve``) as one party. Errors are raised as :class:`~securevfl.errors.SecureVFLError`; the CLI
+wrapper prints them as one line (exit code 2).
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ import json
 import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,103 +23,12 @@ import typer
 from rich.console import Console
 
 from psi import atomic
+from securevfl.deploy.launch import STOP_SIGNALS
 from securevfl.errors import ConfigError, Interrupted, PartyFailure, SecureVFLError
 
 console = Console()
 err_console = Console(stderr=True)
 _log = logging.getLogger(__name__)
-
-
-certs_app = typer.Typer(
-    add_completion=False, invoke_without_command=True,
-    help="TLS certificates. Real deployments: `certs ca` once at the CA, `certs request` on each party's machine "
-         "(the key never leaves it), `certs sign` at the CA for each CSR. Trials: `certs --parties a,b,c` makes a "
-         "CA and every party's key in one folder.")
-
-
-def _say(text: str) -> None:
-    console.print(text, highlight=False, soft_wrap=True)
-
-
-@certs_app.callback()
-def certs_command(
-    ctx: typer.Context,
-    parties: str | None = typer.Option(
-        None, help="Trials only: comma-separated party names, e.g. bank,shop,clinic; makes every key here."),
-    out: Path = typer.Option(  # noqa: B008
-        Path("certs"), help="Folder for ca.pem, <party>.pem, <party>.key, and ca/ca.key (the CA key, mode 0600)."),
-    days: int = typer.Option(365, help="Validity of the certificates in days."),
-    overwrite: bool = typer.Option(False, help="Replace existing files."),
-) -> None:
-    """One-shot development PKI for trials (--parties), or a subcommand of the CSR flow: ca, request, sign."""
-    if ctx.invoked_subcommand is not None:
-        given = [f"--{n}" for n in ("parties", "out", "days", "overwrite")
-                 if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"]
-        if given:
-            raise ConfigError(f"{', '.join(given)} before `{ctx.invoked_subcommand}` belongs to the one-shot "
-                              f"development PKI; put the options of `certs {ctx.invoked_subcommand}` after its name")
-        return
-    if parties is None:
-        raise ConfigError("give --parties NAME,NAME,... for a one-shot development PKI (trials), or a subcommand: "
-                          "`certs ca`, `certs request`, `certs sign` (see `securevfl certs --help`)")
-    from securevfl.deploy.certs import make_dev_pki
-
-    names = [p.strip() for p in parties.split(",") if p.strip()]
-    pki = make_dev_pki(names, out, days=days, overwrite=overwrite)
-    _say(f"CA: {pki.ca_cert}")
-    _say(f"CA key: {pki.ca_key} (mode 0600, in its own folder, mode 0700)")
-    for name in names:
-        _say(f"{name}: {pki.certs[name]} (key {pki.keys[name]}, mode 0600)")
-    _say(f"keep {pki.ca_key.parent}/ offline and off the parties' machines; give each party only its own "
-         ".pem and .key, and everyone ca.pem (for trials: a real deployment makes each key on its owner's machine, "
-         "see `securevfl certs request`)")
-
-
-@certs_app.command("ca")
-def certs_ca_command(
-    out: Path = typer.Option(..., help="CA folder: ca.pem (for every party) and ca/ca.key (mode 0600, stays here)."),  # noqa: B008
-    days: int = typer.Option(3650, help="Validity of the CA certificate in days (it bounds what it signs)."),
-    overwrite: bool = typer.Option(False, help="Replace an existing CA."),
-) -> None:
-    """Make only a CA, to sign the parties' certificate requests (`certs sign`)."""
-    from securevfl.deploy.certs import make_ca
-
-    ca = make_ca(out, days=days, overwrite=overwrite)
-    _say(f"CA: {ca.cert} (give it to every party)")
-    _say(f"CA key: {ca.key} (mode 0600, in its own folder, mode 0700; keep it offline, never copy it)")
-
-
-@certs_app.command("request")
-def certs_request_command(
-    party: str = typer.Option(..., help="This party's name, as in the federation file."),
-    out: Path = typer.Option(..., help="This party's folder: <party>.key (mode 0600) and <party>.csr."),  # noqa: B008
-    overwrite: bool = typer.Option(False, help="Replace an existing key and CSR."),
-) -> None:
-    """On a party's own machine: make its private key and a certificate signing request (CSR)."""
-    from securevfl.deploy.certs import make_key_request
-
-    req = make_key_request(party, out, overwrite=overwrite)
-    _say(f"key: {req.key} (mode 0600; it never leaves this machine)")
-    _say(f"CSR: {req.csr} (send it to the CA, then put the certificate it returns next to the key)")
-    _say(f"public key SHA-256: {req.fingerprint}")
-
-
-@certs_app.command("sign")
-def certs_sign_command(
-    csr: Path = typer.Argument(..., help="The party's CSR (<party>.csr), as received."),  # noqa: B008
-    ca: Path = typer.Option(..., "--ca", help="CA folder holding ca.pem and ca/ca.key (`certs ca`)."),  # noqa: B008
-    out: Path | None = typer.Option(None, help="Folder for <party>.pem (default: the CSR's folder)."),  # noqa: B008
-    days: int = typer.Option(365, help="Validity of the certificate in days (never beyond the CA's)."),
-    party: str | None = typer.Option(None, help="Refuse unless the CSR is for this party."),
-    overwrite: bool = typer.Option(False, help="Replace an existing certificate."),
-) -> None:
-    """At the CA: check a party's CSR (party name, signature, key) and issue its certificate."""
-    from securevfl.deploy.certs import sign_request
-
-    signed = sign_request(csr, ca, out_dir=out, days=days, expected_party=party, overwrite=overwrite)
-    _say(f"{signed.party}: {signed.cert} (valid until {signed.not_after:%Y-%m-%d %H:%M} UTC)")
-    _say(f"public key SHA-256: {signed.fingerprint} (compare with what `certs request` printed at {signed.party})")
-    _say(f"send {signed.cert.name} and {Path(ca) / 'ca.pem'} to {signed.party}")
 
 
 def _event(party: str, phase: str, event: str, message: str, level: int = logging.INFO, **fields: Any) -> None:
@@ -153,7 +61,6 @@ def logged_failure(party: str) -> Iterator[None]:
 
 #: After SIGTERM / SIGINT a party has this long to tell its peers and close its links before it exits anyway.
 STOP_GRACE_S = 10.0
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @contextmanager
@@ -283,7 +190,7 @@ def party_command(
             _serve_party(fed, as_, data, model_dir, listen, device, choice)
         return
     if predict:
-        _check_predict_options(fed, as_, data, model_dir, out, checkpoint_dir)
+        check_predict_options(fed, as_, data, model_dir, out, checkpoint_dir)
         choice = _start_threads(fed, as_, threads)
         with stop_on_signals(as_):
             _score_party(fed, as_, data, model_dir, out, report, device, batch_size, choice)
@@ -291,7 +198,7 @@ def party_command(
     if out is not None:
         raise ConfigError("--out is for --predict (the training writes --report and, with --model-dir, the model)")
     choice = _start_threads(fed, as_, threads)
-    from securevfl.cli_resume import hint_resume
+    from securevfl.cli.resume import hint_resume
 
     with stop_on_signals(as_), hint_resume(checkpoint_dir, [as_], deployed=True):
         _run_party(fed, as_, data, report, device, checkpoint_dir, resume, overwrite_checkpoints, columns,
@@ -305,8 +212,8 @@ def _start_threads(fed: Any, as_: str, threads: int | None) -> Any:
     return apply_threads(choose_threads(fed, as_, threads))
 
 
-def _check_predict_options(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
-                           checkpoint_dir: Path | None) -> None:
+def check_predict_options(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
+                          checkpoint_dir: Path | None) -> None:
     """--predict needs this party's new rows and its part; only the active party writes predictions.
 
     A helper (``data = false``: hetero-lr's arbiter) holds no part and no rows: it takes no --data
@@ -422,9 +329,9 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
                                 model_dir=model_dir, overwrite_model=overwrite_model, threads=threads,
                                 positive_class=positive_class)
     if result.report is not None:
-        from securevfl.cli import print_summary
+        from securevfl.report.console import print_summary
 
-        print_summary(result.report)
+        print_summary(result.report, console, err_console)
         if report is not None:
             json_path, md_path = result.report.save(report)
             console.print(f"report: {json_path} and {md_path}")
@@ -456,102 +363,6 @@ def _passive_report(result: Any) -> dict[str, Any]:
             "preprocessing": result.preprocessing, "wire": result.link_stats}
 
 
-def launch_command(
-    federation: Path = typer.Argument(..., help="The federation file (TOML)."),  # noqa: B008
-    data: list[str] = typer.Option(..., "--data", help="PARTY=FILE for every party (repeat)."),  # noqa: B008
-    report: Path | None = typer.Option(None, help="Where the active party writes the run report."),  # noqa: B008
-    device: str = typer.Option("auto", help="Device for every party."),
-    timeout: float = typer.Option(0, help="Stop everything after this many seconds (0: no limit)."),
-    insecure: bool = typer.Option(False, help="Confirm plaintext links (loopback only; the file must say so too)."),
-    checkpoint_dir: Path | None = typer.Option(  # noqa: B008
-        None, help="Every party saves its own state under DIR/<party>/ at each epoch end."),
-    resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
-    overwrite_checkpoints: bool = typer.Option(
-        False, help="Start a new run in a used --checkpoint-dir: move the old files aside (previous-*/)."),
-    model_dir: Path | None = typer.Option(  # noqa: B008
-        None, help="Every party saves its own part of the model under DIR/<party>/; with --predict, scores with it."),
-    overwrite_model: bool = typer.Option(False, help="Replace parts already saved in --model-dir."),
-    predict: bool = typer.Option(False, help="Score new rows (--data) with the saved model (--model-dir)."),
-    out: Path | None = typer.Option(None, help="With --predict: where the active party writes predictions."),  # noqa: B008
-    batch_size: int = typer.Option(4096, help="With --predict: rows scored per exchange."),
-    log_file: Path | None = typer.Option(  # noqa: B008
-        None, help="A folder: every party also appends its events to DIR/<party>.log."),
-    log_level: str = typer.Option("info", help="Every party's --log-level: debug, info, warning or error."),
-    log_format: str = typer.Option("text", help="Every party's --log-format: text or json (of its --log-file)."),
-    threads: int | None = typer.Option(
-        None, help="torch threads of each party (default: this machine's cores / the parties)."),
-    positive_class: str | None = typer.Option(
-        None, help="The class binary F1 and AUC score as positive (default: the second class in sorted order)."),
-) -> None:
-    """Start every party as its own local process (loopback), stream their output, stop on the first failure."""
-    from securevfl.api import check_report_path
-    from securevfl.deploy.federation import load_federation
-
-    fed = load_federation(federation)
-    check_insecure(fed.insecure, insecure)
-    from securevfl.cli import _parse_pairs  # one NAME=VALUE parser for every command
-
-    files = {name: Path(path) for name, path in _parse_pairs(data, "--data").items()}
-    missing = sorted(set(fed.data_parties) - set(files))
-    unknown = sorted(set(files) - set(fed.data_parties))
-    if missing or unknown:
-        raise ConfigError(f"--data must name every party with data exactly: missing {missing or 'none'}, "
-                          f"unknown or data = false {unknown or 'none'}")
-    for name, path in files.items():
-        if not path.is_file():
-            raise ConfigError(f"--data {name}={path}: file not found")
-    if report is not None:
-        check_report_path(report)
-    extra: dict[str, list[str]] = {n: [] for n in fed.parties}
-    if predict:
-        _check_predict_options(fed, fed.active, files.get(fed.active), model_dir, out, checkpoint_dir)
-        from securevfl.methods.base import method_class
-
-        if method_class(fed.job.method).standalone:
-            raise ConfigError(f"the {fed.job.method} model is the active party's alone: score it without launch, "
-                              f"with securevfl party --predict --as {fed.active} (or securevfl predict)")
-        for name in fed.parties:  # a helper (data = false) scores with no part: no --model-dir
-            extra[name] += ["--predict", "--batch-size", str(batch_size)] + (
-                ["--model-dir", str(model_dir)] if name in files else [])
-        extra[fed.active] += ["--out", str(out or DEFAULT_PREDICTIONS)]
-    elif model_dir is not None:
-        for name in files:  # a helper saves nothing
-            extra[name] += ["--model-dir", str(model_dir)] + (["--overwrite-model"] if overwrite_model else [])
-    for name, options in log_options(tuple(fed.parties), log_file, log_level, log_format).items():
-        extra[name] += options
-    if threads is not None:
-        for name in fed.parties:
-            extra[name] += ["--threads", str(threads)]
-    if positive_class is not None:
-        extra[fed.active] += ["--positive-class", positive_class]
-    code = launch(federation, {**files, **dict.fromkeys(n for n in fed.parties if n not in files)},
-                  active=fed.active, report=report, device=device, timeout=timeout or None, insecure=insecure,
-                  checkpoint_dir=checkpoint_dir, resume=resume, overwrite_checkpoints=overwrite_checkpoints,
-                  extra=extra)
-    if code and checkpoint_dir is not None and not predict:
-        from securevfl.cli_resume import last_common_epoch
-
-        last = last_common_epoch(checkpoint_dir)
-        if last:
-            err_console.print(f"launch: every party's checkpoints hold epoch {last}: to continue from it, run the "
-                              "same command with --resume", highlight=False)
-    if code:
-        raise typer.Exit(code)
-
-
-def log_options(parties: Sequence[str], log_file: Path | None, level: str, fmt: str) -> dict[str, list[str]]:
-    """Each party's ``--log-*`` options under launch: ``log_file`` is a folder, one ``<party>.log`` each."""
-    from securevfl.deploy.logs import FORMATS, LEVELS
-
-    if level.lower() not in LEVELS or fmt.lower() not in FORMATS:
-        raise ConfigError(f"--log-level must be one of {', '.join(LEVELS)} and --log-format one of "
-                          f"{', '.join(FORMATS)}; got {level!r} and {fmt!r}")
-    if log_file is not None and log_file.exists() and not log_file.is_dir():
-        raise ConfigError(f"launch --log-file {log_file}: give a folder (every party writes <party>.log in it)")
-    return {name: ["--log-level", level.lower(), "--log-format", fmt.lower()]
-            + (["--log-file", str(log_file / f"{name}.log")] if log_file is not None else []) for name in parties}
-
-
 def check_insecure(in_file: bool, on_command_line: bool) -> None:
     """Plaintext needs both the federation file's ``insecure = true`` and ``--insecure``: never by accident."""
     if in_file and not on_command_line:
@@ -559,122 +370,3 @@ def check_insecure(in_file: bool, on_command_line: bool) -> None:
                           "confirm (loopback only), or use TLS (securevfl certs)")
     if on_command_line and not in_file:
         raise ConfigError("--insecure is given but the federation file uses TLS; remove --insecure")
-
-
-def launch(federation: Path, files: dict[str, Path | None], *, active: str, report: Path | None = None,
-           device: str = "auto", timeout: float | None = None, python: str = sys.executable,
-           insecure: bool = False, checkpoint_dir: Path | None = None, resume: bool = False,
-           overwrite_checkpoints: bool = False, extra: Mapping[str, Sequence[str]] | None = None) -> int:
-    """Run every party as a child process; return 0, or the exit code of the first party that failed.
-
-    ``files``: party -> its table, or ``None`` for a party without data (``data = false``); ``extra``:
-    more ``securevfl party`` arguments per party.
-
-    The children's output is streamed with a ``[party]`` prefix. When one fails, the others get
-    SIGTERM after a short grace period (they normally stop by themselves within the peer timeout)
-    and SIGKILL if they ignore it; no child outlives this call. SIGTERM or SIGINT sent to this
-    process is passed on to every party (each aborts its peers and exits); the call then returns
-    128 + the signal (143, 130).
-    """
-    children: dict[str, subprocess.Popen] = {}
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    # Every party's torch would use every core: on one machine they would oversubscribe it (measured: 5.8x
-    # the model compute time of the threaded run with 3 parties on 2 cores; 1.0x with one thread each).
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // len(files))))
-    for name, path in files.items():
-        cmd = [python, "-m", "securevfl.cli", "party", "--federation", str(federation), "--as", name,
-               "--device", device] + (["--data", str(path)] if path is not None else []) + (
-                   ["--insecure"] if insecure else [])
-        if report is not None and name == active:
-            cmd += ["--report", str(report)]
-        if checkpoint_dir is not None:
-            cmd += ["--checkpoint-dir", str(checkpoint_dir)] + (["--resume"] if resume else []) + (
-                ["--overwrite-checkpoints"] if overwrite_checkpoints else [])
-        cmd += list((extra or {}).get(name, ()))
-        children[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                          env=env, start_new_session=True)
-    pumps = [threading.Thread(target=_pump, args=(name, child), daemon=True) for name, child in children.items()]
-    for pump in pumps:
-        pump.start()
-    started = time.monotonic()
-    first_failure: tuple[str, int] | None = None
-    signalled: list[int] = []
-    previous: dict[int, Any] = {}
-
-    def forward(signum: int, frame: Any) -> None:
-        """SIGTERM / SIGINT to launch go to every party, which aborts its peers and exits 143 / 130."""
-        if signalled:  # a second signal: stop everything now
-            _stop(children, grace=0.0)
-            return
-        signalled.append(signum)
-        err_console.print(f"launch: got {signal.Signals(signum).name}; passing it on to every party")
-        for child in children.values():
-            if child.poll() is None:
-                try:
-                    os.killpg(child.pid, signum)
-                except ProcessLookupError:
-                    pass
-
-    if threading.current_thread() is threading.main_thread():
-        previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
-    try:
-        while any(c.poll() is None for c in children.values()):
-            for name, child in children.items():
-                code = child.poll()
-                if code and first_failure is None:
-                    first_failure = (name, code)
-                    _stop(children, grace=5.0)
-            if timeout is not None and time.monotonic() - started > timeout:
-                err_console.print(f"launch: timeout after {timeout:g} s; stopping every party")
-                first_failure = first_failure or ("launch", 124)
-                _stop(children, grace=0.0)
-            time.sleep(0.05)
-    except KeyboardInterrupt:
-        _stop(children, grace=0.0)
-        raise
-    finally:
-        _stop(children, grace=0.0)
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for pump in pumps:
-            pump.join(timeout=2)
-    if signalled:
-        err_console.print(f"launch: stopped by {signal.Signals(signalled[0]).name}")
-        return 128 + signalled[0]
-    if first_failure is None:
-        failed = [(n, c.returncode) for n, c in children.items() if c.returncode]
-        first_failure = failed[0] if failed else None
-    if first_failure is not None:
-        err_console.print(f"launch: party {first_failure[0]} exited with code {first_failure[1]}")
-        return first_failure[1] if first_failure[1] > 0 else 1
-    return 0
-
-
-def _pump(name: str, child: subprocess.Popen) -> None:
-    assert child.stdout is not None
-    for line in child.stdout:
-        text = line.rstrip("\n")
-        # a party's own lines and its JSON events (which name it) pass as they are
-        print(text if text.startswith((f"[{name}]", "{")) else f"[{name}] {text}", flush=True)
-
-
-def _stop(children: dict[str, subprocess.Popen], grace: float) -> None:
-    deadline = time.monotonic() + grace
-    while grace and time.monotonic() < deadline and any(c.poll() is None for c in children.values()):
-        time.sleep(0.05)
-    for child in children.values():
-        if child.poll() is None:
-            try:
-                os.killpg(child.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + 5
-    for child in children.values():
-        try:
-            child.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            child.wait(2)
