@@ -436,7 +436,7 @@ def check_tls_paths(federation: Federation) -> None:
     """The federation CA, which every party needs, is where ``[tls]`` says; a wrong path names its key.
 
     A party checks this before it reads any TLS file (``securevfl party``, :func:`open_transport
-    <securevfl.deploy.party.open_transport>`), so a wrong ``[tls] dir`` or ``ca`` is one line naming
+    <securevfl.deploy.links.open_transport>`), so a wrong ``[tls] dir`` or ``ca`` is one line naming
     the key, its value and the path it resolved to. Nothing to check in an insecure federation.
     """
     tls = federation.tls
