@@ -12,7 +12,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from securevfl.deploy.progress import log_event, sent_bytes
 from securevfl.errors import ConfigError, ProtocolError, psi_errors
 from securevfl.federation.meter import MeterSnapshot
 from securevfl.federation.runtime import PartyContext, run_party
+
+if TYPE_CHECKING:
+    from psi import PSIInitiator, PSIResponder
 
 TAG_PSI = "deploy.setup.psi"
 TAG_DIGEST = "deploy.setup.alignment_digest"
@@ -84,11 +87,13 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
         align = len(ctx.passives) > 1
         with CurveEngine(1) as engine:
             if ctx.is_active:
-                inits = {}
+                inits: dict[str, PSIInitiator] = {}
+                pair_positions: list[np.ndarray] = []
+                peer_sizes: dict[str, int] = {}
                 for p in ctx.passives:
                     with ctx.meter.crypto("psi"):
                         init = PSIInitiator(prepared.items, config, engine, align_follows=align)
-                        message = init.start()
+                        message: bytes | None = init.start()
                     step = 0  # HELLO out, REPLY in; BLINDED out, DOUBLE in
                     while message is not None:
                         _psi_step(ctx, p, "sent", ctx.send(p, TAG_PSI, message),
@@ -100,13 +105,14 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
                             message = init.handle(answer)
                         step += 1
                     inits[p] = init
-                    assert init.outcome is not None and init.outcome.positions is not None
-                    _psi_pair(ctx, p, len(init.outcome.positions), own, init.peer_size)
+                    matched, peer_sizes[p] = _pair_outcome(init, p)
+                    pair_positions.append(matched)
+                    _psi_pair(ctx, p, len(matched), own, peer_sizes[p])
                 with ctx.meter.crypto("psi"):
-                    positions, orders = global_alignment([inits[p].outcome.positions for p in ctx.passives])
+                    positions, orders = global_alignment(pair_positions)
                 if align:
-                    for p, order in zip(ctx.passives, orders, strict=True):
-                        ctx.send(p, TAG_PSI, inits[p].align(order))
+                    for p, pair_order in zip(ctx.passives, orders, strict=True):
+                        ctx.send(p, TAG_PSI, inits[p].align(pair_order))
             else:
                 responder = PSIResponder(prepared.items, config, engine)
                 step = 0  # HELLO in, REPLY out; BLINDED in, DOUBLE out; ALIGN in (N parties)
@@ -121,12 +127,13 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
                         _psi_step(ctx, ctx.active, "sent", ctx.send(ctx.active, TAG_PSI, reply),
                                   f"sent our {own} blinded IDs" if step == 0 else "")
                     step += 1
-                assert responder.outcome is not None and responder.outcome.positions is not None
-                _psi_pair(ctx, ctx.active, len(responder.outcome.positions), own, responder.peer_size)
+                matched, active_size = _pair_outcome(responder, ctx.active)
+                _psi_pair(ctx, ctx.active, len(matched), own, active_size)
                 if responder.align_follows != align:
                     raise ProtocolError(f"{ctx.active} announced a PSI alignment step contrary to the federation")
                 # With an ALIGN step (N parties) the loop above handled it: the global order.
-                positions = responder.outcome.global_positions if align else responder.outcome.positions
+                positions = _pair_outcome(responder, ctx.active, aligned=True)[0] if align else matched
+                peer_sizes = {}  # only the active party checks its peers' row counts against their PSI sets
         # The agreed order follows the session's random blinded values; every party re-sorts by the
         # (normalised) IDs, as the threaded run does, so a seeded run is the same in every session.
         items = [prepared.items[i] for i in positions]
@@ -140,12 +147,24 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
                                         "(different ID normalisation?)")
         else:
             ctx.send(ctx.active, TAG_DIGEST, digest)
-        peer_sizes = {p: int(inits[p].peer_size) for p in ctx.passives} if ctx.is_active else {}
         log_event(_log, ctx.name, "psi", "psi_done", f"PSI: {len(items)} rows shared by every party",
                   rows=len(items), bytes=sent_bytes(ctx))
         return PsiResult(rows, len(items), peer_sizes)
 
     return role
+
+
+def _pair_outcome(side: PSIInitiator | PSIResponder, peer: str, *, aligned: bool = False) -> tuple[np.ndarray, int]:
+    """What a finished pairwise PSI gave this party: its matched positions and the peer's set size.
+
+    ``aligned``: the positions in the N-party global order (a responder after the ALIGN step). A
+    session that ended without them is the peer's protocol error, never a ``None`` passed on.
+    """
+    outcome = side.outcome
+    positions = None if outcome is None else outcome.global_positions if aligned else outcome.positions
+    if positions is None or side.peer_size is None:
+        raise ProtocolError(f"the PSI session with {peer} ended without its result")
+    return positions, side.peer_size
 
 
 def _psi_step(ctx: PartyContext, peer: str, direction: str, size: int, stage: str) -> None:
@@ -158,11 +177,10 @@ def _psi_step(ctx: PartyContext, peer: str, direction: str, size: int, stage: st
                   level=logging.DEBUG, peer=peer, bytes=size)
 
 
-def _psi_pair(ctx: PartyContext, peer: str, common: int, own: int, peer_size: int | None) -> None:
+def _psi_pair(ctx: PartyContext, peer: str, common: int, own: int, peer_size: int) -> None:
     """A pairwise PSI's result: how many of this party's IDs the peer holds too."""
-    log_event(_log, ctx.name, "psi", "psi_pair", f"PSI with {peer}: {common} of {own} IDs in common"
-              + (f" ({peer} holds {peer_size})" if peer_size is not None else ""), peer=peer, rows=common,
-              peer_rows=peer_size)
+    log_event(_log, ctx.name, "psi", "psi_pair", f"PSI with {peer}: {common} of {own} IDs in common ({peer} holds "
+              f"{peer_size})", peer=peer, rows=common, peer_rows=peer_size)
 
 
 def _bytes(message: Any, sender: str) -> bytes:

@@ -75,7 +75,8 @@ def _parse_wire(message: Any, sender: str) -> dict[str, dict[str, int]]:
         for link, stats in message.items())
     if not ok:
         raise ProtocolError(f"malformed link counters from {sender}")
-    return message
+    counters: dict[str, dict[str, int]] = message  # checked above
+    return counters
 
 
 def alignment_cost(size: int, setups: Mapping[str, MeterSnapshot]) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def _is_number(value: Any) -> bool:
 def _positive_int(where: str, value: Any) -> int:
     if not _is_int(value) or value < 1:
         raise ConfigError(f"{where} must be a positive integer, got {value!r}")
-    return value
+    return int(value)
 
 
 def _positive_float(where: str, value: Any) -> float:

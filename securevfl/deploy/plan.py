@@ -88,7 +88,7 @@ class PartyShape:
 
 
 def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federation,
-              psi: Callable[[PartyContext], PsiResult]) -> Callable[[PartyContext], dict]:
+              psi: Callable[[PartyContext], PsiResult]) -> Callable[[PartyContext], dict[str, Any]]:
     """PSI, then shapes in and the plan out (see the module docstring)."""
     job = federation.job
 
@@ -97,7 +97,7 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
         encoded = encode_table(table, training_rows(rows, train, unaligned_rows(table.n_rows, rows)))
         return PartyShape(table.n_rows, len(rows), encoded.X.shape[1]), encoded
 
-    def role(ctx: PartyContext) -> dict:
+    def role(ctx: PartyContext) -> dict[str, Any]:
         psi_result = psi(ctx)
         rows, size = psi_result.rows, psi_result.size
         ctx.stage = "plan"
@@ -136,11 +136,11 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
     return role
 
 
-def helper_plan_role(federation: Federation) -> Callable[[PartyContext], dict]:
+def helper_plan_role(federation: Federation) -> Callable[[PartyContext], dict[str, Any]]:
     """A party without data (an arbiter, a key generator, a server): it only receives the plan."""
     data_parties = data_party_order(federation)
 
-    def role(ctx: PartyContext) -> dict:
+    def role(ctx: PartyContext) -> dict[str, Any]:
         ctx.stage = "plan"
         plan = parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, data_parties, None)
         log_plan(ctx, plan)
@@ -180,7 +180,7 @@ def _check_positions(train: Any, test: Any, bad: str, size: int | None) -> int:
     return size
 
 
-def parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], size: int | None) -> dict:
+def parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], size: int | None) -> dict[str, Any]:
     """Validate the active party's plan; ``size``: this party's aligned rows (``None`` for a helper)."""
     bad = f"malformed plan from {sender}"
     keys = {"train", "test", "task", "n_classes", "shapes"}
