@@ -67,7 +67,7 @@ def test_active_trains_on_aligned_and_unaligned_rows_and_reports_cv(bc_apc):
     assert bc_apc.extra["probe_rows"] == 200 + 250  # aligned training rows + its unaligned rows
     assert bc_apc.extra["cv"]["rows"] == 500 and bc_apc.extra["cv"]["folds"] == 3
     assert set(bc_apc.extra["stages"]) == {"g1_active", "g2_joint", "g3_student"}
-    assert 0.5 <= bc_apc.metrics["accuracy"] <= 1.0
+    assert bc_apc.metrics["accuracy"] > 0.7, bc_apc.metrics  # the majority class is 0.63 of the rows; measured 0.78
 
 
 def test_more_than_one_message_would_fail_the_run():

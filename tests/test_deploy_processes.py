@@ -27,7 +27,8 @@ import securevfl
 from securevfl.deploy.certs import make_dev_pki
 from securevfl.deploy.federation import job_differences, job_fingerprint, load_federation
 from securevfl.deploy.launch import launch
-from securevfl.deploy.party import ordered_addresses, run_deployed_party
+from securevfl.deploy.links import ordered_addresses
+from securevfl.deploy.party import run_deployed_party
 from securevfl.federation.grpc_transport import GrpcTransport
 
 PARTIES = ("bank", "shop", "clinic")

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import securevfl
@@ -241,7 +241,9 @@ def test_image_strips_with_little_overlap_beat_aligned_only_splitnn():
 def test_paper_architectures_and_host_features_run(options):
     r = securevfl.train("entity-aug", "synthetic", parties=3, active_features=6, aligned_ratio=0.4,
                         unaligned="spread", epochs=2, n_samples=300, n_features=20, options=options)
-    assert 0.0 <= r.metrics["accuracy"] <= 1.0
+    # Two epochs on 300 balanced rows: the ranking is learnt before the threshold (measured at the default seed:
+    # AUC 0.75 at accuracy 0.48 with credit-card, AUC 0.83 at accuracy 0.73 with parkinsons); a random one is 0.5.
+    assert r.metrics["auc"] > 0.6, r.metrics
     w = r.extra["entity_aug"]["weights"]
     assert set(w) == {"active", "passive1", "passive2"} and len(set(w.values())) == 1
 
@@ -263,8 +265,7 @@ def test_entity_aug_from_cli(tmp_path):
        slack=st.integers(0, 50), epoch=st.integers(0, 5))
 def test_schedule_laws(n_aligned, extra_a, extra_b, slack, epoch):
     length = max(1, n_aligned + slack)
-    if n_aligned + extra_a == 0 or n_aligned + extra_b == 0:
-        return
+    assume(n_aligned + extra_a > 0 and n_aligned + extra_b > 0)  # every guest has a row to schedule
     a = entity_schedule(n_aligned, extra_a, length, seed=7, epoch=epoch, party="g1")
     b = entity_schedule(n_aligned, extra_b, length, seed=7, epoch=epoch, party="g2")
     assert len(a) == length and a.min() >= 0 and a.max() < n_aligned + extra_a

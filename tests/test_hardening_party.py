@@ -27,7 +27,7 @@ from org_tables import organisation_frames, write_tables
 
 from securevfl.data.partition import PartyTable
 from securevfl.data.scenario import take_rows
-from securevfl.deploy.party import MAX_FEATURES, PartyShape, _parse_plan
+from securevfl.deploy.plan import MAX_FEATURES, PartyShape, parse_plan
 from securevfl.errors import ProtocolError
 
 PARTIES = ("bank", "shop", "clinic")
@@ -37,15 +37,16 @@ ADDRESS_SPACE = 6 << 30
 
 _DEVIANT = """
 import os, sys
-from securevfl.deploy import party
+from securevfl.deploy import plan
+from securevfl.federation import meter
 PATCH
 from securevfl.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 #: A passive party that announces 2**35 rows.
 ROW_LIE = """
-honest = party.PartyShape.to_wire
-party.PartyShape.to_wire = lambda self: {**honest(self), "rows": 2**35}
+honest = plan.PartyShape.to_wire
+plan.PartyShape.to_wire = lambda self: {**honest(self), "rows": 2**35}
 """
 
 
@@ -137,7 +138,7 @@ def test_a_party_lost_at_the_cost_summary_leaves_the_finished_report(tmp_path, f
     report = tmp_path / "run.json"
     # dies after training, before its costs: once what it sent last has had time to leave (a crash at
     # once could take its last evaluation message with it, which is a loss during evaluation)
-    crash = "import time\nparty.MeterSnapshot.to_wire = lambda self: (time.sleep(2.0), os._exit(9))"
+    crash = "import time\nmeter.MeterSnapshot.to_wire = lambda self: (time.sleep(2.0), os._exit(9))"
     runs = _run(_federation(tmp_path), files, liar="clinic", patch=crash, report=report)
     code, output, _, _ = runs["bank"]
     assert code == 0, output[-3000:]
@@ -171,14 +172,14 @@ def test_the_plan_names_the_party_whose_shape_is_wrong():
     plan = {"train": train, "test": test, "task": "classification", "n_classes": 2,
             "shapes": {"bank": shape, "shop": shape, "clinic": {**shape, "features": 10**9}}}
     with pytest.raises(ProtocolError, match=r"clinic \(sent by bank\): features"):
-        _parse_plan(plan, "bank", "shop", PARTIES, 10)
+        parse_plan(plan, "bank", "shop", PARTIES, 10)
     plan["shapes"]["clinic"] = {**shape, "aligned": 9, "rows": 9}
     with pytest.raises(ProtocolError, match=r"clinic \(sent by bank\): aligned = 9, but PSI aligned 10"):
-        _parse_plan(plan, "bank", "shop", PARTIES, 10)
+        parse_plan(plan, "bank", "shop", PARTIES, 10)
     plan["shapes"]["clinic"] = shape
     plan["n_classes"] = 10**9
     with pytest.raises(ProtocolError, match="n_classes"):
-        _parse_plan(plan, "bank", "shop", PARTIES, 10)
+        parse_plan(plan, "bank", "shop", PARTIES, 10)
 
 
 def test_a_peer_placeholder_costs_no_memory_per_row():

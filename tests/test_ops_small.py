@@ -85,11 +85,11 @@ def test_the_default_shares_the_cores_among_three_loopback_parties_in_a_fresh_pr
     assert source.startswith("3 parties share this host")
 
 
-def _fed(addresses: dict[str, str], threads: dict[str, object] | None = None):
-    parties = "".join(f'[parties.{p}]\naddress = "{a}"\n'
+def _fed(addresses: dict[str, str | None], threads: dict[str, object] | None = None, topology: str = "mesh"):
+    parties = "".join(f'[parties.{p}]\n' + (f'address = "{a}"\n' if a is not None else "")
                       + (f"threads = {json.dumps((threads or {})[p])}\n" if p in (threads or {}) else "")
                       for p, a in addresses.items())
-    text = (f'[federation]\nactive = "bank"\n{parties}\n[tls]\ndir = "certs"\n'
+    text = (f'[federation]\nactive = "bank"\ntopology = "{topology}"\n{parties}\n[tls]\ndir = "certs"\n'
             '[job]\nmethod = "splitnn"\nid_column = "id"\nlabel_column = "y"\n')
     return parse_federation(text, Path("."))
 
@@ -111,6 +111,17 @@ def test_the_order_of_the_thread_settings(monkeypatch) -> None:
     assert not th.choose_threads(_fed(loop), "shop", share_host=False).set_here  # the API keeps the process's
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert th.choose_threads(_fed(loop), "shop").source == "OMP_NUM_THREADS"
+
+
+def test_a_star_party_that_dials_out_shares_its_host_with_no_one(monkeypatch) -> None:
+    # only the hub has an address: the others' hosts are not in the file (this raised on the missing address)
+    monkeypatch.setattr(th, "available_cores", lambda: 12)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    star = _fed({"bank": "127.0.0.1:7001", "shop": None, "clinic": None}, topology="star")
+    assert th.same_host_parties(star, "shop") == ("shop",)
+    assert th.same_host_parties(star, "bank") == ("bank",)
+    for party in ("bank", "shop", "clinic"):
+        assert th.choose_threads(star, party).source == "torch's default"
 
 
 @pytest.mark.parametrize("value, words", [(-1, "got -1"), ("4", "got '4'"), (True, "got True"), (49, "got 49")])

@@ -124,7 +124,10 @@ def test_invalid_point_width():
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=200))
 def test_random_garbage_never_decodes_silently_wrong(blob):
+    data = MAGIC + b"\x01" + blob
     try:
-        decode(MAGIC + b"\x01" + blob)
-    except PSIProtocolError:
-        pass
+        message = decode(data)
+    except PSIProtocolError as exc:  # refused as a damaged message (truncated, malformed, another version)
+        assert isinstance(exc, MalformedMessageError), repr(exc)
+    else:  # what decodes is exactly what it says: it encodes back to the same bytes, none ignored or misread
+        assert encode(message) == data

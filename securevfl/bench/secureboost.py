@@ -232,10 +232,10 @@ def crypto_floor(operations: Mapping[str, int], rates: Mapping[str, float], core
 # --------------------------------------------------------------------------------------------------------- runs
 def run_config(rows: int, bench: SecureBoostBench, options: Mapping[str, Any]) -> Any:
     """The RunConfig of one run: generated ``synthetic`` rows, 2 parties, plaintext alignment."""
-    from securevfl.api import RunConfig
     from securevfl.data import PartitionSpec
     from securevfl.data.datasets import DatasetOptions
     from securevfl.methods import TrainConfig
+    from securevfl.run_config import RunConfig
 
     return RunConfig(method="secureboost", dataset="synthetic",
                      dataset_options=DatasetOptions(n_samples=rows, n_features=bench.features, seed=bench.seed),

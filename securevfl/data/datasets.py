@@ -532,7 +532,7 @@ def read_frame(path: Path, kind: str, *, id_column: str | None = None,
     except pd.errors.EmptyDataError:
         raise DataError(f"cannot read {path}: the file is empty") from None
     except Exception as exc:  # pandas and pyarrow raise many types for unreadable files
-        raise DataError(f"cannot read {path}: {_one_line(exc)}") from exc
+        raise DataError(f"cannot read {path}: {_one_line(str(exc))}") from exc
     if id_column is not None and id_column in frame.columns:
         ids = frame[id_column]
         if ids.map(lambda v: isinstance(v, str) and "\0" in v).any():

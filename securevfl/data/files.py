@@ -117,10 +117,11 @@ def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, la
         if is_active and label_column not in frame.columns:
             raise DataError(f"{where}: label column {label_column!r} not found at the active party; "
                             f"{columns_hint(label_column, frame.columns)}")
-        raw_ids, names = frame[id_column], [str(c) for c in frame.columns]
+        raw_ids, names = frame[id_column], tuple(str(c) for c in frame.columns)
         raw_labels = frame[label_column] if is_active else None
     ids = validate_ids(raw_ids, where).to_numpy(dtype=object)
-    labels, classes, resolved = None, (), CLASSIFICATION
+    classes: tuple[str, ...] = ()
+    labels, resolved = None, CLASSIFICATION
     if raw_labels is not None:
         labels, classes, resolved = _labels(raw_labels, where, spec, task, one_class_ok=label_optional)
     exclude = {id_column, label_column} if is_active else {id_column}

@@ -263,13 +263,14 @@ def scenario_from_tables(tables: Mapping[str, PartyTable], active: str, classes:
                          test_size: float = 0.2, seed: int = 0, aligner: Aligner = align_plaintext,
                          dataset: str = "") -> Scenario:
     """Align real per-party tables (PSI in production) and hold out a stratified test split."""
-    if active not in tables or tables[active].labels is None:
+    labels = tables[active].labels if active in tables else None
+    if labels is None:
         raise DataError(f"the active party {active!r} must hold the labels")
     alignment = _align(aligner, tables, active)
     n = alignment.size
     if n < 10:
         raise DataError(f"only {n} rows are shared by all parties; at least 10 are needed to train and test")
-    y = tables[active].labels[alignment.aligned[active]]
+    y = labels[alignment.aligned[active]]
     task = tables[active].task
     check_shared_classes(y, classes, n, task)
     train, test = split_train_test(n, y, test_size, seed)

@@ -15,7 +15,7 @@ categorical column, a file pyarrow cannot parse, a missing ID or label column. M
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,8 +49,9 @@ def read_numeric_table(path: Path, kind: str, *, id_column: str, label_column: s
     """
     import pyarrow as pa
 
-    batches: Iterator[Any] | None = None
-    first = batch = None
+    batches: Generator[Any, None, None] | None = None  # pyarrow record batches
+    first: Any = None
+    batch: Any = None
     try:
         batches = _batches(path, kind, id_column, label_column, spec.missing_markers)
         first = next(batches, None)
@@ -101,7 +102,7 @@ def read_numeric_table(path: Path, kind: str, *, id_column: str, label_column: s
 
 
 def _batches(path: Path, kind: str, id_column: str, label_column: str | None,
-             markers: tuple[str, ...]) -> Iterator[object]:
+             markers: tuple[str, ...]) -> Generator[Any, None, None]:
     """Record batches of ``path``: the ID column as text, every other column but the label as float64."""
     import csv
 
@@ -137,7 +138,7 @@ def _expected_rows(path: Path, kind: str, first_rows: int) -> int:
     return max(first_rows, int(size / BLOCK_BYTES * first_rows * 1.05) + 1)
 
 
-def _chain(first: object, rest: Iterator[object]) -> Iterator[object]:
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield first
     yield from rest
 

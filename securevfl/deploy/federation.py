@@ -58,7 +58,7 @@ def _is_number(value: Any) -> bool:
 def _positive_int(where: str, value: Any) -> int:
     if not _is_int(value) or value < 1:
         raise ConfigError(f"{where} must be a positive integer, got {value!r}")
-    return value
+    return int(value)
 
 
 def _positive_float(where: str, value: Any) -> float:
@@ -436,7 +436,7 @@ def check_tls_paths(federation: Federation) -> None:
     """The federation CA, which every party needs, is where ``[tls]`` says; a wrong path names its key.
 
     A party checks this before it reads any TLS file (``securevfl party``, :func:`open_transport
-    <securevfl.deploy.party.open_transport>`), so a wrong ``[tls] dir`` or ``ca`` is one line naming
+    <securevfl.deploy.links.open_transport>`), so a wrong ``[tls] dir`` or ``ca`` is one line naming
     the key, its value and the path it resolved to. Nothing to check in an insecure federation.
     """
     tls = federation.tls

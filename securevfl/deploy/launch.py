@@ -38,7 +38,7 @@ def launch(federation: Path, files: dict[str, Path | None], *, active: str, repo
     128 + the signal (143, 130).
     """
     err_console = Console(stderr=True)
-    children: dict[str, subprocess.Popen] = {}
+    children: dict[str, subprocess.Popen[str]] = {}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # Every party's torch would use every core: on one machine they would oversubscribe it (measured: 5.8x
     # the model compute time of the threaded run with 3 parties on 2 cores; 1.0x with one thread each).
@@ -112,7 +112,7 @@ def launch(federation: Path, files: dict[str, Path | None], *, active: str, repo
     return 0
 
 
-def _pump(name: str, child: subprocess.Popen) -> None:
+def _pump(name: str, child: subprocess.Popen[str]) -> None:
     assert child.stdout is not None
     for line in child.stdout:
         text = line.rstrip("\n")
@@ -120,7 +120,7 @@ def _pump(name: str, child: subprocess.Popen) -> None:
         print(text if text.startswith((f"[{name}]", "{")) else f"[{name}] {text}", flush=True)
 
 
-def _stop(children: dict[str, subprocess.Popen], grace: float) -> None:
+def _stop(children: dict[str, subprocess.Popen[str]], grace: float) -> None:
     deadline = time.monotonic() + grace
     while grace and time.monotonic() < deadline and any(c.poll() is None for c in children.values()):
         time.sleep(0.05)

@@ -33,25 +33,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from securevfl.deploy.alignment import LocalAlignment, psi_role, unaligned_rows
+from securevfl.deploy.costs import with_cost_exchange
 from securevfl.deploy.federation import Federation
-from securevfl.deploy.party import (
-    TAG_PLAN,
-    LocalAlignment,
-    PartyShape,
-    _parse_plan,
-    _unaligned,
-    _with_cost_exchange,
-    check_roles,
-    data_party_order,
-    helper_parties,
-    helper_plan_role,
-    local_scenario,
-    log_done,
-    log_plan,
-    log_start,
-    party_links,
-    psi_role,
-)
+from securevfl.deploy.links import data_party_order, helper_parties, party_links
+from securevfl.deploy.party import check_roles, log_done, log_start
+from securevfl.deploy.plan import TAG_PLAN, PartyShape, helper_plan_role, local_scenario, log_plan, parse_plan
 from securevfl.deploy.progress import PartyWatch, rows_logger
 from securevfl.deploy.threads import ThreadChoice
 from securevfl.errors import ConfigError, DataError, ModelError, ProtocolError
@@ -113,7 +100,7 @@ def scoring_plan_role(table: Any, size_check: Callable[..., Any], fingerprint: s
         own = PartyShape(table.n_rows, size, encoded_width)
         if not ctx.is_active:
             ctx.send(ctx.active, TAG_PART, {"shape": own.to_wire(), "model": fingerprint})
-            plan = _parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, (ctx.active, *ctx.passives), size)
+            plan = parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, (ctx.active, *ctx.passives), size)
             if len(plan["train"]) or plan["shapes"][ctx.name] != own:
                 raise ProtocolError(f"the scoring plan from {ctx.active} does not score every shared row of "
                                     f"{ctx.name} as it announced them")
@@ -226,12 +213,12 @@ def _data_part(federation: Federation, name: str, data: str | Path | None, model
 
 def _helper_part(federation: Federation, name: str, data: str | Path | None) -> _LocalPart:
     """A helper's method, from the federation's job (every party agreed on it): no part, no rows."""
-    from securevfl.deploy.party import _method_and_config
+    from securevfl.deploy.party import method_and_config
     from securevfl.model.saving import check_savable
 
     if data is not None:
         raise ConfigError(f"{name} has data = false in the federation file: it takes no --data")
-    method, config = _method_and_config(federation, "cpu")
+    method, config = method_and_config(federation, "cpu")
     check_savable(method)  # a method whose models cannot be saved has nothing to score
     return _LocalPart(method, config.train.seed, SavedSide({}))
 
@@ -245,11 +232,11 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
     receives the plan (the number of rows to score) and runs its scoring role (the arbiter: fresh keys).
     ``threads``: torch's threads in this process, as for training (:func:`~securevfl.deploy.party.run_deployed_party`).
     """
-    from securevfl.api import resolve_device
     from securevfl.deploy.threads import use_threads
     from securevfl.methods.engine.loop import score_side
     from securevfl.methods.engine.split import SideRole
     from securevfl.model.scoring import active_predictions
+    from securevfl.models.device import resolve_device
 
     threads_used = use_threads(federation, name, threads)  # before any torch work
     started = time.perf_counter()
@@ -287,7 +274,7 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
         rows, plan = setup["rows"], setup["plan"]
         size = len(plan["test"])
         n_rows = local.table.n_rows if local.table is not None else 0
-        alignment = LocalAlignment(rows, _unaligned(n_rows, rows), size, setup_meter.snapshot())
+        alignment = LocalAlignment(rows, unaligned_rows(n_rows, rows), size, setup_meter.snapshot())
         scenario = local_scenario(name, federation, local.table, local.classes, rows, plan, cost={},
                                   encoded=local.encoded)
         roles = local.method.scoring_roles(scenario)
@@ -296,8 +283,8 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
         if not isinstance(role, SideRole):
             raise ModelError(f"{job.method} cannot score a saved model")
         scoring = functools.partial(score_side, side=role.side, saved=local.saved, batch_rows=batch_size)
-        outcome, meter = run_party(watch.role(_with_cost_exchange(scoring, alignment.snapshot, transport.link_stats),
-                                              "score"), name=name,
+        outcome, meter = run_party(watch.role(with_cost_exchange(scoring, alignment.snapshot, transport.link_stats),
+                                             "score"), name=name,
                                    active=federation.active, parties=tuple(roles), passives=passives,
                                    transport=transport, device=torch_device, seed=local.seed, progress=progress,
                                    recv_timeout=federation.limits.recv_timeout_s)

@@ -51,17 +51,9 @@ import numpy as np
 import pandas as pd
 
 from securevfl.deploy.federation import Federation
-from securevfl.deploy.party import (
-    MAX_CLASSES,
-    MAX_FEATURES,
-    PartyShape,
-    data_party_order,
-    helper_parties,
-    local_scenario,
-    log_done,
-    log_start,
-    party_links,
-)
+from securevfl.deploy.links import data_party_order, helper_parties, party_links
+from securevfl.deploy.party import log_done, log_start
+from securevfl.deploy.plan import MAX_CLASSES, MAX_FEATURES, PartyShape, local_scenario
 from securevfl.deploy.progress import PartyWatch, log_event
 from securevfl.deploy.scoring import _check_part
 from securevfl.deploy.threads import ThreadChoice, use_threads
@@ -343,12 +335,12 @@ def _model_inputs(message: Any, sender: str, parties: Sequence[str]) -> tuple[di
 
 def _helper_model(federation: Federation, name: str, data: str | Path | None) -> tuple[_ServingModel, Any, Any, None]:
     """A helper's method (from the federation's job, which every party agreed on): no part, no rows."""
-    from securevfl.deploy.party import _method_and_config
+    from securevfl.deploy.party import method_and_config
     from securevfl.methods.engine.loop import SavedSide
 
     if data is not None:
         raise ConfigError(f"{name} has data = false in the federation file: it takes no --data")
-    method, config = _method_and_config(federation, "cpu")
+    method, config = method_and_config(federation, "cpu")
     empty = _ServingModel(side=None, saved=SavedSide({}), ids=[], X=np.zeros((0, 0), np.float32), encoder=None,
                           part=None)
     return empty, method, config.train, None
@@ -590,8 +582,8 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
     no part, and takes its part in each request (the arbiter: fresh keys, masked decryptions).
     ``threads``: torch's threads in this process, as for training (:func:`~securevfl.deploy.party.run_deployed_party`).
     """
-    from securevfl.api import resolve_device
     from securevfl.methods.base import method_class
+    from securevfl.models.device import resolve_device
 
     threads_used = use_threads(federation, name, threads)  # before any torch work
     started = time.perf_counter()

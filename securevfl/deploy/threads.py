@@ -73,13 +73,21 @@ def check_threads(value: Any, where: str, cores: int | None = None) -> int:
     return value
 
 
-def _host(address: str) -> str:
+def _host(address: str | None) -> str | None:
+    """The host of a listening address (``loopback`` for every loopback one); ``None`` for a party that dials out."""
+    if address is None:
+        return None
     return "loopback" if is_loopback(address) else split_address(address)[0].lower()
 
 
 def same_host_parties(federation: Federation, name: str) -> tuple[str, ...]:
-    """The parties (``name`` included) whose address is on ``name``'s host: the same host name, or loopback."""
+    """The parties (``name`` included) whose address is on ``name``'s host: the same host name, or loopback.
+
+    A party without an address (star topology: it dials out) has no host the file names, so it shares with none.
+    """
     host = _host(federation.party(name).address)
+    if host is None:
+        return (name,)
     return tuple(p for p, spec in federation.parties.items() if _host(spec.address) == host)
 
 

@@ -1,0 +1,95 @@
+"""A deployed party's links: the parties in run order, and the transport it opens to its peers.
+
+:func:`open_transport` checks the TLS material, starts the gRPC transport and waits until every
+peer has shaken hands on the job fingerprint; :func:`party_links` scopes one run's links (closing
+them, and telling every peer at once when the run fails).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from securevfl.deploy.federation import Federation, check_tls_paths, job_fingerprint, job_mismatch
+from securevfl.deploy.progress import PartyWatch, log_event
+from securevfl.federation.network import TlsCredentials
+
+_log = logging.getLogger(__name__)
+
+
+def open_transport(federation: Federation, name: str, phase: str = "train", watch: PartyWatch | None = None) -> Any:
+    """Start this party's gRPC transport (TLS material checked first) and wait for every handshake.
+
+    ``phase``: ``train`` or ``predict`` (part of the job fingerprint every peer must match); ``watch``:
+    reports a peer that keeps this party waiting, and each link that comes up.
+    """
+    from securevfl.deploy.certs import load_tls_material, verify_party_certificate
+    from securevfl.federation.grpc_transport import GrpcTransport
+
+    spec = federation.party(name)
+    check_tls_paths(federation)
+    tls: TlsCredentials | None = None
+    if not federation.insecure:
+        assert federation.tls is not None and spec.cert is not None and spec.key is not None
+        tls = load_tls_material(spec.cert, spec.key, federation.tls.ca)
+        verify_party_certificate(tls.cert_chain, tls.root_ca, name)
+    digest, job = job_fingerprint(federation, phase)
+    transport = GrpcTransport(name, ordered_addresses(federation), tls=tls, fingerprint=digest, job=job,
+                              settings=federation.limits, insecure=federation.insecure,
+                              differences=functools.partial(job_mismatch, here=name),
+                              hub=federation.active if federation.topology == "star" else None)
+    transport.start()
+    # star: a party without an address dials the active party (the messages between two such are relayed)
+    addresses = {p: a or f"no address: it dials {federation.active}" for p, a in ordered_addresses(federation).items()}
+    try:
+        with watch.connecting(transport, addresses) if watch is not None else contextlib.nullcontext():
+            transport.wait_ready()
+    except BaseException as exc:
+        transport.abort(f"{name} could not set up its links: {exc}")
+        transport.close()
+        raise
+    security = "plaintext, loopback" if federation.insecure else "mutual TLS"
+    for peer in getattr(transport, "peers", ()):
+        log_event(_log, name, "connect", "link_up", f"link to {peer} up ({security})", peer=peer,
+                  address=addresses.get(peer))
+    return transport
+
+
+@contextmanager
+def party_links(federation: Federation, name: str, transport: Any = None, phase: str = "train",
+                watch: PartyWatch | None = None) -> Iterator[Any]:
+    """The links of party ``name`` for one run, opened here unless given, and closed here if opened here.
+
+    On any failure every peer is told at once (ABORT with the reason), so they stop now, not at a timeout.
+    """
+    own = transport is None
+    transport = transport or open_transport(federation, name, phase, watch)
+    try:
+        yield transport
+    except BaseException as exc:
+        transport.abort(f"{name} stopped: {type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if own:
+            transport.close()
+
+
+def ordered_addresses(federation: Federation) -> dict[str, str | None]:
+    """Parties in run order: the active party first, then the others as the file lists them."""
+    addresses = federation.addresses
+    return {federation.active: addresses[federation.active],
+            **{n: a for n, a in addresses.items() if n != federation.active}}
+
+
+def helper_parties(federation: Federation) -> tuple[str, ...]:
+    """Parties without data, in file order."""
+    return tuple(n for n in federation.parties if not federation.parties[n].data)
+
+
+def data_party_order(federation: Federation) -> tuple[str, ...]:
+    """Parties with data in run order: the active party first, then the others as the file lists them."""
+    return tuple(n for n in ordered_addresses(federation) if federation.parties[n].data)
