@@ -31,7 +31,7 @@ from securevfl.federation.grpc_transport import (
     TlsCredentials,
 )
 from securevfl.federation.transport import Envelope
-from securevfl.methods import method_names
+from securevfl.methods import TrainConfig, method_names
 
 
 def creds(directory: Path, party: str) -> TlsCredentials:
@@ -371,17 +371,23 @@ def test_every_method_in_the_star_gives_the_mesh_metrics(tmp_path, files, certs,
                                                                            "insecure_allow_small_key": True}
     elif method == "easter":
         options, opts = 'secagg = "dh"', {"secagg": "dh"}
+    epochs = 1
+    if method == "secureboost":  # trees, not epochs (it refuses --epochs)
+        options, opts = "trees = 2\nkey_bits = 1024\ninsecure_allow_small_key = true", {
+            "trees": 2, "key_bits": 1024, "insecure_allow_small_key": True}
+        epochs = TrainConfig().epochs
     if method == "fewshot-vfl":  # its active party holds the labels only
         import pandas as pd
 
         bank = pd.read_csv(files["bank"])[["customer_id", "churn"]]
         files = {**files, "bank": tmp_path / "bank-labels.csv"}
         bank.to_csv(files["bank"], index=False)
-    fed = load_federation(star_file(tmp_path, certs, method, options, epochs=1, helpers=HELPERS.get(method, ())))
+    fed = load_federation(star_file(tmp_path, certs, method, options, epochs=epochs,
+                                    helpers=HELPERS.get(method, ())))
     assert fed.topology == "star"
     results, errors = run_in_threads(fed, files)
     assert not errors, errors
-    mesh = in_process(files, method, opts, epochs=1)
+    mesh = in_process(files, method, opts, epochs=epochs)
     network = results["bank"].report
     tolerance = 0.02 if method == "vfedtrans" else 1e-6  # FedSVD's fresh masks: see test_deploy_processes
     for key, value in headline(mesh.metrics).items():
