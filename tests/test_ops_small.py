@@ -312,7 +312,7 @@ def _certificate(ca, name: str, key) -> tuple[bytes, bytes]:
 
 
 def test_a_certificate_naming_the_party_in_another_case_is_refused_before_it_starts(ca) -> None:
-    from securevfl.deploy.certs import CertificateError, verify_party_certificate
+    from securevfl.federation.certificates import CertificateError, verify_party_certificate
 
     cert, root = _certificate(ca, "Shop", ec.generate_private_key(ec.SECP256R1()))
     with pytest.raises(CertificateError, match="names 'Shop', which differs in case: .* must name exactly 'shop'"):
@@ -326,7 +326,7 @@ def test_a_certificate_naming_the_party_in_another_case_is_refused_before_it_sta
     (rsa.generate_private_key(65537, 2048), True),
 ])
 def test_only_keys_the_tls_stack_accepts_pass_the_pre_flight_check(ca, key, ok) -> None:
-    from securevfl.deploy.certs import CertificateError, verify_party_certificate
+    from securevfl.federation.certificates import CertificateError, verify_party_certificate
 
     cert, root = _certificate(ca, "shop", key)
     if ok:

@@ -11,7 +11,6 @@ starts. Pure functions and frozen values; the gRPC transport lives in
 
 from securevfl.deploy.certs import (
     CaFiles,
-    CertificateError,
     DevPKI,
     KeyRequest,
     SignedCertificate,
@@ -23,7 +22,6 @@ from securevfl.deploy.certs import (
     make_key_request,
     party_identity,
     sign_request,
-    verify_party_certificate,
 )
 from securevfl.deploy.federation import (
     Federation,
@@ -38,6 +36,7 @@ from securevfl.deploy.federation import (
     parse_federation,
 )
 from securevfl.deploy.party import DeployedResult, run_deployed_party
+from securevfl.federation.certificates import CertificateError, verify_party_certificate
 
 __all__ = [
     "CaFiles",

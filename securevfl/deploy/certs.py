@@ -16,7 +16,9 @@ Two ways to make the certificates (docs/deploy.md):
 Production may also use the organisations' own PKI: any CA whose certificates name each party in a
 SAN DNS name (or, without DNS SANs, the subject CN), usable for both TLS server and client authentication.
 :func:`verify_party_certificate` checks such a certificate before a party starts, so a wrong file
-fails with a sentence rather than a handshake error on the other side of the network.
+fails with a sentence rather than a handshake error on the other side of the network; that check
+lives in :mod:`securevfl.federation.certificates` (the transport's layer relies on it too) and is
+re-exported here with :class:`CertificateError`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.types import CertificatePublicKeyTypes, PrivateKeyTypes
@@ -39,28 +41,30 @@ from psi import atomic
 from securevfl.checks import read_local_file
 from securevfl.deploy.federation import check_party_name
 from securevfl.errors import ConfigError
+from securevfl.federation.certificates import (
+    CertificateError,
+    check_key_strength,
+    check_period,
+    common_names,
+    dns_names,
+    is_ca,
+    load_certificates,
+    verify_party_certificate,
+)
 from securevfl.federation.network import TlsCredentials
 
 CA_NAME = "securevfl development CA"
 _BACKDATE = dt.timedelta(minutes=5)  # tolerate clocks a little behind this one
 #: The sub-folder (mode 0700) of the output folder that holds ``ca.key``, apart from the party files.
 CA_KEY_FOLDER = "ca"
-_MAX_CHAIN = 8
 #: Validity of a CA made by :func:`make_ca` (the certificates it signs never outlive it).
 CA_DAYS = 3650
 #: A certificate request's file suffix (``<party>.csr``).
 CSR_SUFFIX = ".csr"
-#: The curves gRPC's TLS stack negotiates (a P-521 certificate fails the handshake, measured).
-_EC_CURVES = ("secp256r1", "secp384r1")
-_MIN_RSA_BITS = 2048
 
 PublicKey = CertificatePublicKeyTypes
 PrivateKey = PrivateKeyTypes
 IssuerKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
-
-
-class CertificateError(ConfigError):
-    """A party's certificate cannot be used: wrong CA, wrong party, outside its validity period."""
 
 
 @dataclass(frozen=True)
@@ -375,22 +379,6 @@ def _check_extensions(csr: x509.CertificateSigningRequest, party: str, where: st
                               "which this CA does not issue; make the request without it")
 
 
-_USABLE_KEYS = f"P-256 or P-384 (EC), or RSA of at least {_MIN_RSA_BITS} bits"
-
-
-def _check_key_strength(public: PublicKey, where: str, error: type[ConfigError] = ConfigError) -> None:
-    """Only the keys the transport's TLS stack (gRPC) accepts: EC P-256 / P-384 or RSA >= 2048 bits."""
-    if isinstance(public, ec.EllipticCurvePublicKey):
-        if public.curve.name not in _EC_CURVES:
-            raise error(f"{where}: its key is on curve {public.curve.name}, which the TLS stack of the transport "
-                        f"does not accept; use {_USABLE_KEYS}")
-    elif isinstance(public, rsa.RSAPublicKey):
-        if public.key_size < _MIN_RSA_BITS:
-            raise error(f"{where}: its RSA key has {public.key_size} bits; use {_USABLE_KEYS}")
-    else:
-        raise error(f"{where}: its key type ({type(public).__name__}) is not accepted; use {_USABLE_KEYS}")
-
-
 def check_request(csr_path: Path) -> tuple[str, x509.CertificateSigningRequest]:
     """Read and check a party's CSR; return the party it names and the request.
 
@@ -404,7 +392,7 @@ def check_request(csr_path: Path) -> tuple[str, x509.CertificateSigningRequest]:
     csr = _load_csr(csr_path)
     party = _requested_party(csr, where)
     _check_extensions(csr, party, where)
-    _check_key_strength(csr.public_key(), where)
+    check_key_strength(csr.public_key(), where)
     return party, csr
 
 
@@ -418,7 +406,7 @@ def load_ca(ca_dir: Path) -> tuple[x509.Certificate, IssuerKey]:
     if missing:
         raise ConfigError(f"{str(ca_dir)!r} holds no CA: {' and '.join(missing)} missing (make one with "
                           f"`securevfl certs ca --out {ca_dir}`, or give the folder holding ca.pem and ca/ca.key)")
-    cert = _certificates(read_local_file(cert_path, "CA"), f"CA file {str(cert_path)!r}")[0]
+    cert = load_certificates(read_local_file(cert_path, "CA"), f"CA file {str(cert_path)!r}")[0]
     key_pem = read_local_file(key_path, "CA private key")
     try:
         key = serialization.load_pem_private_key(key_pem, password=None)
@@ -432,7 +420,7 @@ def load_ca(ca_dir: Path) -> tuple[x509.Certificate, IssuerKey]:
     raw = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     if key.public_key().public_bytes(*raw) != cert.public_key().public_bytes(*raw):
         raise ConfigError(f"CA key {str(key_path)!r} does not belong to the CA certificate {str(cert_path)!r}")
-    if not _is_ca(cert):
+    if not is_ca(cert):
         raise ConfigError(f"{str(cert_path)!r} is not a CA certificate")
     return cert, key
 
@@ -457,7 +445,7 @@ def sign_request(csr_path: Path, ca_dir: Path, *, out_dir: Path | None = None, d
         raise ConfigError(f"CSR file {str(csr_path)!r} is for party {party!r}, not {expected_party!r}{case}")
     ca_cert, ca_key = load_ca(ca_dir)
     now = now or dt.datetime.now(dt.timezone.utc)
-    _check_period(ca_cert, f"the CA certificate in {str(ca_dir)!r}", now)
+    check_period(ca_cert, f"the CA certificate in {str(ca_dir)!r}", now)
     out_dir = Path(out_dir) if out_dir is not None else Path(csr_path).parent
     cert_path = out_dir / f"{party}.pem"
     _refuse_existing([cert_path], overwrite)
@@ -470,16 +458,7 @@ def sign_request(csr_path: Path, ca_dir: Path, *, out_dir: Path | None = None, d
                              fingerprint=public_key_fingerprint(csr.public_key()))
 
 
-# ------------------------------------------------------------------ loading and checking
-
-
-def _certificates(pem: bytes, where: str, error: type[ConfigError] = ConfigError) -> list[x509.Certificate]:
-    if not isinstance(pem, bytes) or b"-----BEGIN CERTIFICATE-----" not in pem:
-        raise error(f"{where} does not hold a PEM certificate (no '-----BEGIN CERTIFICATE-----' line)")
-    try:
-        return x509.load_pem_x509_certificates(pem)
-    except ValueError as exc:
-        raise error(f"{where} holds a malformed PEM certificate: {exc}") from None
+# ------------------------------------------------------------------ loading
 
 
 def load_tls_material(cert_path: Path, key_path: Path, ca_path: Path) -> TlsCredentials:
@@ -490,8 +469,8 @@ def load_tls_material(cert_path: Path, key_path: Path, ca_path: Path) -> TlsCred
     cert_pem = read_local_file(cert_path, "certificate")
     key_pem = read_local_file(key_path, "private key")
     ca_pem = read_local_file(ca_path, "CA")
-    leaf = _certificates(cert_pem, f"certificate file {str(cert_path)!r}")[0]
-    _certificates(ca_pem, f"CA file {str(ca_path)!r}")
+    leaf = load_certificates(cert_pem, f"certificate file {str(cert_path)!r}")[0]
+    load_certificates(ca_pem, f"CA file {str(ca_path)!r}")
     if b"PRIVATE KEY-----" not in key_pem:
         raise ConfigError(f"private key file {str(key_path)!r} does not hold a PEM private key")
     try:
@@ -508,133 +487,17 @@ def load_tls_material(cert_path: Path, key_path: Path, ca_path: Path) -> TlsCred
     return TlsCredentials(cert_chain=cert_pem, private_key=key_pem, root_ca=ca_pem)
 
 
-def _dns_names(cert: x509.Certificate) -> list[str]:
-    try:
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return []
-    return san.get_values_for_type(x509.DNSName)
-
-
-def _common_names(cert: x509.Certificate) -> list[str]:
-    return [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
-
-
 def party_identity(cert_pem: bytes) -> str:
     """The party a certificate names: its SAN DNS name if it has exactly one, else its subject CN."""
-    cert = _certificates(cert_pem, "the certificate")[0]
-    dns = _dns_names(cert)
+    cert = load_certificates(cert_pem, "the certificate")[0]
+    dns = dns_names(cert)
     if len(dns) == 1:
         return dns[0]
-    cns = _common_names(cert)
+    cns = common_names(cert)
     if len(cns) == 1:
         return cns[0]
     raise ConfigError(f"the certificate (subject {cert.subject.rfc4514_string()!r}) names no single party: "
                       f"it has {len(dns)} SAN DNS names and {len(cns)} common names")
-
-
-def _names_party(cert: x509.Certificate, party: str) -> tuple[bool, list[str]]:
-    """Whether TLS host-name checking would accept ``cert`` for ``party``, and the names it holds.
-
-    As in RFC 6125 and the TLS stacks (OpenSSL, gRPC): the DNS SANs if there are any, else the CN;
-    compared case-insensitively.
-    """
-    names = _dns_names(cert) or _common_names(cert)
-    return party.casefold() in {n.casefold() for n in names}, names
-
-
-def _check_period(cert: x509.Certificate, who: str, now: dt.datetime) -> None:
-    if now < cert.not_valid_before_utc:
-        raise CertificateError(f"{who} is not valid before {cert.not_valid_before_utc:%Y-%m-%d %H:%M:%S} UTC "
-                               "(check this machine's clock)")
-    if now > cert.not_valid_after_utc:
-        raise CertificateError(f"{who} expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M:%S} UTC")
-
-
-def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
-    try:
-        cert.verify_directly_issued_by(issuer)  # issuer name and signature: RSA (PKCS#1 v1.5, PSS), ECDSA, EdDSA
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
-
-
-def _is_ca(cert: x509.Certificate) -> bool:
-    try:
-        return cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
-    except x509.ExtensionNotFound:
-        return cert.version is x509.Version.v1  # a v1 root has no extensions and is trusted as a CA
-
-
-def _path_to_root(leaf: x509.Certificate, intermediates: Sequence[x509.Certificate],
-                  roots: Sequence[x509.Certificate]) -> list[x509.Certificate] | None:
-    """The chain from ``leaf`` through ``intermediates`` to a certificate of ``roots``, or ``None``."""
-    path = [leaf]
-    for _ in range(_MAX_CHAIN):
-        root = next((r for r in roots if _issued_by(path[-1], r)), None)
-        if root is not None:
-            return [*path, root]
-        step = next((c for c in intermediates if c not in path and _is_ca(c) and _issued_by(path[-1], c)), None)
-        if step is None:
-            return None
-        path.append(step)
-    return None
-
-
-def verify_party_certificate(cert_pem: bytes, ca_pem: bytes, expected_party: str, *,
-                             now: dt.datetime | None = None) -> None:
-    """Check that ``cert_pem`` is a valid certificate for ``expected_party`` under the federation CA.
-
-    Checks the chain up to a certificate in ``ca_pem`` (signatures and issuer names; intermediates
-    may follow the leaf in ``cert_pem``), the validity period of each certificate, that the leaf
-    names ``expected_party`` as TLS would check it and, as the transport compares party names, with
-    the same case, that its key is one the transport's TLS stack accepts (EC P-256 / P-384, RSA of
-    at least 2048 bits: a P-521 key fails the handshake), and that its key usages allow TLS server
-    and client authentication (each party is both). Raises :class:`CertificateError` saying who and why.
-    Revocation is not checked.
-    """
-    who = f"certificate for {expected_party!r}"
-    now = now or dt.datetime.now(dt.timezone.utc)
-    chain = _certificates(cert_pem, who, CertificateError)
-    roots = _certificates(ca_pem, "the federation CA file", CertificateError)
-    leaf = chain[0]
-
-    path = _path_to_root(leaf, chain[1:], roots)
-    if path is None:
-        raise CertificateError(f"{who} is not signed by the federation CA")
-    if not _is_ca(path[-1]):
-        raise CertificateError(f"{who}: its issuer in the federation CA file is not a CA certificate")
-
-    ok, names = _names_party(leaf, expected_party)
-    if not ok:
-        shown = ", ".join(repr(n) for n in names) or "no party"
-        raise CertificateError(f"certificate names {shown}, expected {expected_party!r}")
-    if expected_party not in names:  # TLS matched it ignoring case; the transport's identity checks do not
-        shown = ", ".join(repr(n) for n in names)
-        raise CertificateError(f"{who} names {shown}, which differs in case: party names are compared exactly, "
-                               f"so the certificate must name exactly {expected_party!r}")
-    _check_key_strength(leaf.public_key(), who, CertificateError)
-    try:
-        eku = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    except x509.ExtensionNotFound:
-        eku = None
-    if eku is not None:
-        missing = [label for oid, label in ((ExtendedKeyUsageOID.SERVER_AUTH, "serverAuth"),
-                                            (ExtendedKeyUsageOID.CLIENT_AUTH, "clientAuth")) if oid not in eku]
-        if missing:
-            raise CertificateError(f"{who} lacks extended key usage {' and '.join(missing)} "
-                                   "(every party is both TLS server and TLS client)")
-    try:
-        usage = leaf.extensions.get_extension_for_class(x509.KeyUsage).value
-    except x509.ExtensionNotFound:
-        usage = None
-    if usage is not None and not usage.digital_signature:
-        raise CertificateError(f"{who} lacks key usage digitalSignature, which TLS needs")
-
-    _check_period(leaf, who, now)
-    for cert in path[1:-1]:
-        _check_period(cert, f"intermediate CA certificate ({cert.subject.rfc4514_string()}) of {who}", now)
-    _check_period(path[-1], f"the federation CA certificate ({path[-1].subject.rfc4514_string()})", now)
 
 
 __all__ = [

@@ -27,7 +27,8 @@ def open_transport(federation: Federation, name: str, phase: str = "train", watc
     ``phase``: ``train`` or ``predict`` (part of the job fingerprint every peer must match); ``watch``:
     reports a peer that keeps this party waiting, and each link that comes up.
     """
-    from securevfl.deploy.certs import load_tls_material, verify_party_certificate
+    from securevfl.deploy.certs import load_tls_material
+    from securevfl.federation.certificates import verify_party_certificate
     from securevfl.federation.grpc_transport import GrpcTransport
 
     spec = federation.party(name)

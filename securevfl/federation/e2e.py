@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from securevfl.errors import ProtocolError
+from securevfl.federation.certificates import CertificateError, verify_party_certificate
 
 _LABEL = b"securevfl/e2e/v1"
 #: Bytes a sealed message adds to its plaintext: the 8-byte counter and the 16-byte GCM tag.
@@ -99,8 +100,6 @@ def verify_bundle(bundle: bytes, root_ca_pem: bytes, fingerprint: str, party: st
     The certificate must chain to the federation CA and name ``party`` (as TLS checks it); the
     signature must cover this job's fingerprint, ``party`` and the public key.
     """
-    from securevfl.deploy.certs import CertificateError, verify_party_certificate
-
     who = f"the session key of {party}"
     if len(bundle) > _MAX_BUNDLE:
         raise E2EError(f"{who}: bundle of {len(bundle):,} bytes, above {_MAX_BUNDLE:,}")
