@@ -314,9 +314,9 @@ def train(
     (the old files are moved aside). ``attacks`` (``securevfl.attacks.attack_names()``) tap the attacking
     party's channel and add a ``privacy`` section to the report: each attack's metric next to its
     random-guess baseline. ``defenses`` (``{"grad-noise": 0.5, "grad-sparsify": 0.9, "label-dp":
-    1.0}``) perturb what the active party returns or trains on (securevfl.methods.defenses); the
+    1.0}``) perturb what the active party returns or trains on (securevfl.methods.engine.defenses); the
     same report shows what they cost. ``class_weight="balanced"`` weights the cross-entropy by
-    inverse class frequency (imbalanced labels; securevfl.methods.objective). ``scheduler``: the
+    inverse class frequency (imbalanced labels; securevfl.methods.engine.objective). ``scheduler``: the
     parties run as greenlets of one thread (``"cooperative"``, default) or a thread each (``"threads"``);
     the results and byte counts are the same. ``model_dir``: every party saves its own part of the
     trained model under ``model_dir/<party>/`` (weights, fitted preprocessing, schema, manifest, model

@@ -51,7 +51,6 @@ from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, DataError, ModelError, ProtocolError, psi_errors
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import ActiveOutcome, Role, TrainConfig, as_tensor, register_method
-from securevfl.methods.defenses import randomized_response
 from securevfl.methods.engine import (
     TRAIN,
     EngineRecord,
@@ -63,6 +62,7 @@ from securevfl.methods.engine import (
     checked_tensor,
     side_role,
 )
+from securevfl.methods.engine.defenses import randomized_response
 from securevfl.methods.engine.loop import EMBEDDING_ROWS, GRADIENT_ROWS, Losses, SavedSide
 from securevfl.models import MLP, StripCNN, init_parameters, mlp_bottom
 from securevfl.seeding import party_generator, simulation_rng

@@ -29,13 +29,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from securevfl.data.labels import REGRESSION
 from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, predict_scores
 from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide, agreed_batches
 from securevfl.methods.engine.split import checked_tensor, side_role
-from securevfl.methods.objective import REGRESSION
 from securevfl.models.zoo import (
     MODEL_CHOICES,
     ZOO_CHOICES,

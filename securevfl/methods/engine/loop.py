@@ -55,7 +55,6 @@ from torch import nn
 from securevfl.errors import ConfigError, ModelError, ProtocolError, RunAborted
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import batch_plan
-from securevfl.methods.defenses import protect, randomized_response, secret_generator
 from securevfl.methods.engine.checkpoint import (
     PROBLEMS,
     CheckpointStore,
@@ -66,7 +65,8 @@ from securevfl.methods.engine.checkpoint import (
     is_run_id,
     new_run_id,
 )
-from securevfl.methods.objective import REGRESSION, Objective, make_objective
+from securevfl.methods.engine.defenses import protect, randomized_response, secret_generator
+from securevfl.methods.engine.objective import REGRESSION, Objective, make_objective
 from securevfl.seeding import simulation_rng
 
 if TYPE_CHECKING:

@@ -75,8 +75,8 @@ from securevfl.methods.base import (
 )
 from securevfl.methods.engine.kept import Keep, KeptRole, kept_side
 from securevfl.methods.engine.loop import SavedSide
+from securevfl.methods.engine.objective import REGRESSION, Objective, make_objective
 from securevfl.methods.hetero_lr.batches import check_batch_size
-from securevfl.methods.objective import REGRESSION, Objective, make_objective
 from securevfl.privacy.paillier import (
     EncryptedTensor,
     PaillierBackend,
