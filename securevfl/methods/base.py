@@ -242,6 +242,15 @@ class Method(ABC, Generic[OptionsT]):
                 raise ConfigError("label-dp (randomised response) applies to class labels, not to a regression target")
         return self.roles(scenario)
 
+    def plan(self, scenario: Scenario) -> Any:
+        """What the method derives from ``scenario`` before it builds roles (None by default: nothing).
+
+        A frozen value (architectures, step counts, limits), checked against the scenario; :meth:`roles`
+        calls it once and hands it to the roles it builds (an engine side holds it as ``side.plan``), so
+        a method keeps nothing of a scenario on itself.
+        """
+        return None
+
     @abstractmethod
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         """One role per party of ``scenario``; each role sees only its own PartyData."""

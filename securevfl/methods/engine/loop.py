@@ -231,11 +231,13 @@ class SavedSide:
 class PartySide(ABC):
     """One party's part in a split-learning method; :func:`run_side` calls its hooks."""
 
-    def __init__(self, method: Method[Any], data: PartyData, passives: tuple[str, ...] = ()) -> None:
+    def __init__(self, method: Method[Any], data: PartyData, passives: tuple[str, ...] = (),
+                 plan: Any = None) -> None:
         self.method = method
         self.config = method.config
         self.data = data
         self.passives = passives  # the active side's partners; empty on a passive side
+        self.plan = plan  # what the method derived from the scenario (Method.plan), the same at every side
         self.name: str = ""  # the party's name and device, set by the engine before build
         self.device: Any = "cpu"
         self.state = TrainingState()
