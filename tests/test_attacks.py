@@ -137,7 +137,7 @@ def test_gradient_noise_lowers_the_label_attacks_at_the_measured_accuracy_cost()
 def test_randomized_response_keeps_labels_at_the_promised_rate():
     import numpy as np
 
-    from securevfl.methods.defenses import randomized_response
+    from securevfl.methods.engine.defenses import randomized_response
 
     y = np.repeat(np.arange(4), 5000)
     noisy = randomized_response(y, 4, epsilon=1.0)

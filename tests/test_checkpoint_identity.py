@@ -175,20 +175,6 @@ def test_the_active_party_decides_for_everyone():
     assert _decide({**used, "shop": _status(mode="fresh", overwrite=True)}, "bank")[0] == 0
 
 
-def test_an_old_checkpoint_without_identity_is_refused_not_resumed(tmp_path):
-    with pytest.raises(PartyFailure, match="interrupted"):
-        securevfl.train("splitnn", checkpoint_dir=tmp_path, progress=_interrupt_at(2), **KW)
-    for party in ("active", "passive1"):  # as an older securevfl wrote them
-        store = CheckpointStore(tmp_path, party)
-        for epoch in store.completed_epochs():
-            state = store.load(epoch)
-            del state["identity"]
-            torch.save(state, store.path(epoch))
-    with pytest.raises(PartyFailure) as excinfo:
-        securevfl.train("splitnn", checkpoint_dir=tmp_path, resume=True, **KW)
-    assert "active's and passive1's checkpoints were written by an older securevfl" in _refusal(excinfo)
-
-
 class _Passive:
     """A passive party's context that receives a scripted decision from the active party."""
 

@@ -13,9 +13,9 @@ from securevfl.data.scenario import scenario_from_partition
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import run_parties
 from securevfl.methods.base import TrainConfig, batch_plan, create_method
-from securevfl.methods.entity_aug import (
+from securevfl.methods.entity_aug import EntityAugOptions
+from securevfl.methods.entity_aug.augmentation import (
     ActivationQueue,
-    EntityAugOptions,
     entity_schedule,
     interpolate_labels,
     interpolated_loss,
@@ -80,16 +80,16 @@ def test_default_loss_is_the_papers_bce_on_interpolated_labels():
 
 def test_host_trains_on_bce_of_the_interpolated_labels_by_default(monkeypatch):
     # Spy on the host's loss in a real misaligned run: recompute each step's value by hand.
-    from securevfl.methods import entity_aug
+    from securevfl.methods.entity_aug import sides
     seen = []
-    real = entity_aug.interpolated_loss
+    real = sides.interpolated_loss
 
     def spy(name, logits, targets):
         value = real(name, logits, targets)
         seen.append((name, logits.detach().numpy().copy(), targets.numpy().copy(), float(value.detach())))
         return value
 
-    monkeypatch.setattr(entity_aug, "interpolated_loss", spy)
+    monkeypatch.setattr(sides, "interpolated_loss", spy)
     r = securevfl.train("entity-aug", "breast-cancer", parties=3, active_features=0, epochs=1, batch_size=64,
                         alignment="plaintext", options={"misalign": True, "resolution": "ids"})
     assert seen and all(name == "bce" for name, *_ in seen)

@@ -10,7 +10,7 @@ from sklearn.datasets import make_classification
 import securevfl
 from securevfl.errors import ConfigError
 from securevfl.eval import classification_metrics, regression_metrics
-from securevfl.methods.objective import balanced_class_weights, make_objective
+from securevfl.methods.engine.objective import balanced_class_weights, make_objective
 
 
 def test_balanced_weights_are_inverse_class_frequency():

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from securevfl.data.labels import REGRESSION
 from securevfl.deploy.alignment import LocalAlignment, psi_role, unaligned_rows
 from securevfl.deploy.costs import with_cost_exchange
 from securevfl.deploy.federation import Federation
@@ -46,7 +47,6 @@ from securevfl.federation.meter import MeterSnapshot
 from securevfl.federation.runtime import PartyContext, run_party
 from securevfl.methods.base import method_class
 from securevfl.methods.engine.loop import SavedSide
-from securevfl.methods.objective import REGRESSION
 
 TAG_PART = "deploy.score.part"
 _HEX = re.compile(r"^[0-9a-f]{8,128}$")

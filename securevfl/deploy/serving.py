@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from securevfl.data.labels import CLASSIFICATION, REGRESSION
 from securevfl.deploy.federation import Federation
 from securevfl.deploy.links import data_party_order, helper_parties, party_links
 from securevfl.deploy.party import log_done, log_start
@@ -60,7 +61,6 @@ from securevfl.deploy.threads import ThreadChoice, use_threads
 from securevfl.errors import ConfigError, DataError, Interrupted, ModelError, ProtocolError, SecureVFLError
 from securevfl.federation.runtime import PartyContext, run_party
 from securevfl.federation.transport import InProcessTransport
-from securevfl.methods.objective import CLASSIFICATION, REGRESSION
 
 TAG_HELLO = "deploy.serve.hello"
 TAG_INDEX = "deploy.serve.index"

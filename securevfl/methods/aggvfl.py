@@ -27,14 +27,14 @@ with two passive parties and a featureless active party that is the other party'
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
-from securevfl.methods.base import Role, register_method
+from securevfl.methods.base import register_method
 from securevfl.methods.engine import Evaluation, peer_reveal
-from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregationOptions
+from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregatePlan, AggregationOptions
 
 
 @dataclass(frozen=True)
@@ -70,30 +70,25 @@ class AggVFL(AggregateMethod[AggVFLOptions]):
     summary = "Agg-VFL: per-party local models, logits averaged by a fixed top (optional secure sum)"
     Options = AggVFLOptions
 
-    def roles(self, scenario: Scenario) -> dict[str, Role]:
-        passives = self.require_passives(scenario)
-        scheme = self.options.aggregation()
-        scheme.validate(len(passives))
-        self.plan_models(scenario)
-        parties = (scenario.active, *passives)
+    def plan(self, scenario: Scenario) -> AggregatePlan:
+        """The shared plan, with every party's ``local_steps``; refuses a configuration that reveals a peer."""
+        plan = super().plan(scenario)
+        parties = (scenario.active, *plan.passives)
         counts = self.options.step_counts()
         if len(counts) not in (1, len(parties)):
             raise ConfigError(f"local_steps has {len(counts)} numbers for {len(parties)} parties "
                               f"({', '.join(parties)}): give one, or one per party")
-        self._steps = dict(zip(parties, counts * len(parties) if len(counts) == 1 else counts, strict=True))
-        peer_reveal.refuse_configuration("aggvfl", self.options.secagg, scenario.active in self.archs, len(passives),
-                                         self.options.allow_peer_reveal)
-        return self.sides(scenario, scheme)
-
-    def local_steps(self, party: str) -> int:
-        return self._steps[party]
+        steps = dict(zip(parties, counts * len(parties) if len(counts) == 1 else counts, strict=True))
+        peer_reveal.refuse_configuration("aggvfl", self.options.secagg, scenario.active in plan.archs,
+                                         len(plan.passives), self.options.allow_peer_reveal)
+        return replace(plan, local_steps=steps)
 
     def report(self, side: AggregateActive, evaluation: Evaluation) -> dict[str, Any]:
-        o = self.options
-        extra: dict[str, Any] = {"architectures": {p: a.name for p, a in self.archs.items()}, "secagg": o.secagg,
-                                 "local_steps": dict(self._steps),
+        o, archs = self.options, side.plan.archs
+        extra: dict[str, Any] = {"architectures": {p: a.name for p, a in archs.items()}, "secagg": o.secagg,
+                                 "local_steps": dict(side.plan.local_steps),
                                  "top": "mean of logits (fixed)", "secagg_stats": side.agg.stats.as_dict()}
-        if o.allow_peer_reveal and side.name not in self.archs and peer_reveal.reveals_peer(o.secagg, False,
-                                                                                        len(side.passives)):
+        if o.allow_peer_reveal and side.name not in archs and peer_reveal.reveals_peer(o.secagg, False,
+                                                                                   len(side.passives)):
             extra["warnings"] = [peer_reveal.warning("aggvfl", o.secagg)]
         return extra

@@ -10,6 +10,7 @@ so that methods stay small and an encrypted variant never copies a training loop
 from __future__ import annotations
 
 import dataclasses
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -18,11 +19,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_args, get
 import numpy as np
 import torch
 
+from securevfl.data.labels import REGRESSION
 from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods.defenses import check_defenses
-from securevfl.methods.objective import CLASS_WEIGHTS, REGRESSION
 from securevfl.seeding import simulation_rng
 from securevfl.settings import setting
 
@@ -30,6 +30,29 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 Role = Callable[[PartyContext], Any]
+
+#: The run-level defences (``TrainConfig.defenses``), applied by :mod:`securevfl.methods.engine.defenses`.
+DEFENSES = ("grad-noise", "grad-sparsify", "label-dp")
+#: The loss's class weightings (``TrainConfig.class_weight``), see :mod:`securevfl.methods.engine.objective`.
+CLASS_WEIGHTS = ("none", "balanced")
+
+
+def check_defenses(values: Mapping[str, float]) -> dict[str, float]:
+    """Known names with valid strengths, as floats; anything else is a ConfigError listing the valid ones."""
+    out = {}
+    for name, value in values.items():
+        if name not in DEFENSES:
+            raise ConfigError(f"unknown defense {name!r}; choose from {', '.join(DEFENSES)}")
+        try:
+            strength = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"defense {name}={value!r} is not a number") from None
+        if name == "grad-sparsify" and not 0 <= strength < 1:
+            raise ConfigError(f"grad-sparsify must be in [0, 1), got {strength}")
+        if name != "grad-sparsify" and not (math.isfinite(strength) and strength > 0):
+            raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        out[name] = strength
+    return out
 
 
 @dataclass(frozen=True)
@@ -171,7 +194,7 @@ class Method(ABC, Generic[OptionsT]):
     uses_engine: ClassVar[bool] = False
     #: Whether the run-level defences (``--defense``: gradient noise / sparsification, label DP) apply.
     supports_defenses: ClassVar[bool] = False
-    #: Whether the method trains through :mod:`securevfl.methods.objective`: regression tasks and
+    #: Whether the method trains through :mod:`securevfl.methods.engine.objective`: regression tasks and
     #: ``class_weight``; the others refuse both.
     supports_objectives: ClassVar[bool] = False
     #: Whether it stops early (``--early-stopping``) although it trains outside the engine (secureboost).
@@ -230,6 +253,15 @@ class Method(ABC, Generic[OptionsT]):
             if "label-dp" in self.config.defenses:
                 raise ConfigError("label-dp (randomised response) applies to class labels, not to a regression target")
         return self.roles(scenario)
+
+    def plan(self, scenario: Scenario) -> Any:
+        """What the method derives from ``scenario`` before it builds roles (None by default: nothing).
+
+        A frozen value (architectures, step counts, limits), checked against the scenario; :meth:`roles`
+        calls it once and hands it to the roles it builds (an engine side holds it as ``side.plan``), so
+        a method keeps nothing of a scenario on itself.
+        """
+        return None
 
     @abstractmethod
     def roles(self, scenario: Scenario) -> dict[str, Role]:

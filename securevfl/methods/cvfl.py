@@ -22,6 +22,7 @@ Bottom models come from the heterogeneous zoo (``models=hetero|homo``) used by E
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ from torch import nn
 
 from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError, ProtocolError
-from securevfl.methods.base import Role, register_method
+from securevfl.methods.base import register_method
 from securevfl.methods.engine import TRAIN, PartySide, SplitMethod, checked_tensor
 from securevfl.models import MLP, init_parameters
 from securevfl.models.zoo import (
@@ -174,6 +175,13 @@ def payload_bytes(message: dict[str, Any]) -> int:
 # -- hooks ---------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class CVFLPlan:
+    """What C-VFL derives from a scenario: each party's bottom architecture from the zoo."""
+
+    archs: Mapping[str, Architecture]
+
+
 @register_method
 class CVFL(SplitMethod[CVFLOptions]):
     """C-VFL: split VFL whose passive embeddings are quantised and/or top-k sparsified."""
@@ -182,13 +190,12 @@ class CVFL(SplitMethod[CVFLOptions]):
     summary = "C-VFL: SplitVFL with compressed (quantised / top-k) embeddings, heterogeneous bottoms"
     Options = CVFLOptions
 
-    def roles(self, scenario: Scenario) -> dict[str, Role]:
+    def plan(self, scenario: Scenario) -> CVFLPlan:
         datas = [(p, scenario.party_data(p)) for p in (scenario.active, *self.require_passives(scenario))]
-        self.archs: dict[str, Architecture] = architectures(datas, self.options.models, self.options.zoo)
-        return super().roles(scenario)
+        return CVFLPlan(architectures(datas, self.options.models, self.options.zoo))
 
     def bottom(self, side: PartySide) -> nn.Module:
-        net = build_embedding_net(side.data, self.archs[side.name], self.options.embedding_size)
+        net = build_embedding_net(side.data, side.plan.archs[side.name], self.options.embedding_size)
         return init_parameters(net, party_generator(self.config.seed, side.name))
 
     def embedding_width(self) -> int:
@@ -220,4 +227,4 @@ class CVFL(SplitMethod[CVFLOptions]):
         o = self.options
         return {"compression": o.compress, "bits": o.bits, "topk_ratio": o.topk_ratio, "local_steps": o.local_steps,
                 "compression_ratio": sent / raw if raw else 1.0, "embedding_raw_bytes": raw,
-                "embedding_payload_bytes": sent, "architectures": {p: a.name for p, a in self.archs.items()}}
+                "embedding_payload_bytes": sent, "architectures": {p: a.name for p, a in side.plan.archs.items()}}

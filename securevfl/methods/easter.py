@@ -48,7 +48,7 @@ batch, and the others' global embedding is the mean over the parties that took p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -58,9 +58,9 @@ from torch import nn
 from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
 from securevfl.eval import task_metrics
-from securevfl.methods.base import Role, n_batches, register_method
+from securevfl.methods.base import n_batches, register_method
 from securevfl.methods.engine import Evaluation, peer_reveal
-from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregationOptions
+from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregatePlan, AggregationOptions
 from securevfl.models.zoo import (
     LocalModel,
 )
@@ -130,17 +130,14 @@ class Easter(AggregateMethod[EasterOptions]):
     Options = EasterOptions
     per_party_loss = True
 
-    def roles(self, scenario: Scenario) -> dict[str, Role]:
-        passives = self.require_passives(scenario)
-        scheme = self.options.aggregation()
-        scheme.validate(len(passives))
+    def plan(self, scenario: Scenario) -> AggregatePlan:
+        """The shared plan, with the dropouts a round may draw; refuses a configuration that reveals a peer."""
+        plan = super().plan(scenario)
+        passives, scheme = plan.passives, plan.scheme
         if self.options.drop_prob > 0 and scheme.max_dropouts(len(passives)) == 0:
             raise ConfigError(f"secagg={self.options.secagg} cannot recover from dropouts with "
                               f"{len(passives)} passive parties; use secagg=dh (and >= 3 passives)")
-        self.plan_models(scenario)
-        self.passives = passives
-        self.max_drops = self._max_drops(scenario.active in self.archs, len(passives), scheme)
-        return self.sides(scenario, scheme)
+        return replace(plan, max_drops=self._max_drops(scenario.active in plan.archs, len(passives), scheme))
 
     def contribution(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         assert isinstance(model, LocalModel)  # what local_model builds
@@ -153,8 +150,8 @@ class Easter(AggregateMethod[EasterOptions]):
     def embed_grad_all(self) -> bool:
         return self.options.embed_grad == "all"
 
-    def dropped(self, epoch: int, batch: int) -> frozenset[str]:
-        return drop_schedule(self.passives, self.options.drop_prob, self.config.seed, epoch, batch, self.max_drops)
+    def dropped(self, plan: AggregatePlan, epoch: int, batch: int) -> frozenset[str]:
+        return drop_schedule(plan.passives, self.options.drop_prob, self.config.seed, epoch, batch, plan.max_drops)
 
     def check_round(self, survivors: int, active_contributes: bool) -> None:
         o = self.options
@@ -168,19 +165,19 @@ class Easter(AggregateMethod[EasterOptions]):
         mean_metrics = {key: float(np.mean([m[key] for m in party_metrics.values()]))
                         for key in next(iter(party_metrics.values()))}
         ensemble = np.mean(list(evaluation.per_party.values()), axis=0)
-        raw_drops = sum(_raw_drops(self.passives, o.drop_prob, config.seed, ep, b)
+        raw_drops = sum(_raw_drops(side.plan.passives, o.drop_prob, config.seed, ep, b)
                         for ep in range(config.epochs) for b in range(n_batches(len(side.rows), config.batch_size)))
         stats = side.agg.stats
         extra: dict[str, Any] = {
             "headline_metrics": "per_party_mean",  # api.run: metrics = mean of per_party (paper's Avg)
             "mean_party_metrics": mean_metrics,
             "ensemble_metrics": task_metrics(task, y, ensemble),
-            "architectures": {p: a.name for p, a in self.archs.items()},
+            "architectures": {p: a.name for p, a in side.plan.archs.items()},
             "secagg": o.secagg,
             "secagg_stats": {**stats.as_dict(), "drops_capped": raw_drops - stats.dropouts},
             "embedding_size": o.embedding_size,
         }
-        if o.allow_peer_reveal and side.name not in self.archs and o.secagg != "none":
+        if o.allow_peer_reveal and side.name not in side.plan.archs and o.secagg != "none":
             extra["warnings"] = [peer_reveal.warning("easter", o.secagg)]
         return extra
 

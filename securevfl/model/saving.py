@@ -35,7 +35,7 @@ from securevfl.errors import ConfigError, ModelError
 from securevfl.methods.base import Method, TrainConfig, method_class, method_names
 from securevfl.methods.engine.kept import keeps_model
 from securevfl.methods.engine.loop import SavedSide
-from securevfl.methods.objective import REGRESSION, Objective
+from securevfl.methods.engine.objective import REGRESSION, Objective
 from securevfl.model.preprocessing import dump_encoder, load_encoder
 from securevfl.model.store import (
     LoadedPart,

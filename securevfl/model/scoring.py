@@ -29,6 +29,7 @@ import pandas as pd
 from securevfl.data.alignment import create_aligner
 from securevfl.data.columns import ColumnSpec, column_kinds
 from securevfl.data.files import party_table_from_file
+from securevfl.data.labels import REGRESSION
 from securevfl.data.partition import PartyTable
 from securevfl.data.preprocess import EncodedColumns, PartyEncoder, as_frame
 from securevfl.data.scenario import Scenario, align_none
@@ -36,7 +37,6 @@ from securevfl.errors import ConfigError, DataError, ModelError
 from securevfl.methods import create_method
 from securevfl.methods.engine.loop import SavedSide, score_side
 from securevfl.methods.engine.split import SideRole
-from securevfl.methods.objective import REGRESSION
 from securevfl.model.saving import saved_encoder, saved_side, saved_spec, train_config_from
 from securevfl.model.store import LoadedPart, PartManifest, check_same_model, list_parts, read_part
 

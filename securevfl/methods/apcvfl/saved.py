@@ -30,8 +30,8 @@ from securevfl.methods.apcvfl.probe import LogisticProbe
 from securevfl.methods.base import as_tensor
 from securevfl.methods.engine.kept import ScoringSide, kept_side
 from securevfl.methods.engine.loop import Evaluation, SavedSide
+from securevfl.methods.engine.objective import Objective
 from securevfl.methods.engine.split import checked_tensor
-from securevfl.methods.objective import Objective
 
 SCORE_LATENTS = "apcvfl.score.latents"
 #: The autoencoders that read the party's own columns (their input width is its encoded width).

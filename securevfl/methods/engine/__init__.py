@@ -5,7 +5,10 @@
 * :mod:`.split` — :class:`SplitMethod`: bottoms, encode/decode, combine, top (SplitNN, C-VFL);
 * :mod:`.aggregate` — :class:`AggregateMethod`: contributions summed by an aggregation scheme,
   one shared loss or a loss per party (Agg-VFL, EASTER);
-* :mod:`.checkpoint` — each party's own checkpoints.
+* :mod:`.checkpoint` — each party's own checkpoints;
+* :mod:`.objective` — what the active party's model minimises (cross-entropy or squared error);
+* :mod:`.defenses` — the run-level defences the engine applies (gradient noise / sparsification,
+  label DP).
 """
 
 from securevfl.methods.engine.loop import (

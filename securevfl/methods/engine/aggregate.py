@@ -14,8 +14,10 @@ the K parties that took part. Then one of two loss shapes:
   from there, divided by K, into its own contribution (``embed_grad_all``: the gradients with
   respect to G are themselves summed by the scheme first — one more round).
 
-A round may drop passive parties (:meth:`AggregateMethod.dropped`, simulated, the same at every
-party); they skip the batch and K counts the survivors. Evaluation runs the same round without
+What a method derives from the scenario (the parties' architectures, the scheme, per-party step
+counts, the dropout limit) is its :class:`AggregatePlan`, which every side holds. A round may drop
+passive parties (:meth:`AggregateMethod.dropped`, simulated, the same at every party); they skip the
+batch and K counts the survivors. Evaluation runs the same round without
 gradients; with per-party losses every party's test predictions are scored.
 """
 
@@ -29,13 +31,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from securevfl.data.labels import REGRESSION
 from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, predict_scores
 from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide, agreed_batches
 from securevfl.methods.engine.split import checked_tensor, side_role
-from securevfl.methods.objective import REGRESSION
 from securevfl.models.zoo import (
     MODEL_CHOICES,
     ZOO_CHOICES,
@@ -110,6 +112,23 @@ class AggregationOptions:
 AggregationOptionsT = TypeVar("AggregationOptionsT", bound="AggregationOptions")
 
 
+@dataclass(frozen=True)
+class AggregatePlan:
+    """What an aggregation method derives from a scenario (:meth:`AggregateMethod.plan`).
+
+    ``archs``: each party's local model architecture (an active party without features has none);
+    ``scheme``: the aggregation, checked for the number of passive parties; ``passives``: the passive
+    parties in order; ``local_steps``: optimiser steps per round by party (1 where absent; Agg-VFL);
+    ``max_drops``: the most passive parties a simulated round may drop (EASTER).
+    """
+
+    archs: Mapping[str, Architecture]
+    scheme: AggregationScheme[Any]
+    passives: tuple[str, ...]
+    local_steps: Mapping[str, int] = field(default_factory=dict)
+    max_drops: int = 0
+
+
 class AggregateMethod(Method[AggregationOptionsT]):
     """Aggregation split learning; subclasses set the loss shape and override the hooks below."""
 
@@ -120,21 +139,31 @@ class AggregateMethod(Method[AggregationOptionsT]):
 
     per_party_loss: ClassVar[bool] = False
 
-    def aggregation(self) -> AggregationScheme[Any]:
-        """The scheme that sums the passive contributions."""
-        raise NotImplementedError
+    def plan(self, scenario: Scenario) -> AggregatePlan:
+        """The scheme, checked for the passive parties, and every party's architecture from the zoo.
 
-    def plan_models(self, scenario: Scenario) -> None:
-        """Pick every party's architecture from the heterogeneous zoo (``models=hetero|homo``)."""
-        datas = [(p, scenario.party_data(p)) for p in (scenario.active, *scenario.passives)]
-        self.archs: dict[str, Architecture] = architectures(datas, self.options.models, self.options.zoo)
+        ``models=hetero|homo``, or with ``el_pl`` the same layered MLP at every party.
+        """
+        passives = self.require_passives(scenario)
+        scheme = self.options.aggregation()
+        scheme.validate(len(passives))
+        datas = [(p, scenario.party_data(p)) for p in (scenario.active, *passives)]
+        archs = architectures(datas, self.options.models, self.options.zoo)
         if self.options.el_pl:
-            layered = layered_architecture(self.options.el_pl)
-            self.archs = dict.fromkeys(self.archs, layered)
+            archs = dict.fromkeys(archs, layered_architecture(self.options.el_pl))
+        return AggregatePlan(archs, scheme, passives)
 
-    def local_model(self, side: PartySide) -> nn.Module | None:
-        """A party's model from :meth:`plan_models` (None for an active party without features)."""
-        arch = self.archs.get(side.name)
+    def roles(self, scenario: Scenario) -> dict[str, Role]:
+        """One engine role per party, every side holding the method's :meth:`plan`."""
+        plan = self.plan(scenario)
+        roles = {p: side_role(AggregatePassive(self, scenario.party_data(p), plan)) for p in plan.passives}
+        roles[scenario.active] = side_role(AggregateActive(self, scenario.party_data(scenario.active), plan,
+                                                           plan.passives))
+        return roles
+
+    def local_model(self, side: _AggregateSide) -> nn.Module | None:
+        """A party's model of the planned architecture (None for an active party without features)."""
+        arch = side.plan.archs.get(side.name)
         if arch is None:
             return None
         return build_local_model(side.data, arch, self.options.embedding_size, side.data.n_classes,
@@ -152,15 +181,7 @@ class AggregateMethod(Method[AggregationOptionsT]):
         """Whether the gradients with respect to the global value are summed across parties."""
         return False
 
-    def local_steps(self, party: str) -> int:
-        """Optimiser steps ``party`` makes per round on the same batch (shared loss only; 1 by default).
-
-        After the first, each step reuses the round's stale values: a passive party the broadcast
-        gradient, the active party the sum of the passive contributions.
-        """
-        return 1
-
-    def dropped(self, epoch: int, batch: int) -> frozenset[str]:
+    def dropped(self, plan: AggregatePlan, epoch: int, batch: int) -> frozenset[str]:
         """Passive parties that miss round ``batch`` of ``epoch`` (simulated; none by default)."""
         return frozenset()
 
@@ -170,14 +191,6 @@ class AggregateMethod(Method[AggregationOptionsT]):
     def report(self, side: AggregateActive, evaluation: Evaluation) -> dict[str, Any]:
         """Method-specific report entries (``side.agg.stats`` has the aggregation's counters)."""
         return {}
-
-    def sides(self, scenario: Scenario, scheme: AggregationScheme[Any]) -> dict[str, Role]:
-        """One engine role per party."""
-        passives = tuple(scenario.passives)
-        roles = {p: side_role(AggregatePassive(self, scenario.party_data(p), scheme)) for p in passives}
-        roles[scenario.active] = side_role(AggregateActive(self, scenario.party_data(scenario.active), scheme,
-                                                           passives))
-        return roles
 
 
 def _global_message(message: Any, sender: str, rows: int) -> tuple[torch.Tensor, int]:
@@ -189,12 +202,20 @@ def _global_message(message: Any, sender: str, rows: int) -> tuple[torch.Tensor,
 
 class _AggregateSide(PartySide):
     method: AggregateMethod[Any]
+    plan: AggregatePlan
 
-    def __init__(self, method: AggregateMethod[Any], data: PartyData, scheme: AggregationScheme[Any],
+    def __init__(self, method: AggregateMethod[Any], data: PartyData, plan: AggregatePlan,
                  passives: tuple[str, ...] = ()) -> None:
-        super().__init__(method, data, passives)
-        self.scheme = scheme
+        super().__init__(method, data, passives, plan)
         self.model: nn.Module | None = None
+
+    def local_steps(self) -> int:
+        """Optimiser steps this party makes per round on the same batch (shared loss only).
+
+        After the first, each step reuses the round's stale values: a passive party the broadcast
+        gradient, the active party the sum of the passive contributions.
+        """
+        return self.plan.local_steps.get(self.name, 1)
 
     def _build_model(self, ctx: PartyContext) -> None:
         model = self.method.local_model(self)
@@ -206,7 +227,7 @@ class _AggregateSide(PartySide):
 
     def batches(self, epoch: int) -> Iterator[tuple[np.ndarray, frozenset[str]]]:
         for b, rows in enumerate(agreed_batches(self.rows, self.config, epoch)):
-            yield rows, self.method.dropped(epoch, b)
+            yield rows, self.method.dropped(self.plan, epoch, b)
 
 
 class AggregatePassive(_AggregateSide):
@@ -214,7 +235,7 @@ class AggregatePassive(_AggregateSide):
 
     def build(self, ctx: PartyContext) -> None:
         self._build_model(ctx)
-        self.agg = self.scheme.passive()
+        self.agg = self.plan.scheme.passive()
         ctx.stage = "secagg setup"
         self.agg.setup(ctx)
 
@@ -235,7 +256,7 @@ class AggregatePassive(_AggregateSide):
             grad = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, GRADIENT)), ctx.active, len(idx), "gradient")
             with ctx.meter.compute():
                 grad = grad.to(self.device)
-                for step in range(method.local_steps(ctx.name)):
+                for step in range(self.local_steps()):
                     if step:  # a local update: the fresh contribution, the stale gradient
                         e = method.contribution(model, self.X[idx])
                     opt.zero_grad()
@@ -291,7 +312,7 @@ class AggregateActive(_AggregateSide):
     def build(self, ctx: PartyContext) -> None:
         self._build_model(ctx)
         self.y = self.training_targets()
-        self.agg = self.scheme.active()
+        self.agg = self.plan.scheme.active()
         ctx.stage = "secagg setup"
         self.agg.setup(ctx, self.passives)
 
@@ -325,10 +346,10 @@ class AggregateActive(_AggregateSide):
                     opt.step()
             assert S.grad is not None
             ctx.broadcast(alive, self.tag(TRAIN, GRADIENT), self.defend(S.grad))  # = dL/dc_k, equal for all
-            if model is not None and opt is not None and self.method.local_steps(ctx.name) > 1:
+            if model is not None and opt is not None and self.local_steps() > 1:
                 stale = S.detach()  # local updates of the own model against this round's passive sum
                 with ctx.meter.compute():
-                    for _ in range(self.method.local_steps(ctx.name) - 1):
+                    for _ in range(self.local_steps() - 1):
                         opt.zero_grad()
                         self.objective.loss((stale + self.method.contribution(model, self.X[idx])) / k,
                                             self.y[idx]).backward()

@@ -21,7 +21,7 @@ that every one of them completed (they are at most one epoch apart: every batch 
 A party checks its own checkpoints against its own job and data (:meth:`CheckpointStore.survey`)
 and tells the active party only the epochs it has, their run id, its job digest and a verdict;
 the active party decides for everyone (see :mod:`.loop`). A checkpoint without an identity
-(written by an older securevfl) is refused with a clear message, never resumed.
+cannot be read as one of any run and is refused, never resumed.
 
 A fresh run refuses a directory that already holds checkpoints of the party; with
 ``checkpoint_overwrite`` (``--overwrite-checkpoints``) the old files are moved aside into
@@ -50,8 +50,6 @@ if TYPE_CHECKING:
 
 #: Completed epochs each party keeps on disk.
 KEEP = 2
-#: The checkpoint format: 2 added the run identity (format 1 files have none and are refused).
-FORMAT = 2
 #: Hex digits of a run id (128 random bits).
 RUN_ID_CHARS = 32
 
@@ -60,7 +58,6 @@ _HEX = re.compile(r"^[0-9a-f]+$")
 
 #: What :meth:`CheckpointStore.survey` can find wrong with a party's checkpoints (wire codes).
 PROBLEMS = {
-    "format": "were written by an older securevfl without a run identity",
     "unreadable": "cannot be read",
     "mixed": "belong to several runs",
     "party": "belong to another party",
@@ -106,7 +103,7 @@ def data_digest(data: PartyData) -> str:
 
 def identity(run: str, job: str, data: str, party: str) -> dict[str, Any]:
     """What every checkpoint of a run carries (see the module doc)."""
-    return {"format": FORMAT, "run": run, "job": job, "data": data, "party": party}
+    return {"run": run, "job": job, "data": data, "party": party}
 
 
 @dataclass(frozen=True)
@@ -176,10 +173,9 @@ class CheckpointStore:
             try:
                 found = self.load(epoch).get("identity")
             except DataError:
+                found = None
+            if not isinstance(found, dict) or not is_run_id(found.get("run")):
                 problem = problem or "unreadable"
-                continue
-            if not isinstance(found, dict) or found.get("format") != FORMAT or not is_run_id(found.get("run")):
-                problem = problem or "format"
                 continue
             runs.add(found["run"])
             if found.get("party") != self.party:

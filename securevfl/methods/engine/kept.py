@@ -19,8 +19,8 @@ from torch import nn
 from securevfl.errors import ConfigError, ModelError
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.engine.loop import Losses, PartySide, SavedSide
+from securevfl.methods.engine.objective import Objective
 from securevfl.methods.engine.split import SideRole
-from securevfl.methods.objective import Objective
 
 Keep = Callable[[SavedSide], None]
 

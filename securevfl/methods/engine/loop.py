@@ -55,7 +55,6 @@ from torch import nn
 from securevfl.errors import ConfigError, ModelError, ProtocolError, RunAborted
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import batch_plan
-from securevfl.methods.defenses import protect, randomized_response, secret_generator
 from securevfl.methods.engine.checkpoint import (
     PROBLEMS,
     CheckpointStore,
@@ -66,7 +65,8 @@ from securevfl.methods.engine.checkpoint import (
     is_run_id,
     new_run_id,
 )
-from securevfl.methods.objective import REGRESSION, Objective, make_objective
+from securevfl.methods.engine.defenses import protect, randomized_response, secret_generator
+from securevfl.methods.engine.objective import REGRESSION, Objective, make_objective
 from securevfl.seeding import simulation_rng
 
 if TYPE_CHECKING:
@@ -231,11 +231,13 @@ class SavedSide:
 class PartySide(ABC):
     """One party's part in a split-learning method; :func:`run_side` calls its hooks."""
 
-    def __init__(self, method: Method[Any], data: PartyData, passives: tuple[str, ...] = ()) -> None:
+    def __init__(self, method: Method[Any], data: PartyData, passives: tuple[str, ...] = (),
+                 plan: Any = None) -> None:
         self.method = method
         self.config = method.config
         self.data = data
         self.passives = passives  # the active side's partners; empty on a passive side
+        self.plan = plan  # what the method derived from the scenario (Method.plan), the same at every side
         self.name: str = ""  # the party's name and device, set by the engine before build
         self.device: Any = "cpu"
         self.state = TrainingState()

@@ -140,8 +140,9 @@ class SplitMethod(Method[OptionsT]):
 
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         passives = self.require_passives(scenario)
-        roles = {p: side_role(SplitPassive(self, scenario.party_data(p))) for p in passives}
-        roles[scenario.active] = side_role(SplitActive(self, scenario.party_data(scenario.active), passives))
+        plan = self.plan(scenario)
+        roles = {p: side_role(SplitPassive(self, scenario.party_data(p), plan=plan)) for p in passives}
+        roles[scenario.active] = side_role(SplitActive(self, scenario.party_data(scenario.active), passives, plan))
         return roles
 
 

@@ -63,6 +63,7 @@ from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError
 from securevfl.methods.base import Method, Role, TrainConfig, register_method
 from securevfl.methods.engine.loop import split_rows
+from securevfl.methods.engine.objective import REGRESSION
 from securevfl.methods.hetero_lr.batches import check_batch_size
 from securevfl.methods.hetero_lr.protocol import (
     ARBITER,
@@ -82,7 +83,6 @@ from securevfl.methods.hetero_lr.protocol import (
 )
 from securevfl.methods.hetero_lr.scoring import arbiter_data, scoring_roles
 from securevfl.methods.hetero_lr.sides import ActiveSide, ArbiterSide, HeteroRole, PassiveSide, Settings
-from securevfl.methods.objective import REGRESSION
 from securevfl.privacy.paillier import PaillierPrivateKey, PaillierPublicKey
 from securevfl.privacy.paillier.ring_masks import RandBelow
 

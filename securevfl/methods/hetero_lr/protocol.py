@@ -15,7 +15,7 @@ from torch import nn
 
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods.objective import REGRESSION, Objective
+from securevfl.methods.engine.objective import REGRESSION, Objective
 from securevfl.privacy.paillier import (
     EncryptedTensor,
     PaillierBackend,

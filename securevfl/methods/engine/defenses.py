@@ -13,7 +13,8 @@ which the same run reports next to the attack results:
   with probability e^EPS / (e^EPS + C - 1), else replaced by one of the other C - 1 classes.
 
 The noise of these mechanisms is secret (an attacker who could predict it could remove it): it is
-drawn from a generator seeded by :mod:`secrets`, so two runs with a defence differ.
+drawn from a generator seeded by :mod:`secrets`, so two runs with a defence differ. The names and
+their strengths are checked with the run's settings (:func:`securevfl.methods.base.check_defenses`).
 """
 
 from __future__ import annotations
@@ -24,28 +25,6 @@ from collections.abc import Mapping
 
 import numpy as np
 import torch
-
-from securevfl.errors import ConfigError
-
-DEFENSES = ("grad-noise", "grad-sparsify", "label-dp")
-
-
-def check_defenses(values: Mapping[str, float]) -> dict[str, float]:
-    """Known names with valid strengths, as floats; anything else is a ConfigError listing the valid ones."""
-    out = {}
-    for name, value in values.items():
-        if name not in DEFENSES:
-            raise ConfigError(f"unknown defense {name!r}; choose from {', '.join(DEFENSES)}")
-        try:
-            strength = float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"defense {name}={value!r} is not a number") from None
-        if name == "grad-sparsify" and not 0 <= strength < 1:
-            raise ConfigError(f"grad-sparsify must be in [0, 1), got {strength}")
-        if name != "grad-sparsify" and not (math.isfinite(strength) and strength > 0):
-            raise ConfigError(f"{name} must be a positive number, got {value!r}")
-        out[name] = strength
-    return out
 
 
 def secret_generator() -> torch.Generator:
@@ -79,4 +58,4 @@ def randomized_response(labels: np.ndarray, n_classes: int, epsilon: float) -> n
     return np.where(keep, labels, (labels + shift) % n_classes).astype(labels.dtype)
 
 
-__all__ = ["DEFENSES", "check_defenses", "protect", "randomized_response", "secret_generator"]
+__all__ = ["protect", "randomized_response", "secret_generator"]

@@ -26,8 +26,7 @@ from torch import nn
 
 from securevfl.data.labels import CLASSIFICATION, REGRESSION, TASKS
 from securevfl.errors import ConfigError
-
-CLASS_WEIGHTS = ("none", "balanced")
+from securevfl.methods.base import CLASS_WEIGHTS
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,52 @@
+"""Entity Augmentation's options and their allowed values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from securevfl.errors import ConfigError
+
+ARCHS = ("splitnn", "credit-card", "parkinsons", "handwritten")
+BOTTOMS = ("auto", "mlp", "cnn")
+RESOLUTIONS = ("psi", "ids")
+EPOCH_SIZES = ("max", "min")
+LOSSES = ("bce", "ce")
+
+
+@dataclass(frozen=True)
+class EntityAugOptions:
+    """Options of ``entity-aug``.
+
+    ``drop_prob``: probability that a guest misses a step (simulated, seeded; its last activation
+    is reused). ``misalign``: shuffle every guest's entities independently, aligned rows included.
+    ``use_unaligned``: also train on each guest's labelled rows outside the global intersection.
+    ``epoch_size``: steps per epoch cover the largest (``max``, smaller guests reuse rows) or the
+    smallest (``min``) guest's labelled set. ``resolution``: ``psi`` (pairwise ECDH PSI) or ``ids``
+    (plaintext ID lists). ``arch``: ``splitnn`` (bottom/top as SplitNN, from ``embedding_dim`` and
+    ``hidden``), or the paper's Sec. 5.2 ``credit-card`` / ``parkinsons`` / ``handwritten`` shapes. ``bottom``:
+    ``auto`` (a CNN for image strips, else an MLP), ``mlp`` or ``cnn`` (for ``arch=splitnn``).
+    ``loss``: ``bce`` (the paper's: binary cross-entropy with a sigmoid on every class logit against
+    the interpolated label, Sec. 5.5) or ``ce`` (softmax cross-entropy with soft targets).
+    """
+
+    drop_prob: float = 0.0
+    misalign: bool = False
+    use_unaligned: bool = True
+    epoch_size: str = "max"
+    resolution: str = "psi"
+    arch: str = "splitnn"
+    bottom: str = "auto"
+    loss: str = "bce"
+
+    def __post_init__(self) -> None:
+        if self.drop_prob == -1.0:  # the CLI's "not given"
+            object.__setattr__(self, "drop_prob", 0.0)
+        if not 0.0 <= self.drop_prob < 1.0:
+            raise ConfigError(f"drop_prob must be in [0, 1), got {self.drop_prob}")
+        for name, value, allowed in (("epoch_size", self.epoch_size, EPOCH_SIZES),
+                                     ("resolution", self.resolution, RESOLUTIONS),
+                                     ("arch", self.arch, ARCHS), ("bottom", self.bottom, BOTTOMS),
+                                     ("loss", self.loss, LOSSES)):
+            if value not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
