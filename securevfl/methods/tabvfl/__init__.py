@@ -9,6 +9,7 @@ TabNet modules (built on ``pytorch_tabnet``), :mod:`.quality` the latent-quality
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -33,11 +34,11 @@ from securevfl.methods.tabvfl.sides import (
     TabPassive,
     failure_schedule,
 )
-from securevfl.methods.tabvfl.tabnet import TabNetShape
+from securevfl.methods.tabvfl.tabnet import TabNetShape, TabNetSteps
 
 
 @dataclass(frozen=True)
-class TabVFLOptions:
+class TabVFLOptions(TabNetSteps):
     """Options of the four designs; the latent dimension is ``embedding_dim`` (TabNet's n_d = n_a).
 
     ``pretrain_epochs``: 0 means as many as ``epochs`` (the finetuning epochs); ``decoder_split``:
@@ -49,17 +50,11 @@ class TabVFLOptions:
     latent is about as wide as the other designs'; the paper's LT gives each of 5 guests a fifth,
     Sec. V-C4). Early stopping is the run's (``TrainConfig.early_stopping``, ``val_fraction``):
     pretraining stops on the validation reconstruction loss, finetuning on the validation log
-    loss, each restoring its best weights; ``pretrain_epochs`` / ``epochs`` are the caps.
+    loss, each restoring its best weights; ``pretrain_epochs`` / ``epochs`` are the caps. The TabNet
+    hyper-parameters (``n_steps``, ``gamma``, ...) are :class:`TabNetSteps`'.
     """
 
     pretrain_epochs: int = 0
-    n_steps: int = 3
-    gamma: float = 1.3
-    n_independent: int = 2
-    n_shared: int = 2
-    virtual_batch_size: int = 128
-    momentum: float = 0.02
-    mask_type: str = "sparsemax"
     pretraining_ratio: float = 0.2
     lambda_sparse: float = 1e-3
     decoder_split: str = "chunk"
@@ -88,10 +83,8 @@ class TabVFLOptions:
             raise ConfigError(f"part_latent_dim must be >= 0, got {self.part_latent_dim}")
 
     def shape(self, latent_dim: int) -> TabNetShape:
-        return TabNetShape(n_d=latent_dim, n_a=latent_dim, n_steps=self.n_steps, gamma=self.gamma,
-                           n_independent=self.n_independent, n_shared=self.n_shared,
-                           virtual_batch_size=self.virtual_batch_size, momentum=self.momentum,
-                           mask_type=self.mask_type)
+        steps = {f.name: getattr(self, f.name) for f in dataclasses.fields(TabNetSteps)}
+        return TabNetShape(n_d=latent_dim, n_a=latent_dim, **steps)
 
 
 class TabNetMethod(Method[TabVFLOptions]):

@@ -24,20 +24,26 @@ from securevfl.models.mlp import ModuleT
 
 
 @dataclass(frozen=True)
-class TabNetShape:
-    """TabNet hyper-parameters (pytorch-tabnet's names and defaults; ``n_d`` = latent dimension)."""
+class TabNetSteps:
+    """The TabNet hyper-parameters a user sets (pytorch-tabnet's names and defaults); the designs' options too."""
 
-    n_d: int = 8
-    n_a: int = 8
     n_steps: int = 3
     gamma: float = 1.3
     n_independent: int = 2
     n_shared: int = 2
-    n_indep_decoder: int = 1
-    n_shared_decoder: int = 1
     virtual_batch_size: int = 128
     momentum: float = 0.02
     mask_type: str = "sparsemax"
+
+
+@dataclass(frozen=True)
+class TabNetShape(TabNetSteps):
+    """A TabNet's whole shape: its steps and the widths (``n_d`` = latent dimension), decoder and epsilon."""
+
+    n_d: int = 8
+    n_a: int = 8
+    n_indep_decoder: int = 1
+    n_shared_decoder: int = 1
     epsilon: float = 1e-15
 
     def __post_init__(self) -> None:
