@@ -21,8 +21,8 @@ from securevfl.data import ColumnSpec, DatasetOptions, PartitionSpec
 from securevfl.errors import ConfigError
 from securevfl.federation.meter import NetworkModel
 from securevfl.federation.runtime import DEFAULT_RECV_TIMEOUT_S
-from securevfl.methods import TrainConfig
 from securevfl.settings import Setting, group, group_type, holds_tuple, info_of, setting, settings_of
+from securevfl.train_config import TrainConfig
 
 
 @dataclass(frozen=True)

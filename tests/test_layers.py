@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("securevfl.data.*", 3),
     ("securevfl.eval.*", 3),
     ("securevfl.models.*", 3),
+    ("securevfl.train_config", 3),
     ("securevfl.methods.*", 4),
     ("securevfl.model.*", 5),
     ("securevfl.attacks.*", 5),

@@ -231,11 +231,11 @@ def test_a_model_trained_deployed_scores_deployed_with_the_arbiter_as_in_one_pro
 
 
 def test_launch_starts_the_arbiter_to_score_without_data_or_part(tmp_path, files, monkeypatch, capsys):
-    import securevfl.cli.deploy as cli_deploy
+    import securevfl.deploy.launch as deploy_launch
 
     fed = _federation(tmp_path)
     calls = []
-    monkeypatch.setattr(cli_deploy, "launch", lambda federation, parties, **kw: calls.append((parties, kw)) or 0)
+    monkeypatch.setattr(deploy_launch, "launch", lambda federation, parties, **kw: calls.append((parties, kw)) or 0)
     data = [a for p in PARTIES for a in ("--data", f"{p}={files[p]}")]
     assert main(["launch", str(fed), "--insecure", "--predict", "--model-dir", str(tmp_path / "m"), *data]) == 0
     (parties, kw), = calls

@@ -16,7 +16,6 @@ from rich.console import Console
 
 from securevfl.cli.options import parse_pairs
 from securevfl.cli.party import DEFAULT_PREDICTIONS, check_insecure, check_predict_options
-from securevfl.deploy.launch import launch
 from securevfl.errors import ConfigError
 
 console = Console()
@@ -181,6 +180,8 @@ def launch_command(
             extra[name] += ["--threads", str(threads)]
     if positive_class is not None:
         extra[fed.active] += ["--positive-class", positive_class]
+    from securevfl.deploy.launch import launch
+
     code = launch(federation, {**files, **dict.fromkeys(n for n in fed.parties if n not in files)},
                   active=fed.active, report=report, device=device, timeout=timeout or None, insecure=insecure,
                   checkpoint_dir=checkpoint_dir, resume=resume, overwrite_checkpoints=overwrite_checkpoints,

@@ -23,7 +23,6 @@ import typer
 from rich.console import Console
 
 from psi import atomic
-from securevfl.deploy.launch import STOP_SIGNALS
 from securevfl.errors import ConfigError, Interrupted, PartyFailure, SecureVFLError
 
 console = Console()
@@ -88,6 +87,8 @@ def stop_on_signals(party: str, grace: float = STOP_GRACE_S) -> Iterator[None]:
         watchdog.daemon = True
         watchdog.start()
         raise Interrupted(signum, party)
+
+    from securevfl.deploy.launch import STOP_SIGNALS
 
     previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:

@@ -10,7 +10,6 @@ so that methods stay small and an encrypted variant never copies a training loop
 from __future__ import annotations
 
 import dataclasses
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -24,100 +23,12 @@ from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
 from securevfl.federation.runtime import PartyContext
 from securevfl.seeding import simulation_rng
-from securevfl.settings import setting
+from securevfl.train_config import TrainConfig
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 Role = Callable[[PartyContext], Any]
-
-#: The run-level defences (``TrainConfig.defenses``), applied by :mod:`securevfl.methods.engine.defenses`.
-DEFENSES = ("grad-noise", "grad-sparsify", "label-dp")
-#: The loss's class weightings (``TrainConfig.class_weight``), see :mod:`securevfl.methods.engine.objective`.
-CLASS_WEIGHTS = ("none", "balanced")
-
-
-def check_defenses(values: Mapping[str, float]) -> dict[str, float]:
-    """Known names with valid strengths, as floats; anything else is a ConfigError listing the valid ones."""
-    out = {}
-    for name, value in values.items():
-        if name not in DEFENSES:
-            raise ConfigError(f"unknown defense {name!r}; choose from {', '.join(DEFENSES)}")
-        try:
-            strength = float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"defense {name}={value!r} is not a number") from None
-        if name == "grad-sparsify" and not 0 <= strength < 1:
-            raise ConfigError(f"grad-sparsify must be in [0, 1), got {strength}")
-        if name != "grad-sparsify" and not (math.isfinite(strength) and strength > 0):
-            raise ConfigError(f"{name} must be a positive number, got {value!r}")
-        out[name] = strength
-    return out
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Settings every method understands; method-specific ones go in ``options``.
-
-    Each field declares one setting of a run (:mod:`securevfl.settings`): its name is the API keyword,
-    the ``[job]`` key and the report's key, its help the CLI's. ``early_stopping`` (patience in epochs)
-    > 0 turns on early stopping on a ``val_fraction`` validation split of the aligned training rows;
-    ``checkpoint_dir`` makes every party save its own state at each epoch end, and ``resume``
-    continues from the last epoch every party completed, of the same run, job and data (anything else
-    is refused, naming the party; so is a resume with no checkpoint at any party: "nothing to
-    resume"). A fresh run refuses a directory that holds checkpoints; ``checkpoint_overwrite`` moves
-    them aside instead (into ``DIR/<party>/previous-<time>/``; nothing is deleted).
-    """
-
-    epochs: int = setting(50, help="Training epochs.", job=True)
-    batch_size: int = setting(32, help="Batch size.", job=True)
-    lr: float = setting(1e-3, help="Learning rate (Adam).", job=True)
-    seed: int = setting(0, help="Seed for partition, initialisation and batch order (not for secrets).", job=True)
-    embedding_dim: int = setting(16, help="Embedding width of bottom models.", job=True)
-    hidden: tuple[int, ...] = setting((64,), help="Hidden layer sizes, comma-separated.", job=True)
-    options: Mapping[str, Any] = setting(default_factory=dict, flag="--option", repeat=True, job=True,
-                                         help="Method option KEY=VALUE (repeatable; `securevfl methods` lists them).")
-    early_stopping: int = setting(
-        0, job=True, help="Patience in epochs: stop when the validation loss has not improved for this many (0: off).")
-    val_fraction: float = setting(0.2, job=True,
-                                  help="With --early-stopping: aligned training rows held out to validate.")
-    checkpoint_dir: str | None = setting(
-        None, help="Every party saves its own state here at each epoch end (DIR/<party>/).")
-    resume: bool = setting(False, help="Continue from the last epoch every party checkpointed.")
-    checkpoint_overwrite: bool = setting(
-        False, flag="--overwrite-checkpoints",
-        help="Start a new run in a used --checkpoint-dir: move the old files aside (DIR/<party>/previous-*/).")
-    defenses: Mapping[str, float] = setting(
-        default_factory=dict, flag="--defense", repeat=True,
-        help="NAME=STRENGTH (repeatable): grad-noise=S, grad-sparsify=R, label-dp=EPS.")
-    class_weight: str = setting(
-        "none", job=True, help="none | balanced: weight the loss by inverse class frequency (imbalanced labels).")
-
-    def __post_init__(self) -> None:
-        if self.epochs < 1:
-            raise ConfigError(f"epochs must be >= 1, got {self.epochs}")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
-        if self.embedding_dim < 1:
-            raise ConfigError(f"embedding_dim must be >= 1, got {self.embedding_dim}")
-        if any(h < 1 for h in self.hidden):
-            raise ConfigError(f"hidden sizes must be >= 1, got {self.hidden}")
-        if self.early_stopping < 0:
-            raise ConfigError(f"early_stopping (patience in epochs) must be >= 0, got {self.early_stopping}")
-        if not 0 < self.val_fraction < 1:
-            raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
-        if self.resume and not self.checkpoint_dir:
-            raise ConfigError("resume needs a checkpoint directory (--checkpoint-dir)")
-        if self.checkpoint_overwrite and not self.checkpoint_dir:
-            raise ConfigError("--overwrite-checkpoints needs a checkpoint directory (--checkpoint-dir)")
-        if self.checkpoint_overwrite and self.resume:
-            raise ConfigError("--overwrite-checkpoints starts a new run; it cannot be combined with --resume")
-        object.__setattr__(self, "defenses", check_defenses(self.defenses))
-        if self.class_weight not in CLASS_WEIGHTS:
-            raise ConfigError(f"class_weight must be one of {', '.join(CLASS_WEIGHTS)}, got {self.class_weight!r}")
-
 
 @dataclass(frozen=True)
 class NoOptions:

@@ -26,7 +26,7 @@ from torch import nn
 
 from securevfl.data.labels import CLASSIFICATION, REGRESSION, TASKS
 from securevfl.errors import ConfigError
-from securevfl.methods.base import CLASS_WEIGHTS
+from securevfl.train_config import CLASS_WEIGHTS
 
 
 @dataclass(frozen=True)
