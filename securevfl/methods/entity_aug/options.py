@@ -39,8 +39,6 @@ class EntityAugOptions:
     loss: str = "bce"
 
     def __post_init__(self) -> None:
-        if self.drop_prob == -1.0:  # the CLI's "not given"
-            object.__setattr__(self, "drop_prob", 0.0)
         if not 0.0 <= self.drop_prob < 1.0:
             raise ConfigError(f"drop_prob must be in [0, 1), got {self.drop_prob}")
         for name, value, allowed in (("epoch_size", self.epoch_size, EPOCH_SIZES),
