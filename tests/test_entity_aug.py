@@ -64,12 +64,12 @@ def _bce_with_logits_by_hand(z: np.ndarray, t: np.ndarray) -> float:
     return float(-np.mean(t * np.log(p) + (1 - t) * np.log(1 - p)))
 
 
-def test_default_loss_is_the_papers_bce_on_interpolated_labels():
-    assert EntityAugOptions().loss == "bce"
+def test_the_papers_bce_on_interpolated_labels_is_one_option_away():
+    assert EntityAugOptions().loss == "ce" and EntityAugOptions(loss="bce").loss == "bce"
     z = np.array([[2.0, -1.0, 0.5], [-0.3, 0.8, -2.2]], dtype=np.float32)
     t = interpolate_labels([np.array([0, 2]), np.array([1, 2])], [16, 48], n_classes=3)  # [.25 .75 0], [0 0 1]
     expected = _bce_with_logits_by_hand(z, t)
-    got = interpolated_loss(EntityAugOptions().loss, torch.as_tensor(z), torch.as_tensor(t))
+    got = interpolated_loss("bce", torch.as_tensor(z), torch.as_tensor(t))
     assert float(got) == pytest.approx(expected, rel=1e-6)
     assert float(soft_binary_cross_entropy(torch.as_tensor(z), torch.as_tensor(t))) == pytest.approx(expected, rel=1e-6)
     ce = interpolated_loss("ce", torch.as_tensor(z), torch.as_tensor(t))
@@ -78,7 +78,7 @@ def test_default_loss_is_the_papers_bce_on_interpolated_labels():
         EntityAugOptions(loss="mse")
 
 
-def test_host_trains_on_bce_of_the_interpolated_labels_by_default(monkeypatch):
+def test_host_trains_on_bce_of_the_interpolated_labels_with_loss_bce(monkeypatch):
     # Spy on the host's loss in a real misaligned run: recompute each step's value by hand.
     from securevfl.methods.entity_aug import sides
     seen = []
@@ -91,7 +91,7 @@ def test_host_trains_on_bce_of_the_interpolated_labels_by_default(monkeypatch):
 
     monkeypatch.setattr(sides, "interpolated_loss", spy)
     r = securevfl.train("entity-aug", "breast-cancer", parties=3, active_features=0, epochs=1, batch_size=64,
-                        alignment="plaintext", options={"misalign": True, "resolution": "ids"})
+                        alignment="plaintext", options={"misalign": True, "resolution": "ids", "loss": "bce"})
     assert seen and all(name == "bce" for name, *_ in seen)
     for _, z, t, value in seen:
         assert value == pytest.approx(_bce_with_logits_by_hand(z, t), rel=1e-5)
@@ -185,6 +185,23 @@ def test_one_guest_full_alignment_reduces_to_splitnn():
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-6)
     assert ea.metrics["auc"] == pytest.approx(split.metrics["auc"], abs=1e-9)
     assert ea.metrics["accuracy"] == split.metrics["accuracy"]
+
+
+def test_defaults_beat_splitnn_on_the_aligned_rows_at_five_percent_overlap():
+    """Issue 31: with its defaults entity-aug beats its baseline (SplitNN on the aligned rows only) by >= 3 points.
+
+    digits, 5 % of the training rows held by every party, the rest spread over the two guests (the
+    setting the method is for, README's command); 30 epochs, seed 0. Measured (seeds 0-2): default
+    ``ce`` 0.958 / 0.975 / 0.972, the paper's ``bce`` 0.942 / 0.967 / 0.964, SplitNN 0.550 / 0.714 /
+    0.614. (With BCE as the default, the two-party run with no rows to augment with lost to SplitNN:
+    0.369 vs 0.533.)
+    """
+    kw = dict(dataset="digits", parties=3, preset="entity-aug", aligned_ratio=0.05, unaligned="spread", epochs=30,
+              seed=0, device="cpu", alignment="plaintext")
+    ea = securevfl.train("entity-aug", **kw)
+    split = securevfl.train("splitnn", **kw)
+    assert ea.extra["entity_aug"]["loss"] == "ce"
+    assert ea.metrics["accuracy"] >= split.metrics["accuracy"] + 0.03
 
 
 def test_dropped_steps_reuse_the_last_activation():

@@ -82,4 +82,4 @@ def test_handwritten_trains_with_six_view_guests_and_the_paper_shapes():
     assert [r.parties[f"passive{i}"]["features"] for i in range(1, 7)] == [w for _, _, w in MFEAT_VIEWS]
     ea = r.extra["entity_aug"]
     assert ea["weights"] == {f"passive{i}": 70 for i in range(1, 7)}  # linear(120) -> linear(70) per view
-    assert ea["loss"] == "bce"
+    assert ea["loss"] == "ce"

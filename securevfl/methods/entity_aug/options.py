@@ -25,8 +25,9 @@ class EntityAugOptions:
     (plaintext ID lists). ``arch``: ``splitnn`` (bottom/top as SplitNN, from ``embedding_dim`` and
     ``hidden``), or the paper's Sec. 5.2 ``credit-card`` / ``parkinsons`` / ``handwritten`` shapes. ``bottom``:
     ``auto`` (a CNN for image strips, else an MLP), ``mlp`` or ``cnn`` (for ``arch=splitnn``).
-    ``loss``: ``bce`` (the paper's: binary cross-entropy with a sigmoid on every class logit against
-    the interpolated label, Sec. 5.5) or ``ce`` (softmax cross-entropy with soft targets).
+    ``loss``: ``ce`` (default: softmax cross-entropy with soft targets) or ``bce`` (the paper's, Sec.
+    5.5: binary cross-entropy with a sigmoid on every class logit against the interpolated label;
+    it trails softmax CE on many classes with little data, docs/entity_aug.md).
     """
 
     drop_prob: float = 0.0
@@ -36,7 +37,7 @@ class EntityAugOptions:
     resolution: str = "psi"
     arch: str = "splitnn"
     bottom: str = "auto"
-    loss: str = "bce"
+    loss: str = "ce"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.drop_prob < 1.0:
