@@ -38,6 +38,9 @@ TEST_SCORE = "hetero-lr.test.score"
 #: The module name of a party's saved weights θ_k (:class:`Theta`).
 THETA = "theta"
 
+#: The arbiter's key pair (tests pass a small one in).
+KeyPair = tuple[PaillierPublicKey, PaillierPrivateKey]
+
 LOG2 = math.log(2.0)
 
 

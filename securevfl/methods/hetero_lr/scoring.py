@@ -49,6 +49,7 @@ from securevfl.methods.hetero_lr.protocol import (
     PUBLIC_KEY,
     THETA,
     HeteroLROptions,
+    KeyPair,
     Theta,
     decrypt_masked,
     design_matrix,
@@ -60,13 +61,9 @@ from securevfl.methods.hetero_lr.protocol import (
 from securevfl.privacy.paillier import (
     EncryptedTensor,
     PaillierBackend,
-    PaillierPrivateKey,
-    PaillierPublicKey,
     generate_keypair,
 )
 from securevfl.privacy.paillier.ring_masks import RandBelow
-
-KeyPair = tuple[PaillierPublicKey, PaillierPrivateKey]
 
 SCORE_PARTIAL = "hetero-lr.score.enc_partial"
 MASKED_SCORE = "hetero-lr.score.masked_sum"

@@ -38,6 +38,7 @@ from securevfl.methods.hetero_lr.protocol import (
     TEST_SCORE,
     THETA,
     HeteroLROptions,
+    KeyPair,
     Theta,
     decrypt_masked,
     design_matrix,
@@ -52,13 +53,9 @@ from securevfl.methods.hetero_lr.scoring import VALIDATION, passive_scores, send
 from securevfl.privacy.paillier import (
     EncryptedTensor,
     PaillierBackend,
-    PaillierPrivateKey,
-    PaillierPublicKey,
     generate_keypair,
 )
 from securevfl.privacy.paillier.ring_masks import RandBelow
-
-KeyPair = tuple[PaillierPublicKey, PaillierPrivateKey]
 
 
 @dataclass(frozen=True)
