@@ -64,6 +64,8 @@ class TrainConfig:
         0, job=True, help="Patience in epochs: stop when the validation loss has not improved for this many (0: off).")
     val_fraction: float = setting(0.2, job=True,
                                   help="With --early-stopping: aligned training rows held out to validate.")
+    min_improvement: float = setting(
+        0.0, job=True, help="With --early-stopping: how much the validation loss must fall to count as better.")
     checkpoint_dir: str | None = setting(
         None, help="Every party saves its own state here at each epoch end (DIR/<party>/).")
     resume: bool = setting(False, help="Continue from the last epoch every party checkpointed.")
@@ -89,6 +91,8 @@ class TrainConfig:
             raise ConfigError(f"hidden sizes must be >= 1, got {self.hidden}")
         if self.early_stopping < 0:
             raise ConfigError(f"early_stopping (patience in epochs) must be >= 0, got {self.early_stopping}")
+        if not (math.isfinite(self.min_improvement) and self.min_improvement >= 0):
+            raise ConfigError(f"min_improvement must be a number >= 0, got {self.min_improvement}")
         if not 0 < self.val_fraction < 1:
             raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         if self.resume and not self.checkpoint_dir:

@@ -164,6 +164,29 @@ def test_early_stopping_restores_the_best_weights():
     assert stopped.metrics == ends_at_best.metrics
 
 
+def test_a_minimum_improvement_stops_on_a_plateau_of_tiny_gains():
+    """``min_improvement``: an epoch counts as better only if the validation loss falls by more than it."""
+    kw = dict(parties=2, seed=0, epochs=12, early_stopping=2, alignment="plaintext")
+    plain = securevfl.train("splitnn", **kw)
+    val = [h["val_loss"] for h in plain.history]
+    threshold = 0.02
+    gated = securevfl.train("splitnn", min_improvement=threshold, **kw)
+    best, best_epoch, waited, expected = float("inf"), 0, 0, None
+    for epoch, loss in enumerate(val, start=1):  # the same losses until the gated run stops
+        if loss < best - threshold:
+            best, best_epoch, waited = loss, epoch, 0
+        else:
+            waited += 1
+            if waited >= 2:
+                expected = epoch
+                break
+    info = gated.extra["early_stopping"]
+    assert expected is not None and expected < len(plain.history)  # the gate stops a run that kept improving a little
+    assert info["stopped_after_epoch"] == expected and info["best_epoch"] == best_epoch
+    with pytest.raises(ConfigError, match="min_improvement"):
+        securevfl.train("splitnn", min_improvement=-1.0)
+
+
 class ScriptedPhases(PartySide):
     """Two unsupervised phases with scripted validation losses; the weight w is set to the epoch number.
 

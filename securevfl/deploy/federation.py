@@ -167,6 +167,7 @@ class JobSpec:
     psi_mode: str = "both"
     early_stopping: int = 0
     val_fraction: float = 0.2
+    min_improvement: float = 0.0
     class_weight: str = "none"
     task: str = "auto"
 
@@ -198,6 +199,9 @@ class JobSpec:
             raise ConfigError(f"[job] val_fraction must be a number strictly between 0 and 1, "
                               f"got {self.val_fraction!r}")
         object.__setattr__(self, "val_fraction", float(self.val_fraction))
+        if not _is_number(self.min_improvement) or not 0 <= self.min_improvement < float("inf"):
+            raise ConfigError(f"[job] min_improvement must be a number >= 0, got {self.min_improvement!r}")
+        object.__setattr__(self, "min_improvement", float(self.min_improvement))
         if isinstance(self.normalize, str) or not isinstance(self.normalize, (list, tuple)):
             raise ConfigError(f"[job] normalize must be a list such as ['strip', 'casefold'], got {self.normalize!r}")
         try:

@@ -425,13 +425,15 @@ def job_digest(side: PartySide) -> str:
     job = {"method": side.method.name, "options": side.method.describe(), "seed": c.seed, "epochs": c.epochs,
            "batch_size": c.batch_size, "lr": c.lr, "embedding_dim": c.embedding_dim, "hidden": list(c.hidden),
            "patience": c.early_stopping, "val_fraction": c.val_fraction, "class_weight": c.class_weight,
-           "defenses": dict(sorted(c.defenses.items()))}
+           "defenses": dict(sorted(c.defenses.items())),
+           **({"min_improvement": c.min_improvement} if c.min_improvement else {})}  # older checkpoints: no key
     return hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()
 
 
 class _EarlyStopping:
-    def __init__(self, patience: int) -> None:
+    def __init__(self, patience: int, min_improvement: float = 0.0) -> None:
         self.patience = patience
+        self.min_improvement = min_improvement
         self.best_loss = float("inf")
         self.best_epoch: int | None = None
         self.bad_epochs = 0
@@ -441,7 +443,7 @@ class _EarlyStopping:
 
     def update(self, loss: float, epoch: int) -> tuple[bool, bool]:
         """(improved, stop) after an epoch whose validation loss is ``loss``."""
-        if loss < self.best_loss:
+        if loss < self.best_loss - self.min_improvement:
             self.best_loss, self.best_epoch, self.bad_epochs = loss, epoch, 0
             return True, False
         self.bad_epochs += 1
@@ -671,7 +673,7 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
     if not side.takes_part:
         return side.outcome(ctx, None, EngineRecord([]))
     phases = side.phases()
-    stoppers = {p.name: _EarlyStopping(config.early_stopping) for p in phases
+    stoppers = {p.name: _EarlyStopping(config.early_stopping, config.min_improvement) for p in phases
                 if config.early_stopping and p.early_stopping != "none"}
     store = CheckpointStore(config.checkpoint_dir, ctx.name) if config.checkpoint_dir else None
     history: list[dict[str, float]] = []

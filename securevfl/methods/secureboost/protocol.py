@@ -504,7 +504,7 @@ class ActiveTrainer:
             if len(self.val_rows):
                 loss = objective.loss(self.y[self.val_rows], margin[self.val_rows])
                 record["val_loss"] = loss
-                if loss < best_loss - 1e-12:
+                if loss < best_loss - max(config.min_improvement, 1e-12):
                     best_loss, best_round, stale = loss, rounds, 0
                     best_margin = margin.copy()
                 else:
