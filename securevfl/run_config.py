@@ -68,7 +68,8 @@ def run_config(**values: Any) -> RunConfig:
     """A :class:`RunConfig` from flat settings (``epochs=30, aligned_ratio=0.5, ...``); unset ones keep defaults.
 
     An unknown name is a :class:`ConfigError` naming the closest valid one. Sequences become tuples
-    where the field holds a tuple; ``seed`` seeds the partition and generated data too.
+    where the field holds a tuple; ``seed`` seeds the partition and generated data too (their
+    ``same_as("seed")`` fields).
     """
     unknown = [k for k in values if k not in _BY_NAME]
     if unknown and unknown[0] in _RENAMED:
@@ -81,22 +82,25 @@ def run_config(**values: Any) -> RunConfig:
     for name, value in values.items():
         s = _BY_NAME[name]
         parts.setdefault(s.path[:-1], {})[s.path[-1]] = _plain(s, value)
-    config: RunConfig = _build(RunConfig, (), parts, seed=values.get("seed", 0))
+    config: RunConfig = _build(RunConfig, (), parts, values)
     return config
 
 
 def _build(config_type: type, prefix: tuple[str, ...], parts: Mapping[tuple[str, ...], dict[str, Any]],
-           *, seed: int) -> Any:
-    """``config_type`` with the given settings at ``prefix``, its groups built the same way."""
+           values: Mapping[str, Any]) -> Any:
+    """``config_type`` with the given settings at ``prefix``, its groups built the same way.
+
+    A field declared ``same_as(name)`` takes the value given for setting ``name``, else that setting's default.
+    """
     kwargs = dict(parts.get(prefix, {}))
     for f in dataclasses.fields(config_type):
         info = info_of(f)
         if info is None:
             continue
-        if info.same_as == "seed":
-            kwargs[f.name] = seed
+        if info.same_as is not None:
+            kwargs[f.name] = values.get(info.same_as, _BY_NAME[info.same_as].default)
         elif info.group and info.api and f.name not in kwargs:
-            kwargs[f.name] = _build(group_type(config_type, f.name), (*prefix, f.name), parts, seed=seed)
+            kwargs[f.name] = _build(group_type(config_type, f.name), (*prefix, f.name), parts, values)
     return config_type(**kwargs)
 
 

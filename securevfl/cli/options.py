@@ -92,6 +92,15 @@ def _from_text(s: Setting, text: str) -> tuple[Any, ...]:
         raise ConfigError(f"{s.flag} expects comma-separated {kind.__name__} values, got {text!r}") from None
 
 
+def _maps_to_lists(annotation: Any) -> bool:
+    """Whether a mapping setting's values are lists (``Mapping[str, Sequence[str]]``): comma-separated text."""
+    for t in (annotation, *typing.get_args(annotation)):
+        if typing.get_origin(t) is Mapping:
+            value_type = typing.get_args(t)[1]
+            return typing.get_origin(value_type) in (Sequence, list, tuple)
+    return False
+
+
 def api_values(settings: Sequence[Setting], values: Mapping[str, Any]) -> dict[str, Any]:
     """The API keywords of a command's option values (see the module docstring)."""
     out: dict[str, Any] = {}
@@ -103,7 +112,7 @@ def api_values(settings: Sequence[Setting], values: Mapping[str, Any]) -> dict[s
                 value = tuple(value)
             else:
                 pairs = parse_pairs(value, s.flag)
-                if s.name == "features":
+                if _maps_to_lists(s.type):  # --features PARTY=col1,col2
                     value = {k: [c for c in v.split(",") if c] for k, v in pairs.items()}
                 else:
                     value = pairs
