@@ -67,7 +67,9 @@ _RENAMED = {"patience": "early_stopping", "names": "party_names"}
 def run_config(**values: Any) -> RunConfig:
     """A :class:`RunConfig` from flat settings (``epochs=30, aligned_ratio=0.5, ...``); unset ones keep defaults.
 
-    An unknown name is a :class:`ConfigError` naming the closest valid one. Sequences become tuples
+    Settings not given take the method's own defaults where it has some (:attr:`Method.run_defaults`, e.g.
+    the TabNet designs' learning rate and early stopping), else the field's default. An unknown name is a
+    :class:`ConfigError` naming the closest valid one. Sequences become tuples
     where the field holds a tuple; ``seed`` seeds the partition and generated data too (their
     ``same_as("seed")`` fields).
     """
@@ -78,6 +80,9 @@ def run_config(**values: Any) -> RunConfig:
         close = difflib.get_close_matches(unknown[0], list(_BY_NAME), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; settings: {', '.join(_BY_NAME)}"
         raise ConfigError(f"unknown setting {unknown[0]!r}{hint}")
+    from securevfl.methods import with_method_defaults  # imports torch: only once a run is being built
+
+    values = with_method_defaults(values.get("method", _BY_NAME["method"].default), values)
     parts: dict[tuple[str, ...], dict[str, Any]] = {}
     for name, value in values.items():
         s = _BY_NAME[name]

@@ -41,7 +41,7 @@ def test_every_setting_is_an_api_keyword_with_one_name():
 
 
 def test_job_keys_are_the_job_settings_with_their_defaults():
-    job_fields = {f.name: f for f in dataclasses.fields(JobSpec)}
+    job_fields = {f.name: f for f in dataclasses.fields(JobSpec) if f.name != "given"}  # given: which keys are set
     job_settings = {s.name: s for s in RUN_SETTINGS if s.info.job}
     assert set(job_fields) - PSI_ONLY_JOB_KEYS == set(job_settings)
     for name, s in job_settings.items():
@@ -78,3 +78,67 @@ def test_cli_and_api_build_the_same_config(tmp_path):
 
 def test_run_config_defaults_are_the_dataclass_defaults():
     assert run_config() == RunConfig()
+
+
+# -- a method's own defaults for the settings not given (Method.run_defaults) ----------------------------------
+
+def test_a_methods_own_defaults_fill_only_the_settings_not_given():
+    from securevfl.methods import method_class
+
+    own = method_class("tabvfl").run_defaults
+    assert own and method_class("splitnn").run_defaults == {}
+    tab = run_config(method="tabvfl")
+    assert {k: getattr(tab.train, k) for k in own} == own
+    given = run_config(method="tabvfl", lr=1e-3, early_stopping=0)
+    assert (given.train.lr, given.train.early_stopping) == (1e-3, 0)  # a given value always wins
+    assert given.train.batch_size == own["batch_size"]
+    assert run_config(method="splitnn").train == run_config().train  # the run-wide defaults
+    with pytest.raises(ConfigError, match="unknown method 'tabfvl'"):
+        run_config(method="tabfvl")
+
+
+def test_the_cli_passes_only_the_options_the_user_gave(monkeypatch, tmp_path):
+    import securevfl.api
+
+    seen = {}
+
+    def fake_train(**settings):
+        seen.update(settings)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(securevfl.api, "train", fake_train)
+    assert main(["train", "--method", "tabvfl", "--lr", "0.001", "--report", str(tmp_path / "r.json")]) != 0
+    assert seen["method"] == "tabvfl" and seen["lr"] == 0.001
+    assert "batch_size" not in seen and "epochs" not in seen  # left to the method's own defaults
+    assert isinstance(seen["columns"], ColumnSpec)
+
+
+def test_a_federation_file_silent_on_a_setting_trains_and_fingerprints_the_methods_default():
+    from securevfl.deploy.federation import job_fingerprint, parse_federation
+    from securevfl.deploy.party import method_and_config
+
+    text = MINIMAL_FEDERATION.replace('method = "splitnn"', 'method = "tabvfl"')
+    silent = parse_federation(text, tmp := __import__("pathlib").Path("/srv/fed"))
+    explicit = parse_federation(text + "lr = 0.001\n", tmp)
+    assert silent.job.effective()["lr"] == 0.02 and explicit.job.effective()["lr"] == 0.001
+    assert method_and_config(silent, "cpu")[1].train.lr == 0.02
+    assert method_and_config(explicit, "cpu")[1].train.lr == 0.001
+    assert job_fingerprint(silent)[0] != job_fingerprint(explicit)[0]  # the parties would train differently
+    splitnn = parse_federation(MINIMAL_FEDERATION, tmp)
+    assert splitnn.job.effective() == splitnn.job.as_dict()  # no method defaults: the file's and the fields'
+
+
+MINIMAL_FEDERATION = """
+[federation]
+active = "bank"
+[parties.bank]
+address = "127.0.0.1:7101"
+[parties.shop]
+address = "127.0.0.1:7102"
+[tls]
+dir = "certs"
+[job]
+method = "splitnn"
+id_column = "customer_id"
+label_column = "churn"
+"""

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from psi import atomic
-from securevfl.cli.options import api_values, cli_settings, settings_command
+from securevfl.cli.options import CONTEXT, api_values, cli_settings, given_names, settings_command
 from securevfl.errors import ConfigError
 
 console = Console()
@@ -27,7 +27,11 @@ _ATTACK_ONLY = [
         ("out", Path, Path("out/attack"), "Folder for attack.json and privacy_utility.png."))]
 
 
-def attack(*, defense: str, strengths: str, out: Path, **values: Any) -> None:
+#: The attack command's own defaults (they count as given: the method's defaults do not replace them).
+_ATTACK_DEFAULTS = {"parties": 4, "epochs": 10}
+
+
+def attack(ctx: typer.Context, *, defense: str, strengths: str, out: Path, **values: Any) -> None:
     """Run every applicable attack on a method, then sweep a defence: the privacy-utility table and plot."""
     from securevfl.api import train as api_train
     from securevfl.attacks.suite import applicable_attacks, plot_privacy_utility, privacy_utility
@@ -38,7 +42,8 @@ def attack(*, defense: str, strengths: str, out: Path, **values: Any) -> None:
         levels = [float(x) for x in strengths.split(",") if x.strip()]
     except ValueError:
         raise ConfigError(f"--strengths must be comma-separated numbers, got {strengths!r}") from None
-    kwargs = api_values(cli_settings(_ATTACK_SETTINGS), values)
+    kwargs = api_values(cli_settings(_ATTACK_SETTINGS), values,
+                        given_names(ctx, values, also=("method", "dataset", *_ATTACK_DEFAULTS)))
     method, dataset, parties = kwargs["method"], kwargs["dataset"], kwargs["parties"]
     attacks = applicable_attacks(method, parties)
     kwargs["alignment"] = "plaintext"
@@ -60,4 +65,5 @@ def attack(*, defense: str, strengths: str, out: Path, **values: Any) -> None:
     console.print(f"results: {out / 'attack.json'} and {png}")
 
 
-settings_command(attack, cli_settings(_ATTACK_SETTINGS), after=_ATTACK_ONLY, defaults={"parties": 4, "epochs": 10})
+settings_command(attack, cli_settings(_ATTACK_SETTINGS), before=[CONTEXT], after=_ATTACK_ONLY,
+                 defaults=_ATTACK_DEFAULTS)

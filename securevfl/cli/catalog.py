@@ -31,7 +31,7 @@ def datasets() -> None:
 
 
 def methods() -> None:
-    """List the training methods and their options."""
+    """List the training methods, their options, and the run settings they default differently."""
     import dataclasses
 
     from securevfl.methods import method_class, method_names
@@ -43,5 +43,7 @@ def methods() -> None:
         cls = method_class(name)
         opts = ", ".join(f"{f.name}={f.default if f.default_factory is dataclasses.MISSING else f.default_factory()}"
                          for f in dataclasses.fields(cls.Options))
-        table.add_row(name, cls.summary, opts or "-")
+        own = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in cls.run_defaults.items())
+        summary = f"{cls.summary}\n[dim]where not given: {own}[/]" if own else cls.summary
+        table.add_row(name, summary, opts or "-")
     console.print(table)

@@ -101,11 +101,32 @@ def _maps_to_lists(annotation: Any) -> bool:
     return False
 
 
-def api_values(settings: Sequence[Setting], values: Mapping[str, Any]) -> dict[str, Any]:
-    """The API keywords of a command's option values (see the module docstring)."""
+def given_names(ctx: typer.Context, names: Iterable[str], *, also: Iterable[str] = ()) -> set[str]:
+    """Which of ``names`` the user set (on the command line or in the environment), as ``ctx`` records it.
+
+    ``also``: names that count as given anyway (a command's own defaults, as ``securevfl attack``'s).
+    """
+    unset = {"DEFAULT", "DEFAULT_MAP"}
+    return {n for n in names if getattr(ctx.get_parameter_source(n), "name", "DEFAULT") not in unset} | set(also)
+
+
+#: The parameter through which typer hands a command its context (for :func:`given_names`).
+CONTEXT = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+
+
+def api_values(settings: Sequence[Setting], values: Mapping[str, Any],
+               given: Iterable[str] | None = None) -> dict[str, Any]:
+    """The API keywords of a command's option values (see the module docstring).
+
+    ``given``: only these settings (the column options always, as one ColumnSpec), so that the ones the
+    user left out take the method's own defaults (:func:`given_names`); None: every setting.
+    """
     out: dict[str, Any] = {}
     columns: dict[str, Any] = {}
+    keep = None if given is None else set(given)
     for s in settings:
+        if keep is not None and s.name not in keep and s.path[:-1] != _COLUMNS:
+            continue
         value = values[s.name]
         if s.info.repeat:
             if holds_tuple(s.type):
@@ -128,4 +149,4 @@ def api_values(settings: Sequence[Setting], values: Mapping[str, Any]) -> dict[s
     return out
 
 
-__all__ = ["api_values", "cli_settings", "parse_pairs", "settings_command"]
+__all__ = ["CONTEXT", "api_values", "cli_settings", "given_names", "parse_pairs", "settings_command"]

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from securevfl.cli.options import api_values, cli_settings, settings_command
+from securevfl.cli.options import CONTEXT, api_values, cli_settings, given_names, settings_command
 from securevfl.cli.resume import hint_resume
 from securevfl.report.console import print_summary
 
@@ -26,7 +26,7 @@ _TRAIN_ONLY = [
 ]
 
 
-def train(*, report: Path, quiet: bool, **values: Any) -> None:
+def train(ctx: typer.Context, *, report: Path, quiet: bool, **values: Any) -> None:
     """Train a VFL model and write a report (JSON + Markdown); with --model-dir, keep the model.
 
     Every option but --report and --quiet is a setting of the run (securevfl.run_config): the same
@@ -36,7 +36,7 @@ def train(*, report: Path, quiet: bool, **values: Any) -> None:
     from securevfl.api import train as api_train
 
     check_report_path(report)  # before any work (the API checks it too when given report=)
-    settings = api_values(cli_settings(), values)
+    settings = api_values(cli_settings(), values, given_names(ctx, values))  # the rest: the method's defaults
     with _progress(quiet) as on_progress, hint_resume(settings.get("checkpoint_dir")):
         result = api_train(progress=on_progress, **settings)
     json_path, md_path = result.save(report)
@@ -54,7 +54,7 @@ def train(*, report: Path, quiet: bool, **values: Any) -> None:
             console.print(f"model: {model_dir}/<party>/ (one part per party; score with securevfl predict)")
 
 
-settings_command(train, cli_settings(), after=_TRAIN_ONLY)
+settings_command(train, cli_settings(), before=[CONTEXT], after=_TRAIN_ONLY)
 
 
 def _print_resume(epoch: int, epochs: int, **info: Any) -> None:

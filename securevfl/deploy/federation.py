@@ -170,6 +170,9 @@ class JobSpec:
     min_improvement: float = 0.0
     class_weight: str = "none"
     task: str = "auto"
+    #: The keys the file sets (None: built in code, every field counts as set). The settings it leaves
+    #: out take the method's own defaults where it has some (:meth:`effective`).
+    given: frozenset[str] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_task(self.task)
@@ -215,10 +218,28 @@ class JobSpec:
 
     def as_dict(self) -> dict[str, Any]:
         """Every field, defaults filled in, as plain JSON types (lists, not tuples)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "given"}
         out["hidden"] = list(self.hidden)
         out["normalize"] = list(self.normalize)
         out["options"] = json.loads(json.dumps(self.options))
+        return out
+
+    def effective(self) -> dict[str, Any]:
+        """:meth:`as_dict` with the method's own defaults (``Method.run_defaults``) for the keys the file leaves out.
+
+        What the parties train with, so what they compare (:func:`job_fingerprint`). An unknown method has
+        none here (it is refused when the method is built).
+        """
+        out = self.as_dict()
+        if self.given is None:
+            return out
+        from securevfl.methods import method_class  # torch: only once a party is about to train or score
+
+        try:
+            defaults = method_class(self.method).run_defaults
+        except ConfigError:
+            return out
+        out.update({k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items() if k not in self.given})
         return out
 
 
@@ -322,7 +343,7 @@ TOPOLOGIES = ("mesh", "star")
 _PARTY_KEYS = ("address", "cert", "key", "data", "columns", "threads")
 _TLS_KEYS = ("dir", "ca")
 _NETWORK_KEYS = tuple(f.name for f in fields(NetworkSettings))
-_JOB_KEYS = tuple(f.name for f in fields(JobSpec))
+_JOB_KEYS = tuple(f.name for f in fields(JobSpec) if f.name != "given")
 _JOB_REQUIRED = ("method", "id_column", "label_column")
 
 
@@ -397,7 +418,7 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federati
         raise ConfigError(f"[job] needs {', '.join(repr(k) for k in missing)}")
     if "options" in job_table:
         _table("[job.options]", job_table["options"])
-    job = JobSpec(**job_table)
+    job = JobSpec(**job_table, given=frozenset(job_table))
 
     if not isinstance(active, str):
         raise ConfigError(f"[federation] active must be a party name, got {active!r}")
@@ -480,12 +501,11 @@ def job_fingerprint(federation: Federation, phase: str = "train") -> tuple[str, 
     """What all parties must agree on, and its SHA-256 hex digest.
 
     The dictionary mirrors the file: ``federation.active`` (and ``topology`` when star),
-    ``parties.<name>.address`` (where a party has one) and the ``job`` section with every default
-    filled in. Network settings and file paths are local and not part of it. The digest is over
-    canonical JSON (sorted keys, no whitespace), so it does not depend on key order or formatting in
-    the file. ``phase``: ``train``, or ``predict`` for parties scoring a saved model (marked in the
-    dictionary, so a scoring party and a training one refuse
-    each other at the first frame).
+    ``parties.<name>.address`` (where a party has one) and the ``job`` section with every default filled in (the
+    method's own where it has some: :meth:`JobSpec.effective`). Network settings and file paths are local and
+    not part of it. The digest is over canonical JSON (sorted keys, no whitespace), so it does not depend on key
+    order or formatting in the file. ``phase``: ``train``, or ``predict`` for parties scoring a saved model
+    (marked in the dictionary, so a scoring party and a training one refuse each other at the first frame).
     """
     canonical: dict[str, Any] = {
         "format": FINGERPRINT_FORMAT,
@@ -494,7 +514,7 @@ def job_fingerprint(federation: Federation, phase: str = "train") -> tuple[str, 
         "parties": {name: {**({} if spec.address is None else {"address": spec.address}),
                            **({} if spec.data else {"data": False})}
                     for name, spec in federation.parties.items()},
-        "job": federation.job.as_dict(),
+        "job": federation.job.effective(),
     }
     if phase != "train":
         canonical["phase"] = phase

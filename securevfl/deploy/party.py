@@ -96,7 +96,8 @@ def method_and_config(federation: Federation, device: str, checkpoint_dir: str |
     from securevfl.run_config import RUN_SETTINGS, run_config
 
     job = federation.job
-    config = run_config(**{s.name: getattr(job, s.name) for s in RUN_SETTINGS if s.info.job}, dataset="federation",
+    settings = job.effective()  # what the fingerprint compared: the method's own defaults where the file is silent
+    config = run_config(**{s.name: settings[s.name] for s in RUN_SETTINGS if s.info.job}, dataset="federation",
                         parties=len(federation.parties), device=device, alignment="psi",
                         positive_class=positive_class, checkpoint_dir=checkpoint_dir, resume=resume,
                         checkpoint_overwrite=checkpoint_overwrite)

@@ -15,6 +15,7 @@ from securevfl.methods.base import (
     method_class,
     method_names,
     register_method,
+    with_method_defaults,
 )
 
 for _module in iter_modules(__path__):
@@ -22,4 +23,4 @@ for _module in iter_modules(__path__):
         import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["ActiveOutcome", "Method", "TrainConfig", "create_method", "method_class", "method_names",
-           "register_method"]
+           "register_method", "with_method_defaults"]

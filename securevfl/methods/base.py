@@ -121,10 +121,17 @@ class Method(ABC, Generic[OptionsT]):
     #: Whether its final model is the active party's alone (``local``): only the active party saves a
     #: part, marked standalone, and scoring needs no passive party (no PSI, no network).
     standalone: ClassVar[bool] = False
+    #: Settings of the run (:class:`TrainConfig` field names) this method defaults differently where the
+    #: user gives none: a method whose baseline needs another learning rate or early stopping to be fair.
+    #: Applied by :func:`with_method_defaults` (the API, the CLI and ``[job]``); a given value always wins.
+    run_defaults: ClassVar[Mapping[str, Any]] = {}
     options: OptionsT
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        unknown = set(cls.run_defaults) - {f.name for f in dataclasses.fields(TrainConfig)}
+        if unknown:
+            raise TypeError(f"{cls.__name__}.run_defaults names no setting of TrainConfig: {sorted(unknown)}")
         declared = _declared_options(cls)
         if declared is None:
             return
@@ -231,6 +238,11 @@ def method_class(name: str) -> type[Method[Any]]:
         return _METHODS[name]
     except KeyError:
         raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(method_names())}") from None
+
+
+def with_method_defaults(method: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` settings with the method's :attr:`Method.run_defaults` for those it leaves out."""
+    return {**method_class(method).run_defaults, **given}
 
 
 def create_method(name: str, config: TrainConfig) -> Method[Any]:
