@@ -61,7 +61,7 @@ FT_OUT = "tabvfl.finetune.bottom"
 FT_BACK = "tabvfl.finetune.bottom_grad"
 VAL_OUT = "tabvfl.validate.bottom"      # guest -> host: finetuned bottom outputs of the validation rows
 EVAL_OUT = "tabvfl.test.bottom"         # guest -> host: finetuned bottom outputs, train and test rows
-STATS = "tabvfl.test.stats"             # guest -> host: bytes it sent per phase (its Meter), its parameters
+STATS = "tabvfl.test.stats"             # guest -> host: bytes it sent and seconds per phase (its Meter), parameters
 RAW = "tabnet-ct.setup.raw_features"    # tabnet-ct only: raw features (centralised reference)
 
 
@@ -120,8 +120,13 @@ def _tensor(message: Any, sender: str, what: str) -> torch.Tensor:
 
 
 def _checked_stats(message: Any, sender: str) -> dict[str, Any]:
-    if not isinstance(message, dict) or set(message) != {"bytes", "params"} or not isinstance(message["params"], int) \
-            or not isinstance(message["bytes"], dict) or not all(isinstance(v, int) for v in message["bytes"].values()):
+    def numbers(value: Any, kind: type) -> bool:
+        return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, kind) and not isinstance(v, bool)
+                                               for k, v in value.items())
+
+    if not isinstance(message, dict) or set(message) != {"bytes", "seconds", "params"} \
+            or not isinstance(message["params"], int) or not numbers(message["bytes"], int) \
+            or not numbers(message["seconds"], float):
         raise ProtocolError(f"{sender} sent malformed statistics")
     return message
 
@@ -265,7 +270,8 @@ class TabPassive(_TabSide):
 
     def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> None:
         params = count_parameters(self.state.modules["bottom"]) if self.takes_part else 0
-        ctx.send(ctx.active, STATS, {"bytes": ctx.meter.snapshot().phase_bytes, "params": params})
+        own = ctx.meter.snapshot()
+        ctx.send(ctx.active, STATS, {"bytes": own.phase_bytes, "seconds": own.phase_seconds, "params": params})
 
 
 class TabActive(_TabSide):
@@ -513,10 +519,17 @@ class TabActive(_TabSide):
                                                      test_size=options.quality_test_size)
         own = ctx.meter.snapshot()
         seconds = {f"{ph}_s": own.phase_seconds.get(ph, 0.0) for ph in PHASES}
+        notes: dict[str, str] = {}
+        if not self.design.joint_pretraining:  # tabnet-lt: each guest pretrains alone, all at once on their own
+            # machines; the host's wall time would be its wait (none at all when the guests ran first in-process)
+            seconds[f"{PRETRAIN}_s"] = max([seconds[f"{PRETRAIN}_s"],
+                                            *(float(s["seconds"].get(PRETRAIN, 0.0)) for s in stats.values())])
+            notes["pretrain_s"] = ("the slowest guest's own pretraining; in one process the guests pretrain while "
+                                   "the host is still in its setup, so setup_s counts their pretraining too")
         phase_bytes = {ph: own.phase_bytes.get(ph, 0) + sum(int(s["bytes"].get(ph, 0)) for s in stats.values())
                        for ph in PHASES}
         extra["efficiency"] = {
-            **seconds, "train_s": seconds["pretrain_s"] + seconds["finetune_s"],
+            **seconds, "train_s": seconds["pretrain_s"] + seconds["finetune_s"], **({"notes": notes} if notes else {}),
             **{f"{ph}_bytes": phase_bytes[ph] for ph in PHASES},
             "params": {ctx.name: count_parameters(self.top, self.local),
                        **{g: int(s["params"]) for g, s in stats.items()}},
