@@ -84,7 +84,8 @@ class Setup:
     latent_dim: int = 5
     guests: int = 5
     n_samples: int = 2000           # rows of the synthetic dataset
-    diamonds_rows: int = 2000       # stratified sample of diamonds' 53,940 rows (a CPU budget)
+    sample_rows: int = 2000         # stratified sample of a large table (diamonds' 53,940 rows ...): a CPU budget
+    designs: tuple[str, ...] = ("tabnet-ct", "tabnet-lt", "tabvfl-le", "tabvfl")
     lr: float = 2e-2
     patience: int = 5               # early stopping (the paper names no value); 0: off
     test_size: float = 0.15         # the paper's 70 / 15 / 15 split ...
@@ -107,20 +108,25 @@ FULL = Setup(datasets=("breast-cancer", "diamonds"), epochs=20, quality_seeds=(0
              eff_dataset="synthetic", eff_epochs=10, eff_isolated=True)
 
 
+#: Real tables too large to train on whole here: a stratified sample of ``Setup.sample_rows`` rows stands in.
+SAMPLED = ("diamonds", "adult", "kdd04")
+
+
 def dataset_source(dataset: str, setup: Setup) -> tuple[str, dict[str, Any]]:
-    """The ``securevfl.train`` dataset argument for ``dataset``: diamonds becomes a stratified sample file."""
-    if dataset != "diamonds":
+    """The ``securevfl.train`` dataset argument: a large table becomes a stratified sample file (0: whole)."""
+    if dataset not in SAMPLED or not setup.sample_rows:
         return dataset, {}
     from securevfl.data.datasets import load_dataset
 
-    path = Path("out") / f"diamonds_{setup.diamonds_rows}.csv"
+    table = load_dataset(dataset)
+    path = Path("out") / f"{dataset}_{setup.sample_rows}.csv"
     if not path.exists():
-        frame = load_dataset("diamonds").frame
-        share = setup.diamonds_rows / len(frame)
-        sample = frame.groupby("cut", group_keys=False).sample(frac=share, random_state=0)
+        frame = table.frame
+        share = min(1.0, setup.sample_rows / len(frame))
+        sample = frame.groupby(table.label_column, group_keys=False).sample(frac=share, random_state=0)
         path.parent.mkdir(parents=True, exist_ok=True)
         sample.to_csv(path, index=False)
-    return f"csv:{path}", {"id_column": "id", "label_column": "cut"}
+    return f"csv:{path}", {"id_column": table.id_column, "label_column": table.label_column}
 
 
 def train(method: str, dataset: str, *, guests: int, epochs: int, batch_size: int, setup: Setup, seed: int,
@@ -159,7 +165,7 @@ def latent_quality_experiment(setup: Setup) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for dataset in setup.datasets:
         out[dataset] = {}
-        for method in DESIGNS:
+        for method in setup.designs:
             runs = []
             for seed in setup.quality_seeds:
                 started = time.perf_counter()
@@ -443,6 +449,34 @@ def latent_sweep(setup: Setup, dims: list[int], out: Path | None) -> int:
     return 0
 
 
+def quality_only(setup: Setup, out: Path | None) -> int:
+    """The latent-quality runs alone: per dataset, each design's model and latent scores, and TabVFL - LT."""
+    started = time.perf_counter()
+    quality = latent_quality_experiment(setup)
+    t = Table(title=f"Latent quality and model accuracy (mean ± std of seeds {list(setup.quality_seeds)}; early "
+                    f"stopping patience {setup.patience}, cap {setup.epochs}+{setup.epochs} epochs, "
+                    f"{setup.guests} guests, latent {setup.latent_dim})")
+    for col in ("dataset", "design", "latent acc", "latent F1", "latent AUC", "model acc", "model F1", "s / run"):
+        t.add_column(col)
+    gaps: dict[str, Any] = {}
+    for dataset, rows in quality.items():
+        for method, r in rows.items():
+            t.add_row(dataset, LABELS[method], pm(r["accuracy"]), pm(r["f1"]), pm(r["auc"]), pm(r["model_accuracy"]),
+                      pm(r["model_f1"]), f"{r['wall_s']['mean']:.0f}")
+        if {"tabvfl", "tabnet-lt"} <= set(rows):
+            per_seed = [a["f1"] - b["f1"] for a, b in zip(rows["tabvfl"]["runs"], rows["tabnet-lt"]["runs"])]
+            gaps[dataset] = {"latent_f1_tabvfl_minus_lt": dict(zip(("mean", "std"), mean_std(per_seed))),
+                             "seeds_tabvfl_above_lt": sum(g > 0 for g in per_seed), "seeds": len(per_seed)}
+    console.print(t)
+    for dataset, g in gaps.items():
+        console.print(f"{dataset}: latent F1 TabVFL - LT {pm(g['latent_f1_tabvfl_minus_lt'])}, TabVFL above LT on "
+                      f"{g['seeds_tabvfl_above_lt']}/{g['seeds']} seeds")
+    if out:
+        write_json(out, {"setup": setup.__dict__, "latent_quality": quality, "tabvfl_vs_lt": gaps,
+                         "wall_s": time.perf_counter() - started}, default=float)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one dataset, few epochs (about 1-2 minutes)")
@@ -457,6 +491,11 @@ def main(argv: list[str] | None = None) -> int:
                                                "(the paper's Table III)")
     parser.add_argument("--seeds", help="comma-separated seeds of the latent-quality and failure runs")
     parser.add_argument("--patience", type=int, help="early-stopping patience in epochs (0: off)")
+    parser.add_argument("--sample-rows", type=int,
+                        help=f"rows of the stratified sample of {', '.join(SAMPLED)} (0: the whole table)")
+    parser.add_argument("--quality-only", action="store_true",
+                        help="only the latent-quality runs (Fig. 5), e.g. to convergence: --epochs 300 --patience 10")
+    parser.add_argument("--designs", help=f"comma-separated designs of the latent-quality runs (default: {DESIGNS})")
     args = parser.parse_args(argv)
     setup = QUICK if args.quick else FULL
     if args.epochs:
@@ -470,9 +509,15 @@ def main(argv: list[str] | None = None) -> int:
         setup = replace(setup, quality_seeds=seeds, fail_seeds=seeds)
     if args.patience is not None:
         setup = replace(setup, patience=args.patience)
+    if args.sample_rows is not None:
+        setup = replace(setup, sample_rows=args.sample_rows)
+    if args.designs:
+        setup = replace(setup, designs=tuple(d for d in args.designs.split(",") if d))
     torch.set_num_threads(1)
     if args.latent_sweep:
         return latent_sweep(setup, [int(d) for d in args.latent_sweep.split(",") if d], args.out)
+    if args.quality_only:
+        return quality_only(setup, args.out)
     if args.efficiency_only:
         efficiency = efficiency_experiment(replace(setup, eff_isolated=True), {})
         print_efficiency(efficiency)
