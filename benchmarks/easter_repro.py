@@ -32,6 +32,7 @@ mean/std/runs). Every section also records its dataset, epochs, seeds and learni
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from dataclasses import asdict
@@ -338,6 +339,73 @@ def print_all(fig: dict[str, Any]) -> None:
         console.print(table)
 
 
+def _pm(mean: float, std: float) -> str:
+    return f"{100 * mean:.2f} ± {100 * std:.2f}"
+
+
+def markdown(fig: dict[str, Any]) -> str:
+    """The docs tables (docs/easter.md) from one or more runs' figures."""
+    out: list[str] = []
+    if "table5" in fig:
+        t = fig["table5"]
+        paper = t["paper_fmnist_mb_over_pyvertical"]
+        out += [f"**Table V** ({t['dataset']}, {t['epochs']} epochs, seeds {t['seeds']}, lr {t['lr']:g}; MB to the "
+                f"first epoch with validation accuracy ≥ {100 * t['target_val_accuracy']:.0f} % and to the best "
+                "epoch, each / PyVertical's)", "",
+                "| Method | test accuracy % | MB / epoch | / PyV | MB to target | / PyV | MB to best epoch | / PyV "
+                "| paper FMNIST / PyV |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for label, r in t["rows"].items():
+            p = paper.get(label.split(" ")[0])
+            out.append(f"| {label} | {_pm(r['accuracy'], r['accuracy_std'])} | {r['mb_per_epoch']:.1f} | "
+                       f"{r['bytes_per_epoch_over_pyvertical']:.2f} | {_fmt(r['mb_to_target'], '.1f')} | "
+                       f"{_fmt(r['mb_to_target_over_pyvertical'])} | {r['mb_to_best_epoch']:.1f} | "
+                       f"{r['mb_to_best_over_pyvertical']:.2f} | {'—' if p is None else f'{p:.2f}'} |")
+        out.append("")
+    for key, unit, fixed in (("fig4_bandwidth", "Mbit/s", "latency 10 ms"), ("fig5_latency", "ms", "50 Mbit/s")):
+        if key in fig:
+            f = fig[key]
+            cols = list(next(iter(f["seconds"].values())))
+            out += [f"**{'Fig. 4' if key.startswith('fig4') else 'Fig. 5'}** ({f['dataset']}, {fixed}; simulated "
+                    f"network seconds to the best epoch, mean over seeds {f['seeds']})", "",
+                    "| Method | " + " | ".join(f"{float(c):g} {unit}" for c in cols) + " |",
+                    "|---|" + "---:|" * len(cols)]
+            out += [f"| {label} | " + " | ".join(f"{row[c]:.1f}" for c in cols) + " |"
+                    for label, row in f["seconds"].items()]
+            out.append("")
+    if "table7" in fig:
+        t = fig["table7"]
+        out += [f"**Table VII** ({t['dataset']}, EASTER `dh`, {t['epochs']} epochs, seeds {t['seeds']}; 1 = "
+                f"{t['high']['bandwidth_mbps']:g} Mbit/s / {t['high']['latency_ms']:g} ms, 0 = "
+                f"{t['low']['bandwidth_mbps']:g} Mbit/s / {t['low']['latency_ms']:g} ms)", "",
+                "| x1 x2 x3 | accuracy % (active / passive1-3) | wall s | network s | total s | paper MNIST min |",
+                "|---|---:|---:|---:|---:|---:|"]
+        for pattern, r in t["rows"].items():
+            accs = " / ".join(f"{100 * a:.2f}" for a in r["per_party_accuracy"].values())
+            out.append(f"| {' '.join(pattern)} | {accs} | {r['wall_s']:.0f} | {r['network_s']:.0f} | "
+                       f"{r['total_s']:.0f} | {r['paper_mnist_min']:.2f} |")
+        out.append("")
+    if "table6_fixed_parts" in fig:
+        p6 = fig["table6_fixed_parts"]
+        out += [f"**Table VI, C of 10 fixed strips** (mnist-5k, {p6['epochs']} epochs, seeds {p6['seeds']}, lr "
+                f"{p6['lr']:g}; accuracy % mean ± std / wall s; the paper's CINIC-10 accuracy in brackets)", "",
+                "| Method | " + " | ".join(f"C = {c}" for c in p6["counts"]) + " |",
+                "|---|" + "---:|" * len(p6["counts"])]
+        for label, cells in p6["rows"].items():
+            paper6 = p6["paper_cinic10_accuracy"].get(label.split(" ")[0], {})
+            out.append(f"| {label} | " + " | ".join(
+                f"{_pm(cells[str(c)]['accuracy'], cells[str(c)]['accuracy_std'])} / {cells[str(c)]['wall_s']:.0f}"
+                f" ({paper6.get(str(c), float('nan')):.1f})" for c in p6["counts"]) + " |")
+        out.append("")
+    if "fig6b_fixed_depth" in fig:
+        f6 = fig["fig6b_fixed_depth"]
+        out += [f"**Fig. 6(b) at {f6['total_linear_layers']} linear layers** (mnist-5k, EASTER `secagg=none`, "
+                f"{f6['epochs']} epochs, seeds {f6['seeds']}, lr {f6['lr']:g}; mean accuracy of the parties' models %)",
+                "", "| EL:PL | accuracy % |", "|---|---:|"]
+        out += [f"| {k} | {_pm(v['mean'], v['std'])} |" for k, v in f6["by_el_pl"].items()]
+        out.append("")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny: digits comm, C in {2, 10}, 1 seed (~1-2 min)")
@@ -346,8 +414,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=10, help="epochs of the comm runs (mnist-5k)")
     parser.add_argument("--sweep-epochs", type=int, default=5, help="epochs of the parties and fig6b runs")
+    parser.add_argument("--markdown", nargs="+", metavar="FILE.json",
+                        help="print the docs tables of earlier runs' JSON files (merged in order) and exit")
     parser.add_argument("--party-seeds", type=int, default=2, help="seeds of the parties section")
+    parser.add_argument("--party-methods", default=",".join(SWEEP_METHODS),
+                        help="methods of the parties section (comma-separated labels)")
     args = parser.parse_args(argv)
+    if args.markdown:
+        merged: dict[str, Any] = {}
+        for path in args.markdown:
+            merged.update(json.loads(Path(path).read_text()))
+        print(markdown(merged))
+        return merged
     torch.set_num_threads(1)
     sections = set(args.sections.split(","))
     seeds = [0] if args.quick else list(range(args.seeds))
@@ -364,7 +442,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         write()
     if "parties" in sections:
         counts = [2, 10] if args.quick else [2, 4, 6, 8, 10]
-        labels = ["PyVertical", "EASTER dh 64-bit"] if args.quick else list(SWEEP_METHODS)
+        labels = ["PyVertical", "EASTER dh 64-bit"] if args.quick else args.party_methods.split(",")
         fig["table6_fixed_parts"] = parties_section(counts, labels, 1 if args.quick else args.sweep_epochs,
                                                     [0] if args.quick else list(range(args.party_seeds)))
         write()

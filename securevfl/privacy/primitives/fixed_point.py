@@ -35,7 +35,7 @@ RING_BITS = 64
 RING_BITS_CHOICES = (32, 64)
 DEFAULT_FRAC_BITS = 16
 _SIGNED_MAX = (1 << (RING_BITS - 1)) - 1
-_WIRE_DTYPES = {32: np.dtype(np.uint32), 64: np.dtype(np.uint64)}
+_WIRE_DTYPES: dict[int, np.dtype[np.unsignedinteger]] = {32: np.dtype(np.uint32), 64: np.dtype(np.uint64)}
 
 
 def check_ring_bits(ring_bits: int) -> int:
@@ -45,7 +45,7 @@ def check_ring_bits(ring_bits: int) -> int:
     return ring_bits
 
 
-def ring_dtype(ring_bits: int) -> np.dtype:
+def ring_dtype(ring_bits: int) -> np.dtype[np.unsignedinteger]:
     """The unsigned dtype a masked vector of that ring travels as (uint32 or uint64)."""
     return _WIRE_DTYPES[check_ring_bits(ring_bits)]
 
