@@ -408,7 +408,7 @@ def markdown(fig: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny: digits comm, C in {2, 10}, 1 seed (~1-2 min)")
+    parser.add_argument("--quick", action="store_true", help="tiny: digits comm, C in {2, 4}, 1 seed (~1-2 min)")
     parser.add_argument("--out", help="write the figures to this JSON file (after every section)")
     parser.add_argument("--sections", default="comm,parties,fig6b")
     parser.add_argument("--seeds", type=int, default=3)
@@ -437,11 +437,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     if "comm" in sections:
         dataset = "digits" if args.quick else "mnist-5k"
-        fig.update(comm_section(dataset, 3 if args.quick else args.epochs, seeds,
+        fig.update(comm_section(dataset, 2 if args.quick else args.epochs, seeds,
                                 0.90 if dataset == "mnist-5k" else 0.85))
         write()
     if "parties" in sections:
-        counts = [2, 10] if args.quick else [2, 4, 6, 8, 10]
+        counts = [2, 4] if args.quick else [2, 4, 6, 8, 10]
         labels = ["PyVertical", "EASTER dh 64-bit"] if args.quick else args.party_methods.split(",")
         fig["table6_fixed_parts"] = parties_section(counts, labels, 1 if args.quick else args.sweep_epochs,
                                                     [0] if args.quick else list(range(args.party_seeds)))
