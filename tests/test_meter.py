@@ -1,7 +1,7 @@
 import pytest
 
 from securevfl.errors import ConfigError
-from securevfl.federation.meter import Meter, MeterSnapshot, NetworkModel
+from securevfl.federation.meter import Meter, MeterSnapshot, NetworkModel, link_transfer_seconds
 
 
 class FakeClock:
@@ -50,6 +50,17 @@ def test_messages_rounds_and_network_model():
     net = NetworkModel(bandwidth_mbps=8.0, latency_ms=10.0)  # 1 byte per microsecond
     # depth 1: latency + max(1000, 3000) bytes; depth 2: latency + 500 bytes
     assert net.transfer_seconds(snap.depth_link_bytes) == pytest.approx(0.02 + 3000e-6 + 500e-6)
+
+
+def test_per_link_network_model_takes_each_levels_slowest_link():
+    levels = {1: {"a->b": 1000, "a->c": 3000}, 2: {"b->a": 500}}
+    fast = NetworkModel(bandwidth_mbps=8.0, latency_ms=10.0)  # 1 byte per microsecond
+    # the same model on every link: the uniform formula
+    assert link_transfer_seconds(levels, {}, fast) == pytest.approx(fast.transfer_seconds(levels))
+    slow = NetworkModel(bandwidth_mbps=0.8, latency_ms=100.0)  # 10 us per byte
+    # a slow a->b: level 1 costs max(0.1 + 0.01, 0.01 + 0.003); level 2 stays fast
+    got = link_transfer_seconds(levels, {"a->b": slow}, fast)
+    assert got == pytest.approx(0.1 + 1000e-5 + 0.01 + 500e-6)
 
 
 def test_merge_and_validation():

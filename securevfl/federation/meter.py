@@ -65,6 +65,21 @@ def critical_path(depth_link_bytes: Mapping[int, Mapping[str, int]]) -> tuple[in
     return levels, sum(max(links.values(), default=0) for links in depth_link_bytes.values())
 
 
+def link_transfer_seconds(depth_link_bytes: Mapping[int, Mapping[str, int]], links: Mapping[str, NetworkModel],
+                          default: NetworkModel) -> float:
+    """Critical-path transfer time when links differ: each depth level costs its slowest link.
+
+    A link ``"SRC->DST"`` uses ``links[link]`` (else ``default``); a level costs the largest
+    ``latency + bytes / bandwidth`` over its links. With every link on one model this equals
+    :meth:`NetworkModel.transfer_seconds` (heterogeneous devices: EASTER's Table VII).
+    """
+    total = 0.0
+    for level in depth_link_bytes.values():
+        total += max((links.get(link, default).path_seconds(1, nbytes) for link, nbytes in level.items()),
+                     default=0.0)
+    return total
+
+
 @dataclass
 class MeterSnapshot:
     """Plain numbers copied out of one or more meters (safe to keep after the run)."""

@@ -52,6 +52,7 @@ from securevfl.privacy.aggregation import (
     aggregation_names,
     create_aggregation,
     resolve_key_agreement,
+    scheme_class,
     scheme_options,
 )
 
@@ -70,7 +71,9 @@ class AggregationOptions:
     """Options every aggregation method shares (a method's options dataclass extends this).
 
     ``secagg``: the scheme that sums the passive contributions, with ``key_agreement`` and
-    ``frac_bits`` (its fixed-point precision) and ``secagg_options``, the scheme's own options
+    ``frac_bits`` (its fixed-point precision), ``ring_bits`` (the ring the masked vectors travel in:
+    64, or 32 for half the bytes where the range allows, ``dh`` and ``pairwise`` only) and
+    ``secagg_options``, the scheme's own options
     (``--option secagg.key_bits=3072``), validated by the aggregation registry; ``models``:
     ``hetero`` (each party its own zoo architecture) or ``homo``, from the ``zoo`` ``default`` or
     ``paper`` (the paper's LeNet / MLP / CNN on image strips), or, with ``el_pl`` (``"2:1"``), the
@@ -82,6 +85,7 @@ class AggregationOptions:
     secagg: str = "none"
     key_agreement: str = "x25519"
     frac_bits: int = 16
+    ring_bits: int = 64
     secagg_options: Mapping[str, Any] = field(default_factory=dict)
     models: str = "hetero"
     zoo: str = "default"
@@ -94,6 +98,10 @@ class AggregationOptions:
             raise ConfigError(f"secagg must be one of {', '.join(aggregation_names())}, got {self.secagg!r}")
         scheme_options(self.secagg, self.secagg_options)  # refuse a bad scheme option before any party starts
         resolve_key_agreement(self.key_agreement)
+        AggregationConfig(frac_bits=self.frac_bits, ring_bits=self.ring_bits)  # refuses bad frac_bits / ring_bits
+        if self.ring_bits != 64 and not scheme_class(self.secagg).uses_ring:
+            raise ConfigError(f"ring_bits={self.ring_bits} applies to the masking schemes only (dh, pairwise), "
+                              f"not secagg={self.secagg}")
         if self.models not in MODEL_CHOICES:
             raise ConfigError(f"models must be one of {', '.join(MODEL_CHOICES)}, got {self.models!r}")
         if self.zoo not in ZOO_CHOICES:
@@ -105,7 +113,8 @@ class AggregationOptions:
 
     def aggregation(self, threshold: int | None = None) -> AggregationScheme[Any]:
         """The configured scheme (``threshold``: the Shamir threshold of ``dh``, None for its default)."""
-        config = AggregationConfig(frac_bits=self.frac_bits, key_agreement=self.key_agreement, threshold=threshold)
+        config = AggregationConfig(frac_bits=self.frac_bits, key_agreement=self.key_agreement, threshold=threshold,
+                                   ring_bits=self.ring_bits)
         return create_aggregation(self.secagg, config, self.secagg_options)
 
 

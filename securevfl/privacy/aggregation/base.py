@@ -21,7 +21,7 @@ import numpy as np
 
 from securevfl.errors import ConfigError
 from securevfl.privacy.aggregation.options import NoOptions
-from securevfl.privacy.primitives.fixed_point import DEFAULT_FRAC_BITS, encode
+from securevfl.privacy.primitives.fixed_point import DEFAULT_FRAC_BITS, RING_BITS, FixedPointConfig, max_magnitude
 from securevfl.privacy.primitives.key_agreement import KEY_AGREEMENT_NAMES
 
 if TYPE_CHECKING:
@@ -52,18 +52,22 @@ class AggregationConfig:
     ``threshold``: Shamir threshold t for ``dh`` (None: majority, see
     :func:`securevfl.privacy.secagg.default_threshold`); it must exceed n/2 for n passive
     parties (checked by the ``dh`` scheme's ``validate``, see
-    :func:`securevfl.privacy.secagg.validate_threshold`). ``urandom`` may be injected for
-    deterministic tests; by default secrets come from ``os.urandom``.
+    :func:`securevfl.privacy.secagg.validate_threshold`). ``ring_bits``: the ring the masked
+    vectors travel in, Z_2^64 (default) or Z_2^32 (half the bytes, a smaller range: see
+    :mod:`securevfl.privacy.primitives.fixed_point`); only the masking schemes
+    (``uses_ring``) accept 32. ``urandom`` may be injected for deterministic tests; by default
+    secrets come from ``os.urandom``.
     """
 
     frac_bits: int = DEFAULT_FRAC_BITS
     key_agreement: str = "x25519"
     threshold: int | None = None
     urandom: Urandom | None = field(default=None, repr=False, compare=False)
+    ring_bits: int = RING_BITS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_agreement", resolve_key_agreement(self.key_agreement))
-        encode(0.0, self.frac_bits)  # validates frac_bits
+        FixedPointConfig(self.frac_bits, 1, self.ring_bits)  # validates frac_bits and ring_bits
         if self.threshold is not None and (
             isinstance(self.threshold, bool) or not isinstance(self.threshold, int) or self.threshold < 2
         ):
@@ -146,6 +150,8 @@ class AggregationScheme(ABC, Generic[OptionsT]):
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
+    #: Whether the scheme masks fixed-point values in a ring (``AggregationConfig.ring_bits`` applies).
+    uses_ring: ClassVar[bool] = False
     Options: ClassVar[type[Any]] = NoOptions
     Passive: ClassVar[HalfFactory[PassiveAggregator]]
     Active: ClassVar[HalfFactory[ActiveAggregator]]
@@ -158,6 +164,9 @@ class AggregationScheme(ABC, Generic[OptionsT]):
             )
         self.config = config or AggregationConfig()
         self.options: OptionsT = self.Options() if options is None else options
+        if self.config.ring_bits != RING_BITS and not self.uses_ring:
+            raise ConfigError(f"ring_bits={self.config.ring_bits} applies to the masking schemes only "
+                              f"(dh, pairwise); aggregation scheme {self.name!r} has no ring")
 
     def passive(self) -> PassiveAggregator:
         """A fresh passive half."""
@@ -173,6 +182,20 @@ class AggregationScheme(ABC, Generic[OptionsT]):
 
     def validate(self, n_passives: int) -> None:  # noqa: B027 - optional hook, no-op by default
         """Raise ConfigError if the scheme cannot run with ``n_passives`` passive parties."""
+
+
+def require_ring_range(config: AggregationConfig, n_passives: int, floor: float = 1.0) -> None:
+    """ConfigError when ``n_passives`` summands leave the ring less than ``floor`` per value.
+
+    The bound per value is ``floor((2^(ring_bits-1) - 1) / n) / 2^frac_bits``
+    (:func:`~securevfl.privacy.primitives.fixed_point.max_magnitude`); larger values met at run
+    time are refused by the encoder (:class:`~securevfl.errors.EncodingOverflowError`).
+    """
+    bound = max_magnitude(config.frac_bits, max(n_passives, 1), config.ring_bits)
+    if bound < floor:
+        raise ConfigError(
+            f"the {config.ring_bits}-bit ring with frac_bits={config.frac_bits} and {n_passives} passive "
+            f"parties holds only |x| <= {bound:.4g} per value (below {floor:g}); use ring_bits=64 or fewer frac_bits")
 
 
 def require_passives(n_passives: int, minimum: int = 2) -> None:
@@ -195,5 +218,6 @@ __all__ = [
     "PassiveAggregator",
     "Urandom",
     "require_passives",
+    "require_ring_range",
     "resolve_key_agreement",
 ]

@@ -27,6 +27,7 @@ from securevfl.privacy.aggregation.base import (
     AggregationScheme,
     PassiveAggregator,
     require_passives,
+    require_ring_range,
 )
 from securevfl.privacy.aggregation.options import NoOptions
 from securevfl.privacy.aggregation.registry import register_aggregation
@@ -74,7 +75,7 @@ class DHPassive(PassiveAggregator):
 
     def setup(self, ctx: PartyContext) -> None:
         sconfig = wire.parse_session(ctx.recv(ctx.active, TAG_SESSION), self.config.key_agreement,
-                                     self.config.frac_bits)
+                                     self.config.frac_bits, self.config.ring_bits)
         with ctx.meter.crypto("secagg.keygen"):
             self._state = sa.PassiveSecAggState.create(sconfig, ctx.name, self.config.urandom)
             advert = sa.advertise_keys(self._state)
@@ -169,7 +170,8 @@ class DHActive(ActiveAggregator):
         threshold = self.config.threshold or sa.default_threshold(len(self.parties))
         sconfig = sa.SecAggConfig(
             session_id=self.config.draw(SESSION_ID_BYTES), parties=self.parties, threshold=threshold,
-            key_agreement=self.config.key_agreement, frac_bits=self.config.frac_bits)
+            key_agreement=self.config.key_agreement, frac_bits=self.config.frac_bits,
+            ring_bits=self.config.ring_bits)
         self._agg = sa.AggregatorSecAggState.create(sconfig)
         ctx.broadcast(self.parties, TAG_SESSION, wire.session_to_wire(sconfig))
         adverts = [wire.parse_advert(ctx.recv(p, TAG_ADVERT), p) for p in self.parties]
@@ -242,6 +244,7 @@ class DHAggregation(AggregationScheme[NoOptions]):
 
     name = "dh"
     summary = "DH pairwise masks + self masks, fresh keys per round, Shamir dropout recovery"
+    uses_ring = True
     Passive = DHPassive
     Active = DHActive
 
@@ -253,6 +256,7 @@ class DHAggregation(AggregationScheme[NoOptions]):
 
     def validate(self, n_passives: int) -> None:
         require_passives(n_passives)
+        require_ring_range(self.config, n_passives)
         sa.validate_threshold(self._threshold(n_passives), n_passives)
 
 

@@ -23,6 +23,7 @@ from securevfl.privacy.aggregation.base import (
     AggregationScheme,
     PassiveAggregator,
     require_passives,
+    require_ring_range,
 )
 from securevfl.privacy.aggregation.options import NoOptions
 from securevfl.privacy.aggregation.registry import register_aggregation
@@ -73,7 +74,8 @@ class PairwisePassive(PassiveAggregator):
             raise ProtocolError("contribute before setup")
         with ctx.meter.crypto("secagg.mask"):
             masked = mask_values(np.asarray(values), ctx.name, self.seeds, self.round,
-                                 frac_bits=self.config.frac_bits, n_terms=self.n_parties)
+                                 frac_bits=self.config.frac_bits, n_terms=self.n_parties,
+                                 ring_bits=self.config.ring_bits)
         ctx.send(ctx.active, TAG_INPUT, masked)
         self.round += 1
 
@@ -99,12 +101,12 @@ class PairwiseActive(ActiveAggregator):
             raise ConfigError("the pairwise scheme has no dropout recovery; use secagg=dh")
         masked: list[np.ndarray] = []
         for p in self.parties:
-            value = wire.uint64_array(ctx.recv(p, TAG_INPUT), f"masked input from {p}")
+            value = wire.ring_array(ctx.recv(p, TAG_INPUT), f"masked input from {p}", self.config.ring_bits)
             if masked and value.shape != masked[0].shape:
                 raise ProtocolError(f"masked input from {p} has shape {value.shape}, expected {masked[0].shape}")
             masked.append(value)
         with ctx.meter.crypto("secagg.unmask"):
-            total = unmask_sum(masked, self.config.frac_bits)
+            total = unmask_sum(masked, self.config.frac_bits, self.config.ring_bits)
         self.stats.rounds += 1
         return AggregateResult(total, self.parties, ())
 
@@ -115,11 +117,13 @@ class PairwiseAggregation(AggregationScheme[NoOptions]):
 
     name = "pairwise"
     summary = "paper's blinding factors: session DH keys, per-batch masks, no dropout recovery"
+    uses_ring = True
     Passive = PairwisePassive
     Active = PairwiseActive
 
     def validate(self, n_passives: int) -> None:
         require_passives(n_passives)
+        require_ring_range(self.config, n_passives)
 
 
 __all__ = ["PairwiseActive", "PairwiseAggregation", "PairwisePassive"]

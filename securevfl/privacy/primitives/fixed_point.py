@@ -1,4 +1,4 @@
-"""Exact fixed-point encoding of real arrays into the ring Z_2^64 (numpy ``uint64``).
+"""Exact fixed-point encoding of real arrays into the ring Z_2^64 (numpy ``uint64``), or Z_2^32.
 
 Secure aggregation adds uniformly random masks to every value, so it must work in a finite ring
 where "add a random element" hides the value perfectly (a one-time pad). Z_2^64 is the ring numpy
@@ -11,6 +11,15 @@ will be summed (``n_terms``), and each encoded magnitude must be at most
 ``floor((2^63 - 1) / n_terms)`` ring units, which guarantees that the sum of ``n_terms`` such
 values cannot leave the signed range. Encoding error per value is at most ``2^-(f+1)``
 (round-to-nearest); the sum of ``n`` encodings decodes within ``n * 2^-(f+1)`` of the real sum.
+
+**The 32-bit ring** (``ring_bits=32``, half the bytes on the wire). Reducing mod 2^32 is a ring
+homomorphism Z_2^64 -> Z_2^32, so masks that cancel mod 2^64 also cancel mod 2^32, and a uniform
+uint64 mask reduced mod 2^32 is uniform on Z_2^32: the arithmetic stays in ``uint64``, and only
+the masked vector that goes on the wire is cut to ``uint32`` (:func:`to_ring`); the receiver
+widens it again (:func:`from_ring`), sums, and :func:`decode` reduces the sum mod 2^32 and reads it
+as a signed 32-bit integer. The precision is the same (``frac_bits``); the range shrinks to
+``|x| <= floor((2^31 - 1) / n_terms) / 2^f`` per term — e.g. 3,276.7 for 10 summands at f = 16 —
+and :func:`encode` refuses larger values (:class:`EncodingOverflowError`) exactly as for 64 bits.
 """
 
 from __future__ import annotations
@@ -22,30 +31,49 @@ import numpy as np
 from securevfl.errors import ConfigError, DataError, EncodingOverflowError
 
 RING_BITS = 64
+#: The rings a masked vector may travel in (``ring_bits``); 64 is the default.
+RING_BITS_CHOICES = (32, 64)
 DEFAULT_FRAC_BITS = 16
 _SIGNED_MAX = (1 << (RING_BITS - 1)) - 1
+_WIRE_DTYPES: dict[int, np.dtype[np.unsignedinteger]] = {32: np.dtype(np.uint32), 64: np.dtype(np.uint64)}
+
+
+def check_ring_bits(ring_bits: int) -> int:
+    """``ring_bits`` if it names a supported ring (32 or 64), else ConfigError."""
+    if isinstance(ring_bits, bool) or ring_bits not in RING_BITS_CHOICES:
+        raise ConfigError(f"ring_bits must be one of {', '.join(map(str, RING_BITS_CHOICES))}, got {ring_bits!r}")
+    return ring_bits
+
+
+def ring_dtype(ring_bits: int) -> np.dtype[np.unsignedinteger]:
+    """The unsigned dtype a masked vector of that ring travels as (uint32 or uint64)."""
+    return _WIRE_DTYPES[check_ring_bits(ring_bits)]
 
 
 @dataclass(frozen=True)
 class FixedPointConfig:
-    """Fixed-point parameters: ``frac_bits`` fractional bits in Z_2^64, ``n_terms`` summands.
+    """Fixed-point parameters: ``frac_bits`` fractional bits in Z_2^``ring_bits``, ``n_terms`` summands.
 
     ``n_terms`` reserves headroom so the sum of that many encodings cannot overflow.
     """
 
     frac_bits: int = DEFAULT_FRAC_BITS
     n_terms: int = 1
+    ring_bits: int = RING_BITS
 
     def __post_init__(self) -> None:
-        if not isinstance(self.frac_bits, int) or not 0 <= self.frac_bits <= 52:
-            raise ConfigError(f"frac_bits must be an int in [0, 52], got {self.frac_bits!r}")
+        check_ring_bits(self.ring_bits)
+        limit = min(52, self.ring_bits - 2)  # at least one integer bit besides the sign
+        if not isinstance(self.frac_bits, int) or not 0 <= self.frac_bits <= limit:
+            raise ConfigError(
+                f"frac_bits must be an int in [0, {limit}] for the {self.ring_bits}-bit ring, got {self.frac_bits!r}")
         if not isinstance(self.n_terms, int) or self.n_terms < 1:
             raise ConfigError(f"n_terms must be an int >= 1, got {self.n_terms!r}")
 
     @property
     def max_ring_magnitude(self) -> int:
         """Largest encoded magnitude (in ring units) allowed per term."""
-        return _SIGNED_MAX // self.n_terms
+        return ((1 << (self.ring_bits - 1)) - 1) // self.n_terms
 
     @property
     def max_magnitude(self) -> float:
@@ -58,21 +86,22 @@ class FixedPointConfig:
         return 1.0 / float(1 << self.frac_bits)
 
 
-def max_magnitude(frac_bits: int = DEFAULT_FRAC_BITS, n_terms: int = 1) -> float:
-    """Largest |x| that :func:`encode` accepts for the given precision and number of summands."""
-    return FixedPointConfig(frac_bits, n_terms).max_magnitude
+def max_magnitude(frac_bits: int = DEFAULT_FRAC_BITS, n_terms: int = 1, ring_bits: int = RING_BITS) -> float:
+    """Largest |x| that :func:`encode` accepts for the given precision, summands and ring."""
+    return FixedPointConfig(frac_bits, n_terms, ring_bits).max_magnitude
 
 
 def encode(
-    values: np.ndarray | float, frac_bits: int = DEFAULT_FRAC_BITS, n_terms: int = 1
+    values: np.ndarray | float, frac_bits: int = DEFAULT_FRAC_BITS, n_terms: int = 1, ring_bits: int = RING_BITS
 ) -> np.ndarray:
     """Encode a real array into Z_2^64 as ``round(x * 2^frac_bits)`` (two's complement uint64).
 
     Raises :class:`DataError` on NaN/inf and :class:`EncodingOverflowError` when some
-    ``|x| * 2^frac_bits`` exceeds ``(2^63 - 1) // n_terms`` (the sum of ``n_terms`` encodings
-    would no longer decode correctly). The result always has dtype ``uint64``.
+    ``|x| * 2^frac_bits`` exceeds ``(2^(ring_bits-1) - 1) // n_terms`` (the sum of ``n_terms``
+    encodings would no longer decode correctly in Z_2^ring_bits). The result always has dtype
+    ``uint64`` (for ``ring_bits=32`` too: see :func:`to_ring`).
     """
-    cfg = FixedPointConfig(frac_bits, n_terms)
+    cfg = FixedPointConfig(frac_bits, n_terms, ring_bits)
     x = np.asarray(values)
     if x.dtype != np.float32 and x.dtype != np.float64:
         x = np.asarray(values, dtype=np.float64)
@@ -95,7 +124,8 @@ def encode(
         raise EncodingOverflowError(
             f"value of magnitude {peak / (1 << frac_bits):.6g} does not fit the fixed-point "
             f"ring: max representable magnitude is {cfg.max_magnitude:.6g} "
-            f"(frac_bits={frac_bits}, headroom for n_terms={n_terms} summands in Z_2^64)"
+            f"(frac_bits={frac_bits}, headroom for n_terms={n_terms} summands in Z_2^{ring_bits})"
+            + ("; use ring_bits=64 or fewer frac_bits" if ring_bits < RING_BITS else "")
         )
     # float32 input is widened (exactly) inside the multiply, without a float64 copy first.
     scaled: np.ndarray = np.multiply(x, scale, out=np.empty(x.shape, dtype=np.float64), dtype=np.float64)
@@ -103,10 +133,38 @@ def encode(
     return scaled.astype(np.int64).view(np.uint64)
 
 
-def decode(encoded: np.ndarray, frac_bits: int = DEFAULT_FRAC_BITS) -> np.ndarray:
-    """Decode ring elements (e.g. a sum of encodings) back to float64, two's complement."""
-    FixedPointConfig(frac_bits, 1)
+def to_ring(values: np.ndarray, ring_bits: int = RING_BITS) -> np.ndarray:
+    """A uint64 array (e.g. a masked encoding) as the wire dtype of Z_2^ring_bits (mod 2^32: uint32)."""
+    if values.dtype != np.uint64:
+        raise DataError(f"to_ring expects a uint64 array, got dtype {values.dtype}")
+    if check_ring_bits(ring_bits) == RING_BITS:
+        return values
+    return values.astype(np.uint32)  # keeps the low 32 bits: reduction mod 2^32
+
+
+def from_ring(values: np.ndarray, ring_bits: int = RING_BITS) -> np.ndarray:
+    """A received ring vector widened to uint64 for the arithmetic; DataError for a foreign dtype."""
+    expected = ring_dtype(ring_bits)
+    if values.dtype != expected:
+        raise DataError(f"a vector of the {ring_bits}-bit ring must be {expected}, got {values.dtype}")
+    return values if ring_bits == RING_BITS else values.astype(np.uint64)
+
+
+def decode(encoded: np.ndarray, frac_bits: int = DEFAULT_FRAC_BITS, ring_bits: int = RING_BITS) -> np.ndarray:
+    """Decode ring elements (e.g. a sum of encodings) back to float64, two's complement.
+
+    With ``ring_bits=32`` the uint64 (or uint32) input is first reduced mod 2^32 and read as a
+    signed 32-bit integer.
+    """
+    FixedPointConfig(frac_bits, 1, ring_bits)
     arr = np.asarray(encoded)
+    if ring_bits != RING_BITS:
+        if arr.dtype not in (np.uint32, np.uint64):
+            raise DataError(f"decode expects a uint32 or uint64 array, got dtype {arr.dtype}")
+        signed32 = arr.astype(np.uint32, copy=False).view(np.int32)
+        out32: np.ndarray = np.multiply(signed32, 1.0 / float(1 << frac_bits),
+                                        out=np.empty(arr.shape, dtype=np.float64), dtype=np.float64)
+        return out32
     if arr.dtype != np.uint64:
         raise DataError(f"decode expects a uint64 array, got dtype {arr.dtype}")
     # One pass: each int64 is converted to float64 (as astype would), then scaled exactly (a
@@ -138,9 +196,14 @@ def ring_sum(arrays: list[np.ndarray] | tuple[np.ndarray, ...]) -> np.ndarray:
 __all__ = [
     "DEFAULT_FRAC_BITS",
     "RING_BITS",
+    "RING_BITS_CHOICES",
     "FixedPointConfig",
+    "check_ring_bits",
     "decode",
     "encode",
+    "from_ring",
     "max_magnitude",
+    "ring_dtype",
     "ring_sum",
+    "to_ring",
 ]

@@ -26,7 +26,15 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from securevfl.errors import ConfigError, DataError
-from securevfl.privacy.primitives.fixed_point import DEFAULT_FRAC_BITS, decode, encode, ring_sum
+from securevfl.privacy.primitives.fixed_point import (
+    DEFAULT_FRAC_BITS,
+    RING_BITS,
+    decode,
+    encode,
+    from_ring,
+    ring_sum,
+    to_ring,
+)
 from securevfl.privacy.primitives.kdf import PAIRWISE_MASK_LABEL, pairwise_seed
 from securevfl.privacy.primitives.key_agreement import KeyAgreement, KeyPair, PublicKey
 from securevfl.privacy.primitives.prg import STEP_PAIRWISE, add_prg_streams
@@ -104,19 +112,23 @@ def mask_values(
     step: str | int = STEP_PAIRWISE,
     frac_bits: int = DEFAULT_FRAC_BITS,
     n_terms: int | None = None,
+    ring_bits: int = RING_BITS,
 ) -> np.ndarray:
     """Blinded embedding encode(x) + mask (EASTER Eq. 6), ready to send to the active party.
 
-    ``n_terms`` (default: number of parties = peers + 1) sets the overflow headroom.
+    ``n_terms`` (default: number of parties = peers + 1) sets the overflow headroom;
+    ``ring_bits=32`` returns the blinded vector mod 2^32 as uint32 (see ``fixed_point.to_ring``).
     """
     terms = len(peer_seeds) + 1 if n_terms is None else n_terms
-    encoded = encode(values, frac_bits, terms)
-    return add_pairwise_mask(encoded, own_name, peer_seeds, round_index, step)
+    encoded = encode(values, frac_bits, terms, ring_bits)
+    return to_ring(add_pairwise_mask(encoded, own_name, peer_seeds, round_index, step), ring_bits)
 
 
-def unmask_sum(masked: Sequence[np.ndarray], frac_bits: int = DEFAULT_FRAC_BITS) -> np.ndarray:
-    """Active party: add all blinded embeddings mod 2^64 (masks cancel) and decode the sum."""
-    return decode(ring_sum(list(masked)), frac_bits)
+def unmask_sum(
+    masked: Sequence[np.ndarray], frac_bits: int = DEFAULT_FRAC_BITS, ring_bits: int = RING_BITS
+) -> np.ndarray:
+    """Active party: add all blinded embeddings mod 2^ring_bits (masks cancel) and decode the sum."""
+    return decode(ring_sum([from_ring(m, ring_bits) for m in masked]), frac_bits, ring_bits)
 
 
 __all__ = [

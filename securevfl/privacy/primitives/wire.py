@@ -101,6 +101,14 @@ def uint64_array(value: Any, what: str) -> np.ndarray:
     return value
 
 
+def ring_array(value: Any, what: str, ring_bits: int | None = None) -> np.ndarray:
+    """A masked ring vector: uint64 (Z_2^64) or uint32 (Z_2^32); ``ring_bits`` given: that ring's dtype only."""
+    allowed = ("uint32", "uint64") if ring_bits is None else (f"uint{ring_bits}",)
+    if not isinstance(value, np.ndarray) or value.dtype.name not in allowed:
+        raise ProtocolError(f"{what} must be a {' or '.join(allowed)} array")
+    return value
+
+
 def real_array(value: Any, what: str) -> np.ndarray:
     """A numpy array of real numbers (bool, int or float dtype), as float64."""
     if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
@@ -140,5 +148,6 @@ __all__ = [
     "real_array",
     "str_map",
     "string",
+    "ring_array",
     "uint64_array",
 ]

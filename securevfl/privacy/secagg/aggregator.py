@@ -14,7 +14,7 @@ import numpy as np
 
 from securevfl.errors import ConfigError, CryptoError, ProtocolError
 from securevfl.privacy.primitives import wire
-from securevfl.privacy.primitives.fixed_point import decode
+from securevfl.privacy.primitives.fixed_point import decode, ring_dtype
 from securevfl.privacy.primitives.key_agreement import PublicKey
 from securevfl.privacy.primitives.masking import add_pairwise_mask
 from securevfl.privacy.primitives.prg import STEP_SELF, add_prg_streams
@@ -131,8 +131,9 @@ def unmask_request(
     if not set(received) <= set(publics):
         raise ProtocolError("masked input from a party that did not set up the round")
     shapes = {m.shape for m in received.values()}
-    if len(shapes) != 1 or any(m.dtype != np.uint64 for m in received.values()):
-        raise ProtocolError("masked inputs must be uint64 arrays of one shape")
+    dtype = ring_dtype(agg.config.ring_bits)
+    if len(shapes) != 1 or any(m.dtype != dtype for m in received.values()):
+        raise ProtocolError(f"masked inputs must be {dtype} arrays of one shape")
     if len(received) < agg.config.threshold:
         raise InsufficientSurvivorsError(
             f"{len(received)} masked inputs in round {r}, below threshold {agg.config.threshold}"
@@ -240,7 +241,7 @@ def aggregate(
     shape = next(iter(inputs.values())).shape
     total = np.zeros(shape, dtype=np.uint64)
     for masked in inputs.values():
-        np.add(total, masked, out=total)
+        np.add(total, masked, out=total)  # uint32 inputs (Z_2^32) are widened; decode reduces mod 2^32
     # Same first-t responders for every secret: compute the Lagrange basis once.
     coefficients = lagrange_at_zero([config.share_index(resp.party) for resp in ordered[: config.threshold]])
     self_seeds = [
@@ -282,7 +283,7 @@ def aggregate(
         round_commitments={k: v for k, v in agg.round_commitments.items() if k > r},
         requests={k: v for k, v in agg.requests.items() if k >= r},
     )
-    return new_agg, decode(total, config.frac_bits)
+    return new_agg, decode(total, config.frac_bits, config.ring_bits)
 
 
 __all__ = [

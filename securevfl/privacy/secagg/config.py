@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from securevfl.errors import ConfigError, ProtocolError
-from securevfl.privacy.primitives.fixed_point import DEFAULT_FRAC_BITS, encode
+from securevfl.privacy.primitives.fixed_point import DEFAULT_FRAC_BITS, RING_BITS, FixedPointConfig
 from securevfl.privacy.primitives.key_agreement import KEY_AGREEMENT_NAMES, KeyAgreement, create_key_agreement
 from securevfl.privacy.primitives.prg import STEP_SELF
 
@@ -82,6 +82,7 @@ class SecAggConfig:
     key_agreement: str = "x25519"
     frac_bits: int = DEFAULT_FRAC_BITS
     step: str = "secagg/embedding"
+    ring_bits: int = RING_BITS  # masked inputs travel in Z_2^ring_bits (64, or 32: half the bytes)
 
     def __post_init__(self) -> None:
         if not isinstance(self.session_id, bytes) or not self.session_id:
@@ -99,7 +100,7 @@ class SecAggConfig:
             )
         if self.step == STEP_SELF:
             raise ConfigError(f"step label {STEP_SELF!r} is reserved for self masks")
-        encode(0.0, self.frac_bits)  # validates frac_bits
+        FixedPointConfig(self.frac_bits, 1, self.ring_bits)  # validates frac_bits and ring_bits
 
     def share_index(self, party: str) -> int:
         """Shamir x coordinate of ``party`` (1-based position in the sorted party list)."""

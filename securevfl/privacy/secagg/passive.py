@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from securevfl.errors import ConfigError, CryptoError, ProtocolError
 from securevfl.privacy.primitives import wire
-from securevfl.privacy.primitives.fixed_point import encode
+from securevfl.privacy.primitives.fixed_point import encode, to_ring
 from securevfl.privacy.primitives.kdf import CHANNEL_KEY_LABEL, pairwise_seed
 from securevfl.privacy.primitives.key_agreement import KeyPair, PublicKey
 from securevfl.privacy.primitives.masking import add_pairwise_mask
@@ -298,7 +298,8 @@ def masked_input(
     if mask is not None and (mask.party != state.name or mask.round_index != r):
         raise ProtocolError(f"the prepared mask is not {state.name!r}'s mask of round {r}")
     n_terms = len(view.mask_publics) + 1
-    masked = np.ascontiguousarray(encode(values, config.frac_bits, n_terms))  # (a copy only for F-order input)
+    # (a copy only for F-order input)
+    masked = np.ascontiguousarray(encode(values, config.frac_bits, n_terms, config.ring_bits))
     flat = masked.reshape(-1)  # a view of ``masked``: the mask is added in place
     done = 0
     if mask is not None:
@@ -317,7 +318,8 @@ def masked_input(
         _check_prepared_setup(new_state, next_setup, r + 1)
     elif prepare_next:
         new_state, next_setup = share_keys(new_state, r + 1)
-    return new_state, MaskedInput(state.name, r, masked, next_setup)
+    # Z_2^32: the mask was added mod 2^64, cutting to 32 bits reduces mod 2^32 (fixed_point.to_ring).
+    return new_state, MaskedInput(state.name, r, to_ring(masked, config.ring_bits), next_setup)
 
 
 def unmask_response(state: PassiveSecAggState, request: UnmaskRequest) -> tuple[PassiveSecAggState, UnmaskResponse]:

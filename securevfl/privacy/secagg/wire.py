@@ -54,15 +54,18 @@ def session_to_wire(c: SecAggConfig) -> Wire:
     return {K_SESSION_ID: c.session_id, K_PARTIES: list(c.parties), K_THRESHOLD: c.threshold}
 
 
-def parse_session(m: Any, key_agreement: str, frac_bits: int) -> SecAggConfig:
-    """The proposed session; one that breaks the rules (e.g. t <= n/2) is refused."""
+def parse_session(m: Any, key_agreement: str, frac_bits: int, ring_bits: int = 64) -> SecAggConfig:
+    """The proposed session; one that breaks the rules (e.g. t <= n/2) is refused.
+
+    ``key_agreement``, ``frac_bits`` and ``ring_bits`` are the party's own settings (not on the wire).
+    """
     kind = "session"
     session_id = wire.blob(wire.field(m, K_SESSION_ID, kind), K_SESSION_ID)
     parties = wire.names(wire.field(m, K_PARTIES, kind), K_PARTIES)
     threshold = wire.integer(wire.field(m, K_THRESHOLD, kind), K_THRESHOLD, 0, MAX_THRESHOLD)
     try:
         return SecAggConfig(session_id=session_id, parties=parties, threshold=threshold,
-                            key_agreement=key_agreement, frac_bits=frac_bits)
+                            key_agreement=key_agreement, frac_bits=frac_bits, ring_bits=ring_bits)
     except ConfigError as exc:
         raise ProtocolError(f"the active party proposed an invalid session: {exc}") from None
 
@@ -131,7 +134,7 @@ def parse_input(m: Any, src: str | None = None) -> MaskedInput:
     """A masked input (from ``src``, when given); a piggybacked setup must come from the same party."""
     kind = "masked input"
     party = _sender(m, kind, src)
-    masked = wire.uint64_array(wire.field(m, K_MASKED, kind), "masked input")
+    masked = wire.ring_array(wire.field(m, K_MASKED, kind), "masked input")  # the ring is checked by the aggregator
     nxt = wire.field(m, K_NEXT, kind)
     return MaskedInput(party, wire.integer(wire.field(m, K_ROUND, kind), K_ROUND), masked,
                        None if nxt is None else parse_setup(nxt, src))
