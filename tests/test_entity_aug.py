@@ -245,8 +245,8 @@ def test_psi_and_plaintext_id_resolution_train_the_same_model():
 def test_image_strips_with_little_overlap_beat_aligned_only_splitnn():
     kw = dict(dataset="digits", parties=3, active_features=0, aligned_ratio=0.05, unaligned="spread",
               epochs=6, batch_size=32, seed=0, alignment="plaintext")
-    # Softmax CE, as measured: the paper's BCE (the default) learns 10 classes more slowly in 6 epochs
-    # (0.50 here); docs/entity_aug.md compares the two losses over full runs.
+    # Softmax CE (the default since issue 31), named as measured: the paper's BCE learns 10 classes more
+    # slowly in 6 epochs (0.50 here); docs/entity_aug.md compares the two losses over full runs.
     ea = securevfl.train("entity-aug", options={"loss": "ce"}, **kw)
     split = securevfl.train("splitnn", options={"bottom": "cnn"}, **kw)
     # Measured at seed 0: 0.85 vs 0.12 (72 aligned rows; each guest adds ~680 of its own).
