@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -114,31 +115,18 @@ def test_the_cli_passes_only_the_options_the_user_gave(monkeypatch, tmp_path):
 
 
 def test_a_federation_file_silent_on_a_setting_trains_and_fingerprints_the_methods_default():
+    from test_deploy_federation import MINIMAL  # a [job] that gives no lr
+
     from securevfl.deploy.federation import job_fingerprint, parse_federation
     from securevfl.deploy.party import method_and_config
 
-    text = MINIMAL_FEDERATION.replace('method = "splitnn"', 'method = "tabvfl"')
-    silent = parse_federation(text, tmp := __import__("pathlib").Path("/srv/fed"))
-    explicit = parse_federation(text + "lr = 0.001\n", tmp)
+    text = MINIMAL.replace('method = "splitnn"', 'method = "tabvfl"')
+    base = Path("/srv/fed")
+    silent, explicit = parse_federation(text, base), parse_federation(text + "lr = 0.001\n", base)
     assert silent.job.effective()["lr"] == 0.02 and explicit.job.effective()["lr"] == 0.001
     assert method_and_config(silent, "cpu")[1].train.lr == 0.02
     assert method_and_config(explicit, "cpu")[1].train.lr == 0.001
     assert job_fingerprint(silent)[0] != job_fingerprint(explicit)[0]  # the parties would train differently
-    splitnn = parse_federation(MINIMAL_FEDERATION, tmp)
+    splitnn = parse_federation(MINIMAL, base)
     assert splitnn.job.effective() == splitnn.job.as_dict()  # no method defaults: the file's and the fields'
 
-
-MINIMAL_FEDERATION = """
-[federation]
-active = "bank"
-[parties.bank]
-address = "127.0.0.1:7101"
-[parties.shop]
-address = "127.0.0.1:7102"
-[tls]
-dir = "certs"
-[job]
-method = "splitnn"
-id_column = "customer_id"
-label_column = "churn"
-"""
