@@ -64,7 +64,7 @@ def splitnn_comparison(args: argparse.Namespace, console: Console) -> list[dict[
     rows = []
     common = dict(dataset="breast-cancer", preset="apcvfl-paper", device="cpu", alignment="plaintext")
     for n in args.table2_aligned:
-        for method in ("splitnn", "apcvfl-splitnn"):
+        for method in args.table2_methods:
             accs, rounds, msgs, mbytes, formula, epochs, best = [], [], [], [], [], [], []
             for seed in range(args.split_reps):
                 if method == "splitnn":
@@ -291,6 +291,8 @@ def parse_args() -> argparse.Namespace:
                         help="Table 2 SplitNN: how much the validation log loss must fall to count as better "
                              "(0: any fall, which let one seed in three run to the 200-epoch cap)")
     parser.add_argument("--batch-size", type=int, default=8, help="autoencoder batch size (paper: 8)")
+    parser.add_argument("--table2-methods", default="splitnn,apcvfl-splitnn",
+                        help="Table 2 methods (apcvfl-splitnn does not depend on --min-improvement)")
     parser.add_argument("--table2-aligned", default="250,200,150,100", help="Table 2 aligned rows (50 test rows incl.)")
     parser.add_argument("--aligned", default="250,200,150,100", help="Fig. 5 aligned rows (test rows included)")
     parser.add_argument("--reduced-aligned", default="75,55",
@@ -307,6 +309,9 @@ def parse_args() -> argparse.Namespace:
     for key in ("table2_aligned", "aligned", "reduced_aligned", "a", "lambda_a"):
         setattr(args, key, [int(x) for x in str(getattr(args, key)).split(",") if x.strip()])
     args.lambdas = [float(x) for x in str(args.lambdas).split(",") if x.strip()]
+    args.table2_methods = [m for m in str(args.table2_methods).split(",") if m]
+    if set(args.table2_methods) - {"splitnn", "apcvfl-splitnn"}:
+        raise SystemExit("--table2-methods: splitnn and/or apcvfl-splitnn")
     return args
 
 
