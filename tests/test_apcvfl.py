@@ -19,7 +19,9 @@ from securevfl.methods import TrainConfig, create_method
 from securevfl.methods.apcvfl import (
     BREAST_CANCER_ACTIVE,
     APCOptions,
+    PaperLayout,
     apc_footprint_bytes,
+    apc_layout_spec,
     probe_on_student,
 )
 from securevfl.methods.apcvfl.fedsvd import (
@@ -30,6 +32,7 @@ from securevfl.methods.apcvfl.fedsvd import (
     unmask_left,
 )
 from securevfl.methods.apcvfl.models import apc_loss, build_autoencoder
+from securevfl.methods.apcvfl.probe import cross_validate_probe
 
 FAST = dict(epochs=3, batch_size=64, device="cpu", alignment="plaintext")
 
@@ -208,6 +211,29 @@ def test_preset_rejects_other_datasets():
 
     with pytest.raises(ConfigError, match="Breast Cancer"):
         partition(load_dataset("digits"), PartitionSpec(preset="apcvfl-paper"))
+
+
+def test_the_paper_layout_on_any_table_with_named_active_features():
+    """``apc_layout_spec``: Appendix A's row layout with the active features a caller names (apcvfl_tables.py)."""
+    ds = load_dataset("breast-cancer")
+    active = ["mean radius", "mean area"]
+    spec = apc_layout_spec(ds, PartitionSpec(aligned=120, seed=1), active, PaperLayout(300, 20, 150))
+    data = partition(ds, spec)
+    assert list(data.tables["active"].feature_names) == active and data.tables["active"].n_rows == 300
+    assert len(set(data.tables["active"].ids) & set(data.tables["passive1"].ids)) == 120
+    assert len(data.test_ids) == 20 and data.tables["passive1"].n_rows == 569 - 300 + 120
+    with pytest.raises(ConfigError, match="not features"):
+        apc_layout_spec(ds, PartitionSpec(aligned=120), ["no such column"], PaperLayout(300, 20, 150))
+
+
+def test_probe_cross_validation_reports_auc_for_two_classes_only():
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(120, 3))
+    binary = cross_validate_probe(Z, (Z[:, 0] > 0).astype(int), 3, 0, 2)
+    assert binary["auc"] > 0.95 and len(binary["auc_folds"]) == 3
+    shuffled = cross_validate_probe(Z, rng.permutation((Z[:, 0] > 0).astype(int)), 3, 0, 2)
+    assert shuffled["auc"] < binary["auc"] - 0.2
+    assert "auc" not in cross_validate_probe(Z, np.digitize(Z[:, 0], [-0.5, 0.5]), 3, 0, 3)
 
 
 # -- other datasets and baselines -------------------------------------------------------------

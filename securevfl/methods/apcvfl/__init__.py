@@ -570,9 +570,22 @@ def apcvfl_paper_spec(dataset: Dataset, spec: PartitionSpec, a: int) -> Partitio
     ``active_rows`` rows, the passive party the aligned rows plus the rest.
     """
     kind, active_features = paper_active_features(dataset, a)
+    return apc_layout_spec(dataset, spec, active_features, paper_layout(kind, dataset.n_rows))
+
+
+def apc_layout_spec(dataset: Dataset, spec: PartitionSpec, active_features: Sequence[str],
+                    layout: PaperLayout) -> PartitionSpec:
+    """Appendix A's layout for any table: ``active_features`` at the active party, the rest split over the passives.
+
+    The active party holds ``layout.active_rows`` rows; ``spec.aligned`` (default ``layout.aligned``)
+    counts all aligned rows, the ``layout.test_rows`` aligned test rows included; the passive
+    parties hold the aligned rows plus every row the active party lacks.
+    """
+    unknown = [c for c in active_features if c not in dataset.feature_columns]
+    if unknown or not active_features:
+        raise ConfigError(f"active features {unknown or '(none)'} are not features of {dataset.name}")
     if spec.aligned_ratio is not None:
         raise ConfigError("the apcvfl-paper presets take --aligned (a row count), not --aligned-ratio")
-    layout = paper_layout(kind, dataset.n_rows)
     aligned_total = spec.aligned if spec.aligned is not None else layout.aligned
     if aligned_total <= layout.test_rows:
         raise ConfigError(f"aligned={aligned_total} must exceed the {layout.test_rows} aligned test rows")
@@ -580,7 +593,7 @@ def apcvfl_paper_spec(dataset: Dataset, spec: PartitionSpec, a: int) -> Partitio
         raise ConfigError(f"aligned={aligned_total} exceeds the {layout.active_rows} rows of the active party")
     names = spec.resolved_party_names
     rest = [c for c in dataset.feature_columns if c not in active_features]
-    features = {names[0]: active_features}
+    features = {names[0]: list(active_features)}
     for party, chunk in zip(names[1:], np.array_split(np.arange(len(rest)), max(1, len(names) - 1))):
         features[party] = [rest[i] for i in chunk]
     return replace(spec, features=features, split=None, active_features=None, aligned=aligned_total - layout.test_rows,
@@ -599,5 +612,6 @@ def _register_paper_presets() -> None:
 _register_paper_presets()
 
 __all__ = ["APCOptions", "APCVFL", "APCVFLAblation", "APCVFLJoint", "BREAST_CANCER_ACTIVE", "CREDIT_ACTIVE",
-           "LocalLogReg", "LocalProbeOptions", "ProbeSettings", "apc_footprint_bytes", "apcvfl_paper_spec",
+           "LocalLogReg", "LocalProbeOptions", "PaperLayout", "ProbeSettings", "apc_footprint_bytes",
+           "apc_layout_spec", "apcvfl_paper_spec",
            "paper_active_features", "probe_on_student", "student_probe", "student_scoring_roles"]

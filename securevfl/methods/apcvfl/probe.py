@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import accuracy_score, f1_score
+from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -134,19 +134,26 @@ class LogisticProbe(nn.Module):
 
 def cross_validate_probe(Z: np.ndarray, y: np.ndarray, folds: int, seed: int, n_classes: int,
                          c: float = 1.0) -> dict[str, Any]:
-    """Stratified ``folds``-fold CV of the probe on ``(Z, y)``: mean accuracy / F1 and per fold.
+    """Stratified ``folds``-fold CV of the probe on ``(Z, y)``: mean accuracy / F1 (/ AUC) and per fold.
 
-    F1 is binary for two classes and macro otherwise (as in ``securevfl.eval``).
+    F1 is binary for two classes and macro otherwise (as in ``securevfl.eval``); ROC AUC of the
+    second class's probability for two classes (``auc`` only where every test fold has both classes).
     """
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
-    accs, f1s = [], []
+    accs, f1s, aucs = [], [], []
     average = "binary" if n_classes == 2 else "macro"
     for tr, te in splitter.split(Z, y):
-        pred = probe_scores(Z[tr], y[tr], Z[te], n_classes, c).argmax(axis=1)
+        proba = probe_scores(Z[tr], y[tr], Z[te], n_classes, c)
+        pred = proba.argmax(axis=1)
         accs.append(float(accuracy_score(y[te], pred)))
         f1s.append(float(f1_score(y[te], pred, average=average, zero_division=0)))
-    return {"folds": folds, "rows": int(len(y)), "accuracy": float(np.mean(accs)), "f1": float(np.mean(f1s)),
-            "accuracy_folds": accs, "f1_folds": f1s}
+        if n_classes == 2 and len(np.unique(y[te])) == 2:
+            aucs.append(float(roc_auc_score(y[te], proba[:, 1])))
+    out = {"folds": folds, "rows": int(len(y)), "accuracy": float(np.mean(accs)), "f1": float(np.mean(f1s)),
+           "accuracy_folds": accs, "f1_folds": f1s}
+    if aucs and len(aucs) == len(accs):
+        out.update(auc=float(np.mean(aucs)), auc_folds=aucs)
+    return out
 
 
 __all__ = ["FittedProbe", "LogisticProbe", "cross_validate_probe", "fit_probe", "make_probe", "probe_scores"]
