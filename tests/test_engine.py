@@ -112,6 +112,7 @@ def test_resume_with_early_stopping_in_two_phases(tmp_path, interrupt):
     # inside pretraining, at the epoch it stopped, and inside finetuning, the resumed run must end as the
     # uninterrupted one: the same skipped epochs, best weights restored per phase, history and metrics.
     kw = dict(parties=3, epochs=6, seed=3, early_stopping=1, val_fraction=0.25, alignment="plaintext",
+              lr=1e-3, batch_size=32,  # the run-wide defaults this schedule was found with (not TabVFL's own)
               options={"pretrain_epochs": 6, "latent_quality": False})
     uninterrupted = securevfl.train("tabvfl", **kw)
     assert uninterrupted.extra["early_stopping"]["phases"]["pretrain"]["stopped_after_epoch"] == 4

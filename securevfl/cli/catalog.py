@@ -24,7 +24,7 @@ def datasets() -> None:
         try:
             ds = load_dataset(name, DatasetOptions())
         except MissingPackageError:  # an optional dataset whose package is not installed (its description says which)
-            table.add_row(name, "-", "-", "-", escape(f"{desc} [not installed]"))
+            table.add_row(name, "-", "-", "-", escape(f"[not installed] {desc}"))  # first: it must not wrap apart
             continue
         table.add_row(name, str(ds.n_rows), str(len(ds.feature_columns)), str(ds.n_classes), escape(desc))
     console.print(table)
