@@ -99,9 +99,7 @@ class AggregationOptions:
         scheme_options(self.secagg, self.secagg_options)  # refuse a bad scheme option before any party starts
         resolve_key_agreement(self.key_agreement)
         AggregationConfig(frac_bits=self.frac_bits, ring_bits=self.ring_bits)  # refuses bad frac_bits / ring_bits
-        if self.ring_bits != 64 and not scheme_class(self.secagg).uses_ring:
-            raise ConfigError(f"ring_bits={self.ring_bits} applies to the masking schemes only (dh, pairwise), "
-                              f"not secagg={self.secagg}")
+        scheme_class(self.secagg).check_ring(self.ring_bits)
         if self.models not in MODEL_CHOICES:
             raise ConfigError(f"models must be one of {', '.join(MODEL_CHOICES)}, got {self.models!r}")
         if self.zoo not in ZOO_CHOICES:

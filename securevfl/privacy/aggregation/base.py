@@ -164,9 +164,14 @@ class AggregationScheme(ABC, Generic[OptionsT]):
             )
         self.config = config or AggregationConfig()
         self.options: OptionsT = self.Options() if options is None else options
-        if self.config.ring_bits != RING_BITS and not self.uses_ring:
-            raise ConfigError(f"ring_bits={self.config.ring_bits} applies to the masking schemes only "
-                              f"(dh, pairwise); aggregation scheme {self.name!r} has no ring")
+        self.check_ring(self.config.ring_bits)
+
+    @classmethod
+    def check_ring(cls, ring_bits: int) -> None:
+        """ConfigError when ``ring_bits`` asks for a ring other than Z_2^64 and the scheme has none to change."""
+        if ring_bits != RING_BITS and not cls.uses_ring:
+            raise ConfigError(f"ring_bits={ring_bits} applies to the masking schemes only "
+                              f"(dh, pairwise); aggregation scheme {cls.name!r} has no ring")
 
     def passive(self) -> PassiveAggregator:
         """A fresh passive half."""
