@@ -36,6 +36,7 @@ class Sizes:
     paillier_batches: tuple[int, ...]  # batch sizes of the Paillier aggregation round
     paillier_rounds: int
     wire_epochs: int = 0  # epochs of the deployed-vs-in-process SplitNN run (0: not run)
+    method_rounds: int = 1  # runs of every method x privacy cell, alternating order (section 2's repetitions)
     predict_rows: int = 2_000  # rows scored by the predict section (a saved model against the floor)
     # the secureboost section (securevfl.bench.secureboost; 2048-bit keys at every size)
     secureboost_rows: int = 3_000  # generated rows of the fast run (80 % train)

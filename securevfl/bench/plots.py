@@ -2,7 +2,9 @@
 
 Built on ``matplotlib.figure.Figure`` directly (no pyplot, no global backend state), so importing or
 calling this module never opens a window or changes another caller's matplotlib settings. Bars show
-the median; error bars reach from the minimum to the maximum repetition.
+the median; error bars reach from the minimum to the maximum repetition (an overhead's: its 95 %
+interval). Every axis is widened, never narrowed, to hold its error bars with a margin
+(:func:`fit_error_bars`), and legends with more than a few entries sit outside the axes.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib import colormaps
+from matplotlib.container import ErrorbarContainer
 from matplotlib.figure import Figure as MplFigure
 
 from psi import atomic
@@ -24,10 +27,54 @@ COLORS = {"ours": "#1f77b4", "peer": "#ff7f0e", "floor": "#7f7f7f", "packed": "#
 
 
 def _save(fig: MplFigure, path: Path) -> str:
+    for ax in fig.axes:
+        fit_error_bars(ax)
     fig.tight_layout()
     with atomic.atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=DPI)
+        fig.savefig(tmp, dpi=DPI, bbox_inches="tight")  # legends placed outside the axes stay in the picture
     return path.name
+
+
+def _error_bar_ends(ax: Any, axis: str) -> list[float]:
+    """Where the error bars of ``ax`` end along ``axis`` ("x" or "y")."""
+    ends: list[float] = []
+    for c in ax.containers:
+        eb = c if isinstance(c, ErrorbarContainer) else getattr(c, "errorbar", None)
+        if eb is None or not (eb.has_yerr if axis == "y" else eb.has_xerr):
+            continue
+        for col in eb.lines[2]:
+            for seg in col.get_segments():
+                ends += [float(v) for v in np.asarray(seg)[:, 1 if axis == "y" else 0]]
+    return ends
+
+
+def fit_error_bars(ax: Any, margin: float = 0.06) -> None:
+    """Widen ``ax``'s limits (linear, log, symlog) so every error bar ends inside, ``margin`` of the span clear."""
+    for axis in ("y", "x"):
+        ends = _error_bar_ends(ax, axis)
+        scale = ax.get_yscale() if axis == "y" else ax.get_xscale()
+        ends = [v for v in ends if np.isfinite(v) and (scale != "log" or v > 0)]
+        if not ends:
+            continue
+        get, put = (ax.get_ylim, ax.set_ylim) if axis == "y" else (ax.get_xlim, ax.set_xlim)
+        t = (ax.yaxis if axis == "y" else ax.xaxis).get_transform()
+        lo, hi = get()
+        inverted = lo > hi
+        lo, hi = min(lo, hi), max(lo, hi)
+        scaled = t.transform(np.array([lo, hi, min(ends), max(ends)], float))
+        span = max(scaled[1], scaled[3]) - min(scaled[0], scaled[2]) or 1.0
+        new_lo = scaled[0] if scaled[2] - margin * span >= scaled[0] else scaled[2] - margin * span
+        new_hi = scaled[1] if scaled[3] + margin * span <= scaled[1] else scaled[3] + margin * span
+        lo2, hi2 = (float(v) for v in t.inverted().transform(np.array([new_lo, new_hi])))
+        put((hi2, lo2) if inverted else (lo2, hi2))
+
+
+def _legend_outside(ax: Any, handles: Sequence[Any] | None = None, labels: Sequence[str] | None = None) -> None:
+    """A legend to the right of ``ax``, where it covers nothing."""
+    if handles is None:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    else:
+        ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 def _bars(ax: Any, x: np.ndarray, figs: Sequence[Figure | None], width: float, label: str, color: str) -> None:
@@ -56,7 +103,7 @@ def primitives(figs: Mapping[str, Figure], data: Mapping[str, Any], path: Path) 
           "floor: X25519 mults / workers", COLORS["floor"])
     ax.set_xticks(x, [f"{n:,}" for n in sizes])
     ax.set(xlabel="IDs per party (50 % overlap)", ylabel="time (s)", yscale="log", title="ECDH PSI")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, framealpha=0.9)
 
     ax = axes[0][1]
     ops = ["encrypt", "decrypt", "add", "scalar_multiply"]
@@ -69,7 +116,7 @@ def primitives(figs: Mapping[str, Figure], data: Mapping[str, Any], path: Path) 
     ax.set_xticks(x, ["encrypt", "decrypt", "add", "x int"])
     ax.set(xlabel="operation (2048-bit n)", ylabel="throughput (values/s)", yscale="log",
            title="Paillier: fast vs phe")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, framealpha=0.9)
 
     ax = axes[1][0]
     _bars(ax, np.array([0.0]), [figs["primitives.mask.ours_aes_ctr_ms"]], 0.5, "ours: AES-256-CTR", COLORS["ours"])
@@ -78,7 +125,7 @@ def primitives(figs: Mapping[str, Figure], data: Mapping[str, Any], path: Path) 
     ax.set_xticks([0, 1], ["ours", "Flower"])
     ax.set(xlabel="PRG (one 128 x 128 mask)", ylabel="time per mask (ms)", yscale="log",
            title="Secure-aggregation mask expansion")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, framealpha=0.9)
 
     ax = axes[1][1]
     schemes = list(data["key_agreement"])
@@ -89,7 +136,7 @@ def primitives(figs: Mapping[str, Figure], data: Mapping[str, Any], path: Path) 
           "exchange (validated)", COLORS["ours"])
     ax.set_xticks(x, schemes)
     ax.set(xlabel="key agreement", ylabel="time (ms)", yscale="log", title="X25519 vs FFDH")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, framealpha=0.9)
     return _save(fig, path)
 
 
@@ -130,34 +177,113 @@ def time_split(runs: Sequence[Mapping[str, Any]], path: Path, min_share: float =
     axes[1].set_ylabel("share of the run's measured + simulated time (%)")
     axes[1].set_ylim(0, 100)
     axes[1].set_title("The same, as shares")
-    axes[0].legend(fontsize=7, loc="upper left")
+    h0, l0 = axes[0].get_legend_handles_labels()
+    _legend_outside(axes[1], h0, l0)
     return _save(fig, path)
 
 
 def overhead(runs: Sequence[Mapping[str, Any]], path: Path) -> str:
-    """Per method, each privacy option's epoch-time overhead over ``none`` (per cent)."""
+    """Per method, each privacy option's epoch-time overhead over ``none`` (per cent), wall and CPU, 95 % intervals.
+
+    An overhead whose interval includes zero is drawn pale and labelled "noise"; one wholly below
+    zero (a measurement artefact) is labelled "artefact".
+    """
+    from securevfl.bench.methods import overhead_of
+    from securevfl.bench.stats import ABOVE, BELOW
+
     ok = [r for r in runs if r.get("status") == "ok" and "overhead_pct" in r and r["privacy"] != "none"]
     methods = list(dict.fromkeys(r["method"] for r in ok))
     options = list(dict.fromkeys(r["privacy"] for r in ok))
-    fig = MplFigure(figsize=(7.5, 4.5))
+    fig = MplFigure(figsize=(9.5, 4.8))
     ax = fig.subplots()
-    width = 0.8 / max(1, len(options))
+    kinds = [k for k in (False, True) if any(overhead_of(dict(r), cpu=k) is not None for r in ok)] or [False]
+    slots = max(1, len(options) * len(kinds))
+    width = 0.8 / slots
     x = np.arange(len(methods))
+    colors = colormaps["tab10"](np.arange(max(1, len(options))))
     for i, opt in enumerate(options):
-        vals = [next((r["overhead_pct"] for r in ok if r["method"] == m and r["privacy"] == opt), np.nan)
-                for m in methods]
-        bars = ax.bar(x + (i - (len(options) - 1) / 2) * width, vals, width, label=f"secagg={opt}")
-        ax.bar_label(bars, labels=[f"{v:+.0f} %" if v == v else "" for v in vals], fontsize=7)
+        for j, cpu in enumerate(kinds):
+            ds = [next((overhead_of(dict(r), cpu=cpu) for r in ok if r["method"] == m and r["privacy"] == opt), None)
+                  for m in methods]
+            vals = np.array([d.estimate if d is not None else np.nan for d in ds])
+            err = np.array([[d.estimate - d.low if d is not None else 0.0 for d in ds],
+                            [d.high - d.estimate if d is not None else 0.0 for d in ds]])
+            pos = x + (i * len(kinds) + j - (slots - 1) / 2) * width
+            alpha = [1.0 if d is not None and d.verdict == ABOVE else 0.35 for d in ds]
+            bars = ax.bar(pos, vals, width, yerr=err, capsize=3, color=colors[i], hatch="//" if cpu else None,
+                          edgecolor="k" if cpu else None, linewidth=0.5,
+                          label=f"secagg={opt}, {'CPU' if cpu else 'wall'} time")
+            for bar, a in zip(bars, alpha):
+                bar.set_alpha(a)
+            ax.bar_label(bars, labels=["" if d is None else "artefact" if d.verdict == BELOW else
+                                       f"{d.estimate:+.0f} %" if d.verdict == ABOVE else "noise" for d in ds],
+                         fontsize=7, padding=2)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xticks(x, methods)
     ax.set_xlabel("method")
-    ax.set_ylabel("epoch-time overhead vs none (%)")
+    ax.set_ylabel("epoch-time overhead vs none (%, symlog)")
     ax.set_yscale("symlog", linthresh=10)
-    ax.set_title("Cost of each privacy option (minimum epoch time)")
+    ax.set_title("Cost of each privacy option (median epochs; bars: 95 % interval)")
     if options:
-        ax.legend(fontsize=8)
+        _legend_outside(ax)
     else:
         ax.text(0.5, 0.5, "no privacy option besides none was run", ha="center", transform=ax.transAxes)
+    return _save(fig, path)
+
+
+def _stacked_runs(ax: Any, runs: Sequence[Mapping[str, Any]], parts: Mapping[str, Sequence[float]],
+                  xlabel: str) -> None:
+    """Horizontal stacked bars, one per run, one segment per part; legend outside."""
+    y = np.arange(len(runs))
+    left = np.zeros(len(runs))
+    colors = colormaps["tab20"](np.linspace(0, 1, max(len(parts), 2)))
+    for (name, values), color in zip(parts.items(), colors):
+        vals = np.asarray(values, float)
+        ax.barh(y, vals, 0.7, left=left, label=name, color=color)
+        left += vals
+    ax.set_yticks(y, [f"{r['method']} / {r['privacy']}" for r in runs], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    if parts:
+        _legend_outside(ax)
+
+
+def _top_parts(runs: Sequence[Mapping[str, Any]], key: str, keep: int) -> dict[str, list[float]]:
+    """Per run, the ``keep`` largest entries of ``run[key]`` (by total over runs) and the rest as "other"."""
+    totals: dict[str, float] = {}
+    for r in runs:
+        for k, v in r[key].items():
+            totals[k] = totals.get(k, 0.0) + float(v)
+    big = [k for k, _ in sorted(totals.items(), key=lambda kv: -kv[1])[:keep]]
+    parts = {k: [float(r[key].get(k, 0.0)) for r in runs] for k in big}
+    rest = [sum(float(v) for k, v in r[key].items() if k not in big) for r in runs]
+    if any(rest):
+        parts["other"] = rest
+    return parts
+
+
+def crypto_by_primitive(runs: Sequence[Mapping[str, Any]], path: Path, keep: int = 8) -> str:
+    """Section 2: crypto seconds of each run by primitive (the ``keep`` largest, the rest lumped), all parties."""
+    runs = [r for r in runs if r.get("status") == "ok" and sum(r["crypto_s"].values()) > 0]
+    fig = MplFigure(figsize=(10, 1.2 + 0.42 * max(1, len(runs))))
+    ax = fig.subplots()
+    _stacked_runs(ax, runs, _top_parts(runs, "crypto_s", keep), "crypto seconds (summed over parties)")
+    ax.set_title("Crypto time by primitive (the table below has every primitive)")
+    if not runs:
+        ax.text(0.5, 0.5, "no run used crypto", ha="center", transform=ax.transAxes)
+    return _save(fig, path)
+
+
+def bytes_by_link(runs: Sequence[Mapping[str, Any]], path: Path, keep: int = 10) -> str:
+    """Section 2: bytes each run sent over each link (the largest ``keep`` links; the rest lumped), in MB."""
+    runs = [r for r in runs if r.get("status") == "ok" and r["bytes"]]
+    mb = [{**r, "mb": {k: v / 1e6 for k, v in r["bytes"].items()}} for r in runs]
+    fig = MplFigure(figsize=(10, 1.2 + 0.42 * max(1, len(runs))))
+    ax = fig.subplots()
+    _stacked_runs(ax, mb, _top_parts(mb, "mb", keep), "bytes sent (MB, all messages of the run)")
+    ax.set_title("Bytes per link (the table below has every link and its message count)")
+    if not runs:
+        ax.text(0.5, 0.5, "no run sent bytes", ha="center", transform=ax.transAxes)
     return _save(fig, path)
 
 
@@ -174,7 +300,7 @@ def scaling(data: Mapping[str, Any], exps: Mapping[str, float | None], path: Pat
     ax.set_xlabel("parties")
     ax.set_ylabel("time per round (ms, median)")
     ax.set_title("Secure aggregation of a 128 x 128 batch")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, framealpha=0.9)
 
     ax = axes[1]
     for key, label, color in (("psi_ours", "securevfl psi", COLORS["ours"]),
@@ -193,7 +319,7 @@ def scaling(data: Mapping[str, Any], exps: Mapping[str, float | None], path: Pat
     ax.set_xlabel("IDs per party (log)")
     ax.set_ylabel("time (s, log)")
     ax.set_title("PSI time vs set size (fit: np.polyfit on logs)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, framealpha=0.9)
 
     ax = axes[2]
     batches = list(data["paillier"])
@@ -204,7 +330,7 @@ def scaling(data: Mapping[str, Any], exps: Mapping[str, float | None], path: Pat
     ax.set_xlabel("batch size (rows of 128 values, 3 passive parties)")
     ax.set_ylabel("time per round (s)")
     ax.set_title("Paillier aggregation vs batch size")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, framealpha=0.9)
     return _save(fig, path)
 
 
@@ -223,9 +349,8 @@ def network(rows: Sequence[Mapping[str, Any]], path: Path) -> str:
     axes[1].set_xlabel("latency (ms, log)")
     axes[1].set_ylabel("simulated transfer time of the run (s, log)")
     axes[1].set_title("Latency sweep at 100 Mbit/s")
-    for ax in axes:
-        if rows:
-            ax.legend(fontsize=7)
+    if rows:
+        _legend_outside(axes[1])
     return _save(fig, path)
 
 
@@ -248,7 +373,7 @@ def predict(methods: Mapping[str, Mapping[str, Any]], path: Path) -> str:
     ax.set_yticks(range(len(labels)), labels)
     ax.set_xlabel("seconds (plaintext alignment; PSI is reported in the table)")
     ax.set_title("Batch scoring of a saved model against the floor")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, framealpha=0.9)
     return _save(fig, path)
 
 
@@ -284,7 +409,7 @@ def secureboost(data: Mapping[str, Any], path: Path) -> str:
                   fontsize=7)
     ax.invert_yaxis()
     ax.set(xlabel="seconds per tree (all trees, worker start-up included)", title="Where a fast tree's time goes")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, framealpha=0.9)
     return _save(fig, path)
 
 
@@ -301,5 +426,5 @@ def load(samples: Sequence[Mapping[str, Any]], cores: int, threshold: float, pat
     ax.set_ylabel("load average per core")
     ax.set_title(f"Machine load during the run ({cores} cores)")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, framealpha=0.9)
     return _save(fig, path)

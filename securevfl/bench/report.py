@@ -2,7 +2,9 @@
 
 Both reports are rendered from the same dictionary as ``results.json``. The HTML file is one
 self-contained page: its PNGs are embedded as base64 ``data:`` URIs and it has no JavaScript, so it
-reads offline and can be mailed or attached to an issue as it is.
+reads offline and can be mailed or attached to an issue as it is. Long tables (``Table.fold`` or
+more than :data:`FOLD_ROWS` rows) come after the section's charts, folded under a one-line summary
+(``<details>``, no script needed); the Markdown keeps them in full.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from psi import atomic
+from securevfl.bench import stats
 from securevfl.bench.results import Results
 
 HEADLINE_LABELS = {
@@ -34,10 +37,15 @@ HEADLINE_LABELS = {
 }
 
 
-def headline(results: Results) -> dict[str, float]:
-    """The few ratios worth a line in the README, from the figures (medians)."""
+def headline(results: Results) -> dict[str, Any]:
+    """The few ratios worth a line in the README, from the figures (medians).
+
+    A privacy option's overhead enters only when it was measured: its 95 % interval lies above zero
+    for wall or CPU time and below zero for neither (:func:`overhead_entry`). Its value is then a
+    mapping ``{"wall": Difference dict | None, "cpu": ...}`` (per cent of the none run's epoch).
+    """
     f = results.figures
-    out: dict[str, float] = {}
+    out: dict[str, Any] = {}
     sizes = sorted(int(k.split(".")[2]) for k in f if k.startswith("primitives.psi.") and k.endswith(".ours_s"))
     if sizes:
         n = sizes[-1]
@@ -59,21 +67,62 @@ def headline(results: Results) -> dict[str, float]:
             out["psi_exponent"] = s.data["psi_exponents"]["psi_ours"]
         if s.key == "methods":
             for r in s.data.get("runs", []):
-                if r.get("status") == "ok" and r["privacy"] != "none" and "overhead_pct" in r:
-                    out[f"overhead_pct_{r['method']}_{r['privacy']}"] = r["overhead_pct"]
+                entry = overhead_entry(r) if r.get("status") == "ok" and r["privacy"] != "none" else None
+                if entry is not None:
+                    out[f"overhead_pct_{r['method']}_{r['privacy']}"] = entry
     return out
 
 
-def headline_lines(values: Mapping[str, float]) -> list[str]:
-    """One sentence per headline figure."""
+def overhead_entry(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A methods row's overhead for the headline, or None when it is not a measured overhead.
+
+    Measured: the interval of the wall or the CPU overhead lies above zero, and neither lies below
+    zero (a privacy option only adds work; a reliably negative overhead is load, an artefact).
+    """
+    from securevfl.bench.methods import overhead_of
+
+    parts = {"wall": overhead_of(dict(row)), "cpu": overhead_of(dict(row), cpu=True)}
+    verdicts = {d.verdict for d in parts.values() if d is not None}
+    if stats.ABOVE not in verdicts or stats.BELOW in verdicts:
+        return None
+    return {k: d.to_dict() if d is not None else None for k, d in parts.items()}
+
+
+def _overhead_line(key: str, value: Any) -> str | None:
+    """The headline sentence of an overhead; None unless an interval shows it above zero (never a negative one)."""
+    if not isinstance(value, Mapping):  # an older results.json: a bare number without an interval
+        return None
+    try:
+        parts = {k: stats.Difference.from_dict(v) for k, v in value.items() if isinstance(v, Mapping)}
+    except (KeyError, TypeError, ValueError):
+        return None
+    verdicts = {d.verdict for d in parts.values()}
+    if stats.ABOVE not in verdicts or stats.BELOW in verdicts:
+        return None
+    if any(d.verdict == stats.ABOVE and not 0 < d.low <= d.estimate for d in parts.values()):
+        return None  # an "above" whose numbers disagree: not trusted with a headline
+    method, option = key[len("overhead_pct_"):].rsplit("_", 1)
+    said = []
+    for kind, label in (("wall", "wall"), ("cpu", "CPU")):
+        d = parts.get(kind)
+        if d is None:
+            continue
+        said.append(f"{label} {d.estimate:+.1f} % [{d.low:+.1f}, {d.high:+.1f}]" if d.verdict == stats.ABOVE
+                    else f"{label} within noise")
+    return f"{method} with secagg={option}: epoch time over none: {', '.join(said)} (95 % intervals)"
+
+
+def headline_lines(values: Mapping[str, Any]) -> list[str]:
+    """One sentence per headline figure; an overhead only when its interval lies above zero."""
     lines = []
     for key, value in values.items():
         if key in HEADLINE_LABELS:
             label, fmt = HEADLINE_LABELS[key]
             lines.append(f"{label}: {fmt.format(value)}")
         elif key.startswith("overhead_pct_"):
-            method, option = key[len("overhead_pct_"):].rsplit("_", 1)
-            lines.append(f"{method} with secagg={option}: {value:+.1f} % epoch time over none")
+            line = _overhead_line(key, value)
+            if line is not None:
+                lines.append(line)
     return lines
 
 
@@ -106,8 +155,24 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+#: Tables longer than this fold in the HTML report (under ``<details>``) even without ``fold``.
+FOLD_ROWS = 25
+
+
+def folds(t: Mapping[str, Any]) -> bool:
+    """Whether the HTML report folds table ``t`` (its ``fold`` flag, or more than :data:`FOLD_ROWS` rows)."""
+    return bool(t.get("fold")) or len(t["rows"]) > FOLD_ROWS
+
+
+def _summary(t: Mapping[str, Any]) -> str:
+    return str(t.get("summary") or f"{len(t['rows'])} rows")
+
+
 def _md_table(t: Mapping[str, Any]) -> list[str]:
-    lines = [f"**{t['title']}**", "", "| " + " | ".join(map(_md_cell, t["columns"])) + " |",
+    lines = [f"**{t['title']}**", ""]
+    if folds(t):
+        lines += [f"_{_summary(t)}_", ""]
+    lines += ["| " + " | ".join(map(_md_cell, t["columns"])) + " |",
              "|" + "---|" * len(t["columns"])]
     lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in t["rows"]]
     if t.get("note"):
@@ -149,6 +214,8 @@ th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}
 caption{font-weight:bold;text-align:left;padding:.3em 0}
 img{max-width:100%;border:1px solid #ddd}.warn{background:#fff3cd;border:1px solid #e0c060;padding:.6em 1em}
 code{background:#f4f4f4;padding:0 .2em}.note{font-style:italic;color:#555}
+details{margin:.4em 0 1em;border:1px solid #ddd;padding:.3em .6em}summary{cursor:pointer}
+summary b{margin-right:.5em}
 """
 
 
@@ -212,10 +279,12 @@ def to_html(data: Mapping[str, Any], out_dir: Path) -> str:
     for s in data["sections"].values():
         body.append(f"<h2>{html.escape(s['title'])}</h2>")
         body.append(_html_text(s["text"]))
-        body += [_html_table(t) for t in s["tables"]]
+        body += [_html_table(t) for t in s["tables"] if not folds(t)]
         for img in s["images"]:
             body.append(f"<figure><img src='{_data_uri(out_dir / img['file'])}' alt='{html.escape(img['caption'])}'>"
                         f"<figcaption class='note'>{html.escape(img['caption'])}</figcaption></figure>")
+        body += [f"<details><summary><b>{html.escape(t['title'])}</b>{html.escape(_summary(t))}</summary>"
+                 f"{_html_table(t)}</details>" for t in s["tables"] if folds(t)]
         if s["notes"]:
             body.append("<ul>" + "".join(f"<li>{_inline(n)}</li>" for n in s["notes"]) + "</ul>")
     body.append(f"<h2>Reproduce</h2><p><code>{html.escape(cfg.get('command', 'securevfl bench'))}</code>; every "

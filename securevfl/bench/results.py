@@ -23,12 +23,18 @@ SCHEMA = "securevfl.bench/1"
 
 @dataclass
 class Table:
-    """A report table: title, column headers (with units), rows of formatted cells."""
+    """A report table: title, column headers (with units), rows of formatted cells.
+
+    ``fold``: the HTML report puts the table under a ``<details>`` element (closed), after the section's
+    charts, with ``summary`` (one line) as what shows; tables longer than the report's threshold fold too.
+    """
 
     title: str
     columns: list[str]
     rows: list[list[str]] = field(default_factory=list)
     note: str = ""
+    fold: bool = False
+    summary: str = ""
 
     def add(self, *cells: object) -> None:
         if len(cells) != len(self.columns):
@@ -57,7 +63,7 @@ class Results:
     environment: dict[str, Any] = field(default_factory=dict)
     figures: dict[str, Figure] = field(default_factory=dict)
     sections: list[Section] = field(default_factory=list)
-    headline: dict[str, float] = field(default_factory=dict)
+    headline: dict[str, Any] = field(default_factory=dict)  # see securevfl.bench.report.headline
     wall_s: float = 0.0
 
     def add(self, figure: Figure) -> Figure:

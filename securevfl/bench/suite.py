@@ -75,14 +75,19 @@ def run_bench(config: BenchConfig, out: str | Path, *, progress: Progress | None
     if "methods" in active:
         runs = methods.measure(config.methods, config.privacy, dataset=config.dataset, parties=config.method_parties,
                                epochs=sizes.epochs, batch_size=config.batch_size, device=config.device,
-                               seed=config.seed, tick=tick)
+                               seed=config.seed, tick=tick, rounds=sizes.method_rounds)
         record(methods.figures(runs))
         sec = methods.section(runs, config.dataset, config.method_parties, sizes.epochs)
         tick("plotting methods")
         sec.images.append({"file": plots.time_split(runs, out_dir / "bench_time_split.png"),
                            "caption": "Where each run's time went (party-seconds; black: wall clock)"})
         sec.images.append({"file": plots.overhead(runs, out_dir / "bench_overhead.png"),
-                           "caption": "Epoch-time overhead of each privacy option over none"})
+                           "caption": "Epoch-time overhead of each privacy option over none, wall and CPU time "
+                                      "(95 % intervals; pale: within noise)"})
+        sec.images.append({"file": plots.crypto_by_primitive(runs, out_dir / "bench_crypto.png"),
+                           "caption": "Crypto seconds by primitive per run (table below, folded)"})
+        sec.images.append({"file": plots.bytes_by_link(runs, out_dir / "bench_bytes.png"),
+                           "caption": "Bytes per link per run (table below, folded)"})
         results.sections.append(sec)
         finish_section("methods")
     if "scaling" in active:

@@ -107,6 +107,29 @@ def ratios(numerator: Sequence[float], denominator: Sequence[float]) -> tuple[fl
     return tuple(a / b for a, b in zip(numerator, denominator))
 
 
+def cpu_seconds() -> float:
+    """CPU seconds this process (every thread: in-process parties are threads) and its worker processes used so far.
+
+    This process's own time comes from :func:`time.process_time` (nanosecond clock); worker processes
+    (Paillier's pool on big batches, PSI workers) add their user + system time, the live ones through
+    psutil and the finished ones through the children's times the kernel kept. Unlike wall time, CPU
+    time does not grow while another job holds the cores, so it is the steadier figure on a loaded machine
+    (contention for caches and memory bandwidth still inflates it a little).
+    """
+    import psutil
+
+    me = psutil.Process()
+    own = me.cpu_times()
+    total = time.process_time() + own.children_user + own.children_system
+    for child in me.children(recursive=True):
+        try:
+            t = child.cpu_times()
+        except psutil.Error:  # it ended between the listing and the read
+            continue
+        total += t.user + t.system
+    return total
+
+
 def best_rate(count: int, fn: Callable[[], object], repeat: int = 1) -> float:
     """Items per second for ``fn`` processing ``count`` items (best of ``repeat``)."""
     return count / min(time_calls(fn, repeat, warmup=0))
