@@ -215,9 +215,12 @@ def overhead(runs: Sequence[Mapping[str, Any]], path: Path) -> str:
                           label=f"secagg={opt}, {'CPU' if cpu else 'wall'} time")
             for bar, a in zip(bars, alpha):
                 bar.set_alpha(a)
-            ax.bar_label(bars, labels=["" if d is None else "artefact" if d.verdict == BELOW else
-                                       f"{d.estimate:+.0f} %" if d.verdict == ABOVE else "noise" for d in ds],
-                         fontsize=7, padding=2)
+            for xi, d in zip(pos, ds):  # the label sits above the error bar, not on it
+                if d is not None:
+                    text = "artefact" if d.verdict == BELOW else f"{d.estimate:+.0f} %" if d.verdict == ABOVE \
+                        else "noise"
+                    ax.annotate(text, (xi, max(d.high, 0.0)), xytext=(0, 3), textcoords="offset points",
+                                ha="center", va="bottom", fontsize=7)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xticks(x, methods)
     ax.set_xlabel("method")
@@ -232,7 +235,7 @@ def overhead(runs: Sequence[Mapping[str, Any]], path: Path) -> str:
 
 
 def _stacked_runs(ax: Any, runs: Sequence[Mapping[str, Any]], parts: Mapping[str, Sequence[float]],
-                  xlabel: str) -> None:
+                  xlabel: str, total_fmt: str) -> None:
     """Horizontal stacked bars, one per run, one segment per part; legend outside."""
     y = np.arange(len(runs))
     left = np.zeros(len(runs))
@@ -241,6 +244,11 @@ def _stacked_runs(ax: Any, runs: Sequence[Mapping[str, Any]], parts: Mapping[str
         vals = np.asarray(values, float)
         ax.barh(y, vals, 0.7, left=left, label=name, color=color)
         left += vals
+    for yi, total in zip(y, left):  # the total beside each bar: a short bar stays readable
+        ax.annotate(total_fmt.format(total), (total, yi), xytext=(3, 0), textcoords="offset points", va="center",
+                    fontsize=7)
+    if len(runs):
+        ax.set_xlim(0, max(left.max(), 1e-9) * 1.12)
     ax.set_yticks(y, [f"{r['method']} / {r['privacy']}" for r in runs], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
@@ -267,8 +275,9 @@ def crypto_by_primitive(runs: Sequence[Mapping[str, Any]], path: Path, keep: int
     runs = [r for r in runs if r.get("status") == "ok" and sum(r["crypto_s"].values()) > 0]
     fig = MplFigure(figsize=(10, 1.2 + 0.42 * max(1, len(runs))))
     ax = fig.subplots()
-    _stacked_runs(ax, runs, _top_parts(runs, "crypto_s", keep), "crypto seconds (summed over parties)")
-    ax.set_title("Crypto time by primitive (the table below has every primitive)")
+    _stacked_runs(ax, runs, _top_parts(runs, "crypto_s", keep), "crypto seconds (summed over parties)",
+                  "{:.3g} s")
+    ax.set_title(f"Crypto time by primitive (the {keep} largest; every one in the table)")
     if not runs:
         ax.text(0.5, 0.5, "no run used crypto", ha="center", transform=ax.transAxes)
     return _save(fig, path)
@@ -280,8 +289,8 @@ def bytes_by_link(runs: Sequence[Mapping[str, Any]], path: Path, keep: int = 10)
     mb = [{**r, "mb": {k: v / 1e6 for k, v in r["bytes"].items()}} for r in runs]
     fig = MplFigure(figsize=(10, 1.2 + 0.42 * max(1, len(runs))))
     ax = fig.subplots()
-    _stacked_runs(ax, mb, _top_parts(mb, "mb", keep), "bytes sent (MB, all messages of the run)")
-    ax.set_title("Bytes per link (the table below has every link and its message count)")
+    _stacked_runs(ax, mb, _top_parts(mb, "mb", keep), "bytes sent (MB, all messages of the run)", "{:.3g} MB")
+    ax.set_title(f"Bytes per link (the {keep} busiest; every link and its messages in the table)")
     if not runs:
         ax.text(0.5, 0.5, "no run sent bytes", ha="center", transform=ax.transAxes)
     return _save(fig, path)

@@ -85,9 +85,10 @@ def run_bench(config: BenchConfig, out: str | Path, *, progress: Progress | None
                            "caption": "Epoch-time overhead of each privacy option over none, wall and CPU time "
                                       "(95 % intervals; pale: within noise)"})
         sec.images.append({"file": plots.crypto_by_primitive(runs, out_dir / "bench_crypto.png"),
-                           "caption": "Crypto seconds by primitive per run (table below, folded)"})
+                           "caption": "Crypto seconds by primitive per run (every primitive: the table "
+                                      "Crypto seconds by primitive)"})
         sec.images.append({"file": plots.bytes_by_link(runs, out_dir / "bench_bytes.png"),
-                           "caption": "Bytes per link per run (table below, folded)"})
+                           "caption": "Bytes per link per run (every link: the table Bytes per link)"})
         results.sections.append(sec)
         finish_section("methods")
     if "scaling" in active:
