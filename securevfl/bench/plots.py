@@ -18,6 +18,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.container import ErrorbarContainer
 from matplotlib.figure import Figure as MplFigure
+from matplotlib.patches import Patch
 
 from psi import atomic
 from securevfl.bench.timing import Figure
@@ -201,6 +202,7 @@ def overhead(runs: Sequence[Mapping[str, Any]], path: Path) -> str:
     width = 0.8 / slots
     x = np.arange(len(methods))
     colors = colormaps["tab10"](np.arange(max(1, len(options))))
+    handles: list[Any] = []
     for i, opt in enumerate(options):
         for j, cpu in enumerate(kinds):
             ds = [next((overhead_of(dict(r), cpu=cpu) for r in ok if r["method"] == m and r["privacy"] == opt), None)
@@ -211,16 +213,17 @@ def overhead(runs: Sequence[Mapping[str, Any]], path: Path) -> str:
             pos = x + (i * len(kinds) + j - (slots - 1) / 2) * width
             alpha = [1.0 if d is not None and d.verdict == ABOVE else 0.35 for d in ds]
             bars = ax.bar(pos, vals, width, yerr=err, capsize=3, color=colors[i], hatch="//" if cpu else None,
-                          edgecolor="k" if cpu else None, linewidth=0.5,
-                          label=f"secagg={opt}, {'CPU' if cpu else 'wall'} time")
+                          edgecolor="k" if cpu else None, linewidth=0.5)
             for bar, a in zip(bars, alpha):
                 bar.set_alpha(a)
+            handles.append(Patch(facecolor=colors[i], hatch="//" if cpu else None, edgecolor="k" if cpu else "none",
+                                 linewidth=0.5, label=f"secagg={opt}, {'CPU' if cpu else 'wall'} time"))
             for xi, d in zip(pos, ds):  # the label sits above the error bar, not on it
                 if d is not None:
-                    text = "artefact" if d.verdict == BELOW else f"{d.estimate:+.0f} %" if d.verdict == ABOVE \
+                    text = "artefact" if d.verdict == BELOW else f"{d.estimate:+.0f}%" if d.verdict == ABOVE \
                         else "noise"
                     ax.annotate(text, (xi, max(d.high, 0.0)), xytext=(0, 3), textcoords="offset points",
-                                ha="center", va="bottom", fontsize=7)
+                                ha="center", va="bottom", fontsize=6.5)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xticks(x, methods)
     ax.set_xlabel("method")
@@ -228,7 +231,8 @@ def overhead(runs: Sequence[Mapping[str, Any]], path: Path) -> str:
     ax.set_yscale("symlog", linthresh=10)
     ax.set_title("Cost of each privacy option (median epochs; bars: 95 % interval)")
     if options:
-        _legend_outside(ax)
+        handles.append(Patch(facecolor="grey", alpha=0.35, label="pale: within noise (interval includes 0)"))
+        _legend_outside(ax, handles, [str(h.get_label()) for h in handles])
     else:
         ax.text(0.5, 0.5, "no privacy option besides none was run", ha="center", transform=ax.transAxes)
     return _save(fig, path)
