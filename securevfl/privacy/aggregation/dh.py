@@ -31,6 +31,7 @@ from securevfl.privacy.aggregation.base import (
 )
 from securevfl.privacy.aggregation.options import NoOptions
 from securevfl.privacy.aggregation.registry import register_aggregation
+from securevfl.privacy.primitives.buffers import Workspace
 from securevfl.privacy.secagg import wire
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class DHPassive(PassiveAggregator):
         self._next_setup: sa.RoundSetup | None = None
         self._size = 0  # flat size of the usual input, to expand masks ahead
         self._last_size = 0
+        self._workspace = Workspace()  # the same mask and encoding memory every round
 
     @property
     def state(self) -> sa.PassiveSecAggState:
@@ -100,7 +102,7 @@ class DHPassive(PassiveAggregator):
         self._mask = None
         if self._size:
             with ctx.meter.crypto("secagg.mask_expand"):
-                self._mask = sa.round_mask(self.state, r, self._size)
+                self._mask = sa.round_mask(self.state, r, self._size, self._workspace.take("mask", self._size))
         with ctx.meter.crypto("secagg.share_keys"):
             self._state, self._next_setup = sa.share_keys(self.state, r + 1)
 
@@ -124,7 +126,7 @@ class DHPassive(PassiveAggregator):
             self._state, message = sa.masked_input(
                 state, values, self.round,
                 mask=mask if mask is not None and mask.round_index == self.round else None,
-                next_setup=self._take_next_setup())
+                next_setup=self._take_next_setup(), workspace=self._workspace)
         self._note_size(values.size)
         ctx.send(ctx.active, TAG_INPUT, wire.input_to_wire(message))
         # The unmask request of this round carries next round's setup bundle (one hop saved).
@@ -158,6 +160,7 @@ class DHActive(ActiveAggregator):
         self._agg: sa.AggregatorSecAggState | None = None
         self.parties: tuple[str, ...] = ()
         self.round = 0
+        self._workspace = Workspace()  # the same running-sum memory every round
 
     @property
     def agg(self) -> sa.AggregatorSecAggState:
@@ -230,7 +233,7 @@ class DHActive(ActiveAggregator):
             if request.dropped:  # the key shares of the dropped parties: parsed above, so present
                 self.stats.recovery_bytes += len(codec.encode(message[wire.K_KEY_SHARES]))
         with ctx.meter.crypto("secagg.recover" if request.dropped else "secagg.unmask"):
-            self._agg, total = sa.aggregate(self.agg, responses)
+            self._agg, total = sa.aggregate(self.agg, responses, self._workspace)
         self.round += 1
         self.stats.rounds += 1
         self.stats.dropouts += len(request.dropped)

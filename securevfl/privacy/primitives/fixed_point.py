@@ -91,8 +91,22 @@ def max_magnitude(frac_bits: int = DEFAULT_FRAC_BITS, n_terms: int = 1, ring_bit
     return FixedPointConfig(frac_bits, n_terms, ring_bits).max_magnitude
 
 
+def _flat_out(arr: np.ndarray | None, size: int, dtype: type, what: str) -> np.ndarray | None:
+    if arr is None:
+        return None
+    if arr.dtype != dtype or arr.size != size or not arr.flags.c_contiguous:
+        raise ConfigError(f"{what} must be a C-contiguous {np.dtype(dtype).name} array of {size} elements")
+    return arr.reshape(-1)
+
+
 def encode(
-    values: np.ndarray | float, frac_bits: int = DEFAULT_FRAC_BITS, n_terms: int = 1, ring_bits: int = RING_BITS
+    values: np.ndarray | float,
+    frac_bits: int = DEFAULT_FRAC_BITS,
+    n_terms: int = 1,
+    ring_bits: int = RING_BITS,
+    *,
+    out: np.ndarray | None = None,
+    scratch: np.ndarray | None = None,
 ) -> np.ndarray:
     """Encode a real array into Z_2^64 as ``round(x * 2^frac_bits)`` (two's complement uint64).
 
@@ -100,6 +114,10 @@ def encode(
     ``|x| * 2^frac_bits`` exceeds ``(2^(ring_bits-1) - 1) // n_terms`` (the sum of ``n_terms``
     encodings would no longer decode correctly in Z_2^ring_bits). The result always has dtype
     ``uint64`` (for ``ring_bits=32`` too: see :func:`to_ring`).
+
+    ``out`` (uint64) and ``scratch`` (float64), C-contiguous arrays of ``values.size`` elements,
+    receive the encoding and the intermediate scaled values instead of fresh arrays (see
+    :mod:`~securevfl.privacy.primitives.buffers`); the result is then ``out`` in ``values``' shape.
     """
     cfg = FixedPointConfig(frac_bits, n_terms, ring_bits)
     x = np.asarray(values)
@@ -107,14 +125,19 @@ def encode(
         x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         return np.zeros(x.shape, dtype=np.uint64)
+    flat_out = _flat_out(out, x.size, np.uint64, "out")
+    flat_scratch = _flat_out(scratch, x.size, np.float64, "scratch")
     # Multiplying by a power of two is exact (barring overflow to inf, caught below), so
-    # rounding is the only error source. (np.ldexp is equivalent but ~10x slower.)
+    # rounding is the only error source. (np.ldexp is equivalent but ~10x slower.) float32
+    # input is widened (exactly) inside the multiply, without a float64 copy first.
     scale = float(1 << frac_bits)
+    target = np.empty(x.shape, dtype=np.float64) if flat_scratch is None else flat_scratch.reshape(x.shape)
+    scaled: np.ndarray = np.multiply(x, scale, out=target, dtype=np.float64)
     # x -> rint(x * 2^f) is non-decreasing, so the extremes of the encoding are the images of
-    # the extremes of ``x`` (NaN propagates through both): check them before encoding (and
-    # reduce ``x``, half the bytes of float32 input).
-    hi = float(np.rint(float(x.max()) * scale))
-    lo = float(np.rint(float(x.min()) * scale))
+    # the extremes of the scaled values (NaN propagates through both): check them before
+    # encoding. ``x`` is read once; the reductions read ``scaled``, still in cache.
+    hi = float(np.rint(float(scaled.max())))
+    lo = float(np.rint(float(scaled.min())))
     if not (np.isfinite(hi) and np.isfinite(lo)):
         raise DataError("cannot encode NaN or infinite values into the fixed-point ring")
     # Both extremes are integer-valued floats, so ``int()`` gives their exact value and the
@@ -127,10 +150,10 @@ def encode(
             f"(frac_bits={frac_bits}, headroom for n_terms={n_terms} summands in Z_2^{ring_bits})"
             + ("; use ring_bits=64 or fewer frac_bits" if ring_bits < RING_BITS else "")
         )
-    # float32 input is widened (exactly) inside the multiply, without a float64 copy first.
-    scaled: np.ndarray = np.multiply(x, scale, out=np.empty(x.shape, dtype=np.float64), dtype=np.float64)
-    np.rint(scaled, out=scaled)
-    return scaled.astype(np.int64).view(np.uint64)
+    encoded = (np.empty(x.shape, dtype=np.uint64) if flat_out is None else flat_out.reshape(x.shape))
+    # Rounded and converted in one pass: the integer-valued doubles convert to int64 exactly.
+    np.rint(scaled, out=encoded.view(np.int64), casting="unsafe")
+    return encoded
 
 
 def to_ring(values: np.ndarray, ring_bits: int = RING_BITS) -> np.ndarray:

@@ -7,6 +7,7 @@ party, the pairwise masks the survivors added against it. Pure steps over a froz
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from securevfl.errors import ConfigError, CryptoError, ProtocolError
 from securevfl.privacy.primitives import wire
+from securevfl.privacy.primitives.buffers import Workspace
 from securevfl.privacy.primitives.fixed_point import decode, ring_dtype
 from securevfl.privacy.primitives.key_agreement import PublicKey
 from securevfl.privacy.primitives.masking import add_pairwise_mask
@@ -202,7 +204,7 @@ def _verified_secret(
 
 
 def aggregate(
-    agg: AggregatorSecAggState, responses: Sequence[UnmaskResponse]
+    agg: AggregatorSecAggState, responses: Sequence[UnmaskResponse], workspace: Workspace | None = None
 ) -> tuple[AggregatorSecAggState, np.ndarray]:
     """Remove self masks of survivors and dropped parties' pairwise masks; decode the sum.
 
@@ -210,7 +212,8 @@ def aggregate(
     reconstructed self-mask seed and mask key is checked against the commitment its owner
     published in the round setup; a mismatch raises :class:`ShareVerificationError` (naming
     the owner, and the responders at fault when a spare response identifies them) instead of
-    returning a wrong sum. The result is the float64 sum of the survivors' inputs.
+    returning a wrong sum. The result is the float64 sum of the survivors' inputs (a fresh
+    array); with a ``workspace`` the masked sum is accumulated in its ``"total"`` array.
     """
     config = agg.config
     if not responses:
@@ -239,7 +242,11 @@ def aggregate(
     commitments = agg.round_commitments[r]
     inputs = agg.pending_inputs[r]
     shape = next(iter(inputs.values())).shape
-    total = np.zeros(shape, dtype=np.uint64)
+    if workspace is None:
+        total = np.zeros(shape, dtype=np.uint64)
+    else:
+        total = workspace.take("total", math.prod(shape)).reshape(shape)
+        total.fill(0)
     for masked in inputs.values():
         np.add(total, masked, out=total)  # uint32 inputs (Z_2^32) are widened; decode reduces mod 2^32
     # Same first-t responders for every secret: compute the Lagrange basis once.

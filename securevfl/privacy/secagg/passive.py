@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from securevfl.errors import ConfigError, CryptoError, ProtocolError
 from securevfl.privacy.primitives import wire
+from securevfl.privacy.primitives.buffers import Workspace
 from securevfl.privacy.primitives.fixed_point import encode, to_ring
 from securevfl.privacy.primitives.kdf import CHANNEL_KEY_LABEL, pairwise_seed
 from securevfl.privacy.primitives.key_agreement import KeyPair, PublicKey
@@ -249,17 +250,24 @@ def _add_round_mask(state: PassiveSecAggState, r: int, view: _RoundView, out: np
     add_pairwise_mask(out, state.name, seeds, r, config.step, offset=offset)
 
 
-def round_mask(state: PassiveSecAggState, round_index: int, size: int) -> RoundMask:
+def round_mask(state: PassiveSecAggState, round_index: int, size: int, out: np.ndarray | None = None) -> RoundMask:
     """Expand the first ``size`` elements of round ``round_index``'s mask (self + pairwise).
 
     Needs the round's setup bundle (:func:`receive_setup`) and no input sent for it yet. A
     mask expanded for fewer elements than the input is extended when it is used; a longer one
-    is cut (the PRG streams of a round are prefix-consistent).
+    is cut (the PRG streams of a round are prefix-consistent). ``out``: a C-contiguous uint64
+    array of ``size`` elements to expand the mask into (reused memory, see
+    :class:`~securevfl.privacy.primitives.buffers.Workspace`), else a fresh one.
     """
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ConfigError(f"mask size must be an int >= 0, got {size!r}")
     view = _round_view(state, round_index)
-    out = np.zeros(size, dtype=np.uint64)
+    if out is None:
+        out = np.zeros(size, dtype=np.uint64)
+    elif out.dtype != np.uint64 or out.shape != (size,) or not out.flags.c_contiguous:
+        raise ConfigError(f"the mask's out array must be a flat C-contiguous uint64 array of {size} elements")
+    else:
+        out.fill(0)
     _add_round_mask(state, round_index, view, out, 0)
     return RoundMask(state.name, round_index, out)
 
@@ -283,6 +291,7 @@ def masked_input(
     prepare_next: bool = True,
     mask: RoundMask | None = None,
     next_setup: RoundSetup | None = None,
+    workspace: Workspace | None = None,
 ) -> tuple[PassiveSecAggState, MaskedInput]:
     """Encode ``values`` and add the self mask and pairwise masks of round ``round_index``.
 
@@ -290,7 +299,9 @@ def masked_input(
     shorter than the input); without it the mask is expanded now. The result is the same.
     With ``prepare_next`` the setup for round + 1 (fresh keys and shares) rides along:
     ``next_setup`` if given (made ahead by :func:`share_keys` on this state, checked to be
-    this party's pending setup of round + 1), else drawn now.
+    this party's pending setup of round + 1), else drawn now. With a ``workspace`` the masked
+    vector (64-bit ring) is written into its ``"masked"`` array, valid until the workspace's
+    next masked input: send it (the channel copies or serialises it) before the next round.
     """
     config = state.config
     r = round_index
@@ -298,8 +309,13 @@ def masked_input(
     if mask is not None and (mask.party != state.name or mask.round_index != r):
         raise ProtocolError(f"the prepared mask is not {state.name!r}'s mask of round {r}")
     n_terms = len(view.mask_publics) + 1
-    # (a copy only for F-order input)
-    masked = np.ascontiguousarray(encode(values, config.frac_bits, n_terms, config.ring_bits))
+    if workspace is None:  # (a copy only for F-order input)
+        masked = np.ascontiguousarray(encode(values, config.frac_bits, n_terms, config.ring_bits))
+    else:
+        values = np.asarray(values)
+        masked = encode(values, config.frac_bits, n_terms, config.ring_bits,
+                        out=workspace.take("masked", values.size), scratch=workspace.take("scaled", values.size,
+                                                                                          np.float64))
     flat = masked.reshape(-1)  # a view of ``masked``: the mask is added in place
     done = 0
     if mask is not None:
