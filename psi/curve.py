@@ -191,15 +191,29 @@ def _hash_blind_chunk(prefix: bytes, secret: bytes, buf: bytes, ends: np.ndarray
     return out, t1 - t0, time.process_time() - t1, -1
 
 
-def _blind_chunk(secret: bytes, buf: bytes, out_len: int, first_index: int) -> tuple[bytes, float, float, int]:
-    """Validate and blind a chunk of received points; return bytes, timings, bad index or -1."""
-    t0 = time.process_time()
-    points = [buf[i : i + POINT_BYTES] for i in range(0, len(buf), POINT_BYTES)]
+def first_off_curve(points: Sequence[bytes]) -> int:
+    """Index of the first point that is not a canonical u-coordinate on the curve, or -1 (the hot loop)."""
     from_bytes, p, a, square = int.from_bytes, FIELD_PRIME, CURVE_A, _is_nonzero_square
     for i, point in enumerate(points):
         u = from_bytes(point, "little")
         if not (u < p and square(u * (u * (u + a) + 1))):
-            return b"", 0.0, time.process_time() - t0, first_index + i
+            return i
+    return -1
+
+
+def hash_ids(ids: Sequence[bytes], salt: bytes) -> list[bytes]:
+    """Hash encoded IDs onto the curve as the protocol does, in one batch (same values as :func:`hash_to_curve`)."""
+    ends = np.cumsum([len(i) for i in ids], dtype=np.int64)
+    return _hash_many(b"".join(ids), ends, hash_prefix(salt))
+
+
+def _blind_chunk(secret: bytes, buf: bytes, out_len: int, first_index: int) -> tuple[bytes, float, float, int]:
+    """Validate and blind a chunk of received points; return bytes, timings, bad index or -1."""
+    t0 = time.process_time()
+    points = [buf[i : i + POINT_BYTES] for i in range(0, len(buf), POINT_BYTES)]
+    bad = first_off_curve(points)
+    if bad >= 0:
+        return b"", 0.0, time.process_time() - t0, first_index + bad
     try:
         out = _exchange_all(secret, points, out_len)
     except ValueError:  # all-zero shared secret: a small-order point

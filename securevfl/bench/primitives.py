@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import statistics
 from collections.abc import Callable, Sequence
@@ -83,6 +84,41 @@ def x25519_mult_samples(count: int = 1000, repeats: int = 3) -> tuple[float, ...
     return tuple(s / count for s in time_calls(run, repeats))
 
 
+def hash_to_curve_samples(count: int = 1000, repeats: int = 3) -> tuple[float, ...]:
+    """Seconds per ID hashed onto the curve (try-and-increment, as PSI hashes a batch), one core."""
+    from psi.curve import hash_ids
+
+    ids = [f"user-{i:010d}".encode() for i in range(count)]
+    return tuple(s / count for s in time_calls(partial(hash_ids, ids, b"\x00" * 32), repeats))
+
+
+def point_validation_samples(count: int = 1000, repeats: int = 3) -> tuple[float, ...]:
+    """Seconds per received point validated (canonical, on the curve), as PSI checks a chunk, one core."""
+    from psi.curve import first_off_curve, hash_ids
+
+    points = hash_ids([f"user-{i:010d}".encode() for i in range(count)], b"\x01" * 32)  # valid points
+    return tuple(s / count for s in time_calls(partial(first_off_curve, points), repeats))
+
+
+@dataclass(frozen=True)
+class PSIFloorRates:
+    """Seconds per operation of the PSI protocol's curve work, measured on one core in the same run."""
+
+    mult: float
+    hash_to_curve: float
+    validation: float
+
+    def protocol_seconds(self, scalar_mults: int, items_hashed: int, workers: int) -> float:
+        """The protocol's curve work alone on ``workers`` cores: every multiplication, hash and validation.
+
+        Every received point is validated before it is blinded, so validations = multiplications
+        minus own items hashed (each hashed item is blinded once too).
+        """
+        validations = max(scalar_mults - items_hashed, 0)
+        work = scalar_mults * self.mult + items_hashed * self.hash_to_curve + validations * self.validation
+        return work / max(1, min(workers, os.cpu_count() or 1))
+
+
 def floor_seconds(scalar_mults: int, seconds_per_mult: float, workers: int) -> float:
     """Time the scalar multiplications alone take on ``workers`` cores (no hashing, IPC or matching)."""
     return scalar_mults * seconds_per_mult / max(1, min(workers, os.cpu_count() or 1))
@@ -121,6 +157,7 @@ def psi_figures(sizes: Sequence[int], repeats: int, workers: int | None, tick: T
                 raise AssertionError(f"PSI found {result.intersection_size} shared IDs, expected {expected}")
             t = result.timings
             row.update(scalar_mults=int(t["A"]["scalar_mults"] + t["B"]["scalar_mults"]),
+                       items_hashed=int(t["A"]["items_hashed"] + t["B"]["items_hashed"]),
                        bytes=int(result.total_bytes), rounds=int(result.rounds), workers=int(result.workers))
             if with_openmined:
                 tick(f"PSI {n:,} x {n:,}: openmined-psi, repetition {rep + 1}/{repeats}")
@@ -264,6 +301,24 @@ def mask_expansion_samples(repeats: int, shape: tuple[int, ...] = MASK_SHAPE) ->
     }, warmup=2)
 
 
+def aes_ctr_samples(repeats: int, n_bytes: int = 1 << 23) -> tuple[float, ...]:
+    """Seconds per GB (10^9 bytes) of AES-256-CTR keystream written into a reused buffer, one core.
+
+    The ceiling of mask expansion on this machine (OpenSSL through ``cryptography``, one context
+    per call as the masks use): :func:`~securevfl.privacy.primitives.prg.prg_bytes` minus the
+    allocation.
+    """
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    zeros, out = bytes(n_bytes), bytearray(n_bytes + 16)
+    key, block = bytes(range(32)), bytes(16)
+
+    def run() -> None:
+        Cipher(algorithms.AES(key), modes.CTR(block)).encryptor().update_into(zeros, out)
+
+    return tuple(s * 1e9 / n_bytes for s in time_calls(run, max(3, repeats), warmup=2))
+
+
 def key_agreement_samples(repeats: int, schemes: Sequence[str] = ("x25519", "ffdh2048")) -> dict[str, dict[str, Any]]:
     """Seconds per key generation and per exchange (validated, and pre-validated) for each scheme."""
     from securevfl.privacy.primitives.key_agreement import create_key_agreement
@@ -284,15 +339,19 @@ def key_agreement_samples(repeats: int, schemes: Sequence[str] = ("x25519", "ffd
 # ----------------------------------------------------------------------------------- the section
 def measure(sizes: Any, psi_workers: int | None, tick: Tick) -> dict[str, Any]:
     """Run every primitive measurement of section 1; plain data for :func:`figures` and the plots."""
-    tick("X25519 multiplication rate (the PSI floor)")
-    x25519 = x25519_mult_samples(count=200 if sizes.paillier_scale <= 0 else 2000, repeats=sizes.repeats)
+    tick("X25519 multiplication, hash-to-curve and point-validation rates (the PSI floors)")
+    count = 200 if sizes.paillier_scale <= 0 else 2000
+    x25519 = x25519_mult_samples(count=count, repeats=sizes.repeats)
+    hashing = hash_to_curve_samples(count=count, repeats=sizes.repeats)
+    validation = point_validation_samples(count=count, repeats=sizes.repeats)
     psi_rows = psi_figures(sizes.psi_sizes, sizes.repeats, psi_workers, tick)
     paillier = paillier_figures(sizes.paillier_scale, sizes.repeats, tick)
     tick("mask expansion and key agreement")
     masks = mask_expansion_samples(sizes.mask_repeats)
+    aes = aes_ctr_samples(repeats=sizes.mask_repeats)
     kas = key_agreement_samples(max(5, sizes.mask_repeats // 5))
-    return {"x25519_s_per_mult": x25519, "psi": psi_rows, "paillier": paillier, "masks": masks,
-            "key_agreement": kas}
+    return {"x25519_s_per_mult": x25519, "hash_to_curve_s_per_id": hashing, "validation_s_per_point": validation,
+            "psi": psi_rows, "paillier": paillier, "masks": masks, "aes_ctr_s_per_gb": aes, "key_agreement": kas}
 
 
 PAILLIER_OPS = (  # label, phe key, fast key, fast packed key
@@ -317,6 +376,14 @@ def figures(data: dict[str, Any]) -> list[Figure]:
         out.append(Figure(f"primitives.psi.{n}.floor_s", "s", (floor,),
                           note=f"{row['scalar_mults']:,} X25519 multiplications on {row['workers']} workers"))
         out.append(Figure(f"primitives.psi.{n}.fraction_of_floor", "", tuple(floor / s for s in ours), HIGHER))
+        if "hash_to_curve_s_per_id" in data and "items_hashed" in row:
+            rates = PSIFloorRates(min(per_mult), min(data["hash_to_curve_s_per_id"]),
+                                  min(data["validation_s_per_point"]))
+            whole = rates.protocol_seconds(row["scalar_mults"], row["items_hashed"], row["workers"])
+            out.append(Figure(f"primitives.psi.{n}.protocol_floor_s", "s", (whole,),
+                              note="multiplications + hash-to-curve + point validation at this run's rates"))
+            out.append(Figure(f"primitives.psi.{n}.fraction_of_protocol_floor", "", tuple(whole / s for s in ours),
+                              HIGHER))
         if "openmined_s" in row:
             out.append(Figure(f"primitives.psi.{n}.openmined_s", "s", row["openmined_s"]))
             out.append(Figure(f"primitives.psi.{n}.speedup_vs_openmined", "x", ratios(row["openmined_s"], ours),
@@ -335,6 +402,12 @@ def figures(data: dict[str, Any]) -> list[Figure]:
                       note="Flower SecAgg+ pseudo_rand_gen, reimplemented"))
     out.append(Figure("primitives.mask.speedup_vs_flower", "x",
                       ratios(masks["flower_mt19937"], masks["ours_aes_ctr"]), HIGHER))
+    if "aes_ctr_s_per_gb" in data:
+        out.append(Figure("primitives.mask.aes_ctr_gb_per_s", "GB/s", tuple(1 / s for s in data["aes_ctr_s_per_gb"]),
+                          HIGHER, note="AES-256-CTR keystream into a reused buffer, one core (the masks' ceiling)"))
+        out.append(Figure("primitives.mask.expansion_gb_per_s", "GB/s",
+                          tuple(8 * math.prod(MASK_SHAPE) / s / 1e9 for s in masks["ours_aes_ctr"]), HIGHER,
+                          note=f"a {MASK_SHAPE[0]} x {MASK_SHAPE[1]} uint64 mask, fresh array"))
     kas = data["key_agreement"]
     for name, row in kas.items():
         for what, samples in row.items():
@@ -370,6 +443,15 @@ def section(data: dict[str, Any], figs: dict[str, Figure]) -> Any:
                   f"{row['bytes']:,} / {row.get('openmined_bytes', 0):,}" if has_om else f"{row['bytes']:,}")
     psi_t.note = (f"floor = 4 X25519 multiplications per ID pair at "
                   f"{figs['primitives.x25519.us_per_mult'].min:.1f} µs each (measured here), over the workers")
+    if data.get("hash_to_curve_s_per_id"):
+        psi_t.columns += ["protocol floor (s)", "fraction of protocol floor (median)"]
+        for row_cells, n in zip(psi_t.rows, data["psi"]):
+            whole = figs.get(f"primitives.psi.{n}.protocol_floor_s")
+            frac = figs.get(f"primitives.psi.{n}.fraction_of_protocol_floor")
+            row_cells += [f"{whole.median:.3f}" if whole else "-", f"{frac.median:.2f}" if frac else "-"]
+        psi_t.note += (f"; protocol floor = the same multiplications + hash-to-curve of every own ID "
+                       f"({min(data['hash_to_curve_s_per_id']) * 1e6:.1f} µs) + validation of every received point "
+                       f"({min(data['validation_s_per_point']) * 1e6:.1f} µs), rates measured in this run")
     s.tables.append(psi_t)
     p = data["paillier"]
     pt = Table(f"Paillier, {p['key_bits']}-bit n (fast: DJN r = {p['r_bits']} bits, fixed-base table; packed: "
