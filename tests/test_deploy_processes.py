@@ -162,6 +162,7 @@ def test_psi_as_one_party_writes_only_its_own_files(tmp_path, files, certs):
         assert list(aligned[p]["customer_id"]) == sorted(common)  # one agreed order, exactly the intersection
 
 
+@pytest.mark.slow  # suite budget: the refusal is checked in one process (star) and by test_ops_small's mismatch message
 def test_a_job_mismatch_stops_every_party_before_any_data(tmp_path, files, certs):
     fed = federation_file(tmp_path, certs, "splitnn")
     other = tmp_path / "other.toml"

@@ -61,6 +61,7 @@ def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_p
     assert (deployed.prediction == local.prediction).all()
 
 
+@pytest.mark.slow  # suite budget: deployed scoring is checked by the deployed-trained model test above
 def test_a_model_trained_in_one_process_scores_alike_deployed(tmp_path, tables, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     train, new = tables

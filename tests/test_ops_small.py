@@ -53,6 +53,7 @@ def tables(tmp_path_factory) -> dict[str, Path]:
 # ------------------------------------------------------------------ threads
 
 
+@pytest.mark.slow  # suite budget: the thread settings' order is checked alone, the default in a fresh process
 def test_threads_flag_is_what_every_party_process_uses(tmp_path, tables, capsys) -> None:
     """Also: the active party's --positive-class reaches its report and console."""
     fed = loopback_federation_file(tmp_path, ["bank", "shop"], "bank", SPLITNN_JOB.replace("epochs = 2", "epochs = 1"))

@@ -1,4 +1,4 @@
-"""Reused round memory (:class:`~securevfl.privacy.primitives.buffers.Workspace`) gives the same bytes as fresh arrays."""
+"""Reused round memory (a :class:`~securevfl.privacy.primitives.buffers.Workspace`) gives what fresh arrays give."""
 
 from __future__ import annotations
 

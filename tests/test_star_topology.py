@@ -325,7 +325,7 @@ class ListenWatch:
 
 
 @pytest.mark.parametrize("method, options, toml_options", [
-    ("splitnn", {}, ""),
+    pytest.param("splitnn", {}, "", marks=pytest.mark.slow),  # relays nothing; the suite's time budget
     pytest.param("easter", {"secagg": "dh", "embedding_size": 16}, 'secagg = "dh"\nembedding_size = 16',
                  marks=pytest.mark.slow),  # relays nothing; the suite's time budget
     ("hetero-lr", {"key_bits": 1024, "insecure_allow_small_key": True},

@@ -124,4 +124,5 @@ def load_warning(env: dict[str, Any]) -> str | None:
         return None
     return (f"the machine was loaded: 1-minute load average {start:.2f} at the start and {end:.2f} at the end on "
             f"{cores} cores ({worst:.2f} per core > {LOADED_PER_CORE}); wall times are inflated by other jobs — "
-            "read the minima, and compare ratios measured in the same run")
+            "read the CPU-time figures and the intervals (an overhead whose interval includes zero is within "
+            "noise), and compare ratios measured in the same run")
