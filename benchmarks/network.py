@@ -12,7 +12,13 @@ one with a 1-byte message; MB/s = N x size / (first send -> acknowledgement), MB
 The peer (floor) is the same exchange over a raw TLS 1.3 socket (Python ``ssl``, the same
 certificates, mutual authentication, 9-byte length header, echo in a separate process): what any
 Python TLS transport needs. Keys ``rtt_us_p50_1k`` / ``_64k`` / ``_16m``, ``rtt_us_p90_*``,
-``throughput_mb_s_64k`` / ``_16m`` and the ``tls_socket_*`` figures with the ratios.
+``throughput_mb_s_64k`` / ``_16m`` and the ``tls_socket_*`` figures with the ratios. A second floor
+is bare gRPC in the transport's own layout: each side a sync gRPC server (the same certificates,
+mutual TLS) and one bidirectional stream to the other's server, payloads handed between the
+application thread and gRPC's threads over queues, no frames, acknowledgements or checks
+(``grpc_bare_rtt_us_p50_1k`` / ``_64k``, ``grpc_bare_rtt_p50_ratio_vs_tls_socket_*``,
+``rtt_p50_ratio_vs_grpc_bare_*``): what any transport on grpcio's threaded API pays per round
+trip, so the share of the gap that is the transport's own is ``rtt_p50_ratio_vs_grpc_bare_1k``.
 
 Part 2 — bytes on the wire. The same two transports, but each link goes through a counting TCP
 proxy (it never cuts): everything on both directed streams is counted in both directions (TLS
@@ -86,6 +92,7 @@ from securevfl.federation.loopback import LoopbackProxy, free_port
 NO_ABORT = threading.Event()
 KB, MB = 1024, 1024 * 1024
 SIZES = {"1k": KB, "64k": 64 * KB, "16m": 16 * MB}
+BARE_SIZES = ("1k", "64k")  # bare gRPC's own 4 MB message limit: the floor is for small messages
 TIMEOUT = 120.0
 
 
@@ -210,6 +217,93 @@ class EchoProcess:
             self.proc.stdout.close()
 
 
+_BARE_SERVICE, _BARE_METHOD = "bench.Bare", "/bench.Bare/Echo"
+_BARE_STOP = b"stop"
+
+
+class _BareParty:
+    """Bare gRPC in the transport's layout: a server receives, one bidirectional stream to the peer sends."""
+
+    def __init__(self, me: str, other: str, pki: Path, addresses: dict[str, str]) -> None:
+        import queue
+        from concurrent import futures
+
+        import grpc
+
+        self.inbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self.outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+
+        def handler(requests, context):
+            for request in requests:
+                self.inbox.put(request)
+            return
+            yield  # a response stream that stays empty
+
+        key, cert, ca = ((pki / name).read_bytes() for name in (f"{me}.key", f"{me}.pem", "ca.pem"))
+        generic = grpc.method_handlers_generic_handler(_BARE_SERVICE, {
+            "Echo": grpc.stream_stream_rpc_method_handler(handler)})
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=(generic,))
+        self.server.add_secure_port(addresses[me], grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=ca, require_client_auth=True))
+        self.server.start()
+        self.channel = grpc.secure_channel(addresses[other], grpc.ssl_channel_credentials(ca, key, cert),
+                                           options=[("grpc.ssl_target_name_override", other)])
+
+        def requests():
+            while (item := self.outbox.get()) is not None:
+                yield item
+
+        self.call = self.channel.stream_stream(_BARE_METHOD)(requests(), wait_for_ready=True)
+        self.drain = threading.Thread(target=self._drain, daemon=True)
+        self.drain.start()
+
+    def _drain(self) -> None:
+        try:
+            for _ in self.call:
+                pass
+        except Exception:  # noqa: BLE001 - the stream ends with the run
+            pass
+
+    def close(self) -> None:
+        self.outbox.put(None)
+        self.channel.close()
+        self.server.stop(0)
+
+
+def _bare_echo(config: dict[str, Any]) -> None:
+    party = _BareParty("b", "a", Path(config["pki"]), config["addresses"])
+    try:
+        while (payload := party.inbox.get(timeout=TIMEOUT)) != _BARE_STOP:
+            party.outbox.put(payload)
+    finally:
+        party.close()
+
+
+class BarePair:
+    """The second floor: bare gRPC, party ``a`` here and the echo ``b`` in its own process."""
+
+    def __init__(self, pki: Path) -> None:
+        addresses = {"a": f"127.0.0.1:{free_port()}", "b": f"127.0.0.1:{free_port()}"}
+        self.a = _BareParty("a", "b", pki, addresses)
+        self.echo = EchoProcess("bare", {"pki": str(pki), "addresses": addresses})
+
+    def rtt(self, payload: bytes) -> float:
+        started = time.perf_counter()
+        self.a.outbox.put(payload)
+        got = self.a.inbox.get(timeout=TIMEOUT)
+        elapsed = time.perf_counter() - started
+        assert len(got) == len(payload)
+        return elapsed
+
+    def close(self) -> None:
+        try:
+            self.a.outbox.put(_BARE_STOP)
+            self.echo.wait()
+        finally:
+            self.echo.stop()
+            self.a.close()
+
+
 # ------------------------------------------------------------------ part 1: round trips and throughput
 
 
@@ -306,16 +400,18 @@ class TlsPair:
             self.echo.stop()
 
 
-def measure_messages(pair: Any, plan: dict[str, Any]) -> dict[str, float]:
+def measure_messages(pair: Any, plan: dict[str, Any], sizes: tuple[str, ...] = tuple(SIZES),
+                     streams: tuple[str, ...] = ("64k", "16m")) -> dict[str, float]:
     out: dict[str, float] = {}
-    for label, size in SIZES.items():
+    for label in sizes:
+        size = SIZES[label]
         payload = os.urandom(size)
         for _ in range(plan["warmup"][label]):
             pair.rtt(payload)
         times = [pair.rtt(payload) for _ in range(plan["pings"][label])]
         out[f"rtt_us_p50_{label}"] = _percentile(times, 0.5) * 1e6
         out[f"rtt_us_p90_{label}"] = _percentile(times, 0.9) * 1e6
-    for label in ("64k", "16m"):
+    for label in streams:
         payload = os.urandom(SIZES[label])
         n = plan["stream"][label]
         pair.stream(payload, max(2, n // 8))  # warm-up
@@ -574,10 +670,21 @@ def main() -> None:
             figures["tls_socket_version"] = tls_pair.version
         finally:
             tls_pair.close()
+        bare_pair = BarePair(pki)
+        try:
+            bare_figs = measure_messages(bare_pair, plan, sizes=BARE_SIZES, streams=())
+        finally:
+            bare_pair.close()
         figures.update(grpc_figs)
         figures.update({f"tls_socket_{k}": v for k, v in tls_figs.items() if not k.startswith("throughput_messages")})
+        figures.update({f"grpc_bare_{k}": v for k, v in bare_figs.items()})
         for label in SIZES:
             figures[f"rtt_p50_ratio_vs_tls_socket_{label}"] = grpc_figs[f"rtt_us_p50_{label}"] / tls_figs[
+                f"rtt_us_p50_{label}"]
+        for label in BARE_SIZES:
+            figures[f"grpc_bare_rtt_p50_ratio_vs_tls_socket_{label}"] = bare_figs[f"rtt_us_p50_{label}"] / tls_figs[
+                f"rtt_us_p50_{label}"]
+            figures[f"rtt_p50_ratio_vs_grpc_bare_{label}"] = grpc_figs[f"rtt_us_p50_{label}"] / bare_figs[
                 f"rtt_us_p50_{label}"]
         for label in ("64k", "16m"):
             figures[f"throughput_ratio_vs_tls_socket_{label}"] = grpc_figs[f"throughput_mb_s_{label}"] / tls_figs[
@@ -641,6 +748,10 @@ def main() -> None:
                       f"{figures['tls_socket_' + tp]:,.1f}" if tp in figures else "-",
                       f"{figures[f'throughput_ratio_vs_tls_socket_{label}']:.2f}" if tp in figures else "-")
     console.print(table)
+    console.print("bare gRPC in the same layout (no frames, ACKs or checks): " + "; ".join(
+        f"{label.upper().replace('K', ' KB')} p50 {figures[f'grpc_bare_rtt_us_p50_{label}']:,.0f} µs = "
+        f"{figures[f'grpc_bare_rtt_p50_ratio_vs_tls_socket_{label}']:.2f}x the TLS socket, the transport "
+        f"{figures[f'rtt_p50_ratio_vs_grpc_bare_{label}']:.2f}x bare gRPC" for label in BARE_SIZES))
     wire = Table(title="TCP bytes on the wire (both directions, TLS handshake + HTTP/2 + gRPC + frames + ACKs + "
                        "heartbeats) / payload bytes")
     for col in ("traffic", "payload bytes", "TCP bytes", "ratio"):
@@ -689,6 +800,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--echo-peer":
-        (_grpc_echo if sys.argv[2] == "grpc" else _tls_echo)(json.loads(sys.argv[3]))
+        {"grpc": _grpc_echo, "tls": _tls_echo, "bare": _bare_echo}[sys.argv[2]](json.loads(sys.argv[3]))
     else:
         main()
