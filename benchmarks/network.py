@@ -7,7 +7,9 @@ Part 1 — messages between two :class:`GrpcTransport` s (parties ``a`` and ``b`
 ``NetworkSettings``: 1024 KB chunks). ``b`` is an echo loop in a **separate process** (this script
 re-run with ``--echo-peer``), so the two transports do not share a GIL. Round trip: ``a`` sends a
 payload, ``b`` sends the same bytes back; p50/p90 over the timed pings (after a warm-up) for 1 KB,
-64 KB and 16 MB. One-way throughput: ``a`` sends N messages back to back, ``b`` acknowledges the last
+64 KB and 16 MB. The transport and its two floors (below) are open at the same time and each size's
+pings are timed in ten turns of each, so a load that comes and goes on the machine falls on all alike.
+One-way throughput: ``a`` sends N messages back to back, ``b`` acknowledges the last
 one with a 1-byte message; MB/s = N x size / (first send -> acknowledgement), MB = 10^6 bytes.
 The peer (floor) is the same exchange over a raw TLS 1.3 socket (Python ``ssl``, the same
 certificates, mutual authentication, 9-byte length header, echo in a separate process): what any
@@ -93,6 +95,7 @@ NO_ABORT = threading.Event()
 KB, MB = 1024, 1024 * 1024
 SIZES = {"1k": KB, "64k": 64 * KB, "16m": 16 * MB}
 BARE_SIZES = ("1k", "64k")  # bare gRPC's own 4 MB message limit: the floor is for small messages
+RTT_BLOCKS = 10  # each pair's pings of one size are timed in this many turns with the other pairs
 TIMEOUT = 120.0
 
 
@@ -400,24 +403,38 @@ class TlsPair:
             self.echo.stop()
 
 
-def measure_messages(pair: Any, plan: dict[str, Any], sizes: tuple[str, ...] = tuple(SIZES),
-                     streams: tuple[str, ...] = ("64k", "16m")) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for label in sizes:
-        size = SIZES[label]
+def measure_messages(pairs: dict[str, Any], plan: dict[str, Any],
+                     sizes: dict[str, tuple[str, ...]]) -> dict[str, dict[str, float]]:
+    """Round trips of every pair, interleaved in blocks so the machine's load falls on each alike; then throughput.
+
+    ``sizes``: the payload sizes each pair is timed at (bare gRPC: the small ones only, no throughput).
+    """
+    out: dict[str, dict[str, float]] = {name: {} for name in pairs}
+    for label, size in SIZES.items():
         payload = os.urandom(size)
-        for _ in range(plan["warmup"][label]):
-            pair.rtt(payload)
-        times = [pair.rtt(payload) for _ in range(plan["pings"][label])]
-        out[f"rtt_us_p50_{label}"] = _percentile(times, 0.5) * 1e6
-        out[f"rtt_us_p90_{label}"] = _percentile(times, 0.9) * 1e6
-    for label in streams:
-        payload = os.urandom(SIZES[label])
-        n = plan["stream"][label]
-        pair.stream(payload, max(2, n // 8))  # warm-up
-        seconds = min(pair.stream(payload, n) for _ in range(plan["stream_repeats"]))
-        out[f"throughput_mb_s_{label}"] = n * len(payload) / seconds / 1e6
-        out[f"throughput_messages_{label}"] = n
+        names = [name for name in pairs if label in sizes[name]]
+        for name in names:
+            for _ in range(plan["warmup"][label]):
+                pairs[name].rtt(payload)
+        times: dict[str, list[float]] = {name: [] for name in names}
+        blocks = min(RTT_BLOCKS, plan["pings"][label])
+        for block in range(blocks):
+            count = plan["pings"][label] * (block + 1) // blocks - plan["pings"][label] * block // blocks
+            for name in names:
+                times[name] += [pairs[name].rtt(payload) for _ in range(count)]
+        for name in names:
+            out[name][f"rtt_us_p50_{label}"] = _percentile(times[name], 0.5) * 1e6
+            out[name][f"rtt_us_p90_{label}"] = _percentile(times[name], 0.9) * 1e6
+    for name, pair in pairs.items():
+        for label in ("64k", "16m"):
+            if label not in sizes[name] or not hasattr(pair, "stream"):
+                continue
+            payload = os.urandom(SIZES[label])
+            n = plan["stream"][label]
+            pair.stream(payload, max(2, n // 8))  # warm-up
+            seconds = min(pair.stream(payload, n) for _ in range(plan["stream_repeats"]))
+            out[name][f"throughput_mb_s_{label}"] = n * len(payload) / seconds / 1e6
+            out[name][f"throughput_messages_{label}"] = n
     return out
 
 
@@ -659,22 +676,17 @@ def main() -> None:
         pki = work / "pki"
         console.print("[bold]part 1[/]: round trips and throughput, echo peer in its own process")
         make_dev_pki(["a", "b"], pki)
-        grpc_pair = GrpcPair(pki)
-        try:
-            grpc_figs = measure_messages(grpc_pair, plan)
+        pairs: dict[str, Any] = {}
+        try:  # all three open at once: their round trips are timed in turns
+            pairs["grpc"] = GrpcPair(pki)
+            pairs["tls"] = TlsPair(pki)
+            pairs["bare"] = BarePair(pki)
+            figures["tls_socket_version"] = pairs["tls"].version
+            measured = measure_messages(pairs, plan, {"grpc": tuple(SIZES), "tls": tuple(SIZES), "bare": BARE_SIZES})
         finally:
-            grpc_pair.close()
-        tls_pair = TlsPair(pki)
-        try:
-            tls_figs = measure_messages(tls_pair, plan)
-            figures["tls_socket_version"] = tls_pair.version
-        finally:
-            tls_pair.close()
-        bare_pair = BarePair(pki)
-        try:
-            bare_figs = measure_messages(bare_pair, plan, sizes=BARE_SIZES, streams=())
-        finally:
-            bare_pair.close()
+            for pair in pairs.values():
+                pair.close()
+        grpc_figs, tls_figs, bare_figs = measured["grpc"], measured["tls"], measured["bare"]
         figures.update(grpc_figs)
         figures.update({f"tls_socket_{k}": v for k, v in tls_figs.items() if not k.startswith("throughput_messages")})
         figures.update({f"grpc_bare_{k}": v for k, v in bare_figs.items()})
