@@ -274,9 +274,21 @@ class _BareParty:
 
 
 def _bare_echo(config: dict[str, Any]) -> None:
+    """Echo until told to stop; idle while the other pairs are timed, for as long as this script runs."""
+    import queue
+
+    parent = os.getppid()
     party = _BareParty("b", "a", Path(config["pki"]), config["addresses"])
     try:
-        while (payload := party.inbox.get(timeout=TIMEOUT)) != _BARE_STOP:
+        while True:
+            try:
+                payload = party.inbox.get(timeout=1.0)
+            except queue.Empty:
+                if os.getppid() != parent:  # the script is gone
+                    return
+                continue
+            if payload == _BARE_STOP:
+                return
             party.outbox.put(payload)
     finally:
         party.close()
