@@ -7,12 +7,20 @@ Part 1 — messages between two :class:`GrpcTransport` s (parties ``a`` and ``b`
 ``NetworkSettings``: 1024 KB chunks). ``b`` is an echo loop in a **separate process** (this script
 re-run with ``--echo-peer``), so the two transports do not share a GIL. Round trip: ``a`` sends a
 payload, ``b`` sends the same bytes back; p50/p90 over the timed pings (after a warm-up) for 1 KB,
-64 KB and 16 MB. One-way throughput: ``a`` sends N messages back to back, ``b`` acknowledges the last
+64 KB and 16 MB. The transport and its two floors (below) are open at the same time and each size's
+pings are timed in ten turns of each, so a load that comes and goes on the machine falls on all alike.
+One-way throughput: ``a`` sends N messages back to back, ``b`` acknowledges the last
 one with a 1-byte message; MB/s = N x size / (first send -> acknowledgement), MB = 10^6 bytes.
 The peer (floor) is the same exchange over a raw TLS 1.3 socket (Python ``ssl``, the same
 certificates, mutual authentication, 9-byte length header, echo in a separate process): what any
 Python TLS transport needs. Keys ``rtt_us_p50_1k`` / ``_64k`` / ``_16m``, ``rtt_us_p90_*``,
-``throughput_mb_s_64k`` / ``_16m`` and the ``tls_socket_*`` figures with the ratios.
+``throughput_mb_s_64k`` / ``_16m`` and the ``tls_socket_*`` figures with the ratios. A second floor
+is bare gRPC in the transport's own layout: each side a sync gRPC server (the same certificates,
+mutual TLS) and one bidirectional stream to the other's server, payloads handed between the
+application thread and gRPC's threads over queues, no frames, acknowledgements or checks
+(``grpc_bare_rtt_us_p50_1k`` / ``_64k``, ``grpc_bare_rtt_p50_ratio_vs_tls_socket_*``,
+``rtt_p50_ratio_vs_grpc_bare_*``): what any transport on grpcio's threaded API pays per round
+trip, so the share of the gap that is the transport's own is ``rtt_p50_ratio_vs_grpc_bare_1k``.
 
 Part 2 — bytes on the wire. The same two transports, but each link goes through a counting TCP
 proxy (it never cuts): everything on both directed streams is counted in both directions (TLS
@@ -86,6 +94,8 @@ from securevfl.federation.loopback import LoopbackProxy, free_port
 NO_ABORT = threading.Event()
 KB, MB = 1024, 1024 * 1024
 SIZES = {"1k": KB, "64k": 64 * KB, "16m": 16 * MB}
+BARE_SIZES = ("1k", "64k")  # bare gRPC's own 4 MB message limit: the floor is for small messages
+RTT_BLOCKS = 10  # each pair's pings of one size are timed in this many turns with the other pairs
 TIMEOUT = 120.0
 
 
@@ -210,6 +220,105 @@ class EchoProcess:
             self.proc.stdout.close()
 
 
+_BARE_SERVICE, _BARE_METHOD = "bench.Bare", "/bench.Bare/Echo"
+_BARE_STOP = b"stop"
+
+
+class _BareParty:
+    """Bare gRPC in the transport's layout: a server receives, one bidirectional stream to the peer sends."""
+
+    def __init__(self, me: str, other: str, pki: Path, addresses: dict[str, str]) -> None:
+        import queue
+        from concurrent import futures
+
+        import grpc
+
+        self.inbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self.outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+
+        def handler(requests, context):
+            for request in requests:
+                self.inbox.put(request)
+            return
+            yield  # a response stream that stays empty
+
+        key, cert, ca = ((pki / name).read_bytes() for name in (f"{me}.key", f"{me}.pem", "ca.pem"))
+        generic = grpc.method_handlers_generic_handler(_BARE_SERVICE, {
+            "Echo": grpc.stream_stream_rpc_method_handler(handler)})
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=(generic,))
+        self.server.add_secure_port(addresses[me], grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=ca, require_client_auth=True))
+        self.server.start()
+        self.channel = grpc.secure_channel(addresses[other], grpc.ssl_channel_credentials(ca, key, cert),
+                                           options=[("grpc.ssl_target_name_override", other)])
+
+        def requests():
+            while (item := self.outbox.get()) is not None:
+                yield item
+
+        self.call = self.channel.stream_stream(_BARE_METHOD)(requests(), wait_for_ready=True)
+        self.drain = threading.Thread(target=self._drain, daemon=True)
+        self.drain.start()
+
+    def _drain(self) -> None:
+        try:
+            for _ in self.call:
+                pass
+        except Exception:  # noqa: BLE001 - the stream ends with the run
+            pass
+
+    def close(self) -> None:
+        self.outbox.put(None)
+        self.channel.close()
+        self.server.stop(0)
+
+
+def _bare_echo(config: dict[str, Any]) -> None:
+    """Echo until told to stop; idle while the other pairs are timed, for as long as this script runs."""
+    import queue
+
+    parent = os.getppid()
+    party = _BareParty("b", "a", Path(config["pki"]), config["addresses"])
+    try:
+        while True:
+            try:
+                payload = party.inbox.get(timeout=1.0)
+            except queue.Empty:
+                if os.getppid() != parent:  # the script is gone
+                    return
+                continue
+            if payload == _BARE_STOP:
+                return
+            party.outbox.put(payload)
+    finally:
+        party.close()
+
+
+class BarePair:
+    """The second floor: bare gRPC, party ``a`` here and the echo ``b`` in its own process."""
+
+    def __init__(self, pki: Path) -> None:
+        addresses = {"a": f"127.0.0.1:{free_port()}", "b": f"127.0.0.1:{free_port()}"}
+        self.a = _BareParty("a", "b", pki, addresses)
+        self.echo = EchoProcess("bare", {"pki": str(pki), "addresses": addresses})
+
+    def rtt(self, payload: bytes) -> float:
+        started = time.perf_counter()
+        self.a.outbox.put(payload)
+        got = self.a.inbox.get(timeout=TIMEOUT)
+        elapsed = time.perf_counter() - started
+        assert len(got) == len(payload)
+        return elapsed
+
+    def close(self) -> None:
+        try:
+            self.a.outbox.put(_BARE_STOP)
+            self.echo.wait()
+        finally:
+            self.echo.stop()
+            self.a.close()
+
+
 # ------------------------------------------------------------------ part 1: round trips and throughput
 
 
@@ -306,22 +415,38 @@ class TlsPair:
             self.echo.stop()
 
 
-def measure_messages(pair: Any, plan: dict[str, Any]) -> dict[str, float]:
-    out: dict[str, float] = {}
+def measure_messages(pairs: dict[str, Any], plan: dict[str, Any],
+                     sizes: dict[str, tuple[str, ...]]) -> dict[str, dict[str, float]]:
+    """Round trips of every pair, interleaved in blocks so the machine's load falls on each alike; then throughput.
+
+    ``sizes``: the payload sizes each pair is timed at (bare gRPC: the small ones only, no throughput).
+    """
+    out: dict[str, dict[str, float]] = {name: {} for name in pairs}
     for label, size in SIZES.items():
         payload = os.urandom(size)
-        for _ in range(plan["warmup"][label]):
-            pair.rtt(payload)
-        times = [pair.rtt(payload) for _ in range(plan["pings"][label])]
-        out[f"rtt_us_p50_{label}"] = _percentile(times, 0.5) * 1e6
-        out[f"rtt_us_p90_{label}"] = _percentile(times, 0.9) * 1e6
-    for label in ("64k", "16m"):
-        payload = os.urandom(SIZES[label])
-        n = plan["stream"][label]
-        pair.stream(payload, max(2, n // 8))  # warm-up
-        seconds = min(pair.stream(payload, n) for _ in range(plan["stream_repeats"]))
-        out[f"throughput_mb_s_{label}"] = n * len(payload) / seconds / 1e6
-        out[f"throughput_messages_{label}"] = n
+        names = [name for name in pairs if label in sizes[name]]
+        for name in names:
+            for _ in range(plan["warmup"][label]):
+                pairs[name].rtt(payload)
+        times: dict[str, list[float]] = {name: [] for name in names}
+        blocks = min(RTT_BLOCKS, plan["pings"][label])
+        for block in range(blocks):
+            count = plan["pings"][label] * (block + 1) // blocks - plan["pings"][label] * block // blocks
+            for name in names:
+                times[name] += [pairs[name].rtt(payload) for _ in range(count)]
+        for name in names:
+            out[name][f"rtt_us_p50_{label}"] = _percentile(times[name], 0.5) * 1e6
+            out[name][f"rtt_us_p90_{label}"] = _percentile(times[name], 0.9) * 1e6
+    for name, pair in pairs.items():
+        for label in ("64k", "16m"):
+            if label not in sizes[name] or not hasattr(pair, "stream"):
+                continue
+            payload = os.urandom(SIZES[label])
+            n = plan["stream"][label]
+            pair.stream(payload, max(2, n // 8))  # warm-up
+            seconds = min(pair.stream(payload, n) for _ in range(plan["stream_repeats"]))
+            out[name][f"throughput_mb_s_{label}"] = n * len(payload) / seconds / 1e6
+            out[name][f"throughput_messages_{label}"] = n
     return out
 
 
@@ -563,21 +688,27 @@ def main() -> None:
         pki = work / "pki"
         console.print("[bold]part 1[/]: round trips and throughput, echo peer in its own process")
         make_dev_pki(["a", "b"], pki)
-        grpc_pair = GrpcPair(pki)
-        try:
-            grpc_figs = measure_messages(grpc_pair, plan)
+        pairs: dict[str, Any] = {}
+        try:  # all three open at once: their round trips are timed in turns
+            pairs["grpc"] = GrpcPair(pki)
+            pairs["tls"] = TlsPair(pki)
+            pairs["bare"] = BarePair(pki)
+            figures["tls_socket_version"] = pairs["tls"].version
+            measured = measure_messages(pairs, plan, {"grpc": tuple(SIZES), "tls": tuple(SIZES), "bare": BARE_SIZES})
         finally:
-            grpc_pair.close()
-        tls_pair = TlsPair(pki)
-        try:
-            tls_figs = measure_messages(tls_pair, plan)
-            figures["tls_socket_version"] = tls_pair.version
-        finally:
-            tls_pair.close()
+            for pair in pairs.values():
+                pair.close()
+        grpc_figs, tls_figs, bare_figs = measured["grpc"], measured["tls"], measured["bare"]
         figures.update(grpc_figs)
         figures.update({f"tls_socket_{k}": v for k, v in tls_figs.items() if not k.startswith("throughput_messages")})
+        figures.update({f"grpc_bare_{k}": v for k, v in bare_figs.items()})
         for label in SIZES:
             figures[f"rtt_p50_ratio_vs_tls_socket_{label}"] = grpc_figs[f"rtt_us_p50_{label}"] / tls_figs[
+                f"rtt_us_p50_{label}"]
+        for label in BARE_SIZES:
+            figures[f"grpc_bare_rtt_p50_ratio_vs_tls_socket_{label}"] = bare_figs[f"rtt_us_p50_{label}"] / tls_figs[
+                f"rtt_us_p50_{label}"]
+            figures[f"rtt_p50_ratio_vs_grpc_bare_{label}"] = grpc_figs[f"rtt_us_p50_{label}"] / bare_figs[
                 f"rtt_us_p50_{label}"]
         for label in ("64k", "16m"):
             figures[f"throughput_ratio_vs_tls_socket_{label}"] = grpc_figs[f"throughput_mb_s_{label}"] / tls_figs[
@@ -641,6 +772,10 @@ def main() -> None:
                       f"{figures['tls_socket_' + tp]:,.1f}" if tp in figures else "-",
                       f"{figures[f'throughput_ratio_vs_tls_socket_{label}']:.2f}" if tp in figures else "-")
     console.print(table)
+    console.print("bare gRPC in the same layout (no frames, ACKs or checks): " + "; ".join(
+        f"{label.upper().replace('K', ' KB')} p50 {figures[f'grpc_bare_rtt_us_p50_{label}']:,.0f} µs = "
+        f"{figures[f'grpc_bare_rtt_p50_ratio_vs_tls_socket_{label}']:.2f}x the TLS socket, the transport "
+        f"{figures[f'rtt_p50_ratio_vs_grpc_bare_{label}']:.2f}x bare gRPC" for label in BARE_SIZES))
     wire = Table(title="TCP bytes on the wire (both directions, TLS handshake + HTTP/2 + gRPC + frames + ACKs + "
                        "heartbeats) / payload bytes")
     for col in ("traffic", "payload bytes", "TCP bytes", "ratio"):
@@ -689,6 +824,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--echo-peer":
-        (_grpc_echo if sys.argv[2] == "grpc" else _tls_echo)(json.loads(sys.argv[3]))
+        {"grpc": _grpc_echo, "tls": _tls_echo, "bare": _bare_echo}[sys.argv[2]](json.loads(sys.argv[3]))
     else:
         main()

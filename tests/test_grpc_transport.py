@@ -301,6 +301,36 @@ def test_fuzz_link_frames_round_trip_or_raise_protocol_error(frame, data):
         fr.decode_frame(encoded[: data.draw(st.integers(0, len(encoded) - 1))], max_chunk=4096)
 
 
+_field = st.one_of(st.integers(-3, 3), st.integers(2**63 - 2, 2**64 - 1), st.booleans(), st.floats(0, 3),
+                   st.text(max_size=3), st.binary(max_size=3), st.none())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_field, min_size=7, max_size=7), st.sampled_from([4, 4.0, True]), st.text(min_size=199, max_size=202))
+def test_fuzz_the_data_fast_path_accepts_exactly_the_valid_data_frames(fields, kind, long_tag):
+    """DATA frames skip the generic checks (the per-message hot path): they must accept and refuse the same."""
+    seq, tag, depth, chunk, chunks, total, payload = fields
+    tag = long_tag if isinstance(tag, str) and len(tag) == 3 else tag  # names of 199..202 characters too
+
+    def whole(value, low=0):
+        return type(value) is int and low <= value <= 2**63 - 1
+
+    valid = (kind == 4 and type(kind) is int and whole(seq) and whole(depth) and whole(chunks, 1)
+             and whole(chunk) and chunk < chunks and whole(total) and isinstance(tag, str) and len(tag) <= 200
+             and isinstance(payload, bytes))
+    import msgpack
+
+    data = msgpack.packb([fr.VERSION, kind, seq, tag, depth, chunk, chunks, total, payload], use_bin_type=True)
+    if not valid:
+        with pytest.raises(ProtocolError):
+            fr.decode_frame(data, max_chunk=4096)
+        return
+    frame = fr.Frame(fr.Kind.DATA, seq=seq, tag=tag, depth=depth, chunk=chunk, chunks=chunks, total=total,
+                     payload=payload)
+    assert fr.decode_frame(data, max_chunk=4096) == frame
+    assert fr.encode_data(seq, tag, depth, chunk, chunks, total, payload) == fr.encode_frame(frame) == data
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(0, 20), st.binary(max_size=8)),
                 min_size=1, max_size=6))

@@ -86,6 +86,25 @@ def encode_frame(frame: Frame) -> bytes:
     return packed
 
 
+def encode_data(seq: int, tag: str, depth: int, chunk: int, chunks: int, total: int,
+                payload: bytes | memoryview) -> bytes:
+    """A DATA frame's bytes, the same as :func:`encode_frame` gives, without building a :class:`Frame` first."""
+    packed: bytes = msgpack.packb([VERSION, 4, seq, tag, depth, chunk, chunks, total, payload], use_bin_type=True)
+    return packed
+
+
+def _data_frame(seq: int, tag: str, depth: int, chunk: int, chunks: int, total: int, payload: bytes) -> Frame:
+    """A DATA :class:`Frame` without the frozen dataclass's one ``object.__setattr__`` per field (the hot path)."""
+    frame = object.__new__(Frame)
+    object.__setattr__(frame, "__dict__", {
+        "kind": Kind.DATA, "seq": seq, "tag": tag, "depth": depth, "chunk": chunk, "chunks": chunks, "total": total,
+        "payload": payload, "src": "", "dst": "", "text": "", "job": {}, "chunk_kb": 0, "max_message": 0})
+    return frame
+
+
+_INT64 = 2**63 - 1
+
+
 def _int(value: Any, what: str, low: int = 0, high: int = 2**63 - 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ProtocolError(f"malformed frame: {what} must be an integer in [{low}, {high}]")
@@ -107,6 +126,15 @@ def decode_frame(data: bytes, *, max_chunk: int) -> Frame:
                                max_str_len=1 << 20, max_array_len=16, max_map_len=1024)
     except Exception as exc:  # msgpack raises several types on garbage
         raise ProtocolError(f"malformed frame: {type(exc).__name__}") from exc
+    # A DATA frame (the per-message hot path): checked inline, built without the dataclass's per-field setattr.
+    if type(body) is list and len(body) == 9 and body[0] == VERSION and type(body[1]) is int and body[1] == 4:
+        _, _, seq, tag, depth, chunk, chunks, total, payload = body
+        if (type(seq) is int and type(depth) is int and type(chunk) is int and type(chunks) is int
+                and type(total) is int and type(tag) is str and type(payload) is bytes and len(tag) <= _MAX_NAME
+                and 0 <= seq <= _INT64 and 0 <= depth <= _INT64 and 1 <= chunks <= _INT64 and 0 <= chunk < chunks
+                and 0 <= total <= _INT64):
+            return _data_frame(seq, tag, depth, chunk, chunks, total, payload)
+        # anything else: the checks below name what is wrong
     if not isinstance(body, list) or len(body) < 2:
         raise ProtocolError("malformed frame: not a frame array")
     if body[0] != VERSION:
@@ -147,7 +175,7 @@ def decode_frame(data: bytes, *, max_chunk: int) -> Frame:
 def split_payload(payload: bytes, chunk_size: int) -> list[memoryview]:
     """Cut ``payload`` into views of at most ``chunk_size`` bytes (at least one, possibly empty)."""
     view = memoryview(payload)
-    if not payload:
+    if len(payload) <= chunk_size:  # one chunk (or an empty payload): most messages
         return [view]
     return [view[i : i + chunk_size] for i in range(0, len(payload), chunk_size)]
 
@@ -172,6 +200,13 @@ class Reassembly:
             raise ProtocolError(f"message of {frame.total:,} bytes exceeds the {self.max_message:,}-byte limit "
                                 "(max_message_mb in the federation file)")
         head = self._head
+        if head is None and frame.chunks == 1 and frame.chunk == 0:  # a message in one chunk: most messages
+            whole = bytes(frame.payload)
+            if len(whole) > frame.total:
+                raise ProtocolError("malformed message: chunks are longer than the declared length")
+            if len(whole) != frame.total:
+                raise ProtocolError("malformed message: chunks are shorter than the declared length")
+            return frame.tag, frame.depth, whole
         if head is None:
             if frame.chunk != 0:
                 raise ProtocolError(f"malformed message: chunk {frame.chunk} arrived before chunk 0")

@@ -255,8 +255,7 @@ class _OutLink:
                     self.cond.wait(0.1)  # back-pressure: the peer has not acknowledged enough yet
                 if self.error is not None:
                     raise self.error
-                self._append(fr.Frame(fr.Kind.DATA, seq=self.next_seq, tag=tag, depth=depth, chunk=i,
-                                      chunks=len(chunks), total=len(payload), payload=part))  # packed once, no copy
+                self._append(fr.encode_data(self.next_seq, tag, depth, i, len(chunks), len(payload), part))  # no copy
         if relayed:
             self.stats.relayed_bytes += len(payload)
         else:
@@ -265,16 +264,16 @@ class _OutLink:
     def finish(self) -> None:
         with self.send_lock, self.cond:
             if self.error is None:
-                self._append(fr.Frame(fr.Kind.FIN, seq=self.next_seq))
+                self._append(fr.encode_frame(fr.Frame(fr.Kind.FIN, seq=self.next_seq)))
 
     def abort(self, reason: str) -> None:
         with self.cond:
             self.urgent.append(fr.encode_frame(fr.Frame(fr.Kind.ABORT, text=reason[:4000])))
             self.cond.notify_all()
 
-    def _append(self, frame: fr.Frame) -> None:
-        data = fr.encode_frame(frame)
-        self.frames[frame.seq] = data
+    def _append(self, data: bytes) -> None:
+        """Queue the encoded frame numbered ``next_seq`` (the caller holds ``cond``)."""
+        self.frames[self.next_seq] = data
         self.unacked_bytes += len(data)
         self.next_seq += 1
         self.cond.notify_all()
