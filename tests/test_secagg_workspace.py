@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from secagg_rounds import set_up_round0
 
 from securevfl.errors import ConfigError, DataError
+from securevfl.privacy import secagg as sa
 from securevfl.privacy.primitives.buffers import Workspace
 from securevfl.privacy.primitives.fixed_point import encode
 
@@ -48,19 +50,7 @@ def test_encoding_refuses_a_workspace_array_of_the_wrong_size_and_nan_input() ->
 
 
 def test_a_round_mask_into_reused_memory_equals_a_fresh_one() -> None:
-    from securevfl.privacy import secagg as sa
-
-    cfg = sa.SecAggConfig(b"ws", ("p1", "p2", "p3"), 2)
-    parties = {p: sa.PassiveSecAggState.create(cfg, p) for p in cfg.parties}
-    agg = sa.AggregatorSecAggState.create(cfg)
-    agg, directory = sa.collect_adverts(agg, [sa.advertise_keys(s) for s in parties.values()])
-    parties = {p: sa.receive_keys(s, directory) for p, s in parties.items()}
-    setups = []
-    for p in cfg.parties:
-        parties[p], setup = sa.share_keys(parties[p], 0)
-        setups.append(setup)
-    agg, bundles = sa.collect_setups(agg, setups)
-    parties = {p: sa.receive_setup(parties[p], bundles[p]) for p in cfg.parties}
+    parties, *_ = set_up_round0(sa.SecAggConfig(b"ws", ("p1", "p2", "p3"), 2))
     ws = Workspace()
     stale = ws.take("mask", 50)
     stale[:] = 12345  # leftovers of an earlier round must not leak into the mask
