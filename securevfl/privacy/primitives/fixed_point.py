@@ -132,7 +132,8 @@ def encode(
     # input is widened (exactly) inside the multiply, without a float64 copy first.
     scale = float(1 << frac_bits)
     target = np.empty(x.shape, dtype=np.float64) if flat_scratch is None else flat_scratch.reshape(x.shape)
-    scaled: np.ndarray = np.multiply(x, scale, out=target, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow becomes inf: refused just below
+        scaled: np.ndarray = np.multiply(x, scale, out=target, dtype=np.float64)
     # x -> rint(x * 2^f) is non-decreasing, so the extremes of the encoding are the images of
     # the extremes of the scaled values (NaN propagates through both): check them before
     # encoding. ``x`` is read once; the reductions read ``scaled``, still in cache.
