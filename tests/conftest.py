@@ -14,9 +14,9 @@ settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
-#: Modules whose tests start party processes or real network links with time bounds. ``make test``
-#: runs the suite on two pytest-xdist workers with ``--dist loadgroup``: these all go to one worker,
-#: one at a time, so no two multi-process tests share the machine's cores and their bounds hold.
+#: Modules whose tests start party processes or hold real network links with time bounds. ``make
+#: test`` runs the rest of the suite on two pytest-xdist workers, then these (marked ``processes``)
+#: one at a time on their own, so no other test shares the cores while their time bounds are checked.
 PROCESS_MODULES = frozenset({
     "test_bench", "test_bench_predict", "test_bench_secureboost", "test_deploy_logs", "test_deploy_processes",
     "test_grpc_transport", "test_hardening_ops", "test_hardening_party", "test_hardening_transport",
@@ -28,7 +28,7 @@ PROCESS_MODULES = frozenset({
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in PROCESS_MODULES:
-            item.add_marker(pytest.mark.xdist_group("processes"))
+            item.add_marker(pytest.mark.processes)
 
 
 

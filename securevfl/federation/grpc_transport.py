@@ -295,14 +295,18 @@ class _OutLink:
             while self.urgent and self.error is None and time.monotonic() < deadline:
                 self.cond.wait(0.05)
 
-    def close(self) -> None:
+    def begin_close(self) -> None:
+        """Let the request stream end by itself (what is queued goes first); :meth:`close` then waits for it."""
         with self.cond:
             self.closing = True
             self.cond.notify_all()
+
+    def close(self, polite_until: float | None = None) -> None:
+        self.begin_close()
         # The request stream ends by itself once nothing urgent is queued: gRPC then delivers what it
         # was handed (an ABORT) before the half-close. Cancelling at once could drop that frame, and the
         # peer would only learn of the failure a peer timeout later; cancel a stream that lingers.
-        _end_stream(self._thread, self._call)
+        _end_stream(self._thread, self._call, polite_until)
         if self._channel is not None:
             self._channel.close()
         elif self.context is not None and self.urgent:
@@ -513,9 +517,18 @@ def _hello(owner: GrpcTransport, peer: str) -> bytes:
                                     chunk_kb=settings.chunk_kb, max_message=settings.max_message_bytes))
 
 
-def _end_stream(thread: threading.Thread, call: Any) -> None:
-    """Let a link's thread end its stream by itself (delivering a queued ABORT); cancel a stream that lingers."""
-    thread.join(timeout=1.0)
+#: How long a closing link's stream may take to end by itself before it is cancelled.
+POLITE_CLOSE_S = 1.0
+
+
+def _end_stream(thread: threading.Thread, call: Any, polite_until: float | None = None) -> None:
+    """Let a link's thread end its stream by itself (delivering a queued ABORT); cancel a stream that lingers.
+
+    ``polite_until`` (a ``time.monotonic()`` deadline) is shared by the links a party closes together,
+    so they linger in parallel, not one after the other (default: :data:`POLITE_CLOSE_S` from now).
+    """
+    until = time.monotonic() + POLITE_CLOSE_S if polite_until is None else polite_until
+    thread.join(timeout=max(0.0, until - time.monotonic()))
     if thread.is_alive() and call is not None:
         call.cancel()
     thread.join(timeout=5)
@@ -723,7 +736,10 @@ class _RelayLink:
     def start(self) -> None:
         pass
 
-    def close(self) -> None:
+    def begin_close(self) -> None:
+        pass
+
+    def close(self, polite_until: float | None = None) -> None:
         pass
 
 
@@ -911,8 +927,11 @@ class GrpcTransport(Transport):
             deadline = time.monotonic() + 2.0
             for link in self._links.values():
                 link.flush_urgent(max(0.0, deadline - time.monotonic()))
+        for link in self._links.values():  # every stream starts ending now; they linger in parallel
+            link.begin_close()
+        polite_until = time.monotonic() + POLITE_CLOSE_S
         for link in self._links.values():
-            link.close()
+            link.close(polite_until)
         for pull in self._pulls.values():
             pull.close()
         if self._server is not None:
