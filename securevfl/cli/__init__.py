@@ -7,6 +7,8 @@ one-line error report.
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import sys
 import traceback
@@ -84,6 +86,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """Setuptools console-script target."""
-    raise SystemExit(main())
+    """Setuptools console-script target (also ``python -m securevfl.cli``, how launch starts each party).
+
+    Once the command has returned, the exit handlers run (Ray's shutdown, temporary folders, worker
+    pools), the logs and the console are flushed, and the process ends without the interpreter's own
+    teardown of torch and gRPC, which took about 3 s: a party stopped by SIGTERM exited 3.2 s after
+    the signal with it, 0.1 s without it (``tests/test_hardening_ops.py``).
+    """
+    code = main()
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code or 0)
 
