@@ -97,6 +97,9 @@ def entry() -> None:
     atexit._run_exitfuncs()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        stream.flush()
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (``securevfl ... | head``): nothing more can be shown
+            pass
     os._exit(code or 0)
 
