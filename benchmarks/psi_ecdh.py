@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
         fraction_of_floor,
         hash_to_curve_samples,
         point_validation_samples,
+        usable_cores,
         x25519_mult_samples,
     )
     stream = args.stream or args.full
@@ -295,7 +296,7 @@ def main(argv: list[str] | None = None) -> dict:
     rates = PSIFloorRates(per_mult, min(hash_before, *hash_to_curve_samples(count=2000, repeats=3)),
                           min(validate_before, *point_validation_samples(count=2000, repeats=3)))
     protocol_floor = rates.protocol_seconds(mults, hashed, ours["workers"])
-    parallel_scale = ((parallel_before + parallel_after) / 2) / (per_mult / max(1, min(ours["workers"], n_workers)))
+    parallel_scale = ((parallel_before + parallel_after) / 2) / (per_mult / usable_cores(ours["workers"]))
     figures = {
         "n_per_party": n,
         "streamed_from_parquet": stream,

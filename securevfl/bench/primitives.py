@@ -116,12 +116,17 @@ class PSIFloorRates:
         """
         validations = max(scalar_mults - items_hashed, 0)
         work = scalar_mults * self.mult + items_hashed * self.hash_to_curve + validations * self.validation
-        return work / max(1, min(workers, os.cpu_count() or 1))
+        return work / usable_cores(workers)
+
+
+def usable_cores(workers: int) -> int:
+    """The cores ``workers`` processes can use here: the floors' divisor."""
+    return max(1, min(workers, os.cpu_count() or 1))
 
 
 def floor_seconds(scalar_mults: int, seconds_per_mult: float, workers: int) -> float:
     """Time the scalar multiplications alone take on ``workers`` cores (no hashing, IPC or matching)."""
-    return scalar_mults * seconds_per_mult / max(1, min(workers, os.cpu_count() or 1))
+    return scalar_mults * seconds_per_mult / usable_cores(workers)
 
 
 def fraction_of_floor(scalar_mults: int, seconds: float, seconds_per_mult: float, workers: int) -> float:

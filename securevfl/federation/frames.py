@@ -81,15 +81,18 @@ def encode_frame(frame: Frame) -> bytes:
     elif kind == Kind.REFUSE or kind == Kind.ABORT:
         body += [frame.text]
     elif kind == Kind.DATA:
-        body += [frame.seq, frame.tag, frame.depth, frame.chunk, frame.chunks, frame.total, frame.payload]
+        return encode_data(frame.seq, frame.tag, frame.depth, frame.chunk, frame.chunks, frame.total, frame.payload)
     packed: bytes = msgpack.packb(body, use_bin_type=True)
     return packed
+
+
+_DATA = int(Kind.DATA)
 
 
 def encode_data(seq: int, tag: str, depth: int, chunk: int, chunks: int, total: int,
                 payload: bytes | memoryview) -> bytes:
     """A DATA frame's bytes, the same as :func:`encode_frame` gives, without building a :class:`Frame` first."""
-    packed: bytes = msgpack.packb([VERSION, 4, seq, tag, depth, chunk, chunks, total, payload], use_bin_type=True)
+    packed: bytes = msgpack.packb([VERSION, _DATA, seq, tag, depth, chunk, chunks, total, payload], use_bin_type=True)
     return packed
 
 
