@@ -128,6 +128,29 @@ def test_bytes_dictionary_keys_are_refused(frame):
         codec.decode(frame)
 
 
+def _array_ext(header: list, body: bytes = b"") -> msgpack.ExtType:
+    packed = msgpack.packb(header)
+    return msgpack.ExtType(1, len(packed).to_bytes(4, "little") + packed + body)
+
+
+@pytest.mark.parametrize("frame, message", [
+    # extension -1 is msgpack's timestamp, decoded by msgpack itself (a byte flip in a fuzzed frame made one)
+    (msgpack.packb(msgpack.Timestamp(5, 0)), "timestamp"),
+    (msgpack.packb([1, {"a": msgpack.Timestamp(1, 2)}]), "timestamp"),
+    (msgpack.packb(_array_ext(["float32", [msgpack.Timestamp(1, 0)]], bytes(4))), "shape"),
+    (msgpack.packb(_array_ext(["float32", [2.0]], bytes(8))), "shape"),
+    (msgpack.packb(_array_ext(["float32", [-1, -2]], bytes(8))), "shape"),
+    (msgpack.packb(_array_ext(["float32", 2], bytes(8))), "shape"),
+    (msgpack.packb(_array_ext([b"float32", [2]], bytes(8))), "dtype"),
+    # 2**124 elements: a product in int64 would wrap round to 0 and match the empty body
+    (msgpack.packb(_array_ext(["float32", [2**62, 2**62]])), "length"),
+], ids=["timestamp", "nested-timestamp", "timestamp-in-shape", "float-shape", "negative-shape", "int-shape",
+        "bytes-dtype", "wrapping-shape"])
+def test_values_outside_the_wire_types_are_refused(frame, message):
+    with pytest.raises(ProtocolError, match=message):
+        codec.decode(frame)
+
+
 # ------------------------------------------------------------------ item 2: finished and hung peers
 
 

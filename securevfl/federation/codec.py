@@ -63,11 +63,15 @@ def _unpack_array(data: bytes, *, copy: bool = True) -> np.ndarray:
         name, shape = msgpack.unpackb(data[4 : 4 + header_len])
     except Exception as exc:  # msgpack raises several types on garbage
         raise ProtocolError("malformed array header") from exc
-    if name not in _ALLOWED_DTYPES:
+    if not isinstance(name, str) or name not in _ALLOWED_DTYPES:
         raise ProtocolError(f"dtype {name!r} is not allowed on the wire")
+    if not isinstance(shape, list) or any(type(n) is not int or n < 0 for n in shape):
+        raise ProtocolError("malformed array header: the shape is not a list of non-negative integers")
     dtype = np.dtype(name).newbyteorder("<")
     body = memoryview(data)[4 + header_len :]
-    count = int(np.prod(shape)) if shape else 1
+    count = 1
+    for n in shape:  # Python integers: a product too large for int64 cannot wrap round to the body's length
+        count *= n
     if count * dtype.itemsize != len(body):
         raise ProtocolError("array body length does not match its header")
     view = np.frombuffer(body, dtype=dtype).reshape(tuple(shape))
@@ -316,6 +320,8 @@ def decode(data: bytes) -> Any:
                 stack.append((child.items, depth + 1))
             elif isinstance(child, (list, dict)):
                 stack.append((child, depth + 1))
+            elif isinstance(child, msgpack.Timestamp):  # extension -1, which msgpack decodes itself
+                raise ProtocolError("unknown extension type -1 (timestamp) on the wire")
     for item, container, key in reversed(pending):  # inner tuples first: each outer one sees finished ones
         container[key] = tuple(item.items)
     return root[0]
