@@ -1,6 +1,6 @@
 """After a failed run with ``--checkpoint-dir``: tell the user how to continue from the last complete epoch.
 
-The CLI prints an error as one line (:func:`securevfl.cli.report_error`); :func:`hint_resume` adds a
+The CLI prints an error as one line (:func:`securevfl.cli.application.report_error`); :func:`hint_resume` adds a
 second one, ``exc.hint``, when the run failed while training (a lost peer, a timeout, a signal: not
 a configuration or data error, which ``--resume`` would not fix) and the checkpoint directory holds
 a complete epoch for every party this process ran.
