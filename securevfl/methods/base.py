@@ -282,7 +282,9 @@ def n_batches(n_rows: int, batch_size: int, *, min_rows: int = 1, short: str = "
 
 
 def as_tensor(array: np.ndarray, device: Any) -> torch.Tensor:
-    """A float32 tensor on ``device`` (no copy when already there)."""
+    """A float32 tensor on ``device`` (no copy when already there, one of a read-only array)."""
+    if isinstance(array, np.ndarray) and not array.flags.writeable and array.dtype == np.float32:
+        array = array.copy()  # torch would share the read-only memory (undefined if written; it warns)
     return torch.as_tensor(array, dtype=torch.float32, device=device)
 
 
