@@ -6,9 +6,6 @@ and the torch-free ``psi`` package stay light.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
-
 from securevfl.errors import (
     ConfigError,
     CryptoError,
@@ -18,6 +15,7 @@ from securevfl.errors import (
     ProtocolError,
     SecureVFLError,
 )
+from securevfl.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -38,10 +36,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'securevfl' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [

@@ -12,8 +12,7 @@ instead of 0.3 s.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from securevfl.lazy import lazy_attributes
 
 _LAZY = {
     "compare_figures": "securevfl.bench.compare",
@@ -27,10 +26,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'securevfl.bench' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = ["NETWORK_PRESETS", "PRIVACY", "SECTIONS", "BenchConfig", "Sizes", "compare_figures", "compare_files",

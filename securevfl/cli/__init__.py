@@ -12,11 +12,7 @@ ready after 1.0 s instead of 0.25 s; the app now loads when a command runs.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
-
-#: Names of :mod:`.application` this package hands out on first use.
-_APPLICATION = frozenset({"app", "err_console", "report_error"})
+from securevfl.lazy import lazy_attributes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +29,5 @@ def entry() -> None:
     run()
 
 
-def __getattr__(name: str) -> Any:
-    if name in _APPLICATION:
-        return getattr(import_module("securevfl.cli.application"), name)
-    raise AttributeError(f"module 'securevfl.cli' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, dict.fromkeys(("app", "err_console", "report_error"),
+                                                     "securevfl.cli.application"))
