@@ -13,7 +13,7 @@ import grpc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from net_helpers import CuttingProxy, free_port
+from net_helpers import CuttingProxy, close_together, free_port
 
 from securevfl.deploy.federation import job_differences
 from securevfl.errors import ConfigError, PeerFinishedError, PeerTimeoutError, ProtocolError, RunAborted
@@ -65,10 +65,7 @@ class Federation:
         return self.transports[name]
 
     def close(self):
-        for t in self.transports.values():
-            t.abort("test over")
-        for t in self.transports.values():
-            t.close()
+        close_together(self.transports.values())
 
 
 @pytest.fixture

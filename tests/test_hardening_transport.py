@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 import psutil
 import pytest
-from net_helpers import free_port
+from net_helpers import close_together, free_port
 
 from securevfl.errors import ConfigError, PeerTimeoutError, ProtocolError
 from securevfl.federation import frames as fr
@@ -67,10 +67,7 @@ class Federation:
         return self.transports[name]
 
     def close(self) -> None:
-        for t in self.transports.values():
-            t.abort("test over")
-        for t in self.transports.values():
-            t.close()
+        close_together(self.transports.values())
 
 
 @pytest.fixture
@@ -296,7 +293,7 @@ def test_grpc_core_logs_do_not_reach_the_terminal(pki):
         import sys
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from net_helpers import free_port
+        from net_helpers import close_together, free_port
         from securevfl.federation.grpc_transport import GrpcTransport, NetworkSettings, TlsCredentials
         def creds(d, party):
             d = Path(d)

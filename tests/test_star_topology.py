@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 import test_deploy_processes as processes
-from net_helpers import CuttingProxy, free_port
+from net_helpers import CuttingProxy, close_together, free_port
 from test_deploy_processes import HELPERS, federation_file, headline, in_process, run_in_threads
 from test_grpc_transport import FAST, NO_ABORT  # the same fast network settings as the mesh transport's tests
 
@@ -56,10 +56,7 @@ class Star:
         return self.t[name]
 
     def close(self) -> None:
-        for t in self.t.values():
-            t.abort("test over")
-        for t in self.t.values():
-            t.close()
+        close_together(self.t.values())
 
 
 files = processes.files  # the three organisations' tables and their certificates (module fixtures)
