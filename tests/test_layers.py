@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("securevfl.settings", 0),
     ("securevfl.seeding", 0),
     ("securevfl.checks", 0),
+    ("securevfl.lazy", 0),
     ("securevfl.federation.*", 1),
     ("securevfl.privacy.*", 2),
     ("securevfl.data.*", 3),
