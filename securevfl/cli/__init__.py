@@ -24,9 +24,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """Setuptools console-script target (also ``python -m securevfl.cli``): see :func:`.application.entry`."""
-    from securevfl.cli.application import entry as run
+    from securevfl.cli.startup import heavy_imports, own_process
 
-    run()
+    with own_process():
+        with heavy_imports():  # typer, rich and pandas
+            from securevfl.cli.application import entry as run
+        run()
 
 
 __getattr__ = lazy_attributes(__name__, dict.fromkeys(("app", "err_console", "report_error"),

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from psi import atomic
 from securevfl.cli.options import CONTEXT, api_values, cli_settings, given_names, settings_command
+from securevfl.cli.startup import heavy_imports
 from securevfl.errors import ConfigError
 
 console = Console()
@@ -33,9 +34,10 @@ _ATTACK_DEFAULTS = {"parties": 4, "epochs": 10}
 
 def attack(ctx: typer.Context, *, defense: str, strengths: str, out: Path, **values: Any) -> None:
     """Run every applicable attack on a method, then sweep a defence: the privacy-utility table and plot."""
-    from securevfl.api import train as api_train
-    from securevfl.attacks.suite import applicable_attacks, plot_privacy_utility, privacy_utility
-    from securevfl.checks import check_output_dir
+    with heavy_imports():
+        from securevfl.api import train as api_train
+        from securevfl.attacks.suite import applicable_attacks, plot_privacy_utility, privacy_utility
+        from securevfl.checks import check_output_dir
 
     check_output_dir(out)
     try:

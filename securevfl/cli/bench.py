@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from securevfl.cli.startup import heavy_imports
 from securevfl.errors import ConfigError
 
 bench_app = typer.Typer(add_completion=False, help="The crypto benchmark report: primitives vs peers, methods x "
@@ -62,8 +63,9 @@ def bench_command(
     """Measure and write the benchmark report (`securevfl bench compare OLD NEW` compares two runs)."""
     if ctx.invoked_subcommand is not None:
         return
-    from securevfl.bench import NETWORK_PRESETS, BenchConfig, run_bench
-    from securevfl.federation.meter import NetworkModel
+    with heavy_imports():
+        from securevfl.bench import NETWORK_PRESETS, BenchConfig, run_bench
+        from securevfl.federation.meter import NetworkModel
 
     if sum((quick, full, tiny)) > 1:
         raise ConfigError("choose one of --quick, --full, --tiny")

@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 
 from psi import atomic
+from securevfl.cli.startup import heavy_imports
 from securevfl.errors import ConfigError, Interrupted, PartyFailure, SecureVFLError
 
 console = Console()
@@ -106,7 +107,8 @@ def with_party_logging(command: Any) -> Any:
 
     @functools.wraps(command)
     def run(**options: Any) -> Any:
-        from securevfl.deploy.logs import party_logging
+        with heavy_imports():  # torch, scikit-learn and every method: a party's run needs them
+            from securevfl.deploy.logs import party_logging
 
         party, level, fmt = options["as_"], options["log_level"].lower(), options["log_format"].lower()
         with party_logging(party, level, fmt, options["log_file"]), logged_failure(party):
@@ -169,9 +171,10 @@ def party_command(
     part of a saved model instead (the columns are read as in training). The party prints its
     progress as ``[party] ...`` lines on stderr (``--log-*``: see :func:`with_party_logging`).
     """
-    from securevfl.api import check_report_path
-    from securevfl.data.columns import spec_from_text
-    from securevfl.deploy.federation import check_tls_paths, load_federation
+    with heavy_imports():
+        from securevfl.api import check_report_path
+        from securevfl.data.columns import spec_from_text
+        from securevfl.deploy.federation import check_tls_paths, load_federation
 
     if report is not None:
         check_report_path(report)
@@ -261,7 +264,8 @@ def _check_serve_options(fed: Any, as_: str, data: Path | None, model_dir: Path 
 
 def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, listen: str, device: str,
                  threads: Any = None) -> None:
-    from securevfl.deploy.serving import run_serving_party
+    with heavy_imports():
+        from securevfl.deploy.serving import run_serving_party
 
     def ready(url: str) -> None:
         console.print(f"[{as_}] serving {fed.job.method} at {url}/score: POST a JSON body of rows, each with "
@@ -278,8 +282,9 @@ DEFAULT_PREDICTIONS = Path("out/predictions.csv")
 
 def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
                  report: Path | None, device: str, batch_size: int, threads: Any = None) -> None:
-    from securevfl.deploy.scoring import run_deployed_scoring
-    from securevfl.methods.base import method_class
+    with heavy_imports():
+        from securevfl.deploy.scoring import run_deployed_scoring
+        from securevfl.methods.base import method_class
 
     helper = not fed.party(as_).data
     if method_class(fed.job.method).standalone:
@@ -321,7 +326,8 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
                checkpoint_dir: Path | None, resume: bool, overwrite_checkpoints: bool, columns: Any,
                model_dir: Path | None = None, overwrite_model: bool = False, threads: Any = None,
                positive_class: str | None = None) -> None:
-    from securevfl.deploy.party import run_deployed_party
+    with heavy_imports():
+        from securevfl.deploy.party import run_deployed_party
 
     result = run_deployed_party(fed, as_, data, device=device,
                                 checkpoint_dir=checkpoint_dir, resume=resume,

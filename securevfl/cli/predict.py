@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from securevfl.cli.options import parse_pairs
+from securevfl.cli.startup import heavy_imports
 
 console = Console()
 err_console = Console(stderr=True)
@@ -36,9 +37,10 @@ def predict_command(
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
     """Score the rows every party's new file shares with a saved model; the active party writes predictions."""
-    from psi.atomic import write_text
-    from securevfl.checks import check_output_file
-    from securevfl.model.scoring import load_model, score
+    with heavy_imports():
+        from psi.atomic import write_text
+        from securevfl.checks import check_output_file
+        from securevfl.model.scoring import load_model, score
 
     check_output_file(out, "predictions file")
     if report is not None:

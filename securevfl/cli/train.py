@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from securevfl.cli.options import CONTEXT, api_values, cli_settings, given_names, settings_command
 from securevfl.cli.resume import hint_resume
+from securevfl.cli.startup import heavy_imports
 from securevfl.report.console import print_summary
 
 console = Console(stderr=False)
@@ -32,8 +33,9 @@ def train(ctx: typer.Context, *, report: Path, quiet: bool, **values: Any) -> No
     Every option but --report and --quiet is a setting of the run (securevfl.run_config): the same
     name as the Python API's keyword and the report's config key, with dashes.
     """
-    from securevfl.api import check_report_path
-    from securevfl.api import train as api_train
+    with heavy_imports():
+        from securevfl.api import check_report_path
+        from securevfl.api import train as api_train
 
     check_report_path(report)  # before any work (the API checks it too when given report=)
     settings = api_values(cli_settings(), values, given_names(ctx, values))  # the rest: the method's defaults

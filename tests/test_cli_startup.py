@@ -1,0 +1,51 @@
+"""A command's imports run with the garbage collector paused; only the command's own process freezes them."""
+
+import gc
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from securevfl.cli.startup import heavy_imports
+
+
+def test_the_collector_is_paused_inside_and_back_after_without_a_freeze_in_a_callers_process():
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    with heavy_imports():
+        assert not gc.isenabled()
+        with heavy_imports():  # nested: the outer block turns it back on
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError), heavy_imports():
+        raise ValueError("an import failed")
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen  # securevfl.cli.main called from a program: no freeze
+
+
+def test_a_collector_turned_off_by_the_caller_stays_off():
+    gc.disable()
+    try:
+        with heavy_imports():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_torch_loads_without_a_full_collection_in_the_commands_own_process_and_is_frozen():
+    code = textwrap.dedent("""
+        import gc
+        from securevfl.cli.startup import heavy_imports, own_process
+        full = gc.get_stats()[2]["collections"]
+        with own_process():
+            with heavy_imports():
+                import torch
+            print(gc.get_stats()[2]["collections"] - full, gc.get_freeze_count(), gc.isenabled())
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    full, frozen, enabled = done.stdout.split()
+    assert full == "0" and enabled == "True", done.stdout
+    assert int(frozen) > 100_000, done.stdout  # torch's objects sit in the permanent generation
