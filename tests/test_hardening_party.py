@@ -117,21 +117,18 @@ def _run(fed: Path, files: dict[str, Path], liar: str | None = None, patch: str 
 
 
 def test_a_row_count_lie_is_named_at_once_and_allocates_nothing(tmp_path, files):
-    for run in ("honest", "lie"):
-        (tmp_path / run).mkdir()
-    honest = _run(_federation(tmp_path / "honest"), files)
-    for p, (code, output, _, _) in honest.items():
-        assert code == 0, f"{p}: {output[-3000:]}"
     # a receive timeout far above the bound: a party that refuses the lie at once ends in seconds (most of
     # them process start), one that waits for its timeout instead takes over 60 s, even on a loaded machine
-    lied = _run(_federation(tmp_path / "lie", recv_timeout=60.0), files, liar="shop", patch=ROW_LIE)
+    lied = _run(_federation(tmp_path, recv_timeout=60.0), files, liar="shop", patch=ROW_LIE)
     for p, (code, output, _, _) in lied.items():
         errors = [line for line in output.splitlines() if line.startswith("error:")]
         assert code == 2 and len(errors) == 1, f"{p}: {output[-3000:]}"
         assert "shop" in errors[0] and "rows" in errors[0], errors[0]
         assert "Traceback" not in output and "MemoryError" not in output, output[-3000:]
-    for p in ("bank", "clinic"):  # the honest parties never grew beyond their honest run
-        assert lied[p][2] < 2 * honest[p][2], (p, lied[p][2], honest[p][2])
+    # the honest parties grew no more than the liar, which sizes its own table by its true rows and stops at
+    # the same step (placeholders by the lie would be 2**35 rows: far beyond twice a party's ~0.5 GiB)
+    for p in ("bank", "clinic"):
+        assert lied[p][2] < 2 * lied["shop"][2], (p, lied[p][2], lied["shop"][2])
         assert lied[p][3] < 40.0  # well within the receive timeout (60 s), not at it
 
 
