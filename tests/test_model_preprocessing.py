@@ -270,3 +270,38 @@ def test_oversized_input_and_header_are_refused_before_parsing(encoder, monkeypa
     monkeypatch.setattr(preprocessing, "MAX_BYTES", len(data) - 1)
     with pytest.raises(ModelError, match=r"^preprocessing: the saved preprocessing is \d+ bytes, over the limit"):
         load_encoder(data)
+
+
+
+def test_parties_loading_their_parts_on_threads_take_turns_in_skops(monkeypatch):
+    """numpy parses .npy headers with ast.literal_eval, whose CPython 3.11 state every thread shares.
+
+    Two threads inside the AST constructor at once (a garbage collection whose callback or finalizer yields
+    the interpreter lock can switch them there) fail with "SystemError: AST constructor recursion depth
+    mismatch": it happened once in a threaded federation of the suite. So skops loads take turns.
+    """
+    import threading
+    import time
+
+    blob = dump_encoder(fit_party_encoder(training_frame(), SPEC))
+    real, inside, most = skops_io.loads, [0], [0]
+    count = threading.Lock()
+
+    def watched(*args, **kwargs):
+        with count:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        try:
+            time.sleep(0.05)  # long enough for every other thread to arrive
+            return real(*args, **kwargs)
+        finally:
+            with count:
+                inside[0] -= 1
+
+    monkeypatch.setattr(preprocessing.skops_io, "loads", watched)
+    threads = [threading.Thread(target=load_encoder, args=(blob,)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert most[0] == 1

@@ -21,6 +21,7 @@ import io
 import json
 import math
 import struct
+import threading
 import zipfile
 from typing import Any
 
@@ -41,6 +42,12 @@ MAX_BYTES = 256 * 1024 * 1024
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 #: Files inside the skops zip (one ``.npy`` per fitted array).
 MAX_MEMBERS = 100_000
+#: One skops load at a time in a process. numpy reads each ``.npy`` header with ``ast.literal_eval``,
+#: and CPython 3.11's AST constructor keeps its recursion depth in state that every thread shares: two
+#: parties loading their parts at once on threads (``securevfl.predict``, a threaded federation) could fail
+#: with "SystemError: AST constructor recursion depth mismatch" when a garbage collection between the two
+#: switched threads (seen once in the test suite; ``tests/test_model_preprocessing.py`` checks the turns).
+_LOAD_LOCK = threading.Lock()
 
 #: Every type and function a fitted party encoder is made of (found with ``skops.io.get_untrusted_types``
 #: and the schema of encoders over every column kind: numeric with blanks, one-hot with infrequent levels,
@@ -186,7 +193,8 @@ def load_encoder(data: bytes, *, where: str = "") -> PartyEncoder:
     if columns:
         _check_types(body, label)
         try:
-            transformer = skops_io.loads(body, trusted=list(TRUSTED_TYPES))
+            with _LOAD_LOCK:
+                transformer = skops_io.loads(body, trusted=list(TRUSTED_TYPES))
         except Exception as error:  # a checked but corrupt file fails in many ways: each is one ModelError
             detail = str(error).splitlines()[0][:200] if str(error) else ""
             raise ModelError(f"{label}: the saved preprocessing's transformer cannot be loaded "
