@@ -148,6 +148,36 @@ class BlindingKey:
         return "BlindingKey(<secret>)"
 
 
+#: The order of Curve25519's prime-order subgroup (RFC 7748).
+GROUP_ORDER = 2**252 + 27742317777372353535851937790883648493
+
+
+def _clamp(secret: bytes) -> int:
+    """The scalar X25519 multiplies by for ``secret`` (RFC 7748 ``decodeScalar25519``)."""
+    value = int.from_bytes(secret, "little")
+    return (value & ~7 & ((1 << 255) - 1)) | (1 << 254)
+
+
+def rerandomizing_pair(urandom: Callable[[int], bytes] = os.urandom) -> tuple[BlindingKey, BlindingKey]:
+    """A fresh key ``r`` and its inverse ``r'``: a point blinded with ``r``, then ``r'``, is itself again.
+
+    For points of the prime-order subgroup, ``[r' r mod l] P = P``.
+
+    It hides a point that is already blinded (``H(x)^a``) behind a fresh factor for one exchange: a peer
+    who raises ``H(x)^{a r}`` to its key ``b`` cannot link it to the same ``x`` in another exchange, and
+    the sender removes ``r`` from the answer. X25519 clamps every scalar (a multiple of 8 with bit 254
+    set), so ``r'`` is the clamped-form representative of ``r^{-1} mod l``: the multiple of 8 congruent to
+    it mod ``l`` lies in ``[2^254, 2^255)`` for about half of the draws of ``r``; the others are redrawn.
+    """
+    eighth = pow(8, -1, GROUP_ORDER)
+    while True:
+        key = BlindingKey.generate(urandom)
+        scalar = _clamp(key.secret) % GROUP_ORDER
+        inverse = 8 * (pow(scalar, -1, GROUP_ORDER) * eighth % GROUP_ORDER)
+        if 1 << 254 <= inverse < 1 << 255:  # clamping leaves it as it is
+            return key, BlindingKey(inverse.to_bytes(32, "little"))
+
+
 @dataclass
 class CurveStats:
     """Where curve time went: CPU seconds in workers (hash, blind) and wall seconds waiting."""

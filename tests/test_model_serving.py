@@ -8,86 +8,24 @@ same rows with the same saved model.
 from __future__ import annotations
 
 import json
-import threading
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 from deployed_threads import SPLITNN_JOB, loopback_federation_file, one_torch_thread
-from org_tables import organisation_frames, write_tables
+from serving_service import PARTIES, Service, train_served_model
 
 import securevfl
 import securevfl.errors
 from securevfl.deploy.federation import load_federation
 from securevfl.deploy.serving import run_serving_party
 
-PARTIES = ("bank", "shop", "clinic")
-
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     """A SplitNN model trained in one process, and every party's table (what it can be asked about)."""
-    out = tmp_path_factory.mktemp("serving")
-    files = write_tables(organisation_frames(7, keep=0.9, categories={"bank": "tier"}), out)
-    model = out / "model"
-    securevfl.train("splitnn", data_files={p: str(files[p]) for p in PARTIES}, id_column="customer_id",
-                    label_column="churn", epochs=2, batch_size=64, seed=0, device="cpu", model_dir=model)
-    return model, files
-
-
-class Service:
-    """Every party's ``run_serving_party`` in a thread; ``url`` once the active party is ready."""
-
-    def __init__(self, federation: Any, model: Path, files: dict[str, Path],
-                 parties: tuple[str, ...] | None = None) -> None:
-        self.stop, self.ready = threading.Event(), threading.Event()
-        self.url = ""
-        self.results: dict[str, Any] = {}
-        self.errors: dict[str, BaseException] = {}
-
-        def on_ready(url: str) -> None:
-            self.url = url
-            self.ready.set()
-
-        def run(party: str) -> None:
-            try:
-                with one_torch_thread():
-                    self.results[party] = run_serving_party(
-                        federation, party, files.get(party), model if party in files else None,
-                        listen="127.0.0.1:0", device="cpu",
-                        on_ready=on_ready if party == federation.active else None,
-                        stop=self.stop if party == federation.active else None)
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                self.errors[party] = exc
-                self.ready.set()
-
-        self.threads = [threading.Thread(target=run, args=(p,), daemon=True)
-                        for p in (parties or tuple(federation.parties))]
-        for t in self.threads:
-            t.start()
-        ready = self.ready.wait(60)
-        assert ready and not self.errors, {p: getattr(e, "traceback_text", e) for p, e in self.errors.items()}
-
-    def post(self, body: Any) -> tuple[int, dict[str, Any]]:
-        data = json.dumps(body).encode() if not isinstance(body, bytes) else body
-        request = urllib.request.Request(f"{self.url}/score", data=data, method="POST",
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
-
-    def close(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
-        assert not any(t.is_alive() for t in self.threads)
-        assert not self.errors, self.errors
+    return train_served_model(tmp_path_factory.mktemp("serving"))
 
 
 @pytest.fixture()

@@ -155,6 +155,24 @@ def party_command(
                                            "for the customers of --data; the active party answers POST /score."),
     listen: str = typer.Option("127.0.0.1:8470", help="With --serve at the active party: the HTTP endpoint's "
                                                       "HOST:PORT (port 0: any free port)."),
+    serve_tls: bool = typer.Option(False, help="With --serve: HTTPS with this party's federation certificate "
+                                               "and key (or --serve-cert / --serve-key)."),
+    serve_cert: Path | None = typer.Option(None, help="With --serve: the endpoint's TLS certificate (PEM)."),  # noqa: B008
+    serve_key: Path | None = typer.Option(None, help="With --serve: the endpoint's TLS private key (PEM)."),  # noqa: B008
+    serve_client_ca: str | None = typer.Option(
+        None, help="With --serve: require client certificates signed by this CA (a PEM file, or 'federation' "
+                   "for the federation's CA)."),
+    serve_token_file: Path | None = typer.Option(  # noqa: B008
+        None, help="With --serve: require 'Authorization: Bearer <token>', the token read from this file "
+                   "(mode 600)."),
+    max_ids_per_minute: int = typer.Option(
+        6000, help="With --serve at a passive party: the IDs the active party may look up per minute "
+                   "(0: no limit)."),
+    max_ids_per_session: int = typer.Option(
+        1_000_000, help="With --serve at a passive party: the IDs it may look up in this session (0: no limit)."),
+    batch_wait_ms: float = typer.Option(
+        2.0, help="With --serve: requests arriving within this many ms of each other are scored together."),
+    queue_size: int = typer.Option(256, help="With --serve: requests that may wait; beyond, 503 + Retry-After."),
     log_file: Path | None = typer.Option(  # noqa: B008
         None, help="Also append this party's events to this file (the console still shows text)."),
     log_level: str = typer.Option("info", help="debug, info, warning or error: the least severe event shown."),
@@ -187,11 +205,15 @@ def party_command(
     check_insecure(fed.insecure, insecure)
     if positive_class is not None and (serve or predict):
         raise ConfigError("--positive-class is for training (the metrics of its test rows)")
+    if not serve and (serve_tls or serve_cert or serve_key or serve_client_ca or serve_token_file):
+        raise ConfigError("the --serve-* options are for --serve")
     if serve:
         _check_serve_options(fed, as_, data, model_dir, out, checkpoint_dir, predict)
         choice = _start_threads(fed, as_, threads)
+        settings = _serve_settings(fed, as_, serve_tls, serve_cert, serve_key, serve_client_ca, serve_token_file,
+                                   max_ids_per_minute, max_ids_per_session, batch_wait_ms, queue_size)
         with stop_on_signals(as_):
-            _serve_party(fed, as_, data, model_dir, listen, device, choice)
+            _serve_party(fed, as_, data, model_dir, listen, device, choice, settings)
         return
     if predict:
         check_predict_options(fed, as_, data, model_dir, out, checkpoint_dir)
@@ -262,8 +284,36 @@ def _check_serve_options(fed: Any, as_: str, data: Path | None, model_dir: Path 
         raise ConfigError("--serve answers requests over HTTP: it takes no --checkpoint-dir and no --out")
 
 
+def _serve_settings(fed: Any, as_: str, tls: bool, cert: Path | None, key: Path | None, client_ca: str | None,
+                    token_file: Path | None, ids_per_minute: int, ids_per_session: int, batch_wait_ms: float,
+                    queue_size: int) -> Any:
+    """The party's own serving settings (the endpoint's at the active party, the budget at a passive one)."""
+    from securevfl.deploy.serving_limits import ServeSettings
+
+    if tls and cert is None and key is None:
+        spec = fed.party(as_)
+        if spec.cert is None:
+            raise ConfigError("--serve-tls uses this party's federation certificate, and the federation is "
+                              "insecure: give --serve-cert and --serve-key")
+        cert, key = spec.cert, spec.key
+    ca: Path | None = None
+    if client_ca == "federation":
+        if fed.tls is None:
+            raise ConfigError("--serve-client-ca federation: the federation is insecure and has no CA")
+        ca = fed.tls.ca
+    elif client_ca is not None:
+        ca = Path(client_ca)
+    if (ca is not None or token_file is not None) and as_ != fed.active:
+        raise ConfigError(f"only the active party ({fed.active}) has an endpoint: {as_} takes no --serve-client-ca "
+                          "or --serve-token-file")
+    if ca is not None and cert is None:
+        raise ConfigError("--serve-client-ca needs the endpoint's TLS (--serve-tls or --serve-cert/--serve-key)")
+    return ServeSettings(cert=cert, key=key, client_ca=ca, token_file=token_file, ids_per_minute=ids_per_minute,
+                         ids_per_session=ids_per_session, batch_wait_ms=batch_wait_ms, queue_size=queue_size)
+
+
 def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, listen: str, device: str,
-                 threads: Any = None) -> None:
+                 threads: Any = None, settings: Any = None) -> None:
     with heavy_imports():
         from securevfl.deploy.serving import run_serving_party
 
@@ -273,7 +323,8 @@ def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, 
 
     part = f"{model_dir}/{as_}" if fed.party(as_).data else "no part (a helper)"
     _event(as_, "start", "model", f"serving with {part}")
-    run_serving_party(fed, as_, data, model_dir, listen=listen, device=device, on_ready=ready, threads=threads)
+    run_serving_party(fed, as_, data, model_dir, listen=listen, device=device, on_ready=ready, threads=threads,
+                      settings=settings)
 
 
 #: Where the active party writes its predictions unless told (--out).

@@ -125,6 +125,39 @@ class PartyEncoder:
                 out[start : start + len(rows)] = self.transformer.transform(_typed(rows, self.kinds, self.where))
         return out
 
+    def row_warnings(self, frame: pd.DataFrame) -> list[list[str]]:
+        """Per row, what its encoding had to assume: ``imputed: COL`` or ``unseen category: COL``.
+
+        Imputed: a blank or unreadable value; unseen: a level the training rows never had (a hashed
+        column knows no levels).
+        """
+        notes: list[list[str]] = [[] for _ in range(len(frame))]
+        if self.transformer is None or not len(frame):
+            return notes
+        typed = _typed(frame[list(self.columns)].reset_index(drop=True), self.kinds, self.where)
+        known = self._known_levels()
+        for column in self.columns:
+            kind = self.kinds[column]
+            values = typed[f"{column}_{DATE_PARTS[0]}" if kind == DATE else column]
+            blank = pd.isna(values).to_numpy()
+            for i in np.flatnonzero(blank):
+                notes[i].append(f"imputed: {column}")
+            if kind == CATEGORICAL and column in known:
+                levels = known[column]
+                for i in np.flatnonzero(~blank):
+                    if values.iloc[i] not in levels:
+                        notes[i].append(f"unseen category: {column}")
+        return notes
+
+    def _known_levels(self) -> dict[str, frozenset[str]]:
+        """The levels each one-hot or embedded column saw in training."""
+        known: dict[str, frozenset[str]] = {}
+        for name, fitted, cols in getattr(self.transformer, "transformers_", ()):
+            if name in ("one_hot", "codes"):
+                for column, levels in zip(cols, fitted.named_steps["encode"].categories_, strict=True):
+                    known[column] = frozenset(str(v) for v in levels)
+        return known
+
 
 def _numeric_pipeline(standardize: bool) -> Pipeline:
     steps: list[tuple[str, Any]] = [("impute", SimpleImputer(strategy="median", add_indicator=True))]

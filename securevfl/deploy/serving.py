@@ -40,10 +40,8 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +55,17 @@ from securevfl.deploy.party import log_done, log_start
 from securevfl.deploy.plan import MAX_CLASSES, MAX_FEATURES, PartyShape, local_scenario
 from securevfl.deploy.progress import PartyWatch, log_event
 from securevfl.deploy.scoring import _check_part
+from securevfl.deploy.serving_http import (
+    MAX_REQUEST_ROWS,
+    RequestError,
+    ScoringApp,
+    ScoringEndpoint,
+    ScoringJob,
+    ServeMetrics,
+    ServiceStopped,
+    read_token,
+)
+from securevfl.deploy.serving_limits import BudgetRefused, MembershipBudget, ServeSettings, check_exposure
 from securevfl.deploy.threads import ThreadChoice, use_threads
 from securevfl.errors import ConfigError, DataError, Interrupted, ModelError, ProtocolError, SecureVFLError
 from securevfl.federation.runtime import PartyContext, run_party
@@ -69,10 +78,9 @@ TAG_BLINDED = "deploy.serve.blinded"
 TAG_ROWS = "deploy.serve.rows"
 TAG_WIDTHS = "deploy.serve.widths"
 
-#: The most rows one request may ask for (each costs two X25519 multiplications and a model row).
-MAX_REQUEST_ROWS = 10_000
-#: The largest request body the endpoint reads.
-MAX_BODY_BYTES = 16 * 1024 * 1024
+#: The most IDs one batch of requests may look up (a batch never exceeds a request, or the active party's
+#: max_batch_rows setting plus one request).
+MAX_BATCH_IDS = 1_000_000 + MAX_REQUEST_ROWS
 #: The most rows a passive party's ID index may hold (one 32-byte point each).
 MAX_INDEX_ROWS = 50_000_000
 POINT = 32
@@ -81,10 +89,6 @@ DEFAULT_LISTEN = "127.0.0.1:8470"
 IDLE_STAGE = "serve: waiting for a request"
 
 _log = logging.getLogger(__name__)
-
-
-class RequestError(SecureVFLError):
-    """A scoring request the endpoint refuses (HTTP 400); the session goes on."""
 
 
 @dataclass
@@ -97,12 +101,6 @@ class ServingSummary:
     address: str | None = None  # the active party's endpoint
     wall_s: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
-
-
-@dataclass
-class _Job:
-    rows: list[dict[str, Any]]
-    answer: Future[dict[str, Any]] = field(default_factory=Future)
 
 
 def _hash_blind(items: Sequence[str], salt: bytes, key: Any, workers: int | None = 1) -> np.ndarray:
@@ -144,6 +142,7 @@ class _ServingModel:
     X: np.ndarray  # its table encoded, row for row
     encoder: Any
     part: Any
+    warnings: list[list[str]] = field(default_factory=list)  # the active party's: what each row's encoding assumed
 
 
 def _load_serving_model(federation: Federation, name: str, data: str | Path, model_dir: str | Path,
@@ -169,7 +168,11 @@ def _load_serving_model(federation: Federation, name: str, data: str | Path, mod
     if len(prepared.items) != table.n_rows:
         raise DataError(f"{data}: duplicate or blank IDs")
     X = encoded.X if encoded is not None else np.zeros((table.n_rows, 0), np.float32)
-    model = _ServingModel(side=None, saved=saved, ids=list(prepared.items), X=X, encoder=encoder, part=part)
+    notes: list[list[str]] = []
+    if name == federation.active and encoder is not None and isinstance(table.features, pd.DataFrame):
+        notes = encoder.row_warnings(table.features)
+    model = _ServingModel(side=None, saved=saved, ids=list(prepared.items), X=X, encoder=encoder, part=part,
+                          warnings=notes or [[] for _ in prepared.items])
     return model, method, config, table
 
 
@@ -203,12 +206,13 @@ def _widths(message: Any, sender: str, parties: Sequence[str]) -> dict[str, int]
     return dict(message)
 
 
-def _active_rows(model: _ServingModel, rows: Sequence[Mapping[str, Any]], id_column: str, normalize: Any,
-                 index: Mapping[str, int]) -> tuple[list[str], np.ndarray, list[str]]:
-    """The request's prepared IDs, the active party's encoded rows for them, and the IDs it cannot score.
+def prepare_job(model: _ServingModel, rows: Sequence[Mapping[str, Any]], id_column: str, normalize: Any,
+                index: Mapping[str, int]) -> ScoringJob:
+    """A request's rows as a :class:`ScoringJob`: prepared IDs, the active party's encoded rows, what it lacks.
 
     A row with any of the active party's trained columns must carry all of them (its own feature
-    values); a row with none takes the active party's table's row.
+    values); a row with none takes the active party's table's row. Every refusal is a RequestError
+    whose text names no ID and no value (it is logged).
     """
     from psi.ids import id_to_str, normalize_id
 
@@ -223,24 +227,33 @@ def _active_rows(model: _ServingModel, rows: Sequence[Mapping[str, Any]], id_col
         ids.append(normalize_id(value, normalize) if normalize else value)
     if len(set(ids)) != len(ids):
         raise RequestError(f"a request names each {id_column} once")
-    given = [bool(set(columns) & set(row)) for row in rows]
+    given = [bool(columns) and not set(columns).isdisjoint(row) for row in rows]
     X = np.zeros((len(rows), model.X.shape[1]), np.float32)
-    unknown: list[str] = []
-    from_table = [i for i, g in enumerate(given) if not g]
-    for i in from_table:
-        position = index.get(ids[i])
-        if position is None:
-            unknown.append(ids[i])
-        else:
-            X[i] = model.X[position]
-    carried = [i for i, g in enumerate(given) if g]
-    if carried:
-        X[carried] = _encode_given([rows[i] for i in carried], encoder)
-    return ids, X, unknown
+    own = np.ones(len(rows), dtype=bool)
+    notes: list[list[str]] = [[] for _ in rows]
+    for i, carried in enumerate(given):
+        if not carried:
+            position = index.get(ids[i])
+            if position is None:
+                own[i] = False
+            else:
+                X[i] = model.X[position]
+                notes[i] = list(model.warnings[position])
+    carried_rows = [i for i, g in enumerate(given) if g]
+    if carried_rows:
+        values = _given_values([rows[i] for i in carried_rows], encoder)
+        X[carried_rows] = _encode_given(values, encoder)
+        for i, row_notes in zip(carried_rows, encoder.row_warnings(values)):
+            notes[i] = row_notes
+    return ScoringJob(ids, X, own, notes)
 
 
-def _encode_given(rows: Sequence[Mapping[str, Any]], encoder: Any) -> np.ndarray:
-    """The active party's own feature values in request rows, encoded by its saved preprocessing."""
+#: The largest magnitude of a numeric feature value (float32, the model's input type).
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _given_values(rows: Sequence[Mapping[str, Any]], encoder: Any) -> pd.DataFrame:
+    """The active party's own feature values in request rows, checked, as a frame of its trained columns."""
     from securevfl.data.columns import NUMERIC
 
     values: dict[str, list[Any]] = {}
@@ -251,30 +264,44 @@ def _encode_given(rows: Sequence[Mapping[str, Any]], encoder: Any) -> np.ndarray
             if column not in row:
                 raise RequestError(f"a row with the active party's feature values lacks column {column!r}")
             cell = row[column]
-            if kind == NUMERIC and (isinstance(cell, bool) or not isinstance(cell, (int, float, type(None)))):
-                raise RequestError(f"column {column!r} is numeric: {cell!r} is not a number (or null)")
-            if kind != NUMERIC and not isinstance(cell, (str, int, float, type(None))):
-                raise RequestError(f"column {column!r}: {cell!r} is not a value")
+            if kind == NUMERIC and cell is not None:
+                if isinstance(cell, bool) or not isinstance(cell, (int, float)):
+                    raise RequestError(f"column {column!r} is numeric: a {type(cell).__name__} is not a number "
+                                       "(or null)")
+                if not abs(cell) <= _FLOAT32_MAX:
+                    raise RequestError(f"column {column!r}: a number beyond the model's range (|x| <= 3.4e38)")
             cells.append(np.nan if cell is None else cell)
         values[column] = cells
+    return pd.DataFrame(values)
+
+
+def _encode_given(values: pd.DataFrame, encoder: Any) -> np.ndarray:
+    """The active party's own feature values encoded by its saved preprocessing."""
     try:
-        encoded: np.ndarray = encoder.transform(pd.DataFrame(values))
-        return encoded
-    except (SecureVFLError, ValueError, TypeError) as exc:
-        raise RequestError(f"the active party's feature values cannot be encoded: {exc}") from None
+        encoded: np.ndarray = encoder.transform(values)
+    except (SecureVFLError, ValueError, TypeError, OverflowError) as exc:
+        raise RequestError(f"the active party's feature values cannot be encoded ({type(exc).__name__})") from None
+    if not np.isfinite(encoded).all():
+        raise RequestError("the active party's feature values encode beyond the model's range")
+    return encoded
 
 
 SideBuilder = Callable[[Mapping[str, int], int, str], Any]  # (every party's encoded width, classes, task) -> side
 
 
-def _passive_role(model: _ServingModel, fingerprint: str,
-                  build_side: SideBuilder) -> Callable[[PartyContext], ServingSummary]:
-    """Announce the part and the blinded ID index, then score what the active party asks until it stops."""
+def _passive_role(model: _ServingModel, fingerprint: str, build_side: SideBuilder,
+                  settings: ServeSettings) -> Callable[[PartyContext], ServingSummary]:
+    """Announce the part and the blinded ID index, then score what the active party asks until it stops.
+
+    Every lookup is first charged to this party's own membership budget (``settings``): a lookup
+    beyond it is refused (the active party is told why and when to retry), and nothing is looked up.
+    """
     from psi.curve import BlindingKey
     from securevfl.methods.engine.loop import VALIDATE
 
     def role(ctx: PartyContext) -> ServingSummary:
         summary = ServingSummary(ctx.name)
+        budget = MembershipBudget(settings.ids_per_minute, settings.ids_per_session)
         ctx.stage = "serve: setup"
         hello = ctx.recv(ctx.active, TAG_HELLO)
         if not isinstance(hello, dict) or set(hello) != {"salt"} or not isinstance(hello["salt"], bytes) \
@@ -289,18 +316,31 @@ def _passive_role(model: _ServingModel, fingerprint: str,
         ctx.send(ctx.active, TAG_INDEX, {"model": fingerprint, "width": int(model.X.shape[1]),
                                          "index": index.tobytes()})
         _build_announced(ctx, model, build_side)
+        log_event(_log, ctx.name, "serve", "budget", f"membership budget: {settings.ids_per_minute or 'no limit'} "
+                  f"IDs per minute, {settings.ids_per_session or 'no limit'} per session",
+                  ids_per_minute=settings.ids_per_minute, ids_per_session=settings.ids_per_session)
         started = time.perf_counter()
         while (message := _next_request(ctx)) is not None:
             ctx.stage = "serve: request"
-            asked = _points(message, ctx.active, MAX_REQUEST_ROWS, "request")
+            asked, sizes = _lookup_request(message, ctx.active)
+            summary.requests += 1
+            admitted, refused = _admit(budget, sizes)
+            answer: dict[str, Any] = {"refused": [i for i, why in enumerate(refused) if why], "reason": None,
+                                      "retry_after_s": None}
+            if answer["refused"]:
+                reason, retry = next(why for why in refused if why)
+                answer.update(reason=reason, retry_after_s=retry)
+                log_event(_log, ctx.name, "serve", "refused", f"lookup {summary.requests}: {len(answer['refused'])} "
+                          f"of {len(sizes)} request(s) refused ({int(len(asked) - admitted.sum())} of {len(asked)} "
+                          f"IDs): {reason}", level=logging.WARNING, request=summary.requests, asked=len(asked))
             with ctx.meter.crypto("serve.blind"):
-                ctx.send(ctx.active, TAG_BLINDED, _blind(asked, key).tobytes())
+                answer["points"] = _blind(asked[admitted], key).tobytes() if admitted.any() else b""
+            ctx.send(ctx.active, TAG_BLINDED, answer)
             positions = ctx.recv(ctx.active, TAG_ROWS)
             if not isinstance(positions, np.ndarray) or positions.dtype != np.int64 or positions.ndim != 1 \
-                    or len(positions) > len(asked) or (len(positions) and (
+                    or len(positions) > admitted.sum() or (len(positions) and (
                         positions.min() < 0 or positions.max() >= len(order))):
                 raise ProtocolError(f"{ctx.active} asked for rows outside {ctx.name}'s index")
-            summary.requests += 1
             if len(positions):
                 model.side.evaluate(ctx, model.X[order[positions]], VALIDATE)
                 summary.rows_scored += len(positions)
@@ -311,6 +351,35 @@ def _passive_role(model: _ServingModel, fingerprint: str,
         return summary
 
     return role
+
+
+def _lookup_request(message: Any, sender: str) -> tuple[np.ndarray, list[int]]:
+    """A batch of lookups as sent: its points, and the size of each request in it (checked)."""
+    if not isinstance(message, dict) or set(message) != {"points", "sizes"} or not isinstance(message["sizes"], list):
+        raise ProtocolError(f"malformed lookup request from {sender}")
+    asked = _points(message["points"], sender, MAX_BATCH_IDS, "request")
+    sizes = message["sizes"]
+    if len(sizes) > len(asked) or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes) \
+            or sum(sizes) != len(asked):
+        raise ProtocolError(f"{sender} sent request sizes that do not add up to its {len(asked)} IDs")
+    return asked, sizes
+
+
+def _admit(budget: MembershipBudget, sizes: list[int]) -> tuple[np.ndarray, list[tuple[str, float | None] | None]]:
+    """Each request of a batch charged to the budget in turn (a small one may pass where a large one did not).
+
+    Returns the mask of admitted IDs and, per request, None (admitted) or (reason, retry-after seconds).
+    """
+    admitted = np.zeros(sum(sizes), dtype=bool)
+    verdicts: list[tuple[str, float | None] | None] = []
+    start = 0
+    for n in sizes:
+        why = budget.admit(n)
+        if why is None:
+            admitted[start:start + n] = True
+        verdicts.append(why)
+        start += n
+    return admitted, verdicts
 
 
 def _next_request(ctx: PartyContext) -> Any:
@@ -386,14 +455,52 @@ class _PeerIndex:
     positions: dict[bytes, int]
 
 
-def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job | None], federation: Federation,
-                 classes: tuple[str, ...], task: str, build_side: SideBuilder, ready: Callable[[], None],
-                 idle_s: float) -> Callable[[PartyContext], ServingSummary]:
-    """Build the peers' indexes, then answer the endpoint's requests one at a time until told to stop."""
-    from psi.curve import BlindingKey
-    from securevfl.methods.engine.loop import VALIDATE, prepare_scoring_side
+@dataclass
+class _Session:
+    """What the active party's role holds for the whole session (built at set-up)."""
 
-    job_spec = federation.job
+    model: _ServingModel
+    peers: dict[str, _PeerIndex]
+    helpers: tuple[str, ...]
+    key: Any
+    salt: bytes
+    classes: tuple[str, ...]
+    task: str
+    id_column: str
+    metrics: ServeMetrics
+
+
+def _next_batch(jobs: queue.Queue[ScoringJob | None], first: ScoringJob, wait_s: float,
+                max_rows: int) -> tuple[list[ScoringJob], bool]:
+    """``first`` and the requests that arrive within ``wait_s`` of it, up to ``max_rows`` rows.
+
+    Cancelled requests are dropped; the flag says whether the service was told to stop meanwhile.
+    """
+    batch = [] if first.cancelled else [first]
+    rows = first.n_rows
+    deadline = time.perf_counter() + wait_s
+    while rows < max_rows:
+        remaining = deadline - time.perf_counter()
+        try:
+            job = jobs.get(timeout=remaining) if remaining > 0 else jobs.get_nowait()
+        except queue.Empty:
+            break
+        if job is None:
+            return batch, True
+        if job.cancelled:
+            continue
+        batch.append(job)
+        rows += job.n_rows
+    return batch, False
+
+
+def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[ScoringJob | None],
+                 federation: Federation, classes: tuple[str, ...], task: str, build_side: SideBuilder,
+                 ready: Callable[[], None], idle_s: float, settings: ServeSettings,
+                 metrics: ServeMetrics) -> Callable[[PartyContext], ServingSummary]:
+    """Build the peers' indexes, then score the endpoint's requests, batched, until told to stop."""
+    from psi.curve import BlindingKey
+    from securevfl.methods.engine.loop import prepare_scoring_side
 
     def role(ctx: PartyContext) -> ServingSummary:
         summary = ServingSummary(ctx.name)
@@ -421,13 +528,14 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job 
         helpers = tuple(p for p in ctx.peers if p not in ctx.passives)
         for p in (*ctx.passives, *helpers):  # every party builds its side for the same model inputs (as a plan says)
             ctx.send(p, TAG_WIDTHS, {"widths": widths, "n_classes": n_classes, "task": task})
-        own = {item: i for i, item in enumerate(model.ids)}
         model.side = build_side(widths, n_classes, task)
         prepare_scoring_side(ctx, model.side, model.saved)
+        session = _Session(model, peers, helpers, key, salt, classes, task, federation.job.id_column, metrics)
         ready()
         started = time.perf_counter()
         last = time.monotonic()
-        while True:
+        stopping = False
+        while not stopping:
             ctx.stage = IDLE_STAGE
             try:
                 job = jobs.get(timeout=min(idle_s, 0.25))
@@ -441,24 +549,22 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job 
                 continue
             if job is None:
                 break
-            t0 = time.perf_counter()
-            try:
-                ids, X, unknown = _active_rows(model, job.rows, job_spec.id_column, job_spec.normalize, own)
-            except RequestError as exc:  # nothing was sent: the session goes on
-                job.answer.set_exception(exc)
+            batch, stopping = _next_batch(jobs, job, settings.batch_wait_ms / 1e3, settings.max_batch_rows)
+            metrics.queued.set(jobs.qsize())
+            if not batch:
                 continue
             ctx.stage = "serve: request"
-            answer = _score_request(ctx, model, peers, helpers, key, salt, ids, X, unknown, classes, task,
-                                    job_spec.id_column, VALIDATE)
+            t0 = time.perf_counter()
+            scored = _score_batch(ctx, session, batch)
             last = time.monotonic()
-            summary.requests += 1
-            summary.rows_scored += len(answer["predictions"])
-            summary.latencies_ms.append((time.perf_counter() - t0) * 1e3)
-            job.answer.set_result(answer)
-            log_event(_log, ctx.name, "serve", "request", f"request {summary.requests}: {len(answer['predictions'])} "
-                      f"of {len(job.rows)} rows scored in {summary.latencies_ms[-1]:.1f} ms",
-                      request=summary.requests, rows=len(answer["predictions"]), asked=len(job.rows),
-                      latency_ms=round(summary.latencies_ms[-1], 3))
+            summary.requests += len(batch)
+            summary.rows_scored += scored
+            latency = (time.perf_counter() - t0) * 1e3
+            summary.latencies_ms.extend([latency] * len(batch))
+            log_event(_log, ctx.name, "serve", "request", f"batch of {len(batch)} request(s): {scored} of "
+                      f"{sum(j.n_rows for j in batch)} rows scored in {latency:.1f} ms",
+                      requests=len(batch), rows=scored, asked=sum(j.n_rows for j in batch),
+                      latency_ms=round(latency, 3))
         for p in ctx.peers:
             ctx.send(p, TAG_REQUEST, "stop")
         summary.wall_s = time.perf_counter() - started
@@ -467,101 +573,142 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[_Job 
     return role
 
 
-def _score_request(ctx: PartyContext, model: _ServingModel, peers: Mapping[str, _PeerIndex], helpers: Sequence[str],
-                   key: Any, salt: bytes, ids: list[str], X: np.ndarray, unknown: list[str], classes: tuple[str, ...],
-                   task: str, id_column: str, phase: str) -> dict[str, Any]:
-    """One request: blinded lookups at every passive party, then the method's evaluation of the rows all hold.
+def _lookups(ctx: PartyContext, session: _Session, batch: list[ScoringJob],
+             ids: list[str]) -> tuple[dict[str, np.ndarray], list[BudgetRefused | None]]:
+    """Each passive party's index positions of ``ids``, and per request the first refusal of a passive party.
+
+    A position is -1 where the party does not hold the ID or did not look it up; a refusal is None
+    where every party looked the request up.
+
+    The IDs go out as ``H(q)^{a r}``, ``r`` fresh for this batch (so a peer cannot link an ID asked in
+    two batches), and the peer's ``H(q)^{a r b}`` comes back to ``H(q)^{ab}`` with ``r``'s inverse.
+    """
+    from psi.curve import rerandomizing_pair
+
+    sizes = [job.n_rows for job in batch]
+    with ctx.meter.crypto("serve.blind"):
+        fresh, inverse = rerandomizing_pair()
+        asked = _blind(_hash_blind(ids, session.salt, session.key), fresh).tobytes()
+    for p in session.peers:
+        ctx.send(p, TAG_REQUEST, {"points": asked, "sizes": sizes})
+    positions: dict[str, np.ndarray] = {}
+    refused: list[BudgetRefused | None] = [None] * len(batch)
+    starts = np.cumsum([0, *sizes])
+    for p, index in session.peers.items():
+        t0 = time.perf_counter()
+        answer = ctx.recv(p, TAG_BLINDED)
+        session.metrics.peer_seconds.labels(p).observe(time.perf_counter() - t0)
+        looked_up = np.ones(len(ids), dtype=bool)
+        for j in _refused_requests(answer, p, len(batch)):
+            looked_up[starts[j]:starts[j + 1]] = False
+            refused[j] = refused[j] or BudgetRefused(p, answer["reason"], answer["retry_after_s"])
+        both = _points(answer["points"], p, len(ids), "blinded request")
+        if len(both) != looked_up.sum():
+            raise ProtocolError(f"{p} answered {len(both)} of the {int(looked_up.sum())} IDs it looked up")
+        found = np.full(len(ids), -1, np.int64)
+        if len(both):
+            with ctx.meter.crypto("serve.blind"):
+                both = _blind(both, inverse)
+            found[looked_up] = [index.positions.get(bytes(row), -1) for row in both]
+        positions[p] = found
+    return positions, refused
+
+
+def _refused_requests(message: Any, sender: str, n_requests: int) -> list[int]:
+    """The requests a passive party's lookup answer says it refused (its answer checked)."""
+    if not isinstance(message, dict) or set(message) != {"points", "refused", "reason", "retry_after_s"}:
+        raise ProtocolError(f"malformed lookup answer from {sender}")
+    refused, reason, retry = message["refused"], message["reason"], message["retry_after_s"]
+    if not isinstance(refused, list) or not all(isinstance(j, int) and 0 <= j < n_requests for j in refused) \
+            or len(set(refused)) != len(refused) or bool(refused) != isinstance(reason, str) \
+            or (isinstance(reason, str) and len(reason) > 200) \
+            or not (retry is None or (isinstance(retry, float) and 0 <= retry <= 86400)):
+        raise ProtocolError(f"malformed lookup answer from {sender}")
+    return refused
+
+
+def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) -> int:
+    """One exchange for a batch of requests; each request gets its own answer. Returns the rows scored.
+
+    Blinded lookups at every passive party, then the method's evaluation of the rows every party holds.
 
     A helper learns only the number of rows scored (it takes part in their evaluation).
     """
-    from securevfl.model.scoring import predictions_frame
+    from securevfl.methods.engine.loop import VALIDATE
 
-    held = np.ones(len(ids), dtype=bool)
-    missing = set(unknown)
-    held[[i for i, item in enumerate(ids) if item in missing]] = False
+    ids = [item for job in batch for item in job.ids]
+    held = np.concatenate([job.own for job in batch])
+    refused: list[BudgetRefused | None] = [None] * len(batch)
     positions: dict[str, np.ndarray] = {}
-    if peers:
-        with ctx.meter.crypto("serve.blind"):
-            asked = _hash_blind(ids, salt, key).tobytes()
-        for p in peers:
-            ctx.send(p, TAG_REQUEST, asked)
-        for p, index in peers.items():
-            both = _points(ctx.recv(p, TAG_BLINDED), p, len(ids), "blinded request")
-            if len(both) != len(ids):
-                raise ProtocolError(f"{p} answered {len(both)} of {len(ids)} blinded IDs")
-            found = np.array([index.positions.get(bytes(row), -1) for row in both], dtype=np.int64)
-            positions[p] = found
+    if session.peers:
+        positions, refused = _lookups(ctx, session, batch, ids)
+        for found in positions.values():
             held &= found >= 0
     rows = np.flatnonzero(held)
-    for p in peers:
+    for p in session.peers:  # positions in the peer's index: only of IDs it looked up
         ctx.send(p, TAG_ROWS, positions[p][rows].astype(np.int64))
-    for p in helpers:
+    for p in session.helpers:
         ctx.send(p, TAG_REQUEST, int(len(rows)))
-    scored_ids = np.asarray([ids[i] for i in rows], dtype=object)
-    predictions: list[dict[str, Any]] = []
+    scores = None
     if len(rows):
-        evaluation = model.side.evaluate(ctx, X[rows], phase)
-        frame = predictions_frame(scored_ids, evaluation.scores, task, classes, id_column)
+        X = np.concatenate([job.X for job in batch]) if len(batch) > 1 else batch[0].X
+        scores = session.model.side.evaluate(ctx, X[rows], VALIDATE).scores
+    session.metrics.batch_rows.observe(len(ids))
+    session.metrics.rows.labels("scored").inc(len(rows))
+    session.metrics.rows.labels("not_scored").inc(len(ids) - len(rows))
+    start = 0
+    for job, refusal in zip(batch, refused):
+        if refusal is not None:
+            job.answer.set_exception(refusal)
+            start += job.n_rows
+            continue
+        mine = held[start:start + job.n_rows]
+        begin = int(np.count_nonzero(held[:start]))
+        try:
+            job.answer.set_result(_answer(session, job, mine, None if scores is None else
+                                          scores[begin:begin + int(mine.sum())]))
+        except Exception as exc:  # noqa: BLE001 - one request's answer failing is that request's error
+            job.answer.set_exception(exc)
+        start += job.n_rows
+    return int(len(rows))
+
+
+def _answer(session: _Session, job: ScoringJob, held: np.ndarray, scores: np.ndarray | None) -> dict[str, Any]:
+    """One request's answer: its scored rows' predictions (with the active party's warnings), the rest named."""
+    from securevfl.model.scoring import predictions_frame
+
+    predictions: list[dict[str, Any]] = []
+    scored = np.flatnonzero(held)
+    if len(scored) and scores is not None:
+        scored_ids = np.asarray([job.ids[i] for i in scored], dtype=object)
+        frame = predictions_frame(scored_ids, scores, session.task, session.classes, session.id_column)
         predictions = json.loads(frame.to_json(orient="records", double_precision=15))
-    return {"predictions": predictions, "not_scored": [ids[i] for i in np.flatnonzero(~held)]}
+        for row, i in zip(predictions, scored):
+            row["warnings"] = job.warnings[i]
+            for note in job.warnings[i]:
+                session.metrics.warnings.labels(note.split(":")[0].replace(" ", "_")).inc()
+    return {"predictions": predictions, "not_scored": [job.ids[i] for i in np.flatnonzero(~held)]}
 
 
-# ---------------------------------------------------------------------------------- the endpoint
+def _put_stop(jobs: queue.Queue[ScoringJob | None]) -> None:
+    """Tell the active role to stop, even when the queue of requests is full."""
+    while True:
+        try:
+            jobs.put_nowait(None)
+            return
+        except queue.Full:
+            _answer_left(jobs)
 
 
-def _handler(jobs: queue.Queue[_Job | None], health: Callable[[], dict[str, Any]], timeout_s: float) -> type:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "securevfl-serve"
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-            return None  # requests are counted in the summary, not logged per line
-
-        def _reply(self, status: int, body: Mapping[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            if self.path == "/health":
-                self._reply(200, health())
-            else:
-                self._reply(404, {"error": "GET /health or POST /score"})
-
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            if self.path != "/score":
-                self._reply(404, {"error": "POST /score"})
-                return
-            try:
-                length = int(self.headers.get("Content-Length", ""))
-            except ValueError:
-                self._reply(411, {"error": "a Content-Length is needed"})
-                return
-            if not 0 < length <= MAX_BODY_BYTES:
-                self._reply(413, {"error": f"a request body holds 1 to {MAX_BODY_BYTES} bytes"})
-                return
-            try:
-                body = json.loads(self.rfile.read(length))
-                rows = body["rows"]
-                if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
-                    raise ValueError("rows must be a non-empty list of objects")
-                if len(rows) > MAX_REQUEST_ROWS:
-                    raise ValueError(f"at most {MAX_REQUEST_ROWS} rows per request")
-            except (ValueError, KeyError, TypeError) as exc:
-                self._reply(400, {"error": f'the body must be {{"rows": [{{...}}, ...]}}: {exc}'})
-                return
-            job = _Job(rows)
-            jobs.put(job)
-            try:
-                self._reply(200, job.answer.result(timeout=timeout_s))
-            except RequestError as exc:
-                self._reply(400, {"error": str(exc)})
-            except Exception as exc:  # the session failed or timed out: say so, never hang
-                self._reply(503, {"error": f"{type(exc).__name__}: {exc}"})
-
-    return Handler
+def _answer_left(jobs: queue.Queue[ScoringJob | None]) -> None:
+    """Answer every request still waiting: the service is over."""
+    while True:
+        try:
+            job = jobs.get_nowait()
+        except queue.Empty:
+            return
+        if job is not None and not job.answer.done():
+            job.answer.set_exception(ServiceStopped("the scoring service stopped"))
 
 
 def _listen_address(listen: str) -> tuple[str, int]:
@@ -574,17 +721,20 @@ def _listen_address(listen: str) -> tuple[str, int]:
 def run_serving_party(federation: Federation, name: str, data: str | Path | None, model_dir: str | Path | None, *,
                       listen: str = DEFAULT_LISTEN, device: str = "auto", transport: Any = None,
                       on_ready: Callable[[str], None] | None = None, stop: threading.Event | None = None,
-                      request_timeout_s: float = 60.0, threads: int | ThreadChoice | None = None) -> ServingSummary:
+                      settings: ServeSettings | None = None,
+                      threads: int | ThreadChoice | None = None) -> ServingSummary:
     """Serve party ``name``'s part of the model under ``model_dir`` until stopped (``stop``, SIGINT or SIGTERM).
 
     At the active party ``on_ready(url)`` is called once every peer is up and the endpoint listens.
     A helper (``data = false``: hetero-lr's arbiter) takes no ``data`` and no ``model_dir``: it holds
     no part, and takes its part in each request (the arbiter: fresh keys, masked decryptions).
+    ``settings``: this party's own (the active party's endpoint; a passive party's membership budget).
     ``threads``: torch's threads in this process, as for training (:func:`~securevfl.deploy.party.run_deployed_party`).
     """
     from securevfl.methods.base import method_class
     from securevfl.models.device import resolve_device
 
+    settings = settings or ServeSettings()
     threads_used = use_threads(federation, name, threads)  # before any torch work
     started = time.perf_counter()
     helper = not federation.party(name).data
@@ -592,6 +742,11 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
     if standalone and name != federation.active:
         raise ConfigError(f"the {federation.job.method} model is the active party's alone: only "
                           f"{federation.active} serves (no other party needed)")
+    is_active = name == federation.active
+    host, port = _listen_address(listen) if is_active else ("", 0)
+    if is_active:
+        check_exposure(host, settings)
+    token = read_token(settings.token_file) if is_active and settings.token_file is not None else None
     if helper:
         model, method, config, table = _helper_model(federation, name, data)
         classes, task, fingerprint = (), "", ""
@@ -601,14 +756,14 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
         model, method, config, table = _load_serving_model(federation, name, data, model_dir, standalone)
         manifest = model.part.manifest
         classes, task, fingerprint = tuple(manifest.classes), manifest.task, manifest.job_fingerprint
-    is_active = name == federation.active
-    host, port = _listen_address(listen) if is_active else ("", 0)
     torch_device = resolve_device(device)
     passives = () if standalone else data_party_order(federation)[1:]
     parties = (federation.active,) if standalone else (*data_party_order(federation), *helper_parties(federation))
-    jobs: queue.Queue[_Job | None] = queue.Queue()
-    server: ThreadingHTTPServer | None = None
+    jobs: queue.Queue[ScoringJob | None] = queue.Queue(maxsize=settings.queue_size)
+    endpoint: ScoringEndpoint | None = None
     summary: ServingSummary
+    metrics = ServeMetrics()
+    state = {"status": "starting"}
 
     def build_side(widths: Mapping[str, int], n_classes: int, model_task: str) -> Any:
         """The party's scoring side, for a scenario of no rows with every party's encoded width."""
@@ -620,54 +775,67 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
             scenario.remember_encoding(name, EncodedColumns(model.X[:0], tuple(names), {}, model.encoder))
         return method.scoring_roles(scenario)[name].side
 
+    if is_active:
+        own = {item: i for i, item in enumerate(model.ids)}
+        job_spec = federation.job
+
+        def prepare(rows: list[dict[str, Any]]) -> ScoringJob:
+            return prepare_job(model, rows, job_spec.id_column, job_spec.normalize, own)
+
+        def submit(job: ScoringJob) -> None:
+            if state["status"] != "ok":
+                raise ServiceStopped(f"the scoring service is {state['status']}")
+            jobs.put_nowait(job)
+            metrics.queued.set(jobs.qsize())
+
+        app = ScoringApp(name, prepare, submit, lambda: state["status"], metrics, settings, token)
+        endpoint = ScoringEndpoint(app, host, port, settings)  # bound now: a port in use fails before connecting
+
     log_start(federation, name, "serve", len(model.ids) if table is not None else None, threads_used)
     watch = PartyWatch(name, quiet_stages=(IDLE_STAGE,))
     opened: Any = (nullcontext(InProcessTransport([name])) if standalone
                    else party_links(federation, name, transport, phase="serve", watch=watch))
-    with watch, opened as link:
-        if is_active:
-            up = {"status": "starting"}
-
-            def health() -> dict[str, Any]:
-                return {**up, "model": fingerprint[:12], "method": method.name, "parties": list(parties)}
-
-            server = ThreadingHTTPServer((host, port), _handler(jobs, health, request_timeout_s))
-            server.daemon_threads = True
-            address = f"http://{host}:{server.server_address[1]}"
-            threading.Thread(target=server.serve_forever, name="securevfl-serve-http", daemon=True).start()
+    with endpoint or nullcontext(), watch, opened as link:  # the endpoint closes last, whatever failed
+        if endpoint is not None:
+            endpoint.start()
+            address = endpoint.url
 
             def ready() -> None:
-                up["status"] = "ok"
-                log_event(_log, name, "serve", "ready", f"serving at {address}/score", url=f"{address}/score")
+                state["status"] = "ok"
+                log_event(_log, name, "serve", "ready", f"serving at {address}/score", url=f"{address}/score",
+                          tls=settings.tls, authentication="token" if token else
+                          "client certificate" if settings.client_ca else "none")
                 if on_ready:
                     on_ready(address)
 
             if stop is not None:
                 def stop_when_told() -> None:
                     stop.wait()
-                    jobs.put(None)
+                    state["status"] = "stopping"
+                    _put_stop(jobs)
 
                 threading.Thread(target=stop_when_told, daemon=True).start()
             role = _active_role(model, fingerprint, jobs, federation, classes, task, build_side, ready,
-                                idle_s=max(0.5, federation.limits.recv_timeout_s / 4))
+                                idle_s=max(0.5, federation.limits.recv_timeout_s / 4), settings=settings,
+                                metrics=metrics)
         elif helper:
             role = _helper_role(model, build_side)
         else:
-            role = _passive_role(model, fingerprint, build_side)
+            role = _passive_role(model, fingerprint, build_side, settings)
         try:
             summary, _meter = run_party(watch.role(role, "serve"), name=name, active=federation.active, parties=parties,
                                         passives=passives, transport=link, device=torch_device, seed=config.seed,
                                         recv_timeout=federation.limits.recv_timeout_s)
+        except BaseException as exc:
+            if is_active and not isinstance(exc, (Interrupted, KeyboardInterrupt)):
+                log_event(_log, name, "serve", "outage", f"the scoring service stops: {type(exc).__name__}",
+                          level=logging.ERROR, error=type(exc).__name__)
+            raise
         finally:
-            if server is not None:
-                server.shutdown()
-                server.server_close()
-                while not jobs.empty():  # answer what is left: the service is over
-                    job = jobs.get_nowait()
-                    if job is not None and not job.answer.done():
-                        job.answer.set_exception(ConfigError("the scoring service stopped"))
-        if is_active and server is not None:
-            summary.address = f"http://{host}:{server.server_address[1]}"
+            state["status"] = "stopped"
+            _answer_left(jobs)
+        if endpoint is not None:
+            summary.address = endpoint.url
     summary.wall_s = time.perf_counter() - started
     timing, latency = "", {}
     if summary.latencies_ms:
