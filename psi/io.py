@@ -123,7 +123,7 @@ def write_outputs(
     import pandas as pd
 
     out = check_output_dir(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    atomic.make_dirs(out)  # owner-only when made here
     written: dict[str, Path] = {}
     for party in result.parties:
         validate_party_name(party)  # a name is part of a file name: never a path

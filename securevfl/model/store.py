@@ -22,6 +22,9 @@ at any step leaves either the old part or the new one at ``DIR/<party>``, never 
 (A crash of the machine between the two renames leaves both hidden folders and no
 ``DIR/<party>``; nothing is deleted automatically, and :func:`read_part` says so.)
 
+Permissions: a part holds a party's model, so its folder is ``0o700`` and its files ``0o600``
+whatever the umask; a model folder made here is ``0o700`` too (one the user had keeps its mode).
+
 This module is pure I/O: it imports torch and safetensors only inside the tensor functions, so
 listing and verifying parts stays light.
 """
@@ -41,6 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from psi import atomic
 from securevfl.checks import validate_party_name
 from securevfl.errors import ModelError
 
@@ -350,8 +354,9 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_new(path: Path, data: bytes) -> None:
-    """Write a new file and flush it to disk (the folder is fsynced by the caller)."""
-    with open(path, "xb") as out:
+    """Write a new owner-only file and flush it to disk (the folder is fsynced by the caller)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), atomic.PRIVATE_FILE)
+    with os.fdopen(fd, "wb") as out:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
@@ -389,14 +394,15 @@ def write_part(directory: str | os.PathLike[str], manifest: PartManifest, files:
     card = model_card(final, report)
 
     root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
+    atomic.make_dirs(root)  # owner-only when made here (an existing folder keeps its mode)
     target = root / party
     existing = _existing_part(target, overwrite)
 
     token = secrets.token_hex(6)
     partial = root / f".{party}.partial-{token}"
     old = root / f".{party}.old-{token}"
-    partial.mkdir()
+    partial.mkdir(mode=atomic.PRIVATE_DIR)
+    os.chmod(partial, atomic.PRIVATE_DIR)  # becomes DIR/<party>: only the owner lists or enters it
     try:
         for name, data in files.items():
             _write_new(partial / name, data)
