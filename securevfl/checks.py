@@ -18,8 +18,10 @@ from pathlib import Path
 
 from psi.checks import (
     MAX_PARTY_NAME_LENGTH,
+    NOT_FOUND,
     PARTY_NAME_CHARACTERS,
     folder_problem,
+    input_file_problem,
     is_party_name,
     party_name_refusal,
 )
@@ -49,6 +51,17 @@ def check_output_dir(path: str | os.PathLike[str], what: str = "output folder") 
         return psi_check_output_dir(path, what)
 
 
+def input_file_refusal(path: str | os.PathLike[str], what: str) -> str | None:
+    """The sentence refusing ``path`` as an input file (``what``: "data file", ...), or ``None``.
+
+    A missing file is "<what> not found: PATH"; a folder is "<what> PATH is a directory, not a file".
+    """
+    problem = input_file_problem(path)
+    if problem is None:
+        return None
+    return f"{what} not found: {path}" if problem == NOT_FOUND else f"{what} {path} {problem}"
+
+
 def check_output_file(path: str | os.PathLike[str], what: str = "output file") -> Path:
     """Refuse, before any work, a file path that cannot be written (a directory, or a bad folder)."""
     path = Path(path)
@@ -69,6 +82,7 @@ __all__ = [
     "PARTY_NAME_CHARACTERS",
     "check_output_dir",
     "check_output_file",
+    "input_file_refusal",
     "read_local_file",
     "validate_party_name",
     "validate_party_names",

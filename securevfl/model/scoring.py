@@ -95,6 +95,8 @@ class SavedModel:
 def load_model(directory: str | Path) -> SavedModel:
     """Read and verify every party's part under ``directory`` (one job, every part present)."""
     path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise ModelError(f"model directory {path} is a file, not a directory (give the folder of train --model-dir)")
     if not path.is_dir():
         raise ModelError(f"no model directory at {path}")
     manifests = list_parts(path)
