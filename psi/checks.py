@@ -43,6 +43,26 @@ def validate_party_name(name: object) -> str:
     raise PSIConfigError(party_name_refusal(name))
 
 
+#: What :func:`input_file_problem` says of a path that does not exist.
+NOT_FOUND = "file not found"
+
+
+def input_file_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be read as an input file (a table, a CSR), or ``None`` if it is a regular file.
+
+    One of :data:`NOT_FOUND`, ``"is a directory, not a file"`` or ``"is not a regular file"``: a
+    folder given where a file belongs is named as such, not reported missing.
+    """
+    path = Path(path)
+    if path.is_file():
+        return None
+    if path.is_dir():
+        return "is a directory, not a file"
+    if path.exists():
+        return "is not a regular file (a device, pipe or socket)"
+    return NOT_FOUND
+
+
 def folder_problem(path: Path) -> str | None:
     """Why files cannot be written into folder ``path`` (created if missing), or ``None``."""
     if path.exists():

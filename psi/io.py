@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from . import atomic
-from .checks import check_output_dir, validate_party_name
+from .checks import check_output_dir, input_file_problem, validate_party_name
 from .errors import PSIDataError
 from .executors import ExecutorConfig
 from .ids import prepare_ids
@@ -84,8 +84,9 @@ def _one_line(text: str) -> str:
 def read_ids(path: str | os.PathLike[str], id_column: str) -> list[object]:
     """Read one ID column as a list of raw values; errors name the file and the column."""
     path = Path(path)
-    if not path.is_file():
-        raise PSIDataError(f"{path}: file not found")
+    problem = input_file_problem(path)
+    if problem:
+        raise PSIDataError(f"{path}: {problem}")
     suffix = path.suffix.lower()
     values: list[object]
     if suffix in PARQUET_SUFFIXES:
@@ -123,7 +124,7 @@ def write_outputs(
     import pandas as pd
 
     out = check_output_dir(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    atomic.make_dirs(out)  # owner-only when made here
     written: dict[str, Path] = {}
     for party in result.parties:
         validate_party_name(party)  # a name is part of a file name: never a path

@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .checks import input_file_problem
 from .errors import PSIDataError
 from .ids import STRIP_CHARACTERS, normalize_id, parse_normalize
 
@@ -123,8 +124,9 @@ class ParquetIDs:
         self.path = Path(path)
         self.column = column
         self.normalize = parse_normalize(normalize)
-        if not self.path.is_file():
-            raise PSIDataError(f"{self.path}: file not found")
+        problem = input_file_problem(self.path)
+        if problem:
+            raise PSIDataError(f"{self.path}: {problem}")
         try:
             meta = pq.ParquetFile(self.path).metadata
         except Exception as exc:  # pyarrow raises several types for unreadable files

@@ -18,8 +18,10 @@ from pathlib import Path
 
 from psi.checks import (
     MAX_PARTY_NAME_LENGTH,
+    NOT_FOUND,
     PARTY_NAME_CHARACTERS,
     folder_problem,
+    input_file_problem,
     is_party_name,
     party_name_refusal,
 )
@@ -49,6 +51,17 @@ def check_output_dir(path: str | os.PathLike[str], what: str = "output folder") 
         return psi_check_output_dir(path, what)
 
 
+def input_file_refusal(path: str | os.PathLike[str], what: str) -> str | None:
+    """The sentence refusing ``path`` as an input file (``what``: "data file", ...), or ``None``.
+
+    A missing file is "<what> not found: PATH"; a folder is "<what> PATH is a directory, not a file".
+    """
+    problem = input_file_problem(path)
+    if problem is None:
+        return None
+    return f"{what} not found: {path}" if problem == NOT_FOUND else f"{what} {path} {problem}"
+
+
 def check_output_file(path: str | os.PathLike[str], what: str = "output file") -> Path:
     """Refuse, before any work, a file path that cannot be written (a directory, or a bad folder)."""
     path = Path(path)
@@ -69,6 +82,7 @@ __all__ = [
     "PARTY_NAME_CHARACTERS",
     "check_output_dir",
     "check_output_file",
+    "input_file_refusal",
     "read_local_file",
     "validate_party_name",
     "validate_party_names",
@@ -79,11 +93,14 @@ __all__ = [
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def read_local_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_CONFIG_BYTES) -> bytes:
+def read_local_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_CONFIG_BYTES, *,
+                    private: bool = False) -> bytes:
     """The bytes of a file this party reads (TLS material, the federation file): one clear error otherwise.
 
     Only a regular file of at most ``max_bytes`` is read (``/dev/zero``, a FIFO or a huge file would
     exhaust memory or block): anything else is a :class:`ConfigError` naming the file and the limit.
+    ``private`` (a private key): a PEM private key that group or others may read or write is refused,
+    as ssh refuses an unprotected key, with the ``chmod 600`` that fixes it (POSIX only).
     """
     path = Path(path)
     try:
@@ -112,7 +129,12 @@ def read_local_file(path: str | os.PathLike[str], what: str, max_bytes: int = MA
             left -= len(chunk)
         if left <= 0:
             raise ConfigError(f"{what} file {str(path)!r} is larger than {_size(max_bytes)}")
-        return b"".join(chunks)
+        data = b"".join(chunks)
+        # only a file that holds a key: one that does not is refused for what it is by the caller
+        if private and os.name == "posix" and info.st_mode & 0o077 and b"PRIVATE KEY-----" in data:
+            raise ConfigError(f"{what} file {str(path)!r} is accessible by others (mode "
+                              f"{stat.S_IMODE(info.st_mode):04o}); run `chmod 600 {path}` and start again")
+        return data
     except OSError as exc:
         raise ConfigError(f"cannot read {what} file {str(path)!r}: {exc.strerror or exc}") from None
     finally:

@@ -191,6 +191,7 @@ def test_load_tls_material_names_the_bad_file(pki: DevPKI, other_pki: DevPKI, tm
     key = serialization.load_pem_private_key(_read(bank_key), password=None)
     encrypted.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                             serialization.BestAvailableEncryption(b"secret")))
+    encrypted.chmod(0o600)  # a key others can read is refused before anything else
     with pytest.raises(ConfigError, match="encrypted"):
         load_tls_material(bank_cert, encrypted, ca)
     # Loading does not check the CA: that is verify_party_certificate's job.

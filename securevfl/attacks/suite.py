@@ -52,7 +52,6 @@ def plot_privacy_utility(points: Sequence[Mapping[str, Any]], path: Path, title:
     ax.set_ylim(0.0, 1.0)
     ax.set_title(title)
     ax.legend(fontsize=7)
-    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, bbox_inches="tight")
     plt.close(fig)

@@ -60,7 +60,7 @@ def attack(ctx: typer.Context, *, defense: str, strengths: str, out: Path, **val
         table.add_row(f"{p['strength']:g}", f"{p['accuracy']:.3f}",
                       *("n/a" if p["attacks"].get(n) is None else f"{p['attacks'][n]:.3f}" for n in attacks))
     console.print(table)
-    out.mkdir(parents=True, exist_ok=True)
+    atomic.make_dirs(out)
     atomic.write_text(out / "attack.json",
                       json.dumps({"method": method, "dataset": dataset, "points": points}, indent=2))
     png = plot_privacy_utility(points, out / "privacy_utility.png", f"{method} on {dataset}: {defense}")

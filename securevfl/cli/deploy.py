@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from psi.checks import input_file_problem
 from securevfl.cli.options import parse_pairs
 from securevfl.cli.party import DEFAULT_PREDICTIONS, check_insecure, check_predict_options
 from securevfl.errors import ConfigError
@@ -154,8 +155,9 @@ def launch_command(
         raise ConfigError(f"--data must name every party with data exactly: missing {missing or 'none'}, "
                           f"unknown or data = false {unknown or 'none'}")
     for name, path in files.items():
-        if not path.is_file():
-            raise ConfigError(f"--data {name}={path}: file not found")
+        problem = input_file_problem(path)
+        if problem:
+            raise ConfigError(f"--data {name}={path}: {problem}")
     if report is not None:
         check_report_path(report)
     extra: dict[str, list[str]] = {n: [] for n in fed.parties}

@@ -352,7 +352,6 @@ def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, 
                peer=peer)
     if result.predictions is not None:
         target = out or DEFAULT_PREDICTIONS
-        target.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_text(target, result.predictions.to_csv(index=False))
         for key, value in result.metrics.items():
             if isinstance(value, float):
@@ -362,7 +361,6 @@ def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, 
         from securevfl.report.run_report import report_paths
 
         json_path, _ = report_paths(report)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
         snap = result.snapshots.get(as_)
         role = "active" if as_ == fed.active else "passive" if fed.party(as_).data else "helper"
         body = {"party": as_, "kind": "predict", "role": role,
@@ -397,7 +395,6 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
         from securevfl.report.run_report import report_paths
 
         json_path, _ = report_paths(report)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_text(json_path, json.dumps(_passive_report(result), indent=2))
         console.print(f"report: {json_path}")
     if model_dir is not None:

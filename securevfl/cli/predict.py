@@ -52,7 +52,6 @@ def predict_command(
     with _RowProgress(quiet) as progress:
         scored = score(model, files, id_column=id_column or None, batch_size=batch_size, device=device,
                        alignment=alignment, progress=progress)
-    out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, scored.predictions.to_csv(index=False))
     table = Table(title=f"{model.method}: {scored.rows['scored']:,} rows scored in {scored.wall_s:.1f} s")
     table.add_column("party")
@@ -78,7 +77,6 @@ def _write_report(report: Path, model: Any, scored: Any, files: dict[str, str]) 
             "job_fingerprint": model.manifests[model.active].job_fingerprint, "data": dict(files),
             "rows": scored.rows, "metrics": scored.metrics, "wall_s": scored.wall_s,
             "rows_per_s": scored.rows["scored"] / max(scored.wall_s, 1e-9)}
-    json_path.parent.mkdir(parents=True, exist_ok=True)
     write_text(json_path, json.dumps(body, indent=2, default=float))
     lines = [f"# securevfl predict: {model.method}", "", f"model: {model.directory}", "",
              "| party | rows in its file |", "|---|---|"]

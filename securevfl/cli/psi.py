@@ -141,7 +141,7 @@ def _psi_as_party(federation: Path, name: str, data: Path, out: Path) -> None:
             result = align_over_network(transport, fed, name, table)
         finally:
             transport.close()
-    out.mkdir(parents=True, exist_ok=True)
+    atomic.make_dirs(out)
     for kind, rows in (("aligned", result.aligned), ("unaligned", result.unaligned)):
         frame = pd.DataFrame({"position": rows, job.id_column: table.ids[rows]})
         with atomic.atomic_path(out / f"{name}_{kind}.csv") as tmp:

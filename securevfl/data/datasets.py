@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from securevfl.checks import input_file_refusal
 from securevfl.data.columns import (
     CATEGORICAL,
     DEFAULT_MISSING_MARKERS,
@@ -521,8 +522,9 @@ def _california_housing(options: DatasetOptions) -> Dataset:
 
 def load_table_file(path: Path, kind: str, options: DatasetOptions) -> Dataset:
     """Load a user CSV/Parquet table; validates the ID and label columns and numeric features."""
-    if not path.is_file():
-        raise DataError(f"dataset file not found: {path}")
+    refusal = input_file_refusal(path, "dataset file")
+    if refusal:
+        raise DataError(refusal)
     if options.id_column is None or options.label_column is None:
         raise ConfigError(f"{kind}:{path} needs --id-column and --label-column")
     spec = options.table_columns()

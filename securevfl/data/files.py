@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from securevfl.checks import validate_party_name
+from securevfl.checks import input_file_refusal, validate_party_name
 from securevfl.data.columns import ColumnSpec, check_named_columns, needs_encoding
 from securevfl.data.datasets import (
     check_labels,
@@ -32,8 +32,9 @@ from securevfl.errors import ConfigError, DataError
 
 def read_table(path: Path, id_column: str | None = None, columns: ColumnSpec | None = None) -> pd.DataFrame:
     """Read a CSV or Parquet table; missing or unreadable files are a DataError naming the path."""
-    if not path.is_file():
-        raise DataError(f"data file not found: {path}")
+    refusal = input_file_refusal(path, "data file")
+    if refusal:
+        raise DataError(refusal)
     return read_frame(path, _kind(path), id_column=id_column, missing_markers=(columns or ColumnSpec()).missing_markers)
 
 
@@ -93,8 +94,9 @@ def party_table_from_file(name: str, raw_path: str | Path, *, id_column: str, la
     path = Path(raw_path)
     spec = columns or ColumnSpec()
     where = f"{path} (party {name})"
-    if not path.is_file():
-        raise DataError(f"data file not found: {path}")
+    refusal = input_file_refusal(path, "data file")
+    if refusal:
+        raise DataError(refusal)
     label_only_allowed = is_active  # the active party may hold no feature column (its label, or no column)
     if is_active and label_optional and label_column not in table_columns(path, _kind(path)):
         is_active = False  # scored without labels: read as a table of features only

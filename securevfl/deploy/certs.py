@@ -407,7 +407,7 @@ def load_ca(ca_dir: Path) -> tuple[x509.Certificate, IssuerKey]:
         raise ConfigError(f"{str(ca_dir)!r} holds no CA: {' and '.join(missing)} missing (make one with "
                           f"`securevfl certs ca --out {ca_dir}`, or give the folder holding ca.pem and ca/ca.key)")
     cert = load_certificates(read_local_file(cert_path, "CA"), f"CA file {str(cert_path)!r}")[0]
-    key_pem = read_local_file(key_path, "CA private key")
+    key_pem = read_local_file(key_path, "CA private key", private=True)
     try:
         key = serialization.load_pem_private_key(key_pem, password=None)
     except TypeError:
@@ -467,7 +467,7 @@ def load_tls_material(cert_path: Path, key_path: Path, ca_path: Path) -> TlsCred
     Also checks that the key belongs to the certificate. Raises :class:`ConfigError` naming the file.
     """
     cert_pem = read_local_file(cert_path, "certificate")
-    key_pem = read_local_file(key_path, "private key")
+    key_pem = read_local_file(key_path, "private key", private=True)
     ca_pem = read_local_file(ca_path, "CA")
     leaf = load_certificates(cert_pem, f"certificate file {str(cert_path)!r}")[0]
     load_certificates(ca_pem, f"CA file {str(ca_path)!r}")

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from psi import atomic
 from securevfl.deploy.progress import CONSOLE_KEY, EVENT_KEY
 from securevfl.errors import ConfigError
 
@@ -115,7 +116,7 @@ def log_handlers(party: str, level: str = "info", fmt: str = "text", file: Path 
         if file.is_dir():
             raise ConfigError(f"--log-file {file} is a folder: give a file name (launch: a folder, one file each)")
         try:
-            file.parent.mkdir(parents=True, exist_ok=True)
+            atomic.open_private_append(file)  # a new log file (and its folders) is owner-only
             handler = logging.FileHandler(file, mode="a", encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"--log-file {file}: cannot write it ({exc.strerror or exc})") from exc

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
@@ -53,6 +54,22 @@ PREPROCESSING = "preprocessing.skops"
 
 #: TrainConfig fields that belong to one run, not to the model (where it checkpointed).
 _RUN_ONLY = ("checkpoint_dir", "resume", "checkpoint_overwrite")
+
+# Bounds on the size-like settings a manifest declares, checked before any module is built: a
+# manifest whose digests are consistent can still declare ``hidden = [2**31]`` (16 GiB at the
+# first layer). Generous for any model this toolkit trains; a saved model beyond them is refused.
+#: Most hidden layers (``hidden``) or widths in one encoder option (``"256,256"``).
+MAX_LAYERS = 32
+#: Widest layer, embedding or encoder width (``hidden``, ``embedding_dim``, ``*_size``, ``*_dim``, ...).
+MAX_WIDTH = 16_384
+#: Deepest tree or stack (``max_depth``, ``depth``).
+MAX_DEPTH = 64
+#: Largest other count that sizes a model (``trees``, ``max_bins``, ``n_steps``, ``n_shared``, ...).
+MAX_COUNT = 100_000
+
+_DEPTH_WORDS = re.compile(r"depth")
+_WIDTH_WORDS = re.compile(r"size|dim|hidden|width|encoder|units|heads|latent|^n_[ad]$")
+_COUNT_WORDS = re.compile(r"trees|bins|steps|layers|shared|independent|estimators|classes")
 
 
 def savable_methods() -> list[str]:
@@ -126,12 +143,103 @@ def train_config_from(settings: Mapping[str, Any], where: str) -> TrainConfig:
         values["early_stopping"] = values.pop("patience")
     if not set(values) <= known:
         raise ModelError(f"{where}: the saved training settings are malformed")
+    check_saved_sizes(values, where)
     if "hidden" in values:
         values["hidden"] = tuple(values["hidden"])
     try:
         return TrainConfig(**values)
     except (ConfigError, TypeError) as exc:
         raise ModelError(f"{where}: the saved training settings are invalid here: {exc}") from None
+
+
+def _bound(name: str) -> int | None:
+    """The bound of a size-like setting ``name`` (a key of the settings or of the method options), or None."""
+    key = name.lower()
+    if "batch" in key:  # a batch size sizes no module
+        return None
+    if _DEPTH_WORDS.search(key):
+        return MAX_DEPTH
+    if _WIDTH_WORDS.search(key):
+        return MAX_WIDTH
+    if _COUNT_WORDS.search(key):
+        return MAX_COUNT
+    return None
+
+
+def _too_big(name: str, value: object, bound: int, where: str) -> ModelError:
+    shown = value if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    return ModelError(f"{where}: the saved setting {name} = {shown} is refused: at most {bound:,} allowed "
+                      "(a manifest beyond this toolkit's bounds is not built)")
+
+
+def _check_size(name: str, value: object, where: str) -> None:
+    """Refuse one size-like value above its bound: an int, a list of ints, or a string like ``"256,256"``."""
+    bound = _bound(name.rpartition(".")[2])
+    if bound is None:
+        return
+    widths: list[object]
+    if isinstance(value, str):
+        tokens = [t.strip() for t in value.split(",")]
+        if not all(t.isdigit() for t in tokens):
+            return  # not a list of sizes ("max", "auto"): the method's own options check reads it
+        widths = [int(t) for t in tokens]
+    elif isinstance(value, list | tuple):
+        widths = list(value)
+    else:
+        widths = [value]
+    if len(widths) > MAX_LAYERS:
+        raise _too_big(f"{name} (number of layers)", len(widths), MAX_LAYERS, where)
+    for width in widths:
+        if isinstance(width, int) and not isinstance(width, bool) and width > bound:
+            raise _too_big(name, value, bound, where)
+
+
+def check_saved_sizes(settings: Mapping[str, Any], where: str) -> None:
+    """Refuse saved training settings whose size-like values exceed :data:`MAX_WIDTH` and the other bounds.
+
+    Checked before a :class:`TrainConfig` or any module is built from a manifest, so an absurd but
+    consistently-digested manifest is refused at once, naming the setting and its bound. Method
+    options (nested groups too) are checked by name: widths, depths and counts.
+    """
+    for name, value in settings.items():
+        if name == "options" and isinstance(value, Mapping):
+            _check_options(value, "options", where)
+        elif name in ("hidden", "embedding_dim"):
+            _check_size(name, value, where)
+
+
+def _check_options(options: Mapping[str, Any], prefix: str, where: str, depth: int = 0) -> None:
+    for key, value in options.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, Mapping):
+            if depth < 4:
+                _check_options(value, name, where, depth + 1)
+            continue
+        _check_size(name, value, where)
+
+
+def check_saved_state(state: object, where: str, path: str = "side", depth: int = 0) -> None:
+    """Refuse a side's saved model state (``extra["side"]``) whose widths exceed :data:`MAX_WIDTH`.
+
+    The state gives the shapes some sides build before loading their weights (Entity Augmentation's
+    activation widths, APC-VFL's autoencoders): every int under a ``width``/``latent`` key is a width,
+    every int under ``inputs`` a count of encoded columns (:data:`MAX_COUNT`).
+    """
+    if depth > 8:
+        raise ModelError(f"{where}: the saved model state is nested too deeply")
+    if isinstance(state, Mapping):
+        for key, value in state.items():
+            check_saved_state(value, where, f"{path}.{key}", depth + 1)
+    elif isinstance(state, list):
+        if len(state) > MAX_COUNT:
+            raise _too_big(f"{path} (length)", len(state), MAX_COUNT, where)
+        for value in state:
+            check_saved_state(value, where, path, depth + 1)
+    elif isinstance(state, int) and not isinstance(state, bool):
+        lowered = path.lower()
+        bound = MAX_WIDTH if "width" in lowered or "latent" in lowered else MAX_COUNT if "inputs" in lowered else None
+        if bound is not None and state > bound:
+            raise _too_big(path, state, bound, where)
 
 
 def model_fingerprint(method: str, settings: Mapping[str, Any], parties: Mapping[str, str],
@@ -189,6 +297,7 @@ def save_part(directory: str | Path, *, party: str, role: str, side_saved: Saved
 def saved_side(part: LoadedPart) -> SavedSide:
     """The :class:`SavedSide` a verified part holds (weights, the active party's objective, the side's model state)."""
     where = str(part.path)
+    check_saved_state(part.manifest.extra.get("side", {}), where)  # before any tensor is decoded
     if WEIGHTS not in part.files:
         raise ModelError(f"{where}: no {WEIGHTS}")
     weights = unflatten_state(tensors_from_bytes(part.files[WEIGHTS], f"{where}/{WEIGHTS}"), f"{where}/{WEIGHTS}")

@@ -37,7 +37,13 @@ from securevfl.errors import ConfigError, DataError, ModelError
 from securevfl.methods import create_method
 from securevfl.methods.engine.loop import SavedSide, score_side
 from securevfl.methods.engine.split import SideRole
-from securevfl.model.saving import saved_encoder, saved_side, saved_spec, train_config_from
+from securevfl.model.saving import (
+    check_saved_state,
+    saved_encoder,
+    saved_side,
+    saved_spec,
+    train_config_from,
+)
 from securevfl.model.store import LoadedPart, PartManifest, check_same_model, list_parts, read_part
 
 #: Rows scored per exchange unless told otherwise (``--batch-size``).
@@ -89,6 +95,8 @@ class SavedModel:
 def load_model(directory: str | Path) -> SavedModel:
     """Read and verify every party's part under ``directory`` (one job, every part present)."""
     path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise ModelError(f"model directory {path} is a file, not a directory (give the folder of train --model-dir)")
     if not path.is_dir():
         raise ModelError(f"no model directory at {path}")
     manifests = list_parts(path)
@@ -101,6 +109,9 @@ def load_model(directory: str | Path) -> SavedModel:
     if missing:
         raise ModelError(f"{path} lacks the part of {', '.join(missing)} "
                          f"(parts present: {', '.join(sorted(manifests))})")
+    for party, manifest in manifests.items():  # size-like settings bounded before any file is read or module built
+        train_config_from(manifest.extra.get("train", {}), str(path / party))
+        check_saved_state(manifest.extra.get("side", {}), str(path / party))
     parts = {p: read_part(path, p, job_fingerprint=first.job_fingerprint, method=first.method) for p in first.parties}
     if [p for p, part in parts.items() if part.manifest.role == "active"] == []:
         raise ModelError(f"{path}: no part is the active party's")

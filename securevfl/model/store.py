@@ -3,7 +3,8 @@
 At the end of a run each party saves only what is its own under ``DIR/<party>/``: its weights
 (safetensors), its fitted preprocessing and whatever else the method hands over (opaque bytes
 here), a :data:`MANIFEST` that records the job, the method, the party's role and input schema and
-the SHA-256 of every file, and a human-readable :data:`CARD`. Nothing of another party is ever in
+the SHA-256 of every file, and a human-readable :data:`CARD` (written first, so its SHA-256 is in the
+manifest too and a tampered card is refused like any other file). Nothing of another party is ever in
 that folder, so a party can hand its folder to its own deployment without leaking anything.
 
 Why these formats: a ``torch.save`` or pickle file runs code when it is loaded, and a saved
@@ -21,6 +22,9 @@ flushed to disk, and renamed into place. Replacing a part renames the old one aw
 at any step leaves either the old part or the new one at ``DIR/<party>``, never a mixture.
 (A crash of the machine between the two renames leaves both hidden folders and no
 ``DIR/<party>``; nothing is deleted automatically, and :func:`read_part` says so.)
+
+Permissions: a part holds a party's model, so its folder is ``0o700`` and its files ``0o600``
+whatever the umask; a model folder made here is ``0o700`` too (one the user had keeps its mode).
 
 This module is pure I/O: it imports torch and safetensors only inside the tensor functions, so
 listing and verifying parts stays light.
@@ -41,6 +45,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from psi import atomic
 from securevfl.checks import validate_party_name
 from securevfl.errors import ModelError
 
@@ -246,7 +251,7 @@ def _manifest_problem(m: PartManifest) -> str | None:
     if not isinstance(m.files, dict) or len(m.files) > MAX_FILES:
         return f"field 'files' must map at most {MAX_FILES} file names to SHA-256 digests"
     for name, digest in m.files.items():
-        problem = _file_name_problem(name)
+        problem = None if name == CARD else _file_name_problem(name)  # the card is listed by the store itself
         if problem:
             return f"field 'files': {problem}"
         if not isinstance(digest, str) or not _SHA256.match(digest):
@@ -350,8 +355,9 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_new(path: Path, data: bytes) -> None:
-    """Write a new file and flush it to disk (the folder is fsynced by the caller)."""
-    with open(path, "xb") as out:
+    """Write a new owner-only file and flush it to disk (the folder is fsynced by the caller)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), atomic.PRIVATE_FILE)
+    with os.fdopen(fd, "wb") as out:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
@@ -367,7 +373,8 @@ def write_part(directory: str | os.PathLike[str], manifest: PartManifest, files:
 
     ``manifest`` is everything but ``files`` and ``created``, filled in here (the digests over
     exactly the bytes written, the time now in UTC). The card is :func:`model_card` of the final
-    manifest and ``report`` (a run report's dict), so it always lists the digests on disk. A
+    manifest and ``report`` (a run report's dict), so it always lists the digests on disk; it is made
+    first and its own digest goes into the manifest, checked on load like every other file. A
     folder that already holds a part is refused unless ``overwrite``; a folder that exists but
     holds no part (anything else) is always refused, never deleted.
     """
@@ -386,22 +393,24 @@ def write_part(directory: str | os.PathLike[str], manifest: PartManifest, files:
     final = replace(manifest,
                     files={name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
                     created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    card = model_card(final, report)
+    card = model_card(final, report).encode()
+    final = replace(final, files={**final.files, CARD: hashlib.sha256(card).hexdigest()})
 
     root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
+    atomic.make_dirs(root)  # owner-only when made here (an existing folder keeps its mode)
     target = root / party
     existing = _existing_part(target, overwrite)
 
     token = secrets.token_hex(6)
     partial = root / f".{party}.partial-{token}"
     old = root / f".{party}.old-{token}"
-    partial.mkdir()
+    partial.mkdir(mode=atomic.PRIVATE_DIR)
+    os.chmod(partial, atomic.PRIVATE_DIR)  # becomes DIR/<party>: only the owner lists or enters it
     try:
         for name, data in files.items():
             _write_new(partial / name, data)
         _write_new(partial / MANIFEST, final.to_json())
-        _write_new(partial / CARD, card.encode())
+        _write_new(partial / CARD, card)
         _fsync_dir(partial)
         if existing:
             os.rename(target, old)
@@ -512,9 +521,11 @@ def read_part(directory: str | os.PathLike[str], party: str, *, job_fingerprint:
                          f"not this job {job_fingerprint[:12]}…")
     if method is not None and manifest.method != method:
         raise ModelError(f"{where} is a {manifest.method} model, not {method}")
-    unexpected = sorted(set(os.listdir(folder)) - set(manifest.files) - {MANIFEST, CARD})
+    unexpected = sorted(set(os.listdir(folder)) - set(manifest.files) - {MANIFEST})
     if unexpected:
         raise ModelError(f"{folder} holds file(s) its manifest does not list: {', '.join(unexpected[:10])}")
+    if CARD not in manifest.files:
+        raise ModelError(f"{where} lists no SHA-256 for {CARD} (saved by an older securevfl?); save the model again")
     data: dict[str, bytes] = {}
     for name, digest in manifest.files.items():
         path = folder / name
@@ -522,7 +533,8 @@ def read_part(directory: str | os.PathLike[str], party: str, *, job_fingerprint:
         if hashlib.sha256(content).hexdigest() != digest:
             raise ModelError(f"{path} does not match its SHA-256 in {MANIFEST} (tampered, truncated or "
                              "from another save)")
-        data[name] = content
+        if name != CARD:  # checked, not returned: the card is for people
+            data[name] = content
     return LoadedPart(manifest=manifest, files=data, path=folder)
 
 
@@ -625,7 +637,8 @@ def model_card(manifest: PartManifest, report: Mapping[str, Any] | None) -> str:
     lines += ["", "## Provenance", "", f"- securevfl {m.securevfl_version}, torch {m.torch_version}, "
               f"format {m.format_version}", f"- created {m.created or '(not yet saved)'}", "",
               "## Files (SHA-256, checked on every load)", ""]
-    lines += [f"- `{name}`: `{digest}`" for name, digest in m.files.items()] or ["- none"]
+    lines += [f"- `{name}`: `{digest}`" for name, digest in m.files.items() if name != CARD] or ["- none"]
+    lines.append(f"- `{CARD}` (this card): its SHA-256 is in `{MANIFEST}`")
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

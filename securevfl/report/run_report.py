@@ -128,7 +128,6 @@ class RunReport:
     def save(self, path: str | Path) -> tuple[Path, Path]:
         """Write ``path`` (JSON) and the same name with ``.md``; returns both paths."""
         json_path, md_path = report_paths(path)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_text(json_path, self.to_json())  # never half a report, even on a crash or a full disk
         atomic.write_text(md_path, self.to_markdown())
         return json_path, md_path

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from psi import atomic
 from securevfl.checks import validate_party_name
 from securevfl.errors import ConfigError, DataError
 
@@ -140,9 +141,11 @@ class CheckpointStore:
 
         Only epochs before ``epoch`` are pruned: a run never deletes the checkpoint it just wrote.
         """
-        self.directory.mkdir(parents=True, exist_ok=True)
+        atomic.make_dirs(self.directory)  # owner-only when made here: a checkpoint holds the party's model
         target = self.path(epoch)
         partial = target.with_suffix(".partial")
+        partial.unlink(missing_ok=True)
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, atomic.PRIVATE_FILE))
         torch.save({"epoch": epoch, **state}, partial)
         os.replace(partial, target)
         for old in [e for e in self.completed_epochs() if e < epoch][: -(KEEP - 1) or None]:
@@ -198,7 +201,7 @@ class CheckpointStore:
         while target.exists():
             n += 1
             target = self.directory / f"previous-{stamp}-{n}"
-        target.mkdir()
+        target.mkdir(mode=atomic.PRIVATE_DIR)
         for epoch in epochs:
             os.replace(self.path(epoch), target / self.path(epoch).name)
         return target
