@@ -19,6 +19,7 @@ from psi.curve import (
     hash_prefix,
     hash_to_curve,
     is_on_curve,
+    rerandomizing_pair,
 )
 from psi.errors import InvalidPointError, PSICryptoError
 
@@ -60,6 +61,20 @@ def test_blinding_commutes(item, salt):
     ab = _exchange_all(b.secret, [_exchange_all(a.secret, [p], 32)], 32)
     ba = _exchange_all(a.secret, [_exchange_all(b.secret, [p], 32)], 32)
     assert ab == ba
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.binary(min_size=1, max_size=64), st.binary(min_size=32, max_size=32))
+def test_rerandomizing_pair_gives_the_point_back(item, salt):
+    """H(x)^a hidden behind a fresh r, blinded by a peer's b, then r removed: H(x)^{ab}, as without r."""
+    a, b = BlindingKey(os.urandom(32)), BlindingKey(os.urandom(32))
+    ha = _exchange_all(a.secret, [hash_to_curve(item, hash_prefix(salt))], 32)
+    r, inverse = rerandomizing_pair()
+    hidden = _exchange_all(r.secret, [ha], 32)
+    assert hidden != ha
+    back = _exchange_all(inverse.secret, [_exchange_all(b.secret, [hidden], 32)], 32)
+    assert back == _exchange_all(b.secret, [ha], 32)
+    assert rerandomizing_pair()[0] != r  # fresh each time
 
 
 @settings(max_examples=50, deadline=None)
