@@ -105,7 +105,14 @@ def _save_model(config: RunConfig, method: Any, scenario: Scenario, roles: Mappi
     A standalone method's model is the active party's alone: only that party saves a part.
     """
     from securevfl.methods.engine.kept import saved_of
-    from securevfl.model.saving import model_fingerprint, model_parties, party_schema, save_part, train_settings
+    from securevfl.model.saving import (
+        aligned_ids,
+        model_fingerprint,
+        model_parties,
+        party_schema,
+        save_part,
+        train_settings,
+    )
 
     settings = train_settings(config.train)
     parties = model_parties(method, _data_roles(scenario))
@@ -122,7 +129,8 @@ def _save_model(config: RunConfig, method: Any, scenario: Scenario, roles: Mappi
         save_part(config.model_dir or "", party=party, role=parties[party], side_saved=saved_of(role),
                   encoder=encoder, schema=schema, method=method, settings=settings, parties=parties,
                   fingerprint=fingerprint, task=scenario.task, classes=scenario.classes,
-                  report=card if party == scenario.active else None, overwrite=config.overwrite_model)
+                  report=card if party == scenario.active else None, overwrite=config.overwrite_model,
+                  training_ids=aligned_ids(scenario, party) if parties[party] == "passive" else None)
 
 
 def _data_roles(scenario: Scenario) -> dict[str, str]:

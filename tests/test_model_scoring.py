@@ -121,7 +121,8 @@ def test_each_party_saves_only_its_own_part(tmp_path, files):
         m = part.manifest
         assert m.party == party and m.method == "splitnn"
         assert m.job_fingerprint == model.manifests["bank"].job_fingerprint
-        assert sorted(part.files) == ["preprocessing.skops", "weights.safetensors"]
+        kept = ["training_ids.safetensors"] if party != "bank" else []  # a passive party's, for --serve-ids
+        assert sorted(part.files) == sorted(["preprocessing.skops", "weights.safetensors", *kept])
         schema = m.schema
         assert schema["id_column"] == "customer_id"
         assert set(schema["inputs"]) == set(pd.read_csv(files[party]).columns) - {"customer_id", "churn"}

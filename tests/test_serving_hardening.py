@@ -261,3 +261,27 @@ def test_mutual_tls_refuses_a_caller_without_a_certificate(trained, tmp_path, en
         assert status == 200 and len(answer["predictions"]) == 1
     finally:
         running.close()
+
+
+def test_a_passive_party_may_serve_only_the_customers_it_trained_on(trained, tmp_path):
+    """The shop's current table has customers it did not have in training: served by default, not with
+    --serve-ids training (whose membership the training's PSI already showed the active party)."""
+    from org_tables import organisation_frames, write_tables
+
+    model, files = trained
+    full_shop = write_tables({"shop": organisation_frames(7, keep=1.0)["shop"]}, tmp_path / "now")["shop"]
+    bank, clinic, shop = (set(pd.read_csv(files[p]).customer_id) for p in ("bank", "clinic", "shop"))
+    new_at_shop = sorted((bank & clinic) - shop)[:3]
+    trained_ids = sorted(bank & clinic & shop)[:2]
+    body = {"rows": [{"customer_id": i} for i in new_at_shop + trained_ids]}
+    fed = load_federation(loopback_federation_file(tmp_path, PARTIES, "bank", SPLITNN_JOB))
+    for serve_ids, scored in (("all", new_at_shop + trained_ids), ("training", trained_ids)):
+        running = Service(fed, model, {**files, "shop": full_shop},
+                          settings={"shop": ServeSettings(serve_ids=serve_ids)})
+        try:
+            status, answer = running.post(body)
+        finally:
+            running.close()
+        assert status == 200 and sorted(p["customer_id"] for p in answer["predictions"]) == sorted(scored), answer
+    with pytest.raises(securevfl.errors.ConfigError, match="serve-ids"):
+        ServeSettings(serve_ids="some")

@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import signal
+import ssl
+import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -374,3 +378,138 @@ def section(data: Mapping[str, Any]) -> Any:
     s.tables.append(t)
     s.data = dict(data)
     return s
+
+
+# --- online scoring: the three parties as `securevfl party --serve` processes --------------------------------------
+
+#: A loopback federation over mutual TLS (``{certs}``: a development PKI) for the served SplitNN model.
+SERVING_FEDERATION = """[federation]
+active = "bank"
+
+{parties}
+
+[tls]
+dir = "{certs}"
+
+[network]
+peer_timeout_s = 120
+heartbeat_s = 1.0
+
+[job]
+method = "splitnn"
+epochs = 1
+batch_size = 256
+seed = 0
+id_column = "customer_id"
+label_column = "label"
+"""
+
+
+@dataclass
+class ServedParties:
+    """Running ``party --serve`` processes: the endpoint's URL, the PKI folder, and each party's log."""
+
+    url: str
+    certs: Path
+    logs: dict[str, Path]
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    setup_s: float = 0.0
+    exit_codes: dict[str, int] = field(default_factory=dict)
+
+    def client_context(self) -> ssl.SSLContext:
+        """A TLS client context trusting the federation's CA (the endpoint's ``--serve-tls`` certificate)."""
+        context = ssl.create_default_context(cafile=str(self.certs / "ca.pem"))
+        context.check_hostname = False  # the party's certificate names the party, not 127.0.0.1
+        return context
+
+    def tails(self, chars: int = 600) -> str:
+        """The end of every party's log (for an error message)."""
+        return "; ".join(f"{p}: {path.read_text(errors='replace')[-chars:]}" for p, path in self.logs.items()
+                         if path.exists())
+
+
+def _wait_healthy(served: ServedParties, timeout: float, headers: Mapping[str, str]) -> None:
+    """Until ``GET /health`` answers ``{"status": "ok"}`` (every party set up), or RuntimeError."""
+    import json
+    import urllib.request
+
+    context = served.client_context() if served.url.startswith("https") else None
+    deadline = time.perf_counter() + timeout
+    while True:
+        if any(proc.poll() is not None for proc in served.procs.values()):
+            raise RuntimeError(f"a serving party exited during set-up: {served.tails()}")
+        try:
+            request = urllib.request.Request(f"{served.url}/health", headers=dict(headers))
+            with urllib.request.urlopen(request, timeout=5, context=context) as response:
+                if json.loads(response.read()).get("status") == "ok":
+                    return
+        except OSError:
+            pass
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"the serving parties were not up within {timeout:g} s: {served.tails()}")
+        time.sleep(0.2)
+
+
+def stop_processes(procs: Mapping[str, subprocess.Popen[bytes]], first: str, wait_s: float = 30.0
+                   ) -> dict[str, int]:
+    """SIGINT to ``first`` (the active party: every party then stops cleanly), then kill what is left; exit codes."""
+    codes: dict[str, int] = {}
+    if first in procs and procs[first].poll() is None:
+        procs[first].send_signal(signal.SIGINT)
+    deadline = time.monotonic() + wait_s
+    for p, proc in procs.items():
+        try:
+            codes[p] = proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            codes[p] = proc.wait()
+    return codes
+
+
+@contextlib.contextmanager
+def serving_parties(work: Path, model_dir: Path, files: Mapping[str, Path], *, name: str = "online",
+                    active_args: Sequence[str] = (), passive_args: Sequence[str] = (), timeout: float = 300.0,
+                    health_headers: Mapping[str, str] | None = None) -> Iterator[ServedParties]:
+    """Every party of ``files`` as a ``securevfl party --serve`` process over mutual TLS on loopback, set up.
+
+    The first party of ``files`` is the active one; its endpoint listens on a free 127.0.0.1 port
+    (HTTPS when ``active_args`` has ``--serve-tls``). ``passive_args`` go to every other party (its
+    membership budget). One torch thread per process. Every process is stopped on leaving, whatever
+    happened (``exit_codes``: each party's).
+    """
+    import os
+    import sys
+
+    from securevfl.deploy.certs import make_dev_pki
+    from securevfl.federation.loopback import free_port
+
+    parties = tuple(files)
+    active = parties[0]
+    certs = work / "online-certs"
+    if not (certs / "ca.pem").exists():
+        make_dev_pki(list(parties), certs, overwrite=True)
+    blocks = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{free_port()}"' for p in parties)
+    fed = work / f"fed-{name}.toml"
+    fed.write_text(SERVING_FEDERATION.format(parties=blocks, certs=certs).replace('active = "bank"',
+                                                                                  f'active = "{active}"'))
+    port = free_port()
+    scheme = "https" if "--serve-tls" in active_args or "--serve-cert" in active_args else "http"
+    served = ServedParties(f"{scheme}://127.0.0.1:{port}", certs, {p: work / f"serve-{name}-{p}.log" for p in parties})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    handles = []
+    started = time.perf_counter()
+    try:
+        for p in parties:
+            cmd = [sys.executable, "-m", "securevfl.cli", "party", "--federation", str(fed), "--as", p, "--serve",
+                   "--model-dir", str(model_dir), "--data", str(files[p]), "--device", "cpu"]
+            cmd += ["--listen", f"127.0.0.1:{port}", *active_args] if p == active else list(passive_args)
+            handle = open(served.logs[p], "wb")  # noqa: SIM115 - closed below
+            handles.append(handle)
+            served.procs[p] = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
+        _wait_healthy(served, timeout, health_headers or {})
+        served.setup_s = time.perf_counter() - started
+        yield served
+    finally:
+        served.exit_codes = stop_processes(served.procs, active)
+        for handle in handles:
+            handle.close()

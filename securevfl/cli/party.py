@@ -170,6 +170,9 @@ def party_command(
                    "(0: no limit)."),
     max_ids_per_session: int = typer.Option(
         1_000_000, help="With --serve at a passive party: the IDs it may look up in this session (0: no limit)."),
+    serve_ids: str = typer.Option(
+        "all", help="With --serve at a passive party: serve all its customers, or only those it trained on with "
+                    "the active party ('training')."),
     batch_wait_ms: float = typer.Option(
         2.0, help="With --serve: requests arriving within this many ms of each other are scored together."),
     queue_size: int = typer.Option(256, help="With --serve: requests that may wait; beyond, 503 + Retry-After."),
@@ -211,7 +214,7 @@ def party_command(
         _check_serve_options(fed, as_, data, model_dir, out, checkpoint_dir, predict)
         choice = _start_threads(fed, as_, threads)
         settings = _serve_settings(fed, as_, serve_tls, serve_cert, serve_key, serve_client_ca, serve_token_file,
-                                   max_ids_per_minute, max_ids_per_session, batch_wait_ms, queue_size)
+                                   max_ids_per_minute, max_ids_per_session, batch_wait_ms, queue_size, serve_ids)
         with stop_on_signals(as_):
             _serve_party(fed, as_, data, model_dir, listen, device, choice, settings)
         return
@@ -286,7 +289,7 @@ def _check_serve_options(fed: Any, as_: str, data: Path | None, model_dir: Path 
 
 def _serve_settings(fed: Any, as_: str, tls: bool, cert: Path | None, key: Path | None, client_ca: str | None,
                     token_file: Path | None, ids_per_minute: int, ids_per_session: int, batch_wait_ms: float,
-                    queue_size: int) -> Any:
+                    queue_size: int, serve_ids: str = "all") -> Any:
     """The party's own serving settings (the endpoint's at the active party, the budget at a passive one)."""
     from securevfl.deploy.serving_limits import ServeSettings
 
@@ -309,7 +312,8 @@ def _serve_settings(fed: Any, as_: str, tls: bool, cert: Path | None, key: Path 
     if ca is not None and cert is None:
         raise ConfigError("--serve-client-ca needs the endpoint's TLS (--serve-tls or --serve-cert/--serve-key)")
     return ServeSettings(cert=cert, key=key, client_ca=ca, token_file=token_file, ids_per_minute=ids_per_minute,
-                         ids_per_session=ids_per_session, batch_wait_ms=batch_wait_ms, queue_size=queue_size)
+                         ids_per_session=ids_per_session, batch_wait_ms=batch_wait_ms, queue_size=queue_size,
+                         serve_ids=serve_ids)
 
 
 def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, listen: str, device: str,

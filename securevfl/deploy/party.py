@@ -256,6 +256,7 @@ def _save_own_part(model_dir: str | Path, name: str, federation: Federation, met
     """Save the own part of the trained model, and nothing of any other party's (issue 27)."""
     from securevfl.methods.engine.kept import saved_of
     from securevfl.model.saving import (
+        aligned_ids,
         check_savable,
         model_fingerprint,
         model_parties,
@@ -278,7 +279,8 @@ def _save_own_part(model_dir: str | Path, name: str, federation: Federation, met
     save_part(model_dir, party=name, role=parties[name], side_saved=saved_of(role), encoder=encoder,
               schema=schema, method=method, settings=settings, parties=parties, fingerprint=fingerprint,
               task=scenario.task, classes=classes, report=report.to_dict() if report is not None else None,
-              overwrite=overwrite)
+              overwrite=overwrite,
+              training_ids=aligned_ids(scenario, name, job.normalize) if parties[name] == "passive" else None)
 
 
 def check_roles(method: str, roles: Mapping[str, Any], parties: tuple[str, ...]) -> None:

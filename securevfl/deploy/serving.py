@@ -176,6 +176,22 @@ def _load_serving_model(federation: Federation, name: str, data: str | Path, mod
     return model, method, config, table
 
 
+def _only_training_ids(model: _ServingModel, name: str) -> _ServingModel:
+    """The passive party's model serving only the customers it trained on with the active party."""
+    from securevfl.model.saving import id_digests, saved_training_ids
+
+    trained = saved_training_ids(model.part)
+    if trained is None:
+        raise ConfigError(f"{name}'s part was saved without its training IDs: save the model again to serve "
+                          "with --serve-ids training")
+    known = {bytes(row) for row in trained}
+    keep = [i for i, item in enumerate(model.ids) if bytes(id_digests([item])[0]) in known]
+    log_event(_log, name, "serve", "index", f"serving {len(keep)} of its {len(model.ids)} customers: those it "
+              "trained on with the active party (--serve-ids training)", rows=len(keep))
+    return dataclasses.replace(model, ids=[model.ids[i] for i in keep], X=model.X[keep],
+                               warnings=[model.warnings[i] for i in keep])
+
+
 def _serving_scenario(federation: Federation, name: str, table: Any, classes: tuple[str, ...], task: str,
                       widths: Mapping[str, int], n_classes: int) -> Any:
     """A scenario of no rows with every party's encoded width: what building a scoring side needs.
@@ -754,6 +770,8 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
         raise ConfigError(f"{name} serves with its own part and its table: give --model-dir and --data")
     else:
         model, method, config, table = _load_serving_model(federation, name, data, model_dir, standalone)
+        if settings.serve_ids == "training" and not is_active:
+            model = _only_training_ids(model, name)
         manifest = model.part.manifest
         classes, task, fingerprint = tuple(manifest.classes), manifest.task, manifest.job_fingerprint
     torch_device = resolve_device(device)

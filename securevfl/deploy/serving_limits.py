@@ -17,6 +17,8 @@ from securevfl.errors import ConfigError
 
 #: Loopback listen addresses: the only ones that may serve without TLS and client authentication.
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+#: Which of its customers a passive party serves.
+SERVE_IDS = ("all", "training")
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,8 @@ class ServeSettings:
 
     Membership budget (a passive party): at most ``ids_per_minute`` looked-up IDs per minute (a
     token bucket of that size refilled continuously) and ``ids_per_session`` in all; 0 means no limit.
+    ``serve_ids``: ``all`` (its table's customers) or ``training`` (only those it shared with the
+    active party in training, whose membership the training's PSI already showed).
     """
 
     cert: Path | None = None
@@ -47,6 +51,7 @@ class ServeSettings:
     max_connections: int = 1024
     ids_per_minute: int = 6000
     ids_per_session: int = 1_000_000
+    serve_ids: str = "all"
 
     def __post_init__(self) -> None:
         for name, low, high in (("queue_size", 1, 1_000_000), ("max_batch_rows", 1, 1_000_000),
@@ -61,6 +66,8 @@ class ServeSettings:
             if not isinstance(number, (int, float)) or not math.isfinite(number) or not 0 <= number <= most \
                     or (setting != "batch_wait_ms" and number == 0):
                 raise ConfigError(f"serving setting {setting} must be a number in (0, {most:g}], got {number!r}")
+        if self.serve_ids not in SERVE_IDS:
+            raise ConfigError(f"--serve-ids must be one of {', '.join(SERVE_IDS)}, got {self.serve_ids!r}")
         if (self.cert is None) != (self.key is None):
             raise ConfigError("the endpoint's TLS needs both a certificate and its key")
 

@@ -26,9 +26,11 @@ import hashlib
 import json
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from securevfl.data.columns import ColumnSpec
 from securevfl.data.preprocess import PartyEncoder
@@ -51,6 +53,8 @@ from securevfl.model.store import (
 
 WEIGHTS = "weights.safetensors"
 PREPROCESSING = "preprocessing.skops"
+#: A party's own training IDs (16-byte BLAKE2b digests of the prepared IDs, sorted), for ``--serve-ids training``.
+TRAINING_IDS = "training_ids.safetensors"
 
 #: TrainConfig fields that belong to one run, not to the model (where it checkpointed).
 _RUN_ONLY = ("checkpoint_dir", "resume", "checkpoint_overwrite")
@@ -261,15 +265,39 @@ def party_schema(encoder: PartyEncoder | None, spec: ColumnSpec | None, *, id_co
             "encoded_width": encoder.width if encoder is not None else 0}
 
 
+def id_digests(ids: Sequence[str]) -> np.ndarray:
+    """The sorted, distinct 16-byte BLAKE2b digests of prepared IDs, as an ``(n, 16)`` uint8 array."""
+    joined = b"".join(sorted({hashlib.blake2b(i.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                              for i in ids}))
+    return np.frombuffer(joined, np.uint8).reshape(-1, 16)
+
+
+def aligned_ids(scenario: Any, party: str, normalize: Sequence[str] = ()) -> list[str]:
+    """Party ``party``'s prepared IDs of the rows it shares with every peer in ``scenario`` (as PSI prepares them)."""
+    from psi import prepare_ids
+
+    table = scenario.tables[party]
+    rows = scenario.alignment.aligned[party]
+    return list(prepare_ids([table.ids[i] for i in rows], normalize, duplicates="keep_first",
+                            source=f"party {party!r}").items)
+
+
 def save_part(directory: str | Path, *, party: str, role: str, side_saved: SavedSide, encoder: PartyEncoder | None,
               schema: Mapping[str, Any], method: Method[Any], settings: Mapping[str, Any],
               parties: Mapping[str, str], fingerprint: str, task: str, classes: tuple[str, ...] = (),
-              report: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
+              report: Mapping[str, Any] | None = None, overwrite: bool = False,
+              training_ids: Sequence[str] | None = None) -> Path:
     """Write party ``party``'s own part under ``directory/<party>/`` (atomically) and return that folder.
 
     ``parties``: the model's parties (:func:`model_parties`: the active party alone for a standalone method).
+    ``training_ids``: a passive party's own prepared IDs of the rows it trained on with its peers (kept as
+    digests, so that serving can be restricted to them: ``party --serve --serve-ids training``).
     """
+    import torch
+
     files = {WEIGHTS: tensors_to_bytes(flatten_state(side_saved.weights))}
+    if training_ids is not None:
+        files[TRAINING_IDS] = tensors_to_bytes({"digests": torch.from_numpy(id_digests(training_ids).copy())})
     if encoder is not None:
         files[PREPROCESSING] = dump_encoder(encoder)
     objective = side_saved.objective
@@ -311,6 +339,20 @@ def saved_side(part: LoadedPart) -> SavedSide:
     if not isinstance(state, dict):
         raise ModelError(f"{where}: the saved model state is malformed")
     return SavedSide(weights, objective, dict(state))
+
+
+def saved_training_ids(part: LoadedPart) -> np.ndarray | None:
+    """The digests of the party's training IDs a verified part holds (:func:`id_digests`), or None."""
+    data = part.files.get(TRAINING_IDS)
+    if data is None:
+        return None
+    where = f"{part.path}/{TRAINING_IDS}"
+    tensors = tensors_from_bytes(data, where)
+    digests = tensors.get("digests")
+    if set(tensors) != {"digests"} or digests is None or digests.dtype.is_floating_point or digests.ndim != 2 \
+            or digests.shape[1] != 16:
+        raise ModelError(f"{where}: malformed training ID digests")
+    return digests.numpy().astype(np.uint8, copy=False)
 
 
 def saved_encoder(part: LoadedPart) -> PartyEncoder | None:
