@@ -438,3 +438,39 @@ def test_a_new_stream_from_the_same_peer_ends_the_old_one(federation):
     finally:
         release.set()
         channel.close()
+
+
+# ------------------------------------------------------------------ a second process of a party
+
+
+def _exchange_both_ways(x: GrpcTransport, y: GrpcTransport, tag: str) -> None:
+    x.send(Envelope(x.party, y.party, tag, 1, b"from " + x.party.encode()))
+    y.send(Envelope(y.party, x.party, tag, 1, b"from " + y.party.encode()))
+    assert y.recv(y.party, x.party, NO_ABORT, timeout=5).payload == b"from " + x.party.encode()
+    assert x.recv(x.party, y.party, NO_ABORT, timeout=5).payload == b"from " + y.party.encode()
+
+
+@pytest.mark.parametrize("fingerprint", ["f-predict", "f"])  # another phase of the job; the same job (a duplicate)
+def test_a_second_process_of_a_party_is_refused_and_the_live_session_goes_on(federation, pki, fingerprint):
+    good = pki["good"]
+    fed = federation(("a", "b", "c"))
+    a, b, c = (fed.start(n, tls=creds(good, n), insecure=False) for n in ("a", "b", "c"))
+    for t in (a, b, c):
+        t.wait_ready(timeout=6)
+    _exchange_both_ways(a, b, "before")
+    started = time.monotonic()
+    second = GrpcTransport("b", {**fed.addresses, "b": f"127.0.0.1:{free_port()}"}, tls=creds(good, "b"),
+                           fingerprint=fingerprint, job={"epochs": 1}, settings=FAST)
+    try:
+        second.start()
+        with pytest.raises(LinkRefusedError) as refused:
+            second.wait_ready(timeout=6)
+        assert time.monotonic() - started < 4
+    finally:
+        second.abort("test over")
+        second.close()
+    time.sleep(0.3)  # what a refusal would break has happened by now
+    for x, y in ((a, b), (b, c), (a, c)):
+        _exchange_both_ways(x, y, "after")
+    assert all(t._inboxes[p].error is None for t in (a, b, c) for p in t.peers)
+    assert refused.value.peer in ("a", "c") and "live link from b" in str(refused.value)  # says what happened

@@ -482,3 +482,30 @@ def test_a_lost_party_is_reported_by_the_hub_to_a_party_waiting_on_it(star, pki)
     with pytest.raises(PeerLostError, match="a lost c"):
         b.recv("b", "c", NO_ABORT, 30)  # b cannot see c; the hub can, and tells it
     assert time.monotonic() - started < FAST.peer_timeout_s + 3
+
+
+@pytest.mark.parametrize("fingerprint", ["f-predict", "f"])  # the shop's batch scoring; the same job (a duplicate)
+def test_a_second_process_of_a_party_is_refused_and_the_live_star_goes_on(star, pki, fingerprint):
+    s = star(pki)
+    a, b, c = (s.start(n) for n in "abc")
+    for t in (a, b, c):
+        t.wait_ready()
+    b.send(Envelope("b", "c", "before", 1, b"relayed"))
+    assert c.recv("c", "b", NO_ABORT, 5).payload == b"relayed"
+    started = time.monotonic()
+    second = GrpcTransport("b", s.addresses, tls=creds(pki, "b"), fingerprint=fingerprint, job={"epochs": 1},
+                           settings=FAST, hub="a")
+    try:
+        second.start()
+        with pytest.raises(LinkRefusedError) as refused:
+            second.wait_ready(timeout=6)
+        assert time.monotonic() - started < 4
+    finally:
+        second.abort("test over")
+        second.close()
+    time.sleep(0.3)
+    for x, y in (("a", "b"), ("b", "a"), ("a", "c"), ("c", "a"), ("b", "c"), ("c", "b")):
+        s.t[x].send(Envelope(x, y, "after", 1, f"{x}->{y}".encode()))
+        assert s.t[y].recv(y, x, NO_ABORT, 5).payload == f"{x}->{y}".encode()
+    assert all(t._inboxes[p].error is None for t in (a, b, c) for p in t.peers)
+    assert refused.value.peer == "a" and "live link from b" in str(refused.value)

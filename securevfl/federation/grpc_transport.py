@@ -35,7 +35,8 @@ has ``STREAMS_PER_PEER`` threads per peer and direction plus 4 and refuses a str
 once (``RESOURCE_EXHAUSTED``, retried by the client) instead of queueing it: a stream that sends no
 HELLO within ``HELLO_TIMEOUT_S`` is dropped, a peer (by its certificate) holds at most
 ``STREAMS_PER_PEER`` streams per direction (``Exchange``; ``Pull`` too at a star hub), its newest
-replacing its oldest, and a reconnecting peer's new stream ends its old one. Every
+replacing its oldest other than the one carrying its live link, and a reconnecting peer's new stream
+(same session) ends its old one. Every
 :class:`NetworkSettings` number lies in a sane range (a :class:`ConfigError` names the key and the
 range).
 
@@ -45,10 +46,14 @@ the same CA with the *peer's party name* as the expected host name (``ssl_target
 a certificate for another party, or from another CA, fails the handshake before any frame flows. The
 server also checks that the party a stream claims to come from is the one its client certificate
 names. The first frame (HELLO) carries the job fingerprint; a mismatch is refused with the keys that
-differ, before any data frame. A refused HELLO is charged to the party the client *certificate*
-names (its link fails at this party too), never to the party the HELLO merely claims, so a forged
-HELLO cannot break an honest party's link; on plaintext (loopback) links a refused HELLO is charged
-to nobody. A failed TLS handshake is reported by the side that failed it, saying why (unknown CA,
+differ, before any data frame. It also carries the sending process's random session id: a reconnect
+repeats it, and a HELLO with another id while a link from that party was accepted (a second process
+of the party: a batch ``--predict`` next to a running ``--serve``) is refused. Once a party's link
+is established, a refused HELLO is refused to its stream alone and the live link goes on; before
+that, it is charged to the party the client *certificate* names too (its link fails at this party,
+so a job mismatch is seen at both ends), and so it always is when the certificate's party claims
+another name. It is never charged to the party the HELLO merely claims, so a forged HELLO cannot
+break an honest party's link; on plaintext (loopback) links a refused HELLO is charged to nobody. A failed TLS handshake is reported by the side that failed it, saying why (unknown CA,
 name mismatch, expired, not yet valid) as far as gRPC's error detail tells.
 
 Logging. gRPC's C core prints its own lines (``Handshake failed ...``) to stderr; importing this
@@ -68,6 +73,7 @@ raised in the receiving party's role, never a crash.
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import threading
 import time
@@ -514,7 +520,8 @@ def _hello(owner: GrpcTransport, peer: str) -> bytes:
     """The first frame of a stream ``owner`` opens to ``peer``: names, job fingerprint and link settings."""
     settings = owner.settings
     return fr.encode_frame(fr.Frame(fr.Kind.HELLO, src=owner.party, dst=peer, text=owner.fingerprint, job=owner.job,
-                                    chunk_kb=settings.chunk_kb, max_message=settings.max_message_bytes))
+                                    chunk_kb=settings.chunk_kb, max_message=settings.max_message_bytes,
+                                    session=owner.session))
 
 
 #: How long a closing link's stream may take to end by itself before it is cancelled.
@@ -584,6 +591,7 @@ class _Inbox:
     queued_bytes: int = 0  # payload bytes of the whole messages in ``envelopes``
     held_back: int = 0  # times the server stopped reading this link because it held recv_buffer_mb
     peer_max_message: int = 0  # the peer's max_message (bytes) from its HELLO; 0 if it did not say
+    session: str | None = None  # the session id of the peer process whose HELLO this party accepted first
     context: Any = None  # the server context of the stream now carrying this link
     relayed: deque[tuple[str, int, bytes]] = field(default_factory=deque)  # relay messages to forward or open
     relay_lock: threading.Lock = field(default_factory=threading.Lock)  # one thread forwards/opens, in order
@@ -783,6 +791,8 @@ class GrpcTransport(Transport):
         self._fin_sent: set[str] = set()
         self.tls = tls
         self.fingerprint = fingerprint
+        #: This process's id in its HELLOs: a reconnect repeats it, a second process of the party has another.
+        self.session = secrets.token_hex(8)
         self.job = dict(job or {})
         self.settings = settings or NetworkSettings()
         self._differences = differences
@@ -1034,7 +1044,10 @@ class GrpcTransport(Transport):
             with self._cond:
                 streams = self._streams.setdefault(key, deque())
                 streams.append(context)
-                stale = [streams.popleft() for _ in range(len(streams) - STREAMS_PER_PEER)]
+                live = self._live_context(certified, pull)  # the stream carrying the live link is never the one
+                stale = [c for c in streams if c is not live][:max(0, len(streams) - STREAMS_PER_PEER)]
+                for old in stale:
+                    streams.remove(old)
             for old in stale:
                 old.cancel()
         timer = threading.Timer(HELLO_TIMEOUT_S, context.cancel)  # a stream that sends no HELLO frees its thread
@@ -1050,18 +1063,52 @@ class GrpcTransport(Transport):
                     if context in streams:
                         streams.remove(context)
 
+    def _live_context(self, peer: str, pull: bool) -> Any:
+        """The server stream carrying the link with ``peer`` in one direction, or None (the caller holds the lock)."""
+        if pull:
+            return getattr(self._links.get(peer), "context", None)
+        return self._inboxes[peer].context
+
     def _serve_pull(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
         """Star topology: a party without a server opens this stream to receive what this party (the hub) sends it."""
         return self._serve(requests, context, pull=True)
 
-    def _refuse(self, certified: str | None, refusal: str) -> bytes:
-        """Refuse a stream's HELLO; this party's link with the peer its *certificate* names fails too."""
-        if certified is not None:
-            with self._cond:
+    def _refuse(self, certified: str | None, claimed: str, refusal: str) -> bytes:
+        """Refuse a stream's HELLO: the REFUSE frame to answer it with.
+
+        Once this party accepted a stream from the party the HELLO names, its link is live and the refusal
+        goes to this stream alone (a second process of that party, started with another phase or job, or
+        a duplicate, never ends the live session). Before that, this party's link with the party its
+        *certificate* names fails too, so a job mismatch is seen at both ends at once; and so it does
+        when a certificate's party claims another name (a forgery, never a second process). A claim
+        alone (a plaintext stream) is charged to nobody.
+        """
+        with self._cond:
+            inbox = self._inboxes.get(claimed)
+            live = inbox is not None and inbox.session is not None
+            if certified is not None and (certified != claimed or self._inboxes[certified].session is None):
                 self._inboxes[certified].error = LinkRefusedError(
                     certified, refusal, f"{self.party} refused the link from {certified}: {refusal}")
                 self._cond.notify_all()
-        return fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal))
+        if live and certified in (None, claimed):
+            refusal += (f" ({self.party} keeps its live link from {claimed}: this stream alone is refused; is a "
+                        f"second process of {claimed} running?)")
+        return fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal[:60000]))
+
+    def _session_refusal(self, hello: fr.Frame) -> str:
+        """Claim the link from ``hello.src`` for the process that sent ``hello``; a refusal if another holds it.
+
+        The first accepted HELLO from a party fixes its session id; its reconnects repeat it. A HELLO with
+        another id comes from another process of that party (a batch ``--predict`` next to a ``--serve``
+        one, a second copy): it must not take over the link, whose sequence numbers are the first one's.
+        """
+        with self._cond:
+            inbox = self._inboxes[hello.src]
+            if inbox.session is None:
+                inbox.session = hello.session
+            if hello.session == inbox.session:
+                return ""
+        return f"another process of {hello.src} (another session) is connected to {self.party}"
 
     def _pull_exchange(self, requests: Iterator[bytes], context: grpc.ServicerContext, timer: threading.Timer,
                        certified: str | None) -> Iterator[bytes]:
@@ -1078,8 +1125,9 @@ class GrpcTransport(Transport):
         refusal = self._check_hello(hello, context)
         if not refusal and not self.is_hub:
             refusal = f"{self.party} is not the hub of a star federation: it sends on its own streams"
+        refusal = refusal or self._session_refusal(hello)
         if refusal:
-            yield self._refuse(certified, refusal)
+            yield self._refuse(certified, hello.src, refusal)
             return
         with self._cond:
             self._inboxes[hello.src].peer_max_message = hello.max_message
@@ -1100,6 +1148,7 @@ class GrpcTransport(Transport):
         refusal = self._check_hello(hello, None)
         if not refusal and hello.src != peer:
             refusal = f"the stream from {peer} claims to come from {hello.src}"
+        refusal = refusal or self._session_refusal(hello)
         if refusal:
             pull.push(fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal)))
             raise LinkRefusedError(peer, refusal, f"{self.party} refused the link from {peer}: {refusal}")
@@ -1278,16 +1327,9 @@ class GrpcTransport(Transport):
         except ProtocolError as exc:
             yield fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=f"first frame is not a HELLO: {exc}"))
             return
-        refusal = self._check_hello(hello, context)
+        refusal = self._check_hello(hello, context) or self._session_refusal(hello)
         if refusal:
-            # This party cannot go on with the peer its certificate names either; a claim alone (a plaintext
-            # stream, another party's name) must not break an honest party's link.
-            if certified is not None:
-                with self._cond:
-                    self._inboxes[certified].error = LinkRefusedError(
-                        certified, refusal, f"{self.party} refused the link from {certified}: {refusal}")
-                    self._cond.notify_all()
-            yield fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal))
+            yield self._refuse(certified, hello.src, refusal)
             return
         src = hello.src
         inbox = self._inboxes[src]
