@@ -53,8 +53,9 @@ is established, a refused HELLO is refused to its stream alone and the live link
 that, it is charged to the party the client *certificate* names too (its link fails at this party,
 so a job mismatch is seen at both ends), and so it always is when the certificate's party claims
 another name. It is never charged to the party the HELLO merely claims, so a forged HELLO cannot
-break an honest party's link; on plaintext (loopback) links a refused HELLO is charged to nobody. A failed TLS handshake is reported by the side that failed it, saying why (unknown CA,
-name mismatch, expired, not yet valid) as far as gRPC's error detail tells.
+break an honest party's link; on plaintext (loopback) links a refused HELLO is charged to nobody.
+A failed TLS handshake is reported by the side that failed it, saying why (unknown CA, name
+mismatch, expired, not yet valid) as far as gRPC's error detail tells.
 
 Logging. gRPC's C core prints its own lines (``Handshake failed ...``) to stderr; importing this
 module sets ``GRPC_VERBOSITY=NONE`` unless the variable is set already or grpc was imported before,
@@ -136,6 +137,19 @@ class LinkRefusedError(SecureVFLError, ConnectionError):
         self.peer = peer
         self.reason = reason
         super().__init__(message or f"link to {peer} refused: {reason}")
+
+
+class RelayError(ProtocolError):
+    """Star topology: the hub changed, relabelled, replayed, reordered or dropped a message it relays.
+
+    ``peer`` is the hub (the party to blame), ``party`` the one that noticed; the senders are honest:
+    their messages reach the hub over their authenticated links and are sealed end to end.
+    """
+
+    def __init__(self, peer: str, party: str, detail: str):
+        self.peer = peer
+        self.party = party
+        super().__init__(detail)
 
 
 class _Refusal(ProtocolError):
@@ -929,6 +943,7 @@ class GrpcTransport(Transport):
                        and (time.monotonic() < deadline or self.is_hub and self._spokes_alive(timeout))):
                     self._cond.wait(0.05)  # the hub relays for the other parties until they finish
             if self.is_hub:  # what it forwarded meanwhile, and its FIN to a party that another left waiting
+                self._report_unfinished()  # before the FIN: a party seeing it checks that every other one finished
                 self._fin_to_spokes(force=True)
                 deadline = time.monotonic() + timeout
                 for link in self._links.values():
@@ -1003,6 +1018,7 @@ class GrpcTransport(Transport):
         if inbox is None:
             raise ProtocolError(f"no link {src}->{dst}; peers are {list(self.peers)}")
         link = self._links[src]
+        carrier = self._inboxes[self.hub] if src in self._relayed and self.hub is not None else inbox
         started = time.monotonic()
         peer_timeout = self.settings.peer_timeout_s
         with self._cond:
@@ -1022,16 +1038,27 @@ class GrpcTransport(Transport):
                     raise PeerFinishedError(src, dst)
                 if link.error is not None:
                     raise link.error
+                if carrier.error is not None:  # relayed: the hub's link failed, or the hub tampered
+                    raise carrier.error
                 now = time.monotonic()
-                carrier = self._inboxes[self.hub or src] if src in self._relayed else inbox  # relayed: the hub
                 silent_limit = peer_timeout if carrier.hello_seen else max(peer_timeout,
                                                                            self.settings.connect_timeout_s)
                 if now - max(carrier.last_seen, self.started_at) > silent_limit:
-                    raise PeerLostError(src, dst, f"{dst}: nothing from {src} for {silent_limit:g} s "
-                                                  "(its process stopped or the network is down)")
+                    raise self._silent(src, silent_limit)
                 if timeout is not None and now - started >= timeout:
-                    raise PeerTimeoutError(src, dst, timeout)
+                    raise PeerTimeoutError(src, dst, timeout, f"{dst} waited {timeout:g} s for a message from {src}"
+                                           + (f" (relayed by {self.hub}: {src} sent none, or {self.hub} withholds it)"
+                                              if src in self._relayed else ""))
                 self._cond.wait(0.1)
+
+    def _silent(self, src: str, limit: float) -> PeerLostError:
+        """Nothing arrived on the link that carries ``src``'s messages: ``src``'s own, or (relayed) the hub's."""
+        if src in self._relayed and self.hub is not None:
+            return PeerLostError(self.hub, self.party, f"{self.party}: nothing from {self.hub} (which relays {src}'s "
+                                                       f"messages) for {limit:g} s (its process stopped or the "
+                                                       "network is down)")
+        return PeerLostError(src, self.party, f"{self.party}: nothing from {src} for {limit:g} s "
+                                              "(its process stopped or the network is down)")
 
     # -- the server side: one call per incoming stream
 
@@ -1195,13 +1222,14 @@ class GrpcTransport(Transport):
         """Forward (the hub) or open (the destination) the relayed messages a frame completed, in order."""
         if self._hub_finished and inbox.finished:
             self._fin_to_spokes()
-        if not inbox.relayed:
+        hub_ended = src == self.hub and not self.is_hub and inbox.finished
+        if not inbox.relayed and not hub_ended:
             return
         with inbox.relay_lock:
             while True:
                 with self._cond:
                     if not inbox.relayed:
-                        return
+                        break
                     tag, depth, payload = inbox.relayed.popleft()
                 if tag == RELAY + "abort":
                     for peer, link in self._links.items():
@@ -1211,6 +1239,26 @@ class GrpcTransport(Transport):
                     self._forward(src, tag, depth, payload)
                 else:
                     self._open_relayed(src, tag, depth, payload)
+            if hub_ended:
+                self._check_relayed_ends(src)
+
+    def _check_relayed_ends(self, hub: str) -> None:
+        """The hub's FIN came: every relayed party's sealed end-of-messages marker must have come before it.
+
+        An honest hub sends its FIN to a party only once every other party finished, and a party's
+        end-of-messages markers precede its FIN on its link to the hub, so the hub relayed them first. A
+        party whose marker is missing lost its last message(s) at the hub: named now, not at a timeout.
+        """
+        with self._cond:
+            missing = [p for p in sorted(self._relayed) if not self._inboxes[p].finished
+                       and self._inboxes[p].error is None]
+            counts = {p: self._pairs[p].channel.received if self._pairs[p].channel is not None else None
+                      for p in missing}
+        for peer in missing:
+            opened = f" after the {counts[peer]} it relayed" if counts[peer] is not None else ""
+            self._relay_failed(hub, RelayError(hub, self.party, (
+                f"{self.party}: {hub} dropped the last message(s) from {peer}: it ended its link to {self.party} "
+                f"without relaying {peer}'s sealed end-of-messages marker{opened}")))
 
     def _forward(self, src: str, tag: str, depth: int, payload: bytes) -> None:
         dst, inner = parse_relay_tag(tag)
@@ -1222,6 +1270,13 @@ class GrpcTransport(Transport):
             self._relay(src, dst, relay_tag(src, inner), depth, payload)
         except SecureVFLError:
             pass  # the link to dst failed: this party's role, or dst's peer timeout, reports it
+
+    def _report_unfinished(self) -> None:
+        """The hub gave up waiting: tell every party which others never finished (lost), before its FIN."""
+        with self._cond:
+            unfinished = [p for p, i in self._inboxes.items() if not i.finished and i.error is None]
+        for peer in unfinished:
+            self._report_lost(peer, f"{peer} did not finish within {self.settings.peer_timeout_s:g} s of {self.party}")
 
     def _report_lost(self, peer: str, detail: str) -> None:
         """The hub lost ``peer``: tell the other parties, which cannot see it themselves (they wait on it)."""
@@ -1240,11 +1295,12 @@ class GrpcTransport(Transport):
         try:
             origin, inner = parse_relay_tag(tag)
         except ProtocolError as exc:
-            self._fail_inbox(carrier, exc)
+            self._relay_failed(carrier, RelayError(carrier, self.party, f"{carrier} relayed a message with a {exc}"))
             return
         if origin not in self._relayed:
-            self._fail_inbox(carrier, ProtocolError(f"{carrier} relayed a message from {origin!r}, not a party "
-                                                    f"{self.party} receives relayed messages from"))
+            self._relay_failed(carrier, RelayError(carrier, self.party, (
+                f"{carrier} relayed a message from {origin!r}, not a party {self.party} receives relayed "
+                "messages from")))
             return
         from securevfl.federation import e2e
 
@@ -1273,10 +1329,7 @@ class GrpcTransport(Transport):
             else:
                 plaintext = payload
         except e2e.E2EError as exc:
-            error = ProtocolError(f"{self.party} refused a message relayed by {carrier} from {origin}: {exc}")
-            with self._cond:
-                pair.error = error
-            self._fail_inbox(origin, error)
+            self._relay_failed(carrier, self._relay_blame(carrier, origin, inner, payload, exc))
             return
         with self._cond:
             inbox = self._inboxes[origin]
@@ -1286,6 +1339,45 @@ class GrpcTransport(Transport):
                 inbox.envelopes.append(Envelope(origin, self.party, inner, depth, plaintext))
                 inbox.queued_bytes += len(plaintext)
             inbox.hello_seen = True
+            self._cond.notify_all()
+
+    def _relay_blame(self, carrier: str, origin: str, inner: str, payload: bytes, exc: Exception) -> RelayError:
+        """The error for a relayed message that does not open as ``origin``'s: the hub, ``carrier``, is to blame.
+
+        Its sender reached the hub over an authenticated link and sealed it for this party alone, so
+        only the hub can have changed, replayed, reordered, dropped or relabelled it. A message that
+        opens under another party's key (with its own counter) was relabelled: that is said as such.
+        """
+        from securevfl.federation.e2e import open_sealed
+
+        for other in sorted(self._relayed - {origin}):
+            channel = self._pairs[other].channel
+            if channel is None or len(payload) < 8:
+                continue
+            try:
+                open_sealed(channel.recv_key, int.from_bytes(payload[:8], "big"), other, self.party, inner, payload)
+            except ProtocolError:
+                continue
+            return RelayError(carrier, self.party, (
+                f"{self.party}: {carrier} relabelled a message from {other} as from {origin} ({inner!r}): the relay "
+                "changed who sent it"))
+        return RelayError(carrier, self.party, (
+            f"{self.party} refused a message relayed by {carrier} from {origin}: {exc} (what {origin} sends reaches "
+            f"{carrier} over an authenticated link, sealed for {self.party} alone: the relay {carrier} is to blame)"))
+
+    def _relay_failed(self, carrier: str, error: RelayError) -> None:
+        """The hub, ``carrier``, tampered with what it relays: every relayed link fails at once, naming it.
+
+        A party waiting on any other non-hub party stops now, and nothing more is sent through that
+        hub to one; the hub's own link stays (what it sends itself is authenticated by TLS).
+        """
+        with self._cond:
+            for peer in sorted(self._relayed):
+                if self._pairs[peer].error is None:
+                    self._pairs[peer].error = error
+                inbox = self._inboxes[peer]
+                if inbox.error is None and not inbox.finished:
+                    inbox.error = error
             self._cond.notify_all()
 
     def _seal(self, peer: str, tag: str, payload: bytes) -> bytes:
