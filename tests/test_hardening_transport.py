@@ -20,7 +20,7 @@ import psutil
 import pytest
 from net_helpers import close_together, free_port
 
-from securevfl.errors import ConfigError, PeerTimeoutError, ProtocolError
+from securevfl.errors import ConfigError, PeerTimeoutError, ProtocolError, RunAborted
 from securevfl.federation import frames as fr
 from securevfl.federation import grpc_transport as gt
 from securevfl.federation.grpc_transport import GrpcTransport, LinkRefusedError, NetworkSettings, TlsCredentials
@@ -474,3 +474,30 @@ def test_a_second_process_of_a_party_is_refused_and_the_live_session_goes_on(fed
         _exchange_both_ways(x, y, "after")
     assert all(t._inboxes[p].error is None for t in (a, b, c) for p in t.peers)
     assert refused.value.peer in ("a", "c") and "live link from b" in str(refused.value)  # says what happened
+
+
+# ------------------------------------------------------------------ a frame over the receiver's limit
+
+
+@pytest.mark.parametrize("size, chunk_kb", [(200_000, 256), (1_000_000, 1024)])  # over the frame limit; over gRPC's
+def test_an_oversized_frame_is_named_at_once_at_both_ends(federation, monkeypatch, size, chunk_kb):
+    fed = federation()
+    b = fed.start("b")  # accepts frames of chunk_kb = 64 (plus the frame header)
+    big = NetworkSettings(**{**FAST_KW, "chunk_kb": chunk_kb})
+    opened = gt._open_channel
+    with monkeypatch.context() as patch:  # a claims chunk_kb = 64 in its HELLO, but its channel sends larger frames
+        patch.setattr(gt, "_open_channel", lambda owner, *args, **kw: opened(
+            type("Owner", (), {"settings": big, "tls": owner.tls})(), *args, **kw))
+        a = fed.start("a")
+    a.wait_ready(), b.wait_ready()
+    a._links["b"].settings = big  # ... and cuts chunk_kb-sized ones
+    started = time.monotonic()
+    a.send(Envelope("a", "b", "huge", 1, b"\0" * size))
+    said = rf"a sent a frame of {size // 1000:,},\d{{3}} bytes, over b's limit of [\d,]+ bytes"
+    with pytest.raises((ProtocolError, RunAborted), match=said) as at_b:
+        b.recv("b", "a", NO_ABORT, timeout=10)
+    assert time.monotonic() - started < 2.5
+    with pytest.raises(LinkRefusedError, match=said) as at_a:
+        a.recv("a", "b", NO_ABORT, timeout=10)
+    assert at_a.value.peer == "b" and "lost" not in str(at_b.value)
+    assert time.monotonic() - started < 2.5

@@ -11,7 +11,10 @@ chunks (gRPC's message limit never applies to a whole payload); ``max_message_mb
 message with a clear error at the sender and a :class:`ProtocolError` at the receiver, which names
 the sender and both limits and refuses the link at once (the sender sees that refusal too). The
 HELLO carries the sender's ``chunk_kb`` and ``max_message_mb``: parties whose ``chunk_kb`` differ
-are refused at the handshake with both values.
+are refused at the handshake with both values. A single frame above the receiver's limit (one chunk
+and its header, :func:`frame_limit`) is refused at once at both ends naming its size; gRPC itself
+refuses one above about twice that, and the sender, told by gRPC, names it too and tells the
+receiver in an ABORT on a fresh stream.
 
 Star topology (``hub``: the active party). Only the hub runs a server. A non-hub party opens two
 streams to it: ``Exchange`` carries what it sends (as above) and ``Pull`` what it receives: the hub
@@ -74,6 +77,7 @@ raised in the receiving party's role, never a crash.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import sys
 import threading
@@ -184,6 +188,20 @@ def parse_relay_tag(tag: str) -> tuple[str, str]:
     if not tag.startswith(RELAY) or not sep or not party:
         raise ProtocolError(f"malformed relay tag {tag!r}")
     return party, inner
+
+
+def frame_limit(settings: NetworkSettings) -> int:
+    """The largest frame a party takes from a peer: one ``chunk_kb`` chunk and the frame's header."""
+    return settings.chunk_bytes + 4096
+
+
+def _grpc_limit(settings: NetworkSettings) -> int:
+    """The receive limit given to gRPC, above :func:`frame_limit`.
+
+    A frame between the two is refused by the receiving party itself, naming its size at both ends;
+    one above it never reaches the party's code (the sender learns it from gRPC).
+    """
+    return 2 * (settings.chunk_bytes + 65536)
 
 
 def _open_channel(owner: GrpcTransport, peer: str, address: str, receive: int = 65536) -> grpc.Channel:
@@ -476,6 +494,8 @@ class _OutLink:
             reason = _permanent_failure(last_error, self.peer, self.address, self.owner.party)
             if reason:  # permanent: retrying cannot make a certificate valid or a frame smaller
                 self._fail(LinkRefusedError(self.peer, reason, reason))
+                if "RESOURCE_EXHAUSTED" in last_error and "larger than max" in last_error.lower():
+                    self._last_word(reason)
                 return
             limit = settings.peer_timeout_s if self.ever_connected else settings.connect_timeout_s
             if time.monotonic() - down_since > limit:
@@ -487,6 +507,21 @@ class _OutLink:
             self.stats.reconnects += int(self.ever_connected)
             time.sleep(backoff)
             backoff = min(backoff * 2, settings.max_backoff_s)
+
+    def _last_word(self, reason: str) -> None:
+        """Tell the peer's party why this link ends: its gRPC refused a frame, and only this side was told why.
+
+        One short stream: HELLO, then ABORT with the reason; the peer stops at once, naming it, instead of
+        reporting this party as lost after its peer timeout.
+        """
+        frames = [_hello(self.owner, self.peer), fr.encode_frame(fr.Frame(fr.Kind.ABORT, text=reason[:4000]))]
+        try:
+            assert self._channel is not None
+            call = self._channel.stream_stream(_METHOD, request_serializer=None, response_deserializer=None)
+            for _ in call(iter(frames), timeout=2):
+                pass
+        except grpc.RpcError:
+            pass  # the peer is gone too: its own peer timeout reports this party
 
     def _on_response(self, data: bytes, generation: int) -> bool:
         """Handle one answer from the peer; True when it was a handshake."""
@@ -555,12 +590,27 @@ def _end_stream(thread: threading.Thread, call: Any, polite_until: float | None 
     thread.join(timeout=5)
 
 
-def _permanent_failure(detail: str, peer: str, address: str, party: str) -> str:
+def _oversized(detail: str, sender: str, receiver: str) -> str:
+    """The gRPC detail "larger than max (N vs. M)" as a sentence naming sender, size and limit; "" if not that."""
+    match = re.search(r"larger than max \((\d+) vs\. (\d+)\)", detail, re.IGNORECASE)
+    if match is None:
+        return ""
+    size, limit = int(match.group(1)), int(match.group(2))
+    return (f"{sender} sent a frame of {size:,} bytes, over {receiver}'s limit of {limit:,} bytes (gRPC's receive "
+            "limit; set the same [network] chunk_kb for every party)")
+
+
+def _permanent_failure(detail: str, peer: str, address: str, party: str, receiving: bool = False) -> str:
     """A readable reason, naming the side that failed, when a gRPC error cannot pass on retry; "" otherwise.
 
     ``party`` opened the link to ``peer``; gRPC's detail says which TLS check failed on this side, or
-    which alert the peer's side sent when it rejected ``party``'s certificate.
+    which alert the peer's side sent when it rejected ``party``'s certificate. ``receiving``: the
+    stream carries what ``peer`` sends ``party`` (a star's pull stream), not the reverse.
     """
+    sender, receiver = (peer, party) if receiving else (party, peer)
+    oversized = _oversized(detail, sender, receiver)
+    if oversized:
+        return oversized
     upper = detail.upper()
     if "HOSTNAME VERIFICATION" in upper or "PEER NAME" in upper:
         return (f"{party} rejected the certificate presented at {address} for {peer}: it does not name {peer!r} "
@@ -634,7 +684,7 @@ class _PullLink:
         self.last_error = ""
         self.stats = LinkStats()
         self._call: Any = None
-        self._channel = _open_channel(owner, peer, address, receive=self.settings.chunk_bytes + 65536)
+        self._channel = _open_channel(owner, peer, address, receive=_grpc_limit(self.settings))
         self._thread = threading.Thread(target=self._run, name=f"pull-{peer}->{owner.party}", daemon=True)
 
     def start(self) -> None:
@@ -700,7 +750,7 @@ class _PullLink:
                 owner._fail_inbox(self.peer, exc)
                 return
             self.last_error = last_error
-            reason = _permanent_failure(last_error, self.peer, self.address, owner.party)
+            reason = _permanent_failure(last_error, self.peer, self.address, owner.party, receiving=True)
             if reason:
                 owner._fail_inbox(self.peer, LinkRefusedError(self.peer, reason, reason))
                 return
@@ -837,7 +887,7 @@ class GrpcTransport(Transport):
         # (RESOURCE_EXHAUSTED, the client retries) instead of waiting for a thread that never frees.
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"rx-{self.party}"),
                              handlers=(handler,), maximum_concurrent_rpcs=workers,
-                             options=[("grpc.max_receive_message_length", settings.chunk_bytes + 65536),
+                             options=[("grpc.max_receive_message_length", _grpc_limit(settings)),
                                       ("grpc.so_reuseport", 0),
                                       ("grpc.keepalive_permit_without_calls", 1),
                                       ("grpc.http2.min_ping_interval_without_data_ms", 1000)])
@@ -1189,6 +1239,7 @@ class GrpcTransport(Transport):
                 self.received_frame_bytes[peer] += len(data)
                 inbox.last_seen = time.monotonic()
             try:
+                self._check_frame_size(peer, data)
                 frame = fr.decode_frame(data, max_chunk=settings.chunk_bytes)
                 ack = self._on_frame(peer, inbox, frame, pull.push)
             except _Refusal as exc:
@@ -1449,6 +1500,7 @@ class GrpcTransport(Transport):
                 self.received_frame_bytes[src] += len(data)
                 inbox.last_seen = time.monotonic()
             try:
+                self._check_frame_size(src, data)
                 frame = fr.decode_frame(data, max_chunk=settings.chunk_bytes)
                 ack = self._on_frame(src, inbox, frame)
             except _Refusal as exc:
@@ -1558,6 +1610,13 @@ class GrpcTransport(Transport):
             inbox.unacked_bytes += len(frame.payload)
             self._cond.notify_all()
             return self._queued(self._ack(inbox, force=kind == fr.Kind.FIN), queue_ack)
+
+    def _check_frame_size(self, src: str, data: bytes) -> None:
+        """Refuse a frame above :func:`frame_limit`, naming its sender, its size and the limit (both ends read it)."""
+        limit = frame_limit(self.settings)
+        if len(data) > limit:
+            raise _Refusal(f"{src} sent a frame of {len(data):,} bytes, over {self.party}'s limit of {limit:,} bytes "
+                           f"(chunk_kb = {self.settings.chunk_kb}: set the same [network] chunk_kb for every party)")
 
     @staticmethod
     def _queued(ack: bytes | None, queue_ack: Callable[[bytes], None] | None) -> bytes | None:
