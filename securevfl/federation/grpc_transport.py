@@ -28,6 +28,10 @@ keys signed by the parties' certificates and distributed through the hub), sent 
 relay tag naming the destination, forwarded by the hub on its link to the destination without
 reaching the hub's role, and opened there: the runtime sees a normal P1 -> P2 message. The hub
 sends its FIN to a party only once every other party finished (until then it may still relay to it).
+A relayed message that does not open (changed, replayed, reordered, dropped; relabelled: it opens
+under another party's key), or a relayed party's sealed end-of-messages marker still missing when the
+hub's FIN arrives (a dropped last message), is a :class:`RelayError` naming the hub, and fails every
+relayed link of the receiving party at once: the honest sender is never the one blamed.
 
 Bounds. What one party can make another hold is bounded per link: the sender keeps at most
 ``send_window_mb`` unacknowledged; the receiver holds at most ``recv_buffer_mb`` (default
