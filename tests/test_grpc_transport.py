@@ -276,7 +276,7 @@ frames_strategy = st.one_of(
     st.builds(fr.Frame, st.sampled_from([fr.Kind.ACK, fr.Kind.FIN, fr.Kind.HELLO_ACK]), seq=st.integers(0, 2**40)),
     st.builds(fr.Frame, st.sampled_from([fr.Kind.ABORT, fr.Kind.REFUSE]), text=st.text(max_size=50)),
     st.builds(fr.Frame, st.just(fr.Kind.HELLO), src=st.text(max_size=10), dst=st.text(max_size=10),
-              text=st.text(max_size=64),
+              text=st.text(max_size=64), session=st.text(max_size=16),
               job=st.dictionaries(st.text(max_size=5), st.integers(-(2**63), 2**63 - 1), max_size=3)),
 )
 

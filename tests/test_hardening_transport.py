@@ -20,7 +20,7 @@ import psutil
 import pytest
 from net_helpers import close_together, free_port
 
-from securevfl.errors import ConfigError, PeerTimeoutError, ProtocolError
+from securevfl.errors import ConfigError, PeerTimeoutError, ProtocolError, RunAborted
 from securevfl.federation import frames as fr
 from securevfl.federation import grpc_transport as gt
 from securevfl.federation.grpc_transport import GrpcTransport, LinkRefusedError, NetworkSettings, TlsCredentials
@@ -438,3 +438,66 @@ def test_a_new_stream_from_the_same_peer_ends_the_old_one(federation):
     finally:
         release.set()
         channel.close()
+
+
+# ------------------------------------------------------------------ a second process of a party
+
+
+def _exchange_both_ways(x: GrpcTransport, y: GrpcTransport, tag: str) -> None:
+    x.send(Envelope(x.party, y.party, tag, 1, b"from " + x.party.encode()))
+    y.send(Envelope(y.party, x.party, tag, 1, b"from " + y.party.encode()))
+    assert y.recv(y.party, x.party, NO_ABORT, timeout=5).payload == b"from " + x.party.encode()
+    assert x.recv(x.party, y.party, NO_ABORT, timeout=5).payload == b"from " + y.party.encode()
+
+
+@pytest.mark.parametrize("fingerprint", ["f-predict", "f"])  # another phase of the job; the same job (a duplicate)
+def test_a_second_process_of_a_party_is_refused_and_the_live_session_goes_on(federation, pki, fingerprint):
+    good = pki["good"]
+    fed = federation(("a", "b", "c"))
+    a, b, c = (fed.start(n, tls=creds(good, n), insecure=False) for n in ("a", "b", "c"))
+    for t in (a, b, c):
+        t.wait_ready(timeout=6)
+    _exchange_both_ways(a, b, "before")
+    started = time.monotonic()
+    second = GrpcTransport("b", {**fed.addresses, "b": f"127.0.0.1:{free_port()}"}, tls=creds(good, "b"),
+                           fingerprint=fingerprint, job={"epochs": 1}, settings=FAST)
+    try:
+        second.start()
+        with pytest.raises(LinkRefusedError) as refused:
+            second.wait_ready(timeout=6)
+        assert time.monotonic() - started < 4
+    finally:
+        second.abort("test over")
+        second.close()
+    time.sleep(0.3)  # what a refusal would break has happened by now
+    for x, y in ((a, b), (b, c), (a, c)):
+        _exchange_both_ways(x, y, "after")
+    assert all(t._inboxes[p].error is None for t in (a, b, c) for p in t.peers)
+    assert refused.value.peer in ("a", "c") and "live link from b" in str(refused.value)  # says what happened
+
+
+# ------------------------------------------------------------------ a frame over the receiver's limit
+
+
+@pytest.mark.parametrize("size, chunk_kb", [(200_000, 256), (1_000_000, 1024)])  # over the frame limit; over gRPC's
+def test_an_oversized_frame_is_named_at_once_at_both_ends(federation, monkeypatch, size, chunk_kb):
+    fed = federation()
+    b = fed.start("b")  # accepts frames of chunk_kb = 64 (plus the frame header)
+    big = NetworkSettings(**{**FAST_KW, "chunk_kb": chunk_kb})
+    opened = gt._open_channel
+    with monkeypatch.context() as patch:  # a claims chunk_kb = 64 in its HELLO, but its channel sends larger frames
+        patch.setattr(gt, "_open_channel", lambda owner, *args, **kw: opened(
+            type("Owner", (), {"settings": big, "tls": owner.tls})(), *args, **kw))
+        a = fed.start("a")
+    a.wait_ready(), b.wait_ready()
+    a._links["b"].settings = big  # ... and cuts chunk_kb-sized ones
+    started = time.monotonic()
+    a.send(Envelope("a", "b", "huge", 1, b"\0" * size))
+    said = rf"a sent a frame of {size // 1000:,},\d{{3}} bytes, over b's limit of [\d,]+ bytes"
+    with pytest.raises((ProtocolError, RunAborted), match=said) as at_b:
+        b.recv("b", "a", NO_ABORT, timeout=10)
+    assert time.monotonic() - started < 2.5
+    with pytest.raises(LinkRefusedError, match=said) as at_a:
+        a.recv("a", "b", NO_ABORT, timeout=10)
+    assert at_a.value.peer == "b" and "lost" not in str(at_b.value)
+    assert time.monotonic() - started < 2.5

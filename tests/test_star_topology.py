@@ -25,10 +25,14 @@ from securevfl.deploy.federation import job_fingerprint, load_federation, parse_
 from securevfl.deploy.launch import launch
 from securevfl.errors import ConfigError, PeerFinishedError, PeerTimeoutError, ProtocolError
 from securevfl.federation.grpc_transport import (
+    RELAY,
     GrpcTransport,
     LinkRefusedError,
     PeerLostError,
+    RelayError,
     TlsCredentials,
+    parse_relay_tag,
+    relay_tag,
 )
 from securevfl.federation.transport import Envelope
 from securevfl.methods import TrainConfig, method_names
@@ -42,9 +46,9 @@ def creds(directory: Path, party: str) -> TlsCredentials:
 class Star:
     """A hub ``a`` and parties ``b``, ``c`` (no address) in this process, each over its own transport."""
 
-    def __init__(self, pki: Path | None = None, hub_address: str | None = None, **kwargs):
+    def __init__(self, pki: Path | None = None, hub_address: str | None = None, spokes: str = "bc", **kwargs):
         self.pki = pki
-        self.addresses = {"a": hub_address or f"127.0.0.1:{free_port()}", "b": None, "c": None}
+        self.addresses = {"a": hub_address or f"127.0.0.1:{free_port()}", **dict.fromkeys(spokes)}
         self.kwargs = kwargs
         self.t: dict[str, GrpcTransport] = {}
 
@@ -68,7 +72,7 @@ def pki(tmp_path_factory):
     from securevfl.deploy.certs import make_dev_pki
 
     out = tmp_path_factory.mktemp("star-pki")
-    make_dev_pki(["a", "b", "c"], out)
+    make_dev_pki(["a", "b", "c", "d"], out)
     return out
 
 
@@ -482,3 +486,91 @@ def test_a_lost_party_is_reported_by_the_hub_to_a_party_waiting_on_it(star, pki)
     with pytest.raises(PeerLostError, match="a lost c"):
         b.recv("b", "c", NO_ABORT, 30)  # b cannot see c; the hub can, and tells it
     assert time.monotonic() - started < FAST.peer_timeout_s + 3
+
+
+@pytest.mark.parametrize("fingerprint", ["f-predict", "f"])  # the shop's batch scoring; the same job (a duplicate)
+def test_a_second_process_of_a_party_is_refused_and_the_live_star_goes_on(star, pki, fingerprint):
+    s = star(pki)
+    a, b, c = (s.start(n) for n in "abc")
+    for t in (a, b, c):
+        t.wait_ready()
+    b.send(Envelope("b", "c", "before", 1, b"relayed"))
+    assert c.recv("c", "b", NO_ABORT, 5).payload == b"relayed"
+    started = time.monotonic()
+    second = GrpcTransport("b", s.addresses, tls=creds(pki, "b"), fingerprint=fingerprint, job={"epochs": 1},
+                           settings=FAST, hub="a")
+    try:
+        second.start()
+        with pytest.raises(LinkRefusedError) as refused:
+            second.wait_ready(timeout=6)
+        assert time.monotonic() - started < 4
+    finally:
+        second.abort("test over")
+        second.close()
+    time.sleep(0.3)
+    for x, y in (("a", "b"), ("b", "a"), ("a", "c"), ("c", "a"), ("b", "c"), ("c", "b")):
+        s.t[x].send(Envelope(x, y, "after", 1, f"{x}->{y}".encode()))
+        assert s.t[y].recv(y, x, NO_ABORT, 5).payload == f"{x}->{y}".encode()
+    assert all(t._inboxes[p].error is None for t in (a, b, c) for p in t.peers)
+    assert refused.value.peer == "a" and "live link from b" in str(refused.value)
+
+
+def _send_and_finish(t: GrpcTransport, dst: str, tags: list[str]) -> None:
+    for tag in tags:
+        t.send(Envelope(t.party, dst, tag, 1, tag.encode() * 10))
+    t.finish(t.party)
+
+
+@pytest.mark.parametrize("end", ["dropped", "relayed"])  # b's sealed end-of-messages marker dropped too, or not
+def test_a_relay_that_drops_the_last_message_of_a_direction_is_named_when_it_finishes(star, pki, end):
+    s = star(pki)
+    a, b, c = (s.start(n) for n in "abc")
+    for t in (a, b, c):
+        t.wait_ready()
+    forward = a._relay
+    held: list[tuple] = []
+
+    def dropping(src, dst, tag, depth, payload):  # holds each b -> c message back by one; drops the last and the end
+        if src != "b" or dst != "c":
+            return forward(src, dst, tag, depth, payload)
+        if held:
+            last = held.pop()
+            if parse_relay_tag(tag)[1] == RELAY + "fin":  # the last message never reaches c, nor (end=dropped) the end
+                return forward(src, dst, tag, depth, payload) if end == "relayed" else None
+            forward(*last)
+        held.append((src, dst, tag, depth, payload))
+        return None
+
+    a._relay = dropping
+    _send_and_finish(b, "c", ["m0", "m1", "m2"])
+    assert [c.recv("c", "b", NO_ABORT, 5).tag for _ in range(2)] == ["m0", "m1"]
+    a.finish("a")
+    started = time.monotonic()
+    expected = r"a dropped the last message\(s\) from b" if end == "dropped" else r"from b.*dropped.*relay a is to"
+    with pytest.raises(RelayError, match=expected) as dropped:
+        c.recv("c", "b", NO_ABORT, 10)
+    assert dropped.value.peer == "a" and time.monotonic() - started < 3  # the hub is named, at its FIN
+
+
+def test_a_relay_that_relabels_a_message_as_from_another_party_is_named_at_once(star, pki):
+    s = star(pki, spokes="bcd")
+    a, b, c, d = (s.start(n) for n in "abcd")
+    for t in (a, b, c, d):
+        t.wait_ready()
+    forward = a._relay
+
+    def relabelling(src, dst, tag, depth, payload):  # passes b's messages to d off as c's
+        if src == "b" and dst == "d" and parse_relay_tag(tag)[1] == "m1":
+            return forward(src, dst, relay_tag("c", "m1"), depth, payload)
+        return forward(src, dst, tag, depth, payload)
+
+    a._relay = relabelling
+    b.send(Envelope("b", "d", "m0", 1, b"first"))
+    assert d.recv("d", "b", NO_ABORT, 5).payload == b"first"
+    started = time.monotonic()
+    b.send(Envelope("b", "d", "m1", 1, b"second"))
+    with pytest.raises(RelayError, match=r"a relabelled a message from b as from c") as relabelled:
+        d.recv("d", "b", NO_ABORT, 10)  # d waits on b, the honest sender: the hub is named, at once
+    assert relabelled.value.peer == "a" and time.monotonic() - started < 3
+    with pytest.raises(RelayError, match="a relabelled"):
+        d.recv("d", "c", NO_ABORT, 1)

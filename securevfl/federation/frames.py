@@ -7,7 +7,7 @@ functions, no I/O: :mod:`securevfl.federation.grpc_transport` moves the bytes.
 ========== ============ =====================================================================
 kind       sequenced    fields
 ========== ============ =====================================================================
-HELLO      no           src, dst, fingerprint, job (dict), chunk_kb, max_message — first frame of a stream
+HELLO      no           src, dst, fingerprint, job (dict), chunk_kb, max_message, session — first frame of a stream
 HELLO_ACK  no           next_seq (the first sequence number dst has not received)
 REFUSE     no           reason — dst refuses the link (wrong party, job mismatch); no data flows
 DATA       yes          seq, tag, depth, chunk index, chunk count, total length, payload part
@@ -68,6 +68,7 @@ class Frame:
     job: dict[str, Any] = field(default_factory=dict)
     chunk_kb: int = 0  # HELLO: the sender's chunk size and message limit (bytes); 0: not said (an older HELLO)
     max_message: int = 0
+    session: str = ""  # HELLO: the sending process's random session id ("": not said); a reconnect repeats it
 
 
 def encode_frame(frame: Frame) -> bytes:
@@ -75,7 +76,7 @@ def encode_frame(frame: Frame) -> bytes:
     body: list[Any] = [VERSION, int(frame.kind)]
     kind = frame.kind
     if kind == Kind.HELLO:
-        body += [frame.src, frame.dst, frame.text, frame.job, frame.chunk_kb, frame.max_message]
+        body += [frame.src, frame.dst, frame.text, frame.job, frame.chunk_kb, frame.max_message, frame.session]
     elif kind == Kind.HELLO_ACK or kind == Kind.ACK or kind == Kind.FIN:
         body += [frame.seq]
     elif kind == Kind.REFUSE or kind == Kind.ABORT:
@@ -101,7 +102,8 @@ def _data_frame(seq: int, tag: str, depth: int, chunk: int, chunks: int, total: 
     frame = object.__new__(Frame)
     object.__setattr__(frame, "__dict__", {
         "kind": Kind.DATA, "seq": seq, "tag": tag, "depth": depth, "chunk": chunk, "chunks": chunks, "total": total,
-        "payload": payload, "src": "", "dst": "", "text": "", "job": {}, "chunk_kb": 0, "max_message": 0})
+        "payload": payload, "src": "", "dst": "", "text": "", "job": {}, "chunk_kb": 0, "max_message": 0,
+        "session": ""})
     return frame
 
 
@@ -149,17 +151,18 @@ def decode_frame(data: bytes, *, max_chunk: int) -> Frame:
     rest = body[2:]
     expected = {Kind.HELLO: 4, Kind.HELLO_ACK: 1, Kind.ACK: 1, Kind.FIN: 1, Kind.REFUSE: 1, Kind.ABORT: 1,
                 Kind.DATA: 7, Kind.HEARTBEAT: 0}[kind]
-    if kind == Kind.HELLO and len(rest) == 6:  # with the sender's sizes; 4 fields: a HELLO without them
-        expected = 6
+    if kind == Kind.HELLO and len(rest) in (6, 7):  # with the sender's sizes (and session); 4: a HELLO without
+        expected = len(rest)
     if len(rest) != expected:
         raise ProtocolError(f"malformed frame: {kind.name} has {len(rest)} fields, expected {expected}")
     if kind == Kind.HELLO:
         if not isinstance(rest[3], dict):
             raise ProtocolError("malformed frame: HELLO job must be a dictionary")
-        sizes = rest[4:] or [0, 0]
+        sizes = rest[4:6] or [0, 0]
         return Frame(kind, src=_str(rest[0], "src"), dst=_str(rest[1], "dst"), text=_str(rest[2], "fingerprint"),
                      job=rest[3], chunk_kb=_int(sizes[0], "chunk_kb", 0, 1 << 30),
-                     max_message=_int(sizes[1], "max_message", 0, 1 << 50))
+                     max_message=_int(sizes[1], "max_message", 0, 1 << 50),
+                     session=_str(rest[6], "session", 64) if len(rest) == 7 else "")
     if kind in (Kind.HELLO_ACK, Kind.ACK, Kind.FIN):
         return Frame(kind, seq=_int(rest[0], "seq"))
     if kind in (Kind.REFUSE, Kind.ABORT):

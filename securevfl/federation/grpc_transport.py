@@ -11,7 +11,10 @@ chunks (gRPC's message limit never applies to a whole payload); ``max_message_mb
 message with a clear error at the sender and a :class:`ProtocolError` at the receiver, which names
 the sender and both limits and refuses the link at once (the sender sees that refusal too). The
 HELLO carries the sender's ``chunk_kb`` and ``max_message_mb``: parties whose ``chunk_kb`` differ
-are refused at the handshake with both values.
+are refused at the handshake with both values. A single frame above the receiver's limit (one chunk
+and its header, :func:`frame_limit`) is refused at once at both ends naming its size; gRPC itself
+refuses one above about twice that, and the sender, told by gRPC, names it too and tells the
+receiver in an ABORT on a fresh stream.
 
 Star topology (``hub``: the active party). Only the hub runs a server. A non-hub party opens two
 streams to it: ``Exchange`` carries what it sends (as above) and ``Pull`` what it receives: the hub
@@ -25,6 +28,10 @@ keys signed by the parties' certificates and distributed through the hub), sent 
 relay tag naming the destination, forwarded by the hub on its link to the destination without
 reaching the hub's role, and opened there: the runtime sees a normal P1 -> P2 message. The hub
 sends its FIN to a party only once every other party finished (until then it may still relay to it).
+A relayed message that does not open (changed, replayed, reordered, dropped; relabelled: it opens
+under another party's key), or a relayed party's sealed end-of-messages marker still missing when the
+hub's FIN arrives (a dropped last message), is a :class:`RelayError` naming the hub, and fails every
+relayed link of the receiving party at once: the honest sender is never the one blamed.
 
 Bounds. What one party can make another hold is bounded per link: the sender keeps at most
 ``send_window_mb`` unacknowledged; the receiver holds at most ``recv_buffer_mb`` (default
@@ -35,7 +42,8 @@ has ``STREAMS_PER_PEER`` threads per peer and direction plus 4 and refuses a str
 once (``RESOURCE_EXHAUSTED``, retried by the client) instead of queueing it: a stream that sends no
 HELLO within ``HELLO_TIMEOUT_S`` is dropped, a peer (by its certificate) holds at most
 ``STREAMS_PER_PEER`` streams per direction (``Exchange``; ``Pull`` too at a star hub), its newest
-replacing its oldest, and a reconnecting peer's new stream ends its old one. Every
+replacing its oldest other than the one carrying its live link, and a reconnecting peer's new stream
+(same session) ends its old one. Every
 :class:`NetworkSettings` number lies in a sane range (a :class:`ConfigError` names the key and the
 range).
 
@@ -45,11 +53,16 @@ the same CA with the *peer's party name* as the expected host name (``ssl_target
 a certificate for another party, or from another CA, fails the handshake before any frame flows. The
 server also checks that the party a stream claims to come from is the one its client certificate
 names. The first frame (HELLO) carries the job fingerprint; a mismatch is refused with the keys that
-differ, before any data frame. A refused HELLO is charged to the party the client *certificate*
-names (its link fails at this party too), never to the party the HELLO merely claims, so a forged
-HELLO cannot break an honest party's link; on plaintext (loopback) links a refused HELLO is charged
-to nobody. A failed TLS handshake is reported by the side that failed it, saying why (unknown CA,
-name mismatch, expired, not yet valid) as far as gRPC's error detail tells.
+differ, before any data frame. It also carries the sending process's random session id: a reconnect
+repeats it, and a HELLO with another id while a link from that party was accepted (a second process
+of the party: a batch ``--predict`` next to a running ``--serve``) is refused. Once a party's link
+is established, a refused HELLO is refused to its stream alone and the live link goes on; before
+that, it is charged to the party the client *certificate* names too (its link fails at this party,
+so a job mismatch is seen at both ends), and so it always is when the certificate's party claims
+another name. It is never charged to the party the HELLO merely claims, so a forged HELLO cannot
+break an honest party's link; on plaintext (loopback) links a refused HELLO is charged to nobody.
+A failed TLS handshake is reported by the side that failed it, saying why (unknown CA, name
+mismatch, expired, not yet valid) as far as gRPC's error detail tells.
 
 Logging. gRPC's C core prints its own lines (``Handshake failed ...``) to stderr; importing this
 module sets ``GRPC_VERBOSITY=NONE`` unless the variable is set already or grpc was imported before,
@@ -68,6 +81,8 @@ raised in the receiving party's role, never a crash.
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import sys
 import threading
 import time
@@ -132,6 +147,19 @@ class LinkRefusedError(SecureVFLError, ConnectionError):
         super().__init__(message or f"link to {peer} refused: {reason}")
 
 
+class RelayError(ProtocolError):
+    """Star topology: the hub changed, relabelled, replayed, reordered or dropped a message it relays.
+
+    ``peer`` is the hub (the party to blame), ``party`` the one that noticed; the senders are honest:
+    their messages reach the hub over their authenticated links and are sealed end to end.
+    """
+
+    def __init__(self, peer: str, party: str, detail: str):
+        self.peer = peer
+        self.party = party
+        super().__init__(detail)
+
+
 class _Refusal(ProtocolError):
     """A frame the receiver refuses for a reason both ends should read as is (not "malformed")."""
 
@@ -164,6 +192,20 @@ def parse_relay_tag(tag: str) -> tuple[str, str]:
     if not tag.startswith(RELAY) or not sep or not party:
         raise ProtocolError(f"malformed relay tag {tag!r}")
     return party, inner
+
+
+def frame_limit(settings: NetworkSettings) -> int:
+    """The largest frame a party takes from a peer: one ``chunk_kb`` chunk and the frame's header."""
+    return settings.chunk_bytes + 4096
+
+
+def _grpc_limit(settings: NetworkSettings) -> int:
+    """The receive limit given to gRPC, above :func:`frame_limit`.
+
+    A frame between the two is refused by the receiving party itself, naming its size at both ends;
+    one above it never reaches the party's code (the sender learns it from gRPC).
+    """
+    return 2 * (settings.chunk_bytes + 65536)
 
 
 def _open_channel(owner: GrpcTransport, peer: str, address: str, receive: int = 65536) -> grpc.Channel:
@@ -456,6 +498,8 @@ class _OutLink:
             reason = _permanent_failure(last_error, self.peer, self.address, self.owner.party)
             if reason:  # permanent: retrying cannot make a certificate valid or a frame smaller
                 self._fail(LinkRefusedError(self.peer, reason, reason))
+                if "RESOURCE_EXHAUSTED" in last_error and "larger than max" in last_error.lower():
+                    self._last_word(reason)
                 return
             limit = settings.peer_timeout_s if self.ever_connected else settings.connect_timeout_s
             if time.monotonic() - down_since > limit:
@@ -467,6 +511,21 @@ class _OutLink:
             self.stats.reconnects += int(self.ever_connected)
             time.sleep(backoff)
             backoff = min(backoff * 2, settings.max_backoff_s)
+
+    def _last_word(self, reason: str) -> None:
+        """Tell the peer's party why this link ends: its gRPC refused a frame, and only this side was told why.
+
+        One short stream: HELLO, then ABORT with the reason; the peer stops at once, naming it, instead of
+        reporting this party as lost after its peer timeout.
+        """
+        frames = [_hello(self.owner, self.peer), fr.encode_frame(fr.Frame(fr.Kind.ABORT, text=reason[:4000]))]
+        try:
+            assert self._channel is not None
+            call = self._channel.stream_stream(_METHOD, request_serializer=None, response_deserializer=None)
+            for _ in call(iter(frames), timeout=2):
+                pass
+        except grpc.RpcError:
+            pass  # the peer is gone too: its own peer timeout reports this party
 
     def _on_response(self, data: bytes, generation: int) -> bool:
         """Handle one answer from the peer; True when it was a handshake."""
@@ -514,7 +573,8 @@ def _hello(owner: GrpcTransport, peer: str) -> bytes:
     """The first frame of a stream ``owner`` opens to ``peer``: names, job fingerprint and link settings."""
     settings = owner.settings
     return fr.encode_frame(fr.Frame(fr.Kind.HELLO, src=owner.party, dst=peer, text=owner.fingerprint, job=owner.job,
-                                    chunk_kb=settings.chunk_kb, max_message=settings.max_message_bytes))
+                                    chunk_kb=settings.chunk_kb, max_message=settings.max_message_bytes,
+                                    session=owner.session))
 
 
 #: How long a closing link's stream may take to end by itself before it is cancelled.
@@ -534,12 +594,27 @@ def _end_stream(thread: threading.Thread, call: Any, polite_until: float | None 
     thread.join(timeout=5)
 
 
-def _permanent_failure(detail: str, peer: str, address: str, party: str) -> str:
+def _oversized(detail: str, sender: str, receiver: str) -> str:
+    """The gRPC detail "larger than max (N vs. M)" as a sentence naming sender, size and limit; "" if not that."""
+    match = re.search(r"larger than max \((\d+) vs\. (\d+)\)", detail, re.IGNORECASE)
+    if match is None:
+        return ""
+    size, limit = int(match.group(1)), int(match.group(2))
+    return (f"{sender} sent a frame of {size:,} bytes, over {receiver}'s limit of {limit:,} bytes (gRPC's receive "
+            "limit; set the same [network] chunk_kb for every party)")
+
+
+def _permanent_failure(detail: str, peer: str, address: str, party: str, receiving: bool = False) -> str:
     """A readable reason, naming the side that failed, when a gRPC error cannot pass on retry; "" otherwise.
 
     ``party`` opened the link to ``peer``; gRPC's detail says which TLS check failed on this side, or
-    which alert the peer's side sent when it rejected ``party``'s certificate.
+    which alert the peer's side sent when it rejected ``party``'s certificate. ``receiving``: the
+    stream carries what ``peer`` sends ``party`` (a star's pull stream), not the reverse.
     """
+    sender, receiver = (peer, party) if receiving else (party, peer)
+    oversized = _oversized(detail, sender, receiver)
+    if oversized:
+        return oversized
     upper = detail.upper()
     if "HOSTNAME VERIFICATION" in upper or "PEER NAME" in upper:
         return (f"{party} rejected the certificate presented at {address} for {peer}: it does not name {peer!r} "
@@ -584,6 +659,7 @@ class _Inbox:
     queued_bytes: int = 0  # payload bytes of the whole messages in ``envelopes``
     held_back: int = 0  # times the server stopped reading this link because it held recv_buffer_mb
     peer_max_message: int = 0  # the peer's max_message (bytes) from its HELLO; 0 if it did not say
+    session: str | None = None  # the session id of the peer process whose HELLO this party accepted first
     context: Any = None  # the server context of the stream now carrying this link
     relayed: deque[tuple[str, int, bytes]] = field(default_factory=deque)  # relay messages to forward or open
     relay_lock: threading.Lock = field(default_factory=threading.Lock)  # one thread forwards/opens, in order
@@ -612,7 +688,7 @@ class _PullLink:
         self.last_error = ""
         self.stats = LinkStats()
         self._call: Any = None
-        self._channel = _open_channel(owner, peer, address, receive=self.settings.chunk_bytes + 65536)
+        self._channel = _open_channel(owner, peer, address, receive=_grpc_limit(self.settings))
         self._thread = threading.Thread(target=self._run, name=f"pull-{peer}->{owner.party}", daemon=True)
 
     def start(self) -> None:
@@ -678,7 +754,7 @@ class _PullLink:
                 owner._fail_inbox(self.peer, exc)
                 return
             self.last_error = last_error
-            reason = _permanent_failure(last_error, self.peer, self.address, owner.party)
+            reason = _permanent_failure(last_error, self.peer, self.address, owner.party, receiving=True)
             if reason:
                 owner._fail_inbox(self.peer, LinkRefusedError(self.peer, reason, reason))
                 return
@@ -783,6 +859,8 @@ class GrpcTransport(Transport):
         self._fin_sent: set[str] = set()
         self.tls = tls
         self.fingerprint = fingerprint
+        #: This process's id in its HELLOs: a reconnect repeats it, a second process of the party has another.
+        self.session = secrets.token_hex(8)
         self.job = dict(job or {})
         self.settings = settings or NetworkSettings()
         self._differences = differences
@@ -813,7 +891,7 @@ class GrpcTransport(Transport):
         # (RESOURCE_EXHAUSTED, the client retries) instead of waiting for a thread that never frees.
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"rx-{self.party}"),
                              handlers=(handler,), maximum_concurrent_rpcs=workers,
-                             options=[("grpc.max_receive_message_length", settings.chunk_bytes + 65536),
+                             options=[("grpc.max_receive_message_length", _grpc_limit(settings)),
                                       ("grpc.so_reuseport", 0),
                                       ("grpc.keepalive_permit_without_calls", 1),
                                       ("grpc.http2.min_ping_interval_without_data_ms", 1000)])
@@ -919,6 +997,7 @@ class GrpcTransport(Transport):
                        and (time.monotonic() < deadline or self.is_hub and self._spokes_alive(timeout))):
                     self._cond.wait(0.05)  # the hub relays for the other parties until they finish
             if self.is_hub:  # what it forwarded meanwhile, and its FIN to a party that another left waiting
+                self._report_unfinished()  # before the FIN: a party seeing it checks that every other one finished
                 self._fin_to_spokes(force=True)
                 deadline = time.monotonic() + timeout
                 for link in self._links.values():
@@ -993,6 +1072,7 @@ class GrpcTransport(Transport):
         if inbox is None:
             raise ProtocolError(f"no link {src}->{dst}; peers are {list(self.peers)}")
         link = self._links[src]
+        carrier = self._inboxes[self.hub] if src in self._relayed and self.hub is not None else inbox
         started = time.monotonic()
         peer_timeout = self.settings.peer_timeout_s
         with self._cond:
@@ -1012,16 +1092,27 @@ class GrpcTransport(Transport):
                     raise PeerFinishedError(src, dst)
                 if link.error is not None:
                     raise link.error
+                if carrier.error is not None:  # relayed: the hub's link failed, or the hub tampered
+                    raise carrier.error
                 now = time.monotonic()
-                carrier = self._inboxes[self.hub or src] if src in self._relayed else inbox  # relayed: the hub
                 silent_limit = peer_timeout if carrier.hello_seen else max(peer_timeout,
                                                                            self.settings.connect_timeout_s)
                 if now - max(carrier.last_seen, self.started_at) > silent_limit:
-                    raise PeerLostError(src, dst, f"{dst}: nothing from {src} for {silent_limit:g} s "
-                                                  "(its process stopped or the network is down)")
+                    raise self._silent(src, silent_limit)
                 if timeout is not None and now - started >= timeout:
-                    raise PeerTimeoutError(src, dst, timeout)
+                    raise PeerTimeoutError(src, dst, timeout, f"{dst} waited {timeout:g} s for a message from {src}"
+                                           + (f" (relayed by {self.hub}: {src} sent none, or {self.hub} withholds it)"
+                                              if src in self._relayed else ""))
                 self._cond.wait(0.1)
+
+    def _silent(self, src: str, limit: float) -> PeerLostError:
+        """Nothing arrived on the link that carries ``src``'s messages: ``src``'s own, or (relayed) the hub's."""
+        if src in self._relayed and self.hub is not None:
+            return PeerLostError(self.hub, self.party, f"{self.party}: nothing from {self.hub} (which relays {src}'s "
+                                                       f"messages) for {limit:g} s (its process stopped or the "
+                                                       "network is down)")
+        return PeerLostError(src, self.party, f"{self.party}: nothing from {src} for {limit:g} s "
+                                              "(its process stopped or the network is down)")
 
     # -- the server side: one call per incoming stream
 
@@ -1034,7 +1125,10 @@ class GrpcTransport(Transport):
             with self._cond:
                 streams = self._streams.setdefault(key, deque())
                 streams.append(context)
-                stale = [streams.popleft() for _ in range(len(streams) - STREAMS_PER_PEER)]
+                live = self._live_context(certified, pull)  # the stream carrying the live link is never the one
+                stale = [c for c in streams if c is not live][:max(0, len(streams) - STREAMS_PER_PEER)]
+                for old in stale:
+                    streams.remove(old)
             for old in stale:
                 old.cancel()
         timer = threading.Timer(HELLO_TIMEOUT_S, context.cancel)  # a stream that sends no HELLO frees its thread
@@ -1050,18 +1144,52 @@ class GrpcTransport(Transport):
                     if context in streams:
                         streams.remove(context)
 
+    def _live_context(self, peer: str, pull: bool) -> Any:
+        """The server stream carrying the link with ``peer`` in one direction, or None (the caller holds the lock)."""
+        if pull:
+            return getattr(self._links.get(peer), "context", None)
+        return self._inboxes[peer].context
+
     def _serve_pull(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
         """Star topology: a party without a server opens this stream to receive what this party (the hub) sends it."""
         return self._serve(requests, context, pull=True)
 
-    def _refuse(self, certified: str | None, refusal: str) -> bytes:
-        """Refuse a stream's HELLO; this party's link with the peer its *certificate* names fails too."""
-        if certified is not None:
-            with self._cond:
+    def _refuse(self, certified: str | None, claimed: str, refusal: str) -> bytes:
+        """Refuse a stream's HELLO: the REFUSE frame to answer it with.
+
+        Once this party accepted a stream from the party the HELLO names, its link is live and the refusal
+        goes to this stream alone (a second process of that party, started with another phase or job, or
+        a duplicate, never ends the live session). Before that, this party's link with the party its
+        *certificate* names fails too, so a job mismatch is seen at both ends at once; and so it does
+        when a certificate's party claims another name (a forgery, never a second process). A claim
+        alone (a plaintext stream) is charged to nobody.
+        """
+        with self._cond:
+            inbox = self._inboxes.get(claimed)
+            live = inbox is not None and inbox.session is not None
+            if certified is not None and (certified != claimed or self._inboxes[certified].session is None):
                 self._inboxes[certified].error = LinkRefusedError(
                     certified, refusal, f"{self.party} refused the link from {certified}: {refusal}")
                 self._cond.notify_all()
-        return fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal))
+        if live and certified in (None, claimed):
+            refusal += (f" ({self.party} keeps its live link from {claimed}: this stream alone is refused; is a "
+                        f"second process of {claimed} running?)")
+        return fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal[:60000]))
+
+    def _session_refusal(self, hello: fr.Frame) -> str:
+        """Claim the link from ``hello.src`` for the process that sent ``hello``; a refusal if another holds it.
+
+        The first accepted HELLO from a party fixes its session id; its reconnects repeat it. A HELLO with
+        another id comes from another process of that party (a batch ``--predict`` next to a ``--serve``
+        one, a second copy): it must not take over the link, whose sequence numbers are the first one's.
+        """
+        with self._cond:
+            inbox = self._inboxes[hello.src]
+            if inbox.session is None:
+                inbox.session = hello.session
+            if hello.session == inbox.session:
+                return ""
+        return f"another process of {hello.src} (another session) is connected to {self.party}"
 
     def _pull_exchange(self, requests: Iterator[bytes], context: grpc.ServicerContext, timer: threading.Timer,
                        certified: str | None) -> Iterator[bytes]:
@@ -1078,8 +1206,9 @@ class GrpcTransport(Transport):
         refusal = self._check_hello(hello, context)
         if not refusal and not self.is_hub:
             refusal = f"{self.party} is not the hub of a star federation: it sends on its own streams"
+        refusal = refusal or self._session_refusal(hello)
         if refusal:
-            yield self._refuse(certified, refusal)
+            yield self._refuse(certified, hello.src, refusal)
             return
         with self._cond:
             self._inboxes[hello.src].peer_max_message = hello.max_message
@@ -1100,6 +1229,7 @@ class GrpcTransport(Transport):
         refusal = self._check_hello(hello, None)
         if not refusal and hello.src != peer:
             refusal = f"the stream from {peer} claims to come from {hello.src}"
+        refusal = refusal or self._session_refusal(hello)
         if refusal:
             pull.push(fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal)))
             raise LinkRefusedError(peer, refusal, f"{self.party} refused the link from {peer}: {refusal}")
@@ -1113,6 +1243,7 @@ class GrpcTransport(Transport):
                 self.received_frame_bytes[peer] += len(data)
                 inbox.last_seen = time.monotonic()
             try:
+                self._check_frame_size(peer, data)
                 frame = fr.decode_frame(data, max_chunk=settings.chunk_bytes)
                 ack = self._on_frame(peer, inbox, frame, pull.push)
             except _Refusal as exc:
@@ -1146,13 +1277,14 @@ class GrpcTransport(Transport):
         """Forward (the hub) or open (the destination) the relayed messages a frame completed, in order."""
         if self._hub_finished and inbox.finished:
             self._fin_to_spokes()
-        if not inbox.relayed:
+        hub_ended = src == self.hub and not self.is_hub and inbox.finished
+        if not inbox.relayed and not hub_ended:
             return
         with inbox.relay_lock:
             while True:
                 with self._cond:
                     if not inbox.relayed:
-                        return
+                        break
                     tag, depth, payload = inbox.relayed.popleft()
                 if tag == RELAY + "abort":
                     for peer, link in self._links.items():
@@ -1162,6 +1294,26 @@ class GrpcTransport(Transport):
                     self._forward(src, tag, depth, payload)
                 else:
                     self._open_relayed(src, tag, depth, payload)
+            if hub_ended:
+                self._check_relayed_ends(src)
+
+    def _check_relayed_ends(self, hub: str) -> None:
+        """The hub's FIN came: every relayed party's sealed end-of-messages marker must have come before it.
+
+        An honest hub sends its FIN to a party only once every other party finished, and a party's
+        end-of-messages markers precede its FIN on its link to the hub, so the hub relayed them first. A
+        party whose marker is missing lost its last message(s) at the hub: named now, not at a timeout.
+        """
+        with self._cond:
+            missing = [p for p in sorted(self._relayed) if not self._inboxes[p].finished
+                       and self._inboxes[p].error is None]
+            counts = {p: self._pairs[p].channel.received if self._pairs[p].channel is not None else None
+                      for p in missing}
+        for peer in missing:
+            opened = f" after the {counts[peer]} it relayed" if counts[peer] is not None else ""
+            self._relay_failed(hub, RelayError(hub, self.party, (
+                f"{self.party}: {hub} dropped the last message(s) from {peer}: it ended its link to {self.party} "
+                f"without relaying {peer}'s sealed end-of-messages marker{opened}")))
 
     def _forward(self, src: str, tag: str, depth: int, payload: bytes) -> None:
         dst, inner = parse_relay_tag(tag)
@@ -1173,6 +1325,13 @@ class GrpcTransport(Transport):
             self._relay(src, dst, relay_tag(src, inner), depth, payload)
         except SecureVFLError:
             pass  # the link to dst failed: this party's role, or dst's peer timeout, reports it
+
+    def _report_unfinished(self) -> None:
+        """The hub gave up waiting: tell every party which others never finished (lost), before its FIN."""
+        with self._cond:
+            unfinished = [p for p, i in self._inboxes.items() if not i.finished and i.error is None]
+        for peer in unfinished:
+            self._report_lost(peer, f"{peer} did not finish within {self.settings.peer_timeout_s:g} s of {self.party}")
 
     def _report_lost(self, peer: str, detail: str) -> None:
         """The hub lost ``peer``: tell the other parties, which cannot see it themselves (they wait on it)."""
@@ -1191,11 +1350,12 @@ class GrpcTransport(Transport):
         try:
             origin, inner = parse_relay_tag(tag)
         except ProtocolError as exc:
-            self._fail_inbox(carrier, exc)
+            self._relay_failed(carrier, RelayError(carrier, self.party, f"{carrier} relayed a message with a {exc}"))
             return
         if origin not in self._relayed:
-            self._fail_inbox(carrier, ProtocolError(f"{carrier} relayed a message from {origin!r}, not a party "
-                                                    f"{self.party} receives relayed messages from"))
+            self._relay_failed(carrier, RelayError(carrier, self.party, (
+                f"{carrier} relayed a message from {origin!r}, not a party {self.party} receives relayed "
+                "messages from")))
             return
         from securevfl.federation import e2e
 
@@ -1224,10 +1384,7 @@ class GrpcTransport(Transport):
             else:
                 plaintext = payload
         except e2e.E2EError as exc:
-            error = ProtocolError(f"{self.party} refused a message relayed by {carrier} from {origin}: {exc}")
-            with self._cond:
-                pair.error = error
-            self._fail_inbox(origin, error)
+            self._relay_failed(carrier, self._relay_blame(carrier, origin, inner, payload, exc))
             return
         with self._cond:
             inbox = self._inboxes[origin]
@@ -1237,6 +1394,45 @@ class GrpcTransport(Transport):
                 inbox.envelopes.append(Envelope(origin, self.party, inner, depth, plaintext))
                 inbox.queued_bytes += len(plaintext)
             inbox.hello_seen = True
+            self._cond.notify_all()
+
+    def _relay_blame(self, carrier: str, origin: str, inner: str, payload: bytes, exc: Exception) -> RelayError:
+        """The error for a relayed message that does not open as ``origin``'s: the hub, ``carrier``, is to blame.
+
+        Its sender reached the hub over an authenticated link and sealed it for this party alone, so
+        only the hub can have changed, replayed, reordered, dropped or relabelled it. A message that
+        opens under another party's key (with its own counter) was relabelled: that is said as such.
+        """
+        from securevfl.federation.e2e import open_sealed
+
+        for other in sorted(self._relayed - {origin}):
+            channel = self._pairs[other].channel
+            if channel is None or len(payload) < 8:
+                continue
+            try:
+                open_sealed(channel.recv_key, int.from_bytes(payload[:8], "big"), other, self.party, inner, payload)
+            except ProtocolError:
+                continue
+            return RelayError(carrier, self.party, (
+                f"{self.party}: {carrier} relabelled a message from {other} as from {origin} ({inner!r}): the relay "
+                "changed who sent it"))
+        return RelayError(carrier, self.party, (
+            f"{self.party} refused a message relayed by {carrier} from {origin}: {exc} (what {origin} sends reaches "
+            f"{carrier} over an authenticated link, sealed for {self.party} alone: the relay {carrier} is to blame)"))
+
+    def _relay_failed(self, carrier: str, error: RelayError) -> None:
+        """The hub, ``carrier``, tampered with what it relays: every relayed link fails at once, naming it.
+
+        A party waiting on any other non-hub party stops now, and nothing more is sent through that
+        hub to one; the hub's own link stays (what it sends itself is authenticated by TLS).
+        """
+        with self._cond:
+            for peer in sorted(self._relayed):
+                if self._pairs[peer].error is None:
+                    self._pairs[peer].error = error
+                inbox = self._inboxes[peer]
+                if inbox.error is None and not inbox.finished:
+                    inbox.error = error
             self._cond.notify_all()
 
     def _seal(self, peer: str, tag: str, payload: bytes) -> bytes:
@@ -1278,16 +1474,9 @@ class GrpcTransport(Transport):
         except ProtocolError as exc:
             yield fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=f"first frame is not a HELLO: {exc}"))
             return
-        refusal = self._check_hello(hello, context)
+        refusal = self._check_hello(hello, context) or self._session_refusal(hello)
         if refusal:
-            # This party cannot go on with the peer its certificate names either; a claim alone (a plaintext
-            # stream, another party's name) must not break an honest party's link.
-            if certified is not None:
-                with self._cond:
-                    self._inboxes[certified].error = LinkRefusedError(
-                        certified, refusal, f"{self.party} refused the link from {certified}: {refusal}")
-                    self._cond.notify_all()
-            yield fr.encode_frame(fr.Frame(fr.Kind.REFUSE, text=refusal))
+            yield self._refuse(certified, hello.src, refusal)
             return
         src = hello.src
         inbox = self._inboxes[src]
@@ -1315,6 +1504,7 @@ class GrpcTransport(Transport):
                 self.received_frame_bytes[src] += len(data)
                 inbox.last_seen = time.monotonic()
             try:
+                self._check_frame_size(src, data)
                 frame = fr.decode_frame(data, max_chunk=settings.chunk_bytes)
                 ack = self._on_frame(src, inbox, frame)
             except _Refusal as exc:
@@ -1424,6 +1614,13 @@ class GrpcTransport(Transport):
             inbox.unacked_bytes += len(frame.payload)
             self._cond.notify_all()
             return self._queued(self._ack(inbox, force=kind == fr.Kind.FIN), queue_ack)
+
+    def _check_frame_size(self, src: str, data: bytes) -> None:
+        """Refuse a frame above :func:`frame_limit`, naming its sender, its size and the limit (both ends read it)."""
+        limit = frame_limit(self.settings)
+        if len(data) > limit:
+            raise _Refusal(f"{src} sent a frame of {len(data):,} bytes, over {self.party}'s limit of {limit:,} bytes "
+                           f"(chunk_kb = {self.settings.chunk_kb}: set the same [network] chunk_kb for every party)")
 
     @staticmethod
     def _queued(ack: bytes | None, queue_ack: Callable[[bytes], None] | None) -> bytes | None:
