@@ -170,50 +170,13 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
 def measure_online(work: Path, model_dir: Path, files: dict[str, Path], *, singles: int, bulks: int,
                    timeout: float, log: Any) -> dict[str, Any]:
     """Three ``securevfl party --serve`` processes over mutual TLS; latency of 1-row and 1,000-row requests."""
-    import urllib.request
-
     import numpy as np
     import pandas as pd
 
     from securevfl.bench import predict as bp
-    from securevfl.deploy.certs import make_dev_pki
 
-    parties = tuple(files)
-    certs = work / "online-certs"
-    make_dev_pki(list(parties), certs, overwrite=True)
-    blocks = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{_free_port()}"' for p in parties)
-    fed = work / "fed-online.toml"
-    text = FED_TEMPLATE.format(parties=blocks, method="splitnn", options="")  # the same job, over mutual TLS
-    tls = f'\n[tls]\ndir = "{certs}"\n\n[network]'
-    fed.write_text(text.replace("insecure = true\n", "").replace("\n[network]", tls))
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    procs = {}
-    logs = {}
-    for p in parties:
-        cmd = [sys.executable, "-m", "securevfl.cli", "party", "--federation", str(fed), "--as", p, "--serve",
-               "--model-dir", str(model_dir), "--data", str(files[p]), "--device", "cpu"]
-        if p == "bank":
-            cmd += ["--listen", f"127.0.0.1:{port}"]
-        logs[p] = open(work / f"serve-{p}.log", "w")  # noqa: SIM115 - closed below
-        procs[p] = subprocess.Popen(cmd, stdout=logs[p], stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    started = time.perf_counter()
-    try:
-        while True:  # up once every party has announced its index and the endpoint says ok
-            if any(proc.poll() is not None for proc in procs.values()):
-                raise RuntimeError("a serving party exited during set-up: "
-                                   + "; ".join((work / f"serve-{p}.log").read_text()[-500:] for p in parties))
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
-                    if json.loads(response.read()).get("status") == "ok":
-                        break
-            except OSError:
-                pass
-            if time.perf_counter() - started > timeout:
-                raise RuntimeError("the serving parties were not up in time")
-            time.sleep(0.2)
-        setup_s = time.perf_counter() - started
+    with bp.serving_parties(work, model_dir, files, timeout=timeout) as served:
+        url, setup_s = served.url, served.setup_s
         log(f"[online] three parties up over mutual TLS in {setup_s:.1f} s; timing requests")
         ids = pd.read_csv(files["bank"], usecols=["customer_id"]).customer_id.astype(str).to_numpy()
         rng = np.random.default_rng(0)
@@ -231,16 +194,7 @@ def measure_online(work: Path, model_dir: Path, files: dict[str, Path], *, singl
             answer = _post(f"{url}/score", {"rows": [{"customer_id": str(i)} for i in chosen]})
             bulk.append((time.perf_counter() - t0) * 1e3)
             assert len(answer["predictions"]) == 1000
-    finally:
-        procs["bank"].send_signal(2)  # SIGINT at the active party: every party stops cleanly
-        codes = {}
-        for p, proc in procs.items():
-            try:
-                codes[p] = proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                codes[p] = proc.wait()
-            logs[p].close()
+    codes = served.exit_codes
     floor = bp.forward_floor_ms(model_dir, files, sizes=(1, 1000))
     return {"transport": "gRPC over mutual TLS (development PKI), loopback; HTTP/1.0 JSON endpoint",
             "setup_s": setup_s, "rows_held_per_party": int(len(ids)),

@@ -17,6 +17,9 @@ PSI keeps every row), each party's file in its own row order.
   the saved state dicts: bottoms, concatenation, top for SplitNN; embeddings, their mean, the
   active party's decision net for EASTER) scores all N rows. Its predictions are checked against
   ``score()``'s (``max_abs_diff``), so the floor computes the same thing.
+* :func:`serving_parties` runs every party as a ``securevfl party --serve`` process over mutual TLS
+  on loopback (a development PKI) and stops them all on leaving, for the online benchmarks
+  (``benchmarks/predict.py``'s latency, ``benchmarks/serving.py``'s load).
 """
 
 from __future__ import annotations
