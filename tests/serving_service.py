@@ -32,6 +32,7 @@ class Service:
 
     def __init__(self, federation: Any, model: Path, files: dict[str, Path],
                  parties: tuple[str, ...] | None = None, settings: dict[str, Any] | None = None) -> None:
+        self.federation = federation
         self.stop, self.ready = threading.Event(), threading.Event()
         self.url = ""
         self.results: dict[str, Any] = {}

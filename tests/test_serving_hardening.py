@@ -285,3 +285,47 @@ def test_a_passive_party_may_serve_only_the_customers_it_trained_on(trained, tmp
         assert status == 200 and sorted(p["customer_id"] for p in answer["predictions"]) == sorted(scored), answer
     with pytest.raises(securevfl.errors.ConfigError, match="serve-ids"):
         ServeSettings(serve_ids="some")
+
+
+@pytest.mark.timebound
+@pytest.mark.parametrize("second", ["serve", "predict"])
+def test_a_second_process_of_a_party_is_refused_and_the_service_goes_on(trained, tmp_path, second):
+    """In a star (only the bank listens), the shop started again — a second `--serve`, or a batch `--predict`
+    with the same federation file — while the service runs: the newcomer is refused at its handshake; every
+    live party stays up and requests are answered (before: the refusal failed the live session everywhere)."""
+    import re
+
+    from securevfl.deploy.scoring import run_deployed_scoring
+
+    model, files = trained
+    ids = _held_by_all(files)
+    path = loopback_federation_file(tmp_path, PARTIES, "bank", SPLITNN_JOB)
+    path.write_text(re.sub(r'(\[parties\.(shop|clinic)\])\naddress = "[^"]*"', r"\1", path.read_text()))
+    fed = load_federation(path)
+    assert fed.topology == "star"
+    service = Service(fed, model, files)
+    outcome: dict[str, BaseException | None] = {}
+
+    def newcomer() -> None:
+        try:
+            if second == "serve":
+                run_serving_party(fed, "shop", files["shop"], model, device="cpu")
+            else:
+                run_deployed_scoring(fed, "shop", files["shop"], model, device="cpu")
+            outcome["error"] = None
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcome["error"] = exc
+
+    try:
+        thread = threading.Thread(target=newcomer, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while thread.is_alive() and time.monotonic() < deadline:
+            _honest(service, ids)
+            time.sleep(0.2)
+        thread.join(1)
+        assert not thread.is_alive() and isinstance(outcome.get("error"), securevfl.errors.SecureVFLError), outcome
+        assert "refused" in str(outcome["error"]), outcome
+        _honest(service, ids)
+    finally:
+        service.close()
