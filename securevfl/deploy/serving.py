@@ -58,6 +58,7 @@ from securevfl.deploy.scoring import _check_part
 from securevfl.deploy.serving_http import (
     MAX_REQUEST_ROWS,
     RequestError,
+    RequestQueue,
     ScoringApp,
     ScoringEndpoint,
     ScoringJob,
@@ -486,7 +487,7 @@ class _Session:
     metrics: ServeMetrics
 
 
-def _next_batch(jobs: queue.Queue[ScoringJob | None], first: ScoringJob, wait_s: float,
+def _next_batch(jobs: RequestQueue, first: ScoringJob, wait_s: float,
                 max_rows: int) -> tuple[list[ScoringJob], bool]:
     """``first`` and the requests that arrive within ``wait_s`` of it, up to ``max_rows`` rows.
 
@@ -498,7 +499,7 @@ def _next_batch(jobs: queue.Queue[ScoringJob | None], first: ScoringJob, wait_s:
     while rows < max_rows:
         remaining = deadline - time.perf_counter()
         try:
-            job = jobs.get(timeout=remaining) if remaining > 0 else jobs.get_nowait()
+            job = jobs.get(timeout=max(0.0, remaining))
         except queue.Empty:
             break
         if job is None:
@@ -510,7 +511,7 @@ def _next_batch(jobs: queue.Queue[ScoringJob | None], first: ScoringJob, wait_s:
     return batch, False
 
 
-def _active_role(model: _ServingModel, fingerprint: str, jobs: queue.Queue[ScoringJob | None],
+def _active_role(model: _ServingModel, fingerprint: str, jobs: RequestQueue,
                  federation: Federation, classes: tuple[str, ...], task: str, build_side: SideBuilder,
                  ready: Callable[[], None], idle_s: float, settings: ServeSettings,
                  metrics: ServeMetrics) -> Callable[[PartyContext], ServingSummary]:
@@ -706,27 +707,6 @@ def _answer(session: _Session, job: ScoringJob, held: np.ndarray, scores: np.nda
     return {"predictions": predictions, "not_scored": [job.ids[i] for i in np.flatnonzero(~held)]}
 
 
-def _put_stop(jobs: queue.Queue[ScoringJob | None]) -> None:
-    """Tell the active role to stop, even when the queue of requests is full."""
-    while True:
-        try:
-            jobs.put_nowait(None)
-            return
-        except queue.Full:
-            _answer_left(jobs)
-
-
-def _answer_left(jobs: queue.Queue[ScoringJob | None]) -> None:
-    """Answer every request still waiting: the service is over."""
-    while True:
-        try:
-            job = jobs.get_nowait()
-        except queue.Empty:
-            return
-        if job is not None and not job.answer.done():
-            job.answer.set_exception(ServiceStopped("the scoring service stopped"))
-
-
 def _listen_address(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -777,7 +757,7 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
     torch_device = resolve_device(device)
     passives = () if standalone else data_party_order(federation)[1:]
     parties = (federation.active,) if standalone else (*data_party_order(federation), *helper_parties(federation))
-    jobs: queue.Queue[ScoringJob | None] = queue.Queue(maxsize=settings.queue_size)
+    jobs = RequestQueue(settings.queue_size)
     endpoint: ScoringEndpoint | None = None
     summary: ServingSummary
     metrics = ServeMetrics()
@@ -803,7 +783,7 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
         def submit(job: ScoringJob) -> None:
             if state["status"] != "ok":
                 raise ServiceStopped(f"the scoring service is {state['status']}")
-            jobs.put_nowait(job)
+            jobs.put(job)
             metrics.queued.set(jobs.qsize())
 
         app = ScoringApp(name, prepare, submit, lambda: state["status"], metrics, settings, token)
@@ -830,7 +810,7 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
                 def stop_when_told() -> None:
                     stop.wait()
                     state["status"] = "stopping"
-                    _put_stop(jobs)
+                    jobs.stop()
 
                 threading.Thread(target=stop_when_told, daemon=True).start()
             role = _active_role(model, fingerprint, jobs, federation, classes, task, build_side, ready,
@@ -851,7 +831,7 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
             raise
         finally:
             state["status"] = "stopped"
-            _answer_left(jobs)
+            jobs.drain()
         if endpoint is not None:
             summary.address = endpoint.url
     summary.wall_s = time.perf_counter() - started

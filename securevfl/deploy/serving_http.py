@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import itertools
 import json
 import logging
 import math
@@ -76,6 +77,53 @@ class ScoringJob:
     @property
     def n_rows(self) -> int:
         return len(self.ids)
+
+
+#: Requests of at most this many rows are scored before larger ones that wait (a large request never holds
+#: a small one back for longer than one batch).
+SMALL_REQUEST_ROWS = 64
+
+
+class RequestQueue:
+    """The requests waiting to be scored, bounded: small ones (``SMALL_REQUEST_ROWS``) first, then in arrival order.
+
+    ``put(job)`` raises :class:`queue.Full` when ``size`` wait already; ``stop()`` puts the end marker
+    ahead of every waiting request (``get`` then returns None).
+    """
+
+    def __init__(self, size: int) -> None:
+        self._queue: queue.PriorityQueue[tuple[int, int, ScoringJob | None]] = queue.PriorityQueue(size)
+        self._order = itertools.count()
+
+    def put(self, job: ScoringJob) -> None:
+        self._queue.put_nowait((0 if job.n_rows <= SMALL_REQUEST_ROWS else 1, next(self._order), job))
+
+    def stop(self) -> None:
+        """The end marker, even when the queue is full (what waits is answered: the service stopped)."""
+        while True:
+            try:
+                self._queue.put_nowait((-1, next(self._order), None))
+                return
+            except queue.Full:
+                self.drain()
+
+    def get(self, timeout: float | None = None) -> ScoringJob | None:
+        """The next request (raises :class:`queue.Empty` after ``timeout``; 0: do not wait), or None: stop."""
+        item = self._queue.get_nowait() if timeout is not None and timeout <= 0 else self._queue.get(timeout=timeout)
+        return item[2]
+
+    def qsize(self) -> int:
+        return self._queue.qsize()
+
+    def drain(self) -> None:
+        """Answer every waiting request: the service is over."""
+        while True:
+            try:
+                job = self._queue.get_nowait()[2]
+            except queue.Empty:
+                return
+            if job is not None and not job.answer.done():
+                job.answer.set_exception(ServiceStopped("the scoring service stopped"))
 
 
 # ---------------------------------------------------------------------------------- strict JSON
