@@ -158,23 +158,35 @@ def _clamp(secret: bytes) -> int:
     return (value & ~7 & ((1 << 255) - 1)) | (1 << 254)
 
 
-def rerandomizing_pair(urandom: Callable[[int], bytes] = os.urandom) -> tuple[BlindingKey, BlindingKey]:
-    """A fresh key ``r`` and its inverse ``r'``: a point blinded with ``r``, then ``r'``, is itself again.
+def _clamped_form(scalar: int) -> int | None:
+    """The X25519 scalar acting as ``scalar mod l`` on every point, or None (about half of all scalars).
 
-    For points of the prime-order subgroup, ``[r' r mod l] P = P``.
+    It is a multiple of 8 in ``[2^254, 2^255)``: clamping leaves it as it is.
+    """
+    value = 8 * (scalar * pow(8, -1, GROUP_ORDER) % GROUP_ORDER)
+    return value if 1 << 254 <= value < 1 << 255 else None
+
+
+def rerandomizing_pair(urandom: Callable[[int], bytes] = os.urandom,
+                       base: BlindingKey | None = None) -> tuple[BlindingKey, BlindingKey]:
+    """A fresh factor ``r`` and its inverse ``r'``: a point blinded with ``r``, then ``r'``, is itself again.
+
+    For points of the prime-order subgroup, ``[r' r mod l] P = P``. With ``base`` (a key ``a``), the first
+    key is ``a r`` instead: one multiplication of a hashed ID gives ``H(x)^{a r}``.
 
     It hides a point that is already blinded (``H(x)^a``) behind a fresh factor for one exchange: a peer
     who raises ``H(x)^{a r}`` to its key ``b`` cannot link it to the same ``x`` in another exchange, and
     the sender removes ``r`` from the answer. X25519 clamps every scalar (a multiple of 8 with bit 254
-    set), so ``r'`` is the clamped-form representative of ``r^{-1} mod l``: the multiple of 8 congruent to
-    it mod ``l`` lies in ``[2^254, 2^255)`` for about half of the draws of ``r``; the others are redrawn.
+    set), so each key is the clamped-form representative of its value mod ``l``; draws of ``r`` whose
+    keys have none are redrawn.
     """
-    eighth = pow(8, -1, GROUP_ORDER)
     while True:
-        key = BlindingKey.generate(urandom)
-        scalar = _clamp(key.secret) % GROUP_ORDER
-        inverse = 8 * (pow(scalar, -1, GROUP_ORDER) * eighth % GROUP_ORDER)
-        if 1 << 254 <= inverse < 1 << 255:  # clamping leaves it as it is
+        fresh = BlindingKey.generate(urandom)
+        scalar = _clamp(fresh.secret) % GROUP_ORDER
+        inverse = _clamped_form(pow(scalar, -1, GROUP_ORDER))
+        first = scalar if base is None else _clamped_form(_clamp(base.secret) * scalar)
+        if inverse is not None and first is not None:
+            key = fresh if base is None else BlindingKey(first.to_bytes(32, "little"))
             return key, BlindingKey(inverse.to_bytes(32, "little"))
 
 

@@ -75,6 +75,12 @@ def test_rerandomizing_pair_gives_the_point_back(item, salt):
     back = _exchange_all(inverse.secret, [_exchange_all(b.secret, [hidden], 32)], 32)
     assert back == _exchange_all(b.secret, [ha], 32)
     assert rerandomizing_pair()[0] != r  # fresh each time
+    ar, inverse = rerandomizing_pair(base=a)  # a and r in one key: H(x)^{a r} from H(x) directly
+    point = hash_to_curve(item, hash_prefix(salt))
+    hidden = _exchange_all(ar.secret, [point], 32)
+    assert hidden != ha
+    assert _exchange_all(inverse.secret, [_exchange_all(b.secret, [hidden], 32)], 32) == _exchange_all(
+        b.secret, [ha], 32)
 
 
 @settings(max_examples=50, deadline=None)

@@ -32,7 +32,6 @@ request's size. The index reveals to the active party only the number of each pe
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import queue
@@ -552,6 +551,7 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: RequestQueue,
         started = time.perf_counter()
         last = time.monotonic()
         stopping = False
+        busy = False  # the last batch held more than one request: others are likely on their way
         while not stopping:
             ctx.stage = IDLE_STAGE
             try:
@@ -566,7 +566,10 @@ def _active_role(model: _ServingModel, fingerprint: str, jobs: RequestQueue,
                 continue
             if job is None:
                 break
-            batch, stopping = _next_batch(jobs, job, settings.batch_wait_ms / 1e3, settings.max_batch_rows)
+            # wait for company only under concurrency: a lone request is scored at once (with what is queued)
+            wait_s = settings.batch_wait_ms / 1e3 if busy or jobs.qsize() else 0.0
+            batch, stopping = _next_batch(jobs, job, wait_s, settings.max_batch_rows)
+            busy = len(batch) > 1
             metrics.queued.set(jobs.qsize())
             if not batch:
                 continue
@@ -604,8 +607,8 @@ def _lookups(ctx: PartyContext, session: _Session, batch: list[ScoringJob],
 
     sizes = [job.n_rows for job in batch]
     with ctx.meter.crypto("serve.blind"):
-        fresh, inverse = rerandomizing_pair()
-        asked = _blind(_hash_blind(ids, session.salt, session.key), fresh).tobytes()
+        fresh, inverse = rerandomizing_pair(base=session.key)  # H(q)^{a r} in one multiplication
+        asked = _hash_blind(ids, session.salt, fresh).tobytes()
     for p in session.peers:
         ctx.send(p, TAG_REQUEST, {"points": asked, "sizes": sizes})
     positions: dict[str, np.ndarray] = {}
@@ -692,14 +695,13 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
 
 def _answer(session: _Session, job: ScoringJob, held: np.ndarray, scores: np.ndarray | None) -> dict[str, Any]:
     """One request's answer: its scored rows' predictions (with the active party's warnings), the rest named."""
-    from securevfl.model.scoring import predictions_frame
+    from securevfl.model.scoring import prediction_records
 
     predictions: list[dict[str, Any]] = []
     scored = np.flatnonzero(held)
     if len(scored) and scores is not None:
-        scored_ids = np.asarray([job.ids[i] for i in scored], dtype=object)
-        frame = predictions_frame(scored_ids, scores, session.task, session.classes, session.id_column)
-        predictions = json.loads(frame.to_json(orient="records", double_precision=15))
+        predictions = prediction_records([job.ids[i] for i in scored], scores, session.task, session.classes,
+                                         session.id_column)
         for row, i in zip(predictions, scored):
             row["warnings"] = job.warnings[i]
             for note in job.warnings[i]:

@@ -434,6 +434,9 @@ def _protocol(client_timeout_s: float, max_connections: int) -> type:
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._opened = self.loop.time()
             self._arm()
             if len(self.connections) > max_connections:
@@ -475,7 +478,9 @@ class ScoringEndpoint:
         import uvicorn
 
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP named: asyncio sets TCP_NODELAY on accepted connections only then (else every answer on a
+        # keep-alive connection waited ~40 ms for the client's delayed ACK, Nagle's algorithm)
+        self._sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self._sock.bind((host, port))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -302,6 +302,22 @@ def predictions_frame(ids: np.ndarray, scores: np.ndarray, task: str, classes: t
     for j, name in enumerate(classes):
         columns[f"proba_{name}"] = scores[:, j]
     return pd.DataFrame(columns)
+
+
+def prediction_records(ids: Sequence[str], scores: np.ndarray, task: str, classes: tuple[str, ...],
+                       id_column: str) -> list[dict[str, Any]]:
+    """:func:`predictions_frame`'s rows as JSON-ready dicts (plain Python values), without a DataFrame.
+
+    What an online request answers: a frame per request cost more than the model's evaluation.
+    """
+    if task == REGRESSION:
+        values = np.asarray(scores, dtype=np.float64).ravel().tolist()
+        return [{id_column: i, "prediction": v} for i, v in zip(ids, values, strict=True)]
+    names = [f"proba_{name}" for name in classes]
+    chosen = np.argmax(scores, axis=1).tolist()
+    rows = np.asarray(scores, dtype=np.float64).tolist()
+    return [{id_column: i, "prediction": classes[k], **dict(zip(names, row, strict=True))}
+            for i, k, row in zip(ids, chosen, rows, strict=True)]
 
 
 def predict(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_column: str | None = None,
