@@ -622,6 +622,7 @@ def _lookups(ctx: PartyContext, session: _Session, batch: list[ScoringJob],
         for j in _refused_requests(answer, p, len(batch)):
             looked_up[starts[j]:starts[j + 1]] = False
             refused[j] = refused[j] or BudgetRefused(p, answer["reason"], answer["retry_after_s"])
+            session.metrics.refusals.labels(p).inc()
         both = _points(answer["points"], p, len(ids), "blinded request")
         if len(both) != looked_up.sum():
             raise ProtocolError(f"{p} answered {len(both)} of the {int(looked_up.sum())} IDs it looked up")

@@ -209,7 +209,7 @@ class ServeMetrics:
                             registry=self.registry)
         self.warnings = Counter(f"{ns}_row_warnings", "Rows scored with an assumption (unseen category, imputed)",
                                 ["kind"], registry=self.registry)
-        self.refusals = Counter(f"{ns}_peer_refusals", "Lookups a passive party refused (its membership budget)",
+        self.refusals = Counter(f"{ns}_peer_refusals", "Requests a passive party refused (its membership budget)",
                                 ["peer"], registry=self.registry)
         self.peer_seconds = Histogram(f"{ns}_peer_seconds", "Time waiting for each passive party's lookup answer",
                                       ["peer"], buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1, 5),
@@ -386,7 +386,6 @@ class ScoringApp:
             return
         except BudgetRefused as exc:
             self._refused("budget", 429, str(exc))
-            self.metrics.refusals.labels(exc.party).inc()
             extra = [] if exc.retry_after_s is None else [(b"retry-after", str(math.ceil(exc.retry_after_s)).encode())]
             await _reply(send, 429, {"error": str(exc)}, extra)
             return
