@@ -7,6 +7,7 @@ answered and every party still be up.
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import ssl
@@ -329,3 +330,27 @@ def test_a_second_process_of_a_party_is_refused_and_the_service_goes_on(trained,
         _honest(service, ids)
     finally:
         service.close()
+
+
+def test_a_client_gone_while_its_request_is_scored_does_not_stop_the_service(trained, service, monkeypatch):
+    """The answer of a request whose client went away mid-batch is dropped; the service goes on."""
+    import urllib.request
+
+    import securevfl.deploy.serving as serving
+
+    _, files = trained
+    ids = _held_by_all(files)
+    original = serving._answer
+
+    def slow(*args, **kwargs):
+        time.sleep(1.0)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(serving, "_answer", slow)
+    body = json.dumps({"rows": [{"customer_id": ids[0]}]}).encode()
+    request = urllib.request.Request(f"{service.url}/score", data=body, method="POST")
+    with pytest.raises(OSError):  # the client gives up after 0.3 s and closes its connection
+        urllib.request.urlopen(request, timeout=0.3)
+    time.sleep(1.5)
+    monkeypatch.setattr(serving, "_answer", original)
+    _honest(service, ids)

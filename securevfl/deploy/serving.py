@@ -490,9 +490,11 @@ def _next_batch(jobs: RequestQueue, first: ScoringJob, wait_s: float,
                 max_rows: int) -> tuple[list[ScoringJob], bool]:
     """``first`` and the requests that arrive within ``wait_s`` of it, up to ``max_rows`` rows.
 
-    Cancelled requests are dropped; the flag says whether the service was told to stop meanwhile.
+    Cancelled requests are dropped, and every request taken is claimed (its answer can no longer be
+    cancelled: a client that goes away now only drops the answer); the flag says whether the service
+    was told to stop meanwhile.
     """
-    batch = [] if first.cancelled else [first]
+    batch = [first] if _claim(first) else []
     rows = first.n_rows
     deadline = time.perf_counter() + wait_s
     while rows < max_rows:
@@ -503,11 +505,15 @@ def _next_batch(jobs: RequestQueue, first: ScoringJob, wait_s: float,
             break
         if job is None:
             return batch, True
-        if job.cancelled:
-            continue
-        batch.append(job)
-        rows += job.n_rows
+        if _claim(job):
+            batch.append(job)
+            rows += job.n_rows
     return batch, False
+
+
+def _claim(job: ScoringJob) -> bool:
+    """Whether ``job`` is still wanted; if so its answer is marked running (no longer cancellable)."""
+    return not job.cancelled and job.answer.set_running_or_notify_cancel()
 
 
 def _active_role(model: _ServingModel, fingerprint: str, jobs: RequestQueue,
