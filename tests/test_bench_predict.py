@@ -61,4 +61,39 @@ def test_the_bench_command_has_a_predict_section(tmp_path):
     assert list(data["sections"]) == ["predict", "environment"]
     assert data["figures"]["predict.splitnn.score_rows_per_s"]["min"] > 0
     assert data["figures"]["predict.splitnn.ratio_scoring_phase"]["repetitions"] == 2
-    assert "Batch scoring of a saved model" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "Batch scoring of a saved model" in report
+    # the online part: three `party --serve` processes under a few cells of closed-loop load
+    online = data["sections"]["predict"]["data"]["online"]
+    assert [(c["clients"], c["rows_per_request"], c["batch_wait_ms"]) for c in online["cells"]] == \
+        [(1, 1, 2.0), (8, 1, 2.0), (1, 100, 2.0)]
+    assert all(c["errors"] == 0 and c["requests"] > 0 for c in online["cells"]), online["cells"]
+    assert online["exit_codes"] == {"load": {"bank": 0, "shop": 0, "clinic": 0}}
+    for cell in ("1x1", "8x1", "1x100"):
+        for figure in ("requests_per_s", "p50_ms", "p99_ms"):
+            assert data["figures"][f"predict.online.{cell}.{figure}"]["min"] > 0
+    assert data["figures"]["predict.online.ratio_to_floor"]["min"] > 1
+    assert "Online scoring: SplitNN, 3 `party --serve` processes" in report
+
+
+def test_a_failed_online_part_leaves_the_batch_scoring_reported():
+    from securevfl.bench import predict
+
+    data = {"rows": 100, "methods": {}, "online": {"status": "failed: RuntimeError: the port 8123 is taken"}}
+    assert predict.online_figures(data["online"]) == []
+    section = predict.section(data)
+    batch, online = section.tables
+    assert batch.title.startswith("score() against the floor")
+    assert "failed: RuntimeError: the port 8123 is taken" in online.note and online.rows
+
+
+def test_the_online_part_failing_is_recorded_not_raised(tmp_path, monkeypatch):
+    from securevfl.bench import serving, suite
+    from securevfl.bench.config import SIZES
+
+    def taken(*args, **kwargs):
+        raise RuntimeError("the serving parties were not up within 1 s")
+
+    monkeypatch.setattr(serving, "measure_online", taken)
+    assert suite._online(tmp_path, SIZES["quick"], print) == \
+        {"status": "failed: RuntimeError: the serving parties were not up within 1 s"}

@@ -38,6 +38,10 @@ class Sizes:
     wire_epochs: int = 0  # epochs of the deployed-vs-in-process SplitNN run (0: not run)
     method_rounds: int = 1  # runs of every method x privacy cell, alternating order (section 2's repetitions)
     predict_rows: int = 2_000  # rows scored by the predict section (a saved model against the floor)
+    # the predict section's online part (securevfl.bench.serving.measure_online; 0 rows: not run)
+    serving_rows: int = 2_000  # rows each `party --serve` process holds
+    serving_duration_s: float = 3.0  # seconds measured per cell (after a warm-up of a third of it, at most 1 s)
+    serving_nowait: bool = False  # also 8 clients x 1 row on a service with --batch-wait-ms 0 (batching_gain)
     # the secureboost section (securevfl.bench.secureboost; 2048-bit keys at every size)
     secureboost_rows: int = 3_000  # generated rows of the fast run (80 % train)
     secureboost_trees: int = 2
@@ -52,6 +56,7 @@ class Sizes:
 SIZES: dict[str, Sizes] = {
     "tiny": Sizes(repeats=2, psi_sizes=(200,), psi_scaling_sizes=(100,), paillier_scale=0, mask_repeats=5,
                   epochs=1, paillier_batches=(2, 4), paillier_rounds=1, wire_epochs=0, predict_rows=2_000,
+                  serving_rows=500, serving_duration_s=0.5,
                   secureboost_rows=400, secureboost_trees=2, secureboost_depth=2, secureboost_plain_rows=100,
                   secureboost_features=4, secureboost_max_bins=8, secureboost_workers=1, secureboost_rate_scale=0.05),
     "quick": Sizes(repeats=3, psi_sizes=(2_000, 10_000), psi_scaling_sizes=(1_000, 5_000), paillier_scale=1,
@@ -59,7 +64,8 @@ SIZES: dict[str, Sizes] = {
                    method_rounds=2, predict_rows=20_000),
     "full": Sizes(repeats=5, psi_sizes=(10_000, 100_000), psi_scaling_sizes=(1_000, 3_000, 30_000, 300_000),
                   paillier_scale=4, mask_repeats=200, epochs=5, paillier_batches=(16, 32, 64, 128, 256),
-                  paillier_rounds=3, wire_epochs=8, method_rounds=3, predict_rows=200_000, secureboost_rows=20_000,
+                  paillier_rounds=3, wire_epochs=8, method_rounds=3, predict_rows=200_000, serving_rows=20_000,
+                  serving_duration_s=5.0, serving_nowait=True, secureboost_rows=20_000,
                   secureboost_trees=3, secureboost_depth=4, secureboost_plain_rows=2_000, secureboost_features=20,
                   secureboost_rate_scale=1.0),
 }

@@ -19,7 +19,12 @@ PSI keeps every row), each party's file in its own row order.
   ``score()``'s (``max_abs_diff``), so the floor computes the same thing.
 * :func:`serving_parties` runs every party as a ``securevfl party --serve`` process over mutual TLS
   on loopback (a development PKI) and stops them all on leaving, for the online benchmarks
-  (``benchmarks/predict.py``'s latency, ``benchmarks/serving.py``'s load).
+  (``benchmarks/predict.py``'s latency, :mod:`securevfl.bench.serving`'s load).
+
+The ``predict`` section of ``securevfl bench`` adds an online part after the batch scoring: a few cells
+of closed-loop load on three ``party --serve`` processes (:func:`securevfl.bench.serving.measure_online`;
+``predict.online.*`` figures, a second table). If it fails (a port taken, a party that exits), the
+batch-scoring figures and table are still reported and the online table names the failure.
 """
 
 from __future__ import annotations
@@ -355,6 +360,35 @@ def figures(data: Mapping[str, Any]) -> list[Any]:
                 Figure(f"{k}.in_process_rows_per_s", "rows/s", (m["psi"]["rows_per_s"],), HIGHER,
                        note="score() end to end with PSI"),
                 Figure(f"{k}.ratio_end_to_end", "x", (m["psi"]["wall_s"] / min(f["wall_s"] for f in floor),))]
+    return out + online_figures(data.get("online") or {})
+
+
+def online_cell_name(cell: Mapping[str, Any]) -> str:
+    """``<clients>x<rows per request>``, with ``_wait0`` for the ``--batch-wait-ms 0`` peer: ``8x1_wait0``."""
+    return f"{cell['clients']}x{cell['rows_per_request']}" + ("_wait0" if cell["batch_wait_ms"] == 0 else "")
+
+
+def online_figures(online: Mapping[str, Any]) -> list[Any]:
+    """``predict.online.<clients>x<rows>.*`` (requests/s, p50, p99) and ``predict.online.ratio_to_floor``.
+
+    One sample each (one window of load per cell); a cell without an answer has no figure, and a failed
+    or skipped online part (``online["status"]``) none at all.
+    """
+    from securevfl.bench.timing import HIGHER, Figure
+
+    out = []
+    for cell in online.get("cells", ()):
+        if not cell["requests"]:
+            continue
+        k = f"predict.online.{online_cell_name(cell)}"
+        what = f"{cell['clients']} closed-loop client(s) x {cell['rows_per_request']} row(s), batch wait " \
+               f"{cell['batch_wait_ms']:g} ms"
+        out += [Figure(f"{k}.requests_per_s", "requests/s", (cell["requests_per_s"],), HIGHER, note=what),
+                Figure(f"{k}.p50_ms", "ms", (cell["p50_ms"],), note=what),
+                Figure(f"{k}.p99_ms", "ms", (cell["p99_ms"],), note=what)]
+    if online.get("ratio_to_floor"):
+        out.append(Figure("predict.online.ratio_to_floor", "x", (online["ratio_to_floor"],),
+                          note="1 client x 1 row p50 / plain torch forward pass of one row"))
     return out
 
 
@@ -379,8 +413,39 @@ def section(data: Mapping[str, Any]) -> Any:
     t.note = "the goal (issue 27): batch scoring within 2x of the floor in one process; benchmarks/predict.py " \
              "adds the deployed run, batch sizes and a profile"
     s.tables.append(t)
+    s.tables.append(online_table(data.get("online") or {"status": "not run"}))
     s.data = dict(data)
     return s
+
+
+def online_table(online: Mapping[str, Any]) -> Any:
+    """The online part: one row per cell of load (:func:`securevfl.bench.serving.measure_online`), or its failure."""
+    from securevfl.bench.results import Table
+
+    columns = ["batch wait (ms)", "clients", "rows/request", "requests/s", "rows/s", "p50 (ms)", "p99 (ms)", "errors",
+               "rows/batch (server)"]
+    if "cells" not in online:
+        t = Table("Online scoring: not measured", columns)
+        t.add("-", "-", "-", "-", "-", "-", "-", "-", "-")
+        t.note = f"online scoring {online.get('status', 'not run')}; the batch-scoring table above is unaffected"
+        return t
+    t = Table(f"Online scoring: SplitNN, 3 `party --serve` processes over mutual TLS, {online['rows']:,} rows per "
+              f"party, no membership budget; {online['duration_s']:g} s per cell after {online['warmup_s']:g} s "
+              "warm-up", columns)
+    for c in online["cells"]:
+        t.add(f"{c['batch_wait_ms']:g}", c["clients"], c["rows_per_request"], f"{c['requests_per_s']:,.1f}",
+              f"{c['rows_per_s']:,.0f}", f"{c['p50_ms']:.2f}", f"{c['p99_ms']:.2f}", c["errors"],
+              f"{c['batch_rows_mean']:.1f}")
+    notes = ["closed-loop asyncio clients in the benchmark process (HTTP/1.1 keep-alive to the active party's "
+             "plain endpoint on 127.0.0.1), sharing the cores with the three parties",
+             "floor (plain torch forward pass, same weights): "
+             + ", ".join(f"{k} row(s) {v:.3f} ms" for k, v in online["floor_ms"].items())]
+    if online.get("ratio_to_floor"):
+        notes.append(f"1 client x 1 row p50 / floor = {online['ratio_to_floor']:.0f}x")
+    if online.get("batching_gain"):
+        notes.append(f"batching gain (batch wait 2 ms vs 0): {online['batching_gain']:.2f}x requests/s")
+    t.note = "; ".join(notes) + "; benchmarks/serving.py: 32 clients, HTTPS + token, the membership budget"
+    return t
 
 
 # --- online scoring: the three parties as `securevfl party --serve` processes --------------------------------------

@@ -2,9 +2,10 @@
 
 Order: the environment first (load at the start), then primitives, methods, scaling (which reuses
 section 1's PSI timings), network (which re-prices section 2's runs, no new runs), predict (batch
-scoring against its floor), secureboost (training against the straightforward protocol, its crypto
-floor and XGBoost), and the environment again at the end (load at the end, the warning). The load
-average is also sampled between sections for the environment's figure.
+scoring against its floor, then a few cells of online scoring under load), secureboost (training
+against the straightforward protocol, its crypto floor and XGBoost), and the environment again at
+the end (load at the end, the warning). The load average is also sampled between sections for the
+environment's figure.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 
 from securevfl.bench import environment, methods, network, plots, predict, primitives, report, scaling, wire
 from securevfl.bench import secureboost as secureboost_bench
-from securevfl.bench.config import BenchConfig
+from securevfl.bench import serving as serving_bench
+from securevfl.bench.config import BenchConfig, Sizes
 from securevfl.bench.results import Results, Section, Table
 from securevfl.bench.timing import Figure
 from securevfl.checks import check_output_dir
@@ -126,6 +128,7 @@ def run_bench(config: BenchConfig, out: str | Path, *, progress: Progress | None
     if "predict" in active:
         with tempfile.TemporaryDirectory(prefix="securevfl-bench-predict-") as tmp:
             scored = predict.measure(Path(tmp), sizes.predict_rows, config.methods, sizes.repeats, tick)
+            scored["online"] = _online(Path(tmp), sizes, tick)
         record(predict.figures(scored))
         sec = predict.section(scored)
         sec.images.append({"file": plots.predict(scored["methods"], out_dir / "bench_predict.png"),
@@ -148,6 +151,25 @@ def run_bench(config: BenchConfig, out: str | Path, *, progress: Progress | None
     report.write(results, out_dir)
     progress(total, total, "report written")
     return results
+
+
+def _online(directory: Path, sizes: Sizes, tick: Callable[[str], None]) -> dict[str, Any]:
+    """The predict section's online part (the SplitNN model the batch part saved, if any), or why it is missing.
+
+    Any failure (a port taken, a party that exits during set-up) is recorded, not raised: the batch
+    scoring measured before it is still reported.
+    """
+    if not sizes.serving_rows:
+        return {"status": "not run at this size"}
+    model_dir = directory / "model-splitnn"
+    try:
+        return serving_bench.measure_online(directory / "online", rows=sizes.serving_rows,
+                                            duration_s=sizes.serving_duration_s,
+                                            warmup_s=min(1.0, sizes.serving_duration_s / 3),
+                                            nowait=sizes.serving_nowait,
+                                            model_dir=model_dir if model_dir.is_dir() else None, tick=tick)
+    except Exception as error:  # noqa: BLE001 - reported in the section's online table
+        return {"status": f"failed: {type(error).__name__}: {error}"[:600]}
 
 
 def _environment_section(env: dict[str, Any], out_dir: Path) -> Section:
