@@ -27,6 +27,22 @@ TIMEBOUND_MODULES = frozenset({
 })
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread_if_marked(request):
+    """A module marked ``pytestmark = pytest.mark.one_torch_thread`` runs at one torch thread, module fixtures too.
+
+    Float sums depend on torch's thread count (exact comparisons need one), and parties run as threads:
+    torch's intra-op pool on top of them oversubscribes the 2 shared cores (30x slower measured).
+    """
+    if request.node.get_closest_marker("one_torch_thread") is None:
+        yield
+        return
+    from deployed_threads import one_torch_thread
+
+    with one_torch_thread():
+        yield
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in TIMEBOUND_MODULES:

@@ -37,13 +37,7 @@ from securevfl.methods.apcvfl.probe import cross_validate_probe
 FAST = dict(epochs=3, batch_size=64, device="cpu", alignment="plaintext")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    # Tiny models on a shared 2-core machine: intra-op threads only contend (30x slower measured).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.one_torch_thread  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@
 import re
 
 import pytest
-import torch
 
 import securevfl
 from securevfl.cli import main
@@ -14,13 +13,7 @@ from securevfl.methods.engine.checkpoint import CheckpointStore
 KW = dict(parties=2, epochs=3, seed=2, alignment="plaintext")
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Float sums depend on the thread count; an exact comparison needs one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.one_torch_thread  # tests/conftest.py
 
 
 def _interrupt_at(epoch: int):

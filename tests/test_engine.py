@@ -17,14 +17,7 @@ from securevfl.methods.engine.loop import Phase
 from securevfl.methods.splitnn import SplitNN, SplitNNOptions
 from securevfl.seeding import party_generator
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Float sums depend on the thread count; an exact comparison needs one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.one_torch_thread  # tests/conftest.py
 
 
 # -- a new method: SplitNN whose passive parties add Gaussian noise to their embeddings ----------

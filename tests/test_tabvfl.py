@@ -47,13 +47,7 @@ SMALL = dict(epochs=2, batch_size=128, lr=2e-2, seed=0, embedding_dim=4)
 PLAIN = dict(device="cpu", alignment="plaintext")  # alignment is not under test here
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Parties are threads; torch's intra-op pool on top of them oversubscribes 2 shared cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.one_torch_thread  # tests/conftest.py
 
 
 class RecordingTransport(InProcessTransport):
