@@ -22,8 +22,9 @@ from net_helpers import close_together, free_port
 
 from securevfl.errors import ConfigError, PeerTimeoutError, ProtocolError, RunAborted
 from securevfl.federation import frames as fr
-from securevfl.federation import grpc_transport as gt
 from securevfl.federation.grpc_transport import GrpcTransport, LinkRefusedError, NetworkSettings, TlsCredentials
+from securevfl.federation.grpc_transport import outlink as gt_outlink
+from securevfl.federation.grpc_transport import server as gt_server
 from securevfl.federation.transport import Envelope
 
 FAST_KW = {"peer_timeout_s": 4, "heartbeat_s": 0.3, "connect_timeout_s": 6, "chunk_kb": 64,
@@ -199,7 +200,7 @@ def test_idle_streams_with_a_valid_certificate_do_not_starve_an_honest_party(fed
 
 
 def test_streams_without_a_hello_are_dropped_so_an_honest_party_connects(federation, monkeypatch):
-    monkeypatch.setattr(gt, "HELLO_TIMEOUT_S", 1.0, raising=False)
+    monkeypatch.setattr(gt_server, "HELLO_TIMEOUT_S", 1.0)  # where the servicer reads it
     fed = federation()
     b = fed.start("b")
     stop = _idle_streams(fed.addresses["b"], 10)
@@ -484,9 +485,9 @@ def test_an_oversized_frame_is_named_at_once_at_both_ends(federation, monkeypatc
     fed = federation()
     b = fed.start("b")  # accepts frames of chunk_kb = 64 (plus the frame header)
     big = NetworkSettings(**{**FAST_KW, "chunk_kb": chunk_kb})
-    opened = gt._open_channel
+    opened = gt_outlink._open_channel  # where the links look it up
     with monkeypatch.context() as patch:  # a claims chunk_kb = 64 in its HELLO, but its channel sends larger frames
-        patch.setattr(gt, "_open_channel", lambda owner, *args, **kw: opened(
+        patch.setattr(gt_outlink, "_open_channel", lambda owner, *args, **kw: opened(
             type("Owner", (), {"settings": big, "tls": owner.tls})(), *args, **kw))
         a = fed.start("a")
     a.wait_ready(), b.wait_ready()
