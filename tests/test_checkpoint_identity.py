@@ -144,14 +144,14 @@ def _status(**changes):
 ])
 def test_a_malformed_checkpoint_status_is_a_protocol_error(bad):
     from securevfl.errors import ProtocolError
-    from securevfl.methods.engine.loop import _check_status
+    from securevfl.methods.engine.resume import _check_status
 
     with pytest.raises(ProtocolError, match="shop sent a malformed checkpoint status"):
         _check_status("shop", bad)
 
 
 def test_the_active_party_decides_for_everyone():
-    from securevfl.methods.engine.loop import _decide
+    from securevfl.methods.engine.resume import _decide
 
     run = "ab" * 16
     ok = {"bank": _status(), "shop": _status(epochs=[2, 3])}
@@ -196,7 +196,7 @@ def test_a_passive_party_checks_the_active_partys_decision_against_what_it_holds
     from types import SimpleNamespace
 
     from securevfl.errors import ProtocolError
-    from securevfl.methods.engine.loop import _agree_run
+    from securevfl.methods.engine.resume import _agree_run
 
     with pytest.raises(PartyFailure, match="interrupted"):
         securevfl.train("splitnn", checkpoint_dir=tmp_path, progress=_interrupt_at(2), **KW)

@@ -18,7 +18,8 @@ from securevfl.federation.runtime import run_parties
 from securevfl.federation.transport import InProcessTransport
 from securevfl.methods import TrainConfig, create_method
 from securevfl.methods.base import batch_plan
-from securevfl.methods.engine.loop import VALIDATION, validation_split
+from securevfl.methods.engine.loop import validation_split
+from securevfl.methods.engine.stopping import VALIDATION
 from securevfl.methods.tabvfl import (
     EVAL_OUT,
     FT_OUT,
