@@ -64,20 +64,24 @@ NO_EPOCHS = ("secureboost",)
 
 #: Figures left out of a record because they differ between two runs of the same code.
 NOT_REPRODUCIBLE = {
-    # wall-clock and CPU timings (keys ending in _s, "timings", "wall_seconds", ...): the machine's load
-    "timings": "wall-clock / CPU time",
+    # wall-clock and CPU timings (keys ending in _s, "timings", "wall_seconds", ...): the machine's load;
+    # memory (peak_rss_mb): the allocator and what the process ran before
+    "timings": "wall-clock / CPU time, peak memory",
     # Paillier ciphertexts (hetero-lr, secureboost, secagg=paillier) are residues of a fresh random key and
     # fresh obfuscation: the codec writes big integers in as many bytes as they need, so the byte counts of
-    # links that carry them vary by a few bytes between runs (messages do not); kept: messages, and the
-    # bytes of every other link.
-    "paillier_bytes": "byte counts of links carrying Paillier ciphertexts (fresh random key)",
+    # links that carry them vary by a few bytes between runs (messages do not); so do the squarings of
+    # SecureBoost's ciphertext compression (operations.compress_squarings: the random exponent's bits).
+    # Kept: messages, every other operation count, and the bytes of runs without Paillier.
+    "paillier_bytes": "byte counts and compress_squarings of runs sending Paillier ciphertexts (fresh random key)",
     # vfedtrans' FedSVD masks are fresh secrets in every run: its latents, so its metrics and scores, agree
     # only to floating-point rounding (tests/test_deploy_processes.py: 0.02 on the metrics); kept: the
     # messages and bytes per link (fixed-size float arrays).
-    "vfedtrans_values": "vfedtrans metrics, predictions and losses (fresh FedSVD masks)",
+    "vfedtrans_values": "vfedtrans metrics, predictions, losses and other floats (fresh FedSVD masks)",
 }
 PAILLIER_METHODS = ("hetero-lr", "secureboost")
 TIME_KEYS = ("timings", "wall_seconds", "workers", "executor")
+#: Measurements of the machine, not of the run: ``peak_rss_mb`` (the tabnet family's efficiency figures).
+MACHINE_KEYS = ("rss", "memory")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,11 +222,30 @@ def _round(value: Any) -> Any:
 
 
 def _is_time(key: str) -> bool:
-    return key.endswith("_s") or key in TIME_KEYS or "seconds" in key or key.startswith("wall")
+    return (key.endswith("_s") or key in TIME_KEYS or "seconds" in key or key.startswith("wall")
+            or any(m in key for m in MACHINE_KEYS))
+
+
+def without_floats(value: Any) -> Any:
+    """``value`` without its floats (recursively)."""
+    if isinstance(value, dict):
+        return {k: without_floats(v) for k, v in value.items() if not isinstance(v, float)}
+    if isinstance(value, list):
+        return [without_floats(v) for v in value if not isinstance(v, float)]
+    return value
+
+
+def without_keys(value: Any, part: str) -> Any:
+    """``value`` without the keys that contain ``part`` (recursively)."""
+    if isinstance(value, dict):
+        return {k: without_keys(v, part) for k, v in value.items() if part not in str(k)}
+    if isinstance(value, list):
+        return [without_keys(v, part) for v in value]
+    return value
 
 
 def without_times(value: Any) -> Any:
-    """``value`` without the wall-clock and CPU timings (keys ending in ``_s``, ``timings``, ...)."""
+    """``value`` without the wall-clock and CPU timings (keys ending in ``_s``, ``timings``, ...) and memory."""
     if isinstance(value, dict):
         return {k: without_times(v) for k, v in value.items() if not _is_time(str(k))}
     if isinstance(value, list):
@@ -268,7 +291,7 @@ def report_record(method: str, report: Mapping[str, Any]) -> dict[str, Any]:
            "extra": without_times(report.get("extra", {}))}
     if method == "vfedtrans":  # NOT_REPRODUCIBLE["vfedtrans_values"]
         out["metrics"] = out["history"] = "(not reproducible: fresh FedSVD masks)"
-        out["extra"] = {k: v for k, v in out["extra"].items() if not isinstance(v, float)}
+        out["extra"] = without_floats(out["extra"])
     return out
 
 
@@ -286,8 +309,8 @@ def _drop_paillier_bytes(method: str, options: Mapping[str, Any], record: dict[s
         phase.pop("bytes", None)
     for party in cost.get("per_party", {}).values():
         party.pop("bytes_sent", None)
-    if isinstance(record.get("extra"), dict):
-        record["extra"] = {k: v for k, v in record["extra"].items() if "bytes" not in k}
+    cost.pop("wire_payload_bytes", None)
+    record["extra"] = without_keys(without_keys(record.get("extra", {}), "bytes"), "squarings")
 
 
 # ------------------------------------------------------------------------------------- one run
@@ -494,7 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     rec = commands.add_parser("record", help="run every golden run and write its figures")
     rec.add_argument("--out", type=Path, required=True)
-    rec.add_argument("--quick", action="store_true", help="every secure-aggregation scheme, 5 deployed runs; no extra backends or key agreements")
+    rec.add_argument("--quick", action="store_true",
+                     help="every secure-aggregation scheme, 5 deployed runs; no other backends or key agreements")
     rec.add_argument("--only", default="", help="only runs whose name contains this (for debugging)")
     cmp = commands.add_parser("compare", help="print every difference; exit 1 if any")
     cmp.add_argument("old", type=Path)
