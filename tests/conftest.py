@@ -43,6 +43,28 @@ def _one_torch_thread_if_marked(request):
         yield
 
 
+@pytest.fixture(scope="session")
+def dev_pki(tmp_path_factory):
+    """``dev_pki(parties, **options)``: the folder of a development PKI (:func:`make_dev_pki`) for those parties.
+
+    Made once per test session (per xdist worker) and shared by every module asking for the same
+    parties and options; each call of another set is another CA (so ``dev_pki("ab")`` next to
+    ``dev_pki("abc")`` is a federation of another CA, as the transport tests need).
+    """
+    from securevfl.deploy.certs import make_dev_pki
+
+    made = {}
+
+    def make(parties, **options):
+        key = (tuple(parties), tuple(sorted(options.items())))
+        if key not in made:
+            made[key] = tmp_path_factory.mktemp("pki")
+            make_dev_pki(list(parties), made[key], **options)
+        return made[key]
+
+    return make
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in TIMEBOUND_MODULES:

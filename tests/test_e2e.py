@@ -10,14 +10,8 @@ FP = "job-fingerprint"
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    from securevfl.deploy.certs import make_dev_pki
-
-    good = tmp_path_factory.mktemp("e2e-pki")
-    other = tmp_path_factory.mktemp("e2e-other")
-    make_dev_pki(["shop", "clinic"], good)
-    make_dev_pki(["shop"], other)
-    return good, other
+def pki(dev_pki):
+    return dev_pki(["shop", "clinic"]), dev_pki(["shop"])  # a federation's CA, and another
 
 
 def bundle(directory, party, session, fingerprint=FP, claimed=None):

@@ -34,14 +34,8 @@ NO_ABORT = threading.Event()
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    from securevfl.deploy.certs import make_dev_pki
-
-    good = tmp_path_factory.mktemp("pki")
-    other = tmp_path_factory.mktemp("other-ca")
-    make_dev_pki(["a", "b", "c"], good)
-    make_dev_pki(["a", "b"], other)
-    return good, other
+def pki(dev_pki):
+    return dev_pki("abc"), dev_pki("ab")  # a federation's CA, and another
 
 
 def creds(directory, party, ca_dir=None):

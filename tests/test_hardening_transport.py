@@ -36,16 +36,9 @@ METHOD = "/securevfl.Link/Exchange"
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    from securevfl.deploy.certs import make_dev_pki
-
-    good = tmp_path_factory.mktemp("pki")
-    other = tmp_path_factory.mktemp("other-ca")
-    expired = tmp_path_factory.mktemp("expired")
-    make_dev_pki(["a", "b", "c"], good)
-    make_dev_pki(["a", "b"], other)
-    make_dev_pki(["a", "b"], expired, days=1, now=dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=30))
-    return {"good": good, "other": other, "expired": expired}
+def pki(dev_pki):
+    expired = dev_pki("ab", days=1, now=dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=30))
+    return {"good": dev_pki("abc"), "other": dev_pki("ab"), "expired": expired}
 
 
 def creds(directory: Path, party: str, ca_dir: Path | None = None) -> TlsCredentials:

@@ -68,12 +68,8 @@ certs = processes.certs
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    from securevfl.deploy.certs import make_dev_pki
-
-    out = tmp_path_factory.mktemp("star-pki")
-    make_dev_pki(["a", "b", "c", "d"], out)
-    return out
+def pki(dev_pki):
+    return dev_pki("abcd")
 
 
 @pytest.fixture
