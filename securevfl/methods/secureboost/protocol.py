@@ -43,6 +43,7 @@ from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import ActiveOutcome, TrainConfig
 from securevfl.methods.engine.kept import Keep, KeptRole, kept_side
 from securevfl.methods.engine.loop import split_rows
+from securevfl.methods.engine.stopping import PhaseStopper
 from securevfl.methods.secureboost.binning import FeatureBins, fit_bins
 from securevfl.methods.secureboost.codec import (
     DigitLayout,
@@ -485,8 +486,11 @@ class ActiveTrainer:
         base = objective.base_margin(self.y[self.fit_rows])
         margin = np.tile(base, (self.n_walk, 1))
         history: list[dict[str, float]] = []
-        best_loss, best_round, stale = math.inf, 0, 0
+        # the engine's early stopping of one phase (a round is an epoch); an improvement is more than 1e-12 at least
+        stopper = PhaseStopper(config.early_stopping, max(config.min_improvement, 1e-12)) if len(self.val_rows) \
+            else None
         best_margin = margin.copy()
+        stop = False
         per_round = objective.trees_per_round
         rounds = 0
         for rnd in range(options.trees):
@@ -501,20 +505,18 @@ class ActiveTrainer:
             rounds = rnd + 1
             record: dict[str, float] = {"epoch": float(rounds), "seconds": time.perf_counter() - started,
                                         "train_loss": objective.loss(self.y[self.fit_rows], margin[self.fit_rows])}
-            if len(self.val_rows):
+            if stopper is not None:
                 loss = objective.loss(self.y[self.val_rows], margin[self.val_rows])
                 record["val_loss"] = loss
-                if loss < best_loss - max(config.min_improvement, 1e-12):
-                    best_loss, best_round, stale = loss, rounds, 0
+                improved, stop = stopper.update(loss, rounds)
+                if improved:
                     best_margin = margin.copy()
-                else:
-                    stale += 1
             history.append(record)
             self.ctx.progress(epoch=rounds, epochs=options.trees, loss=record["train_loss"])
-            if len(self.val_rows) and stale >= config.early_stopping:
+            if stop:
                 break
-        kept_rounds = best_round if len(self.val_rows) else rounds
-        if len(self.val_rows):
+        kept_rounds = rounds if stopper is None else stopper.best_epoch or 0
+        if stopper is not None:
             margin = best_margin
         kept_trees = kept_rounds * per_round
         self.forest.truncate(kept_trees)
