@@ -134,7 +134,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     from securevfl.api import assemble_report
     from securevfl.data.files import party_table_from_file
     from securevfl.deploy.threads import use_threads
-    from securevfl.models.device import resolve_device
+    from securevfl.networks.device import resolve_device
 
     started = time.perf_counter()
     threads_used = use_threads(federation, name, threads)  # before any torch work

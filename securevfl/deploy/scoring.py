@@ -236,7 +236,7 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
     from securevfl.methods.engine.loop import score_side
     from securevfl.methods.engine.split import SideRole
     from securevfl.model.scoring import active_predictions
-    from securevfl.models.device import resolve_device
+    from securevfl.networks.device import resolve_device
 
     threads_used = use_threads(federation, name, threads)  # before any torch work
     started = time.perf_counter()

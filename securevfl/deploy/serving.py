@@ -737,7 +737,7 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
     ``threads``: torch's threads in this process, as for training (:func:`~securevfl.deploy.party.run_deployed_party`).
     """
     from securevfl.methods.base import method_class
-    from securevfl.models.device import resolve_device
+    from securevfl.networks.device import resolve_device
 
     settings = settings or ServeSettings()
     threads_used = use_threads(federation, name, threads)  # before any torch work
