@@ -36,7 +36,7 @@ import pandas as pd
 from securevfl.data.labels import REGRESSION
 from securevfl.deploy.alignment import LocalAlignment, psi_role, unaligned_rows
 from securevfl.deploy.costs import with_cost_exchange
-from securevfl.deploy.federation import Federation
+from securevfl.deploy.federation_file import Federation
 from securevfl.deploy.links import data_party_order, helper_parties, party_links
 from securevfl.deploy.party import check_roles, log_done, log_start
 from securevfl.deploy.plan import TAG_PLAN, PartyShape, helper_plan_role, local_scenario, log_plan, parse_plan

@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from securevfl.data.labels import CLASSIFICATION, REGRESSION
-from securevfl.deploy.federation import Federation
+from securevfl.deploy.federation_file import Federation
 from securevfl.deploy.links import data_party_order, helper_parties, party_links
 from securevfl.deploy.party import log_done, log_start
 from securevfl.deploy.plan import MAX_CLASSES, MAX_FEATURES, PartyShape, local_scenario
