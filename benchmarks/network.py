@@ -482,7 +482,7 @@ def measure_wire_64k(pki: Path, n: int) -> dict[str, Any]:
 
 def measure_wire_splitnn(pki: Path, files: dict[str, Path], work: Path, epochs: int, batch: int) -> dict[str, Any]:
     """Three transports in this process, each party's server behind a counting proxy; one SplitNN run."""
-    from securevfl.deploy.federation import job_differences, job_fingerprint, load_federation
+    from securevfl.deploy.federation_file import job_differences, job_fingerprint, load_federation
     from securevfl.deploy.links import ordered_addresses
     from securevfl.deploy.party import run_deployed_party
     from securevfl.federation.grpc_transport import GrpcTransport

@@ -46,7 +46,7 @@ from securevfl.federation.runtime import run_parties
 from securevfl.methods import TrainConfig, create_method
 from securevfl.methods.base import as_tensor, batch_plan
 from securevfl.methods.splitnn import build_bottom
-from securevfl.models import MLP, init_parameters
+from securevfl.networks import MLP, init_parameters
 from securevfl.seeding import party_generator
 
 #: Goal of issue 32: the default runtime within 1.1x of the split loop (full run).

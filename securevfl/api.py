@@ -18,7 +18,7 @@ from securevfl.errors import ConfigError
 from securevfl.eval import imbalanced, positive_index, task_metrics
 from securevfl.federation.runtime import run_parties
 from securevfl.methods import create_method
-from securevfl.models.device import resolve_device
+from securevfl.networks.device import resolve_device
 from securevfl.report import RunReport, cost_from_snapshots
 from securevfl.report.run_report import report_paths
 from securevfl.run_config import RUN_SETTINGS, RunConfig, run_config

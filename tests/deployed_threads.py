@@ -32,7 +32,7 @@ def loopback_federation_file(directory: Path, parties: Sequence[str], active: st
 
 def loopback_federation(tmp_path: Path, parties: list[str], active: str, job: str, extra: str = "") -> Any:
     """:func:`loopback_federation_file`, loaded."""
-    from securevfl.deploy.federation import load_federation
+    from securevfl.deploy.federation_file import load_federation
 
     return load_federation(loopback_federation_file(tmp_path, parties, active, job, extra))
 

@@ -13,7 +13,7 @@ import securevfl
 from securevfl.errors import ConfigError
 from securevfl.methods import TrainConfig, create_method
 from securevfl.methods.cvfl import compress, decompress, dequantize, payload_bytes, quantize
-from securevfl.models.zoo import IMAGE_ZOO, TABULAR_ZOO, build_local_model, pick_architecture
+from securevfl.networks.zoo import IMAGE_ZOO, TABULAR_ZOO, build_local_model, pick_architecture
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=32)
 
@@ -165,7 +165,7 @@ def test_paper_zoo_gives_lenet_mlp_and_cnn_on_image_strips():
 
 
 def test_el_pl_gives_every_party_an_mlp_with_that_many_embedding_and_decision_layers():
-    from securevfl.models.zoo import layered_architecture
+    from securevfl.networks.zoo import layered_architecture
 
     report = securevfl.train("easter", "breast-cancer", parties=3, epochs=2, batch_size=64, device="cpu",
                              alignment="plaintext", early_stopping=5,

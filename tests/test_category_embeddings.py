@@ -12,7 +12,7 @@ import securevfl
 from securevfl.data import ColumnSpec
 from securevfl.data.preprocess import code_cardinalities, fit_party_encoder
 from securevfl.errors import ConfigError
-from securevfl.models import CategoryEmbeddings, mlp_bottom
+from securevfl.networks import CategoryEmbeddings, mlp_bottom
 
 FAST = {"parties": 3, "alignment": "plaintext", "device": "cpu"}
 

@@ -25,7 +25,7 @@ from sklearn.datasets import load_breast_cancer
 
 import securevfl
 from securevfl.deploy.certs import make_dev_pki
-from securevfl.deploy.federation import job_differences, job_fingerprint, load_federation
+from securevfl.deploy.federation_file import job_differences, job_fingerprint, load_federation
 from securevfl.deploy.launch import launch
 from securevfl.deploy.links import ordered_addresses
 from securevfl.deploy.party import run_deployed_party

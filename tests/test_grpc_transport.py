@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from net_helpers import CuttingProxy, close_together, free_port
 
-from securevfl.deploy.federation import job_differences
+from securevfl.deploy.federation_file import job_differences
 from securevfl.errors import ConfigError, PeerFinishedError, PeerTimeoutError, ProtocolError, RunAborted
 from securevfl.federation import frames as fr
 from securevfl.federation.grpc_transport import (

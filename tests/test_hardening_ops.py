@@ -286,7 +286,7 @@ def test_federation_from_dev_zero_is_refused_at_once(capsys):
 
 def test_a_huge_federation_file_is_refused_naming_the_limit(tmp_path, capsys):
     from securevfl.checks import MAX_CONFIG_BYTES
-    from securevfl.deploy.federation import load_federation
+    from securevfl.deploy.federation_file import load_federation
 
     big = tmp_path / "fed.toml"
     with open(big, "wb") as handle:

@@ -38,7 +38,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("securevfl.privacy.*", 2),
     ("securevfl.data.*", 3),
     ("securevfl.eval.*", 3),
-    ("securevfl.models.*", 3),
+    ("securevfl.networks.*", 3),
     ("securevfl.train_config", 3),
     ("securevfl.methods.*", 4),
     ("securevfl.model.*", 5),

@@ -190,7 +190,7 @@ def _job(method: str, options: dict) -> tuple[str, str]:
 
 
 def test_a_joint_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_path, files):
-    from securevfl.deploy.federation import load_federation
+    from securevfl.deploy.federation_file import load_federation
     from securevfl.deploy.party import run_deployed_party
     from securevfl.deploy.scoring import run_deployed_scoring
 
@@ -217,7 +217,7 @@ def test_a_joint_model_trained_deployed_scores_alike_deployed_and_in_one_process
 
 def test_a_standalone_model_with_helpers_is_saved_and_scored_by_the_active_party_alone(tmp_path, files):
     """VFedTrans deployed: the key generator, the server and the passive parties save nothing."""
-    from securevfl.deploy.federation import load_federation
+    from securevfl.deploy.federation_file import load_federation
     from securevfl.deploy.party import run_deployed_party
     from securevfl.deploy.scoring import run_deployed_scoring
 

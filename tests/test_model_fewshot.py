@@ -54,7 +54,7 @@ def test_scoring_the_held_out_rows_reproduces_the_runs_test_predictions(tmp_path
 
 
 def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_path, files):
-    from securevfl.deploy.federation import load_federation
+    from securevfl.deploy.federation_file import load_federation
     from securevfl.deploy.party import run_deployed_party
     from securevfl.deploy.scoring import run_deployed_scoring
 

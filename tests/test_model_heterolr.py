@@ -22,7 +22,7 @@ from org_tables import organisation_frames, probabilities, rows_of, training_and
 import securevfl
 import securevfl.federation.runtime as runtime
 from securevfl.cli import main
-from securevfl.deploy.federation import load_federation
+from securevfl.deploy.federation_file import load_federation
 from securevfl.eval import task_metrics
 from securevfl.federation import codec
 from securevfl.methods.hetero_lr import ARBITER, PUBLIC_KEY, HeteroLR

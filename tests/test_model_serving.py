@@ -18,7 +18,7 @@ from serving_service import PARTIES, Service, train_served_model
 
 import securevfl
 import securevfl.errors
-from securevfl.deploy.federation import load_federation
+from securevfl.deploy.federation_file import load_federation
 from securevfl.deploy.serving import run_serving_party
 
 

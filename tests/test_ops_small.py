@@ -30,7 +30,7 @@ import securevfl
 from securevfl.cli import main
 from securevfl.cli.resume import resume_hint
 from securevfl.deploy import threads as th
-from securevfl.deploy.federation import check_tls_paths, job_mismatch, load_federation, parse_federation
+from securevfl.deploy.federation_file import check_tls_paths, job_mismatch, load_federation, parse_federation
 from securevfl.deploy.launch import launch
 from securevfl.errors import ConfigError, DataError, PartyFailure, ProtocolError
 
@@ -73,7 +73,7 @@ def test_threads_flag_is_what_every_party_process_uses(tmp_path, tables, capsys)
 
 def test_the_default_shares_the_cores_among_three_loopback_parties_in_a_fresh_process(tmp_path) -> None:
     fed = loopback_federation_file(tmp_path, ["bank", "shop", "clinic"], "bank", SPLITNN_JOB)
-    code = ("import sys, torch; from securevfl.deploy.federation import load_federation; "
+    code = ("import sys, torch; from securevfl.deploy.federation_file import load_federation; "
             "from securevfl.deploy.threads import apply_threads, choose_threads; "
             "c = apply_threads(choose_threads(load_federation(sys.argv[1]), 'shop')); "
             "print(torch.get_num_threads(), c.source)")

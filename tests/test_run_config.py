@@ -12,7 +12,7 @@ import securevfl
 from securevfl.cli import main
 from securevfl.cli.options import cli_settings
 from securevfl.data import ColumnSpec
-from securevfl.deploy.federation import JobSpec
+from securevfl.deploy.federation_file import JobSpec
 from securevfl.errors import ConfigError
 from securevfl.run_config import RUN_SETTINGS, RunConfig, run_config
 
@@ -117,7 +117,7 @@ def test_the_cli_passes_only_the_options_the_user_gave(monkeypatch, tmp_path):
 def test_a_federation_file_silent_on_a_setting_trains_and_fingerprints_the_methods_default():
     from test_deploy_federation import MINIMAL  # a [job] that gives no lr
 
-    from securevfl.deploy.federation import job_fingerprint, parse_federation
+    from securevfl.deploy.federation_file import job_fingerprint, parse_federation
     from securevfl.deploy.party import method_and_config
 
     text = MINIMAL.replace('method = "splitnn"', 'method = "tabvfl"')

@@ -22,7 +22,7 @@ from deployed_threads import SPLITNN_JOB, loopback_federation_file
 from serving_service import PARTIES, Service, train_served_model
 
 import securevfl.errors
-from securevfl.deploy.federation import load_federation
+from securevfl.deploy.federation_file import load_federation
 from securevfl.deploy.serving import run_serving_party
 from securevfl.deploy.serving_limits import ServeSettings
 

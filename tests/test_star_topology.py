@@ -21,7 +21,7 @@ from net_helpers import CuttingProxy, close_together, free_port
 from test_deploy_processes import HELPERS, federation_file, headline, in_process, run_in_threads
 from test_grpc_transport import FAST, NO_ABORT  # the same fast network settings as the mesh transport's tests
 
-from securevfl.deploy.federation import job_fingerprint, load_federation, parse_federation
+from securevfl.deploy.federation_file import job_fingerprint, load_federation, parse_federation
 from securevfl.deploy.launch import launch
 from securevfl.errors import ConfigError, PeerFinishedError, PeerTimeoutError, ProtocolError
 from securevfl.federation.grpc_transport import (
@@ -396,7 +396,7 @@ def test_every_method_in_the_star_gives_the_mesh_metrics(tmp_path, files, certs,
 
 
 def test_a_job_mismatch_in_a_star_is_refused_at_both_ends_with_the_differing_keys(star):
-    from securevfl.deploy.federation import job_differences
+    from securevfl.deploy.federation_file import job_differences
 
     s = star(differences=job_differences)
     s.start("a", fingerprint="f1", job={"job": {"epochs": 1}})

@@ -68,7 +68,7 @@ def accelerator(device: str = "auto") -> dict[str, Any]:
     """The device model compute runs on, and the CUDA device's name and memory when there is one."""
     import torch
 
-    from securevfl.models.device import resolve_device
+    from securevfl.networks.device import resolve_device
 
     out: dict[str, Any] = {"requested": device, "model_compute_on": str(resolve_device(device)),
                            "cuda_available": bool(torch.cuda.is_available()),

@@ -144,7 +144,7 @@ def launch_command(
 ) -> None:
     """Start every party as its own local process (loopback), stream their output, stop on the first failure."""
     from securevfl.api import check_report_path
-    from securevfl.deploy.federation import load_federation
+    from securevfl.deploy.federation_file import load_federation
 
     fed = load_federation(federation)
     check_insecure(fed.insecure, insecure)

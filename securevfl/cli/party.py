@@ -195,7 +195,7 @@ def party_command(
     with heavy_imports():
         from securevfl.api import check_report_path
         from securevfl.data.columns import spec_from_text
-        from securevfl.deploy.federation import check_tls_paths, load_federation
+        from securevfl.deploy.federation_file import check_tls_paths, load_federation
 
     if report is not None:
         check_report_path(report)

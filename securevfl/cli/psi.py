@@ -124,7 +124,7 @@ def _psi_as_party(federation: Path, name: str, data: Path, out: Path) -> None:
     from securevfl.checks import check_output_dir
     from securevfl.data.files import party_table_from_file
     from securevfl.deploy.alignment import align_over_network
-    from securevfl.deploy.federation import load_federation
+    from securevfl.deploy.federation_file import load_federation
     from securevfl.deploy.links import open_transport
 
     fed = load_federation(federation)

@@ -23,7 +23,7 @@ from securevfl.deploy.certs import (
     party_identity,
     sign_request,
 )
-from securevfl.deploy.federation import (
+from securevfl.deploy.federation_file import (
     Federation,
     JobSpec,
     NetworkSettings,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from securevfl.data.partition import PartyTable
-from securevfl.deploy.federation import Federation
+from securevfl.deploy.federation_file import Federation
 from securevfl.deploy.links import data_party_order
 from securevfl.deploy.progress import log_event, sent_bytes
 from securevfl.errors import ConfigError, ProtocolError, psi_errors

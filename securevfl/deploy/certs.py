@@ -39,7 +39,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from psi import atomic
 from securevfl.checks import read_local_file
-from securevfl.deploy.federation import check_party_name
+from securevfl.deploy.federation_file import check_party_name
 from securevfl.errors import ConfigError
 from securevfl.federation.certificates import (
     CertificateError,

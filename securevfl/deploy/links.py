@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from securevfl.deploy.federation import Federation, check_tls_paths, job_fingerprint, job_mismatch
+from securevfl.deploy.federation_file import Federation, check_tls_paths, job_fingerprint, job_mismatch
 from securevfl.deploy.progress import PartyWatch, log_event
 from securevfl.federation.network import TlsCredentials
 

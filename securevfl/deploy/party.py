@@ -49,7 +49,7 @@ from securevfl.data.partition import PartyTable
 from securevfl.data.scenario import Scenario
 from securevfl.deploy.alignment import LocalAlignment, psi_role, unaligned_rows
 from securevfl.deploy.costs import alignment_cost, record_link_costs, with_cost_exchange
-from securevfl.deploy.federation import Federation
+from securevfl.deploy.federation_file import Federation
 from securevfl.deploy.links import data_party_order, party_links
 from securevfl.deploy.plan import helper_plan_role, local_scenario, plan_role
 from securevfl.deploy.progress import PartyWatch, log_event
@@ -134,7 +134,7 @@ def run_deployed_party(federation: Federation, name: str, data: str | Path | Non
     from securevfl.api import assemble_report
     from securevfl.data.files import party_table_from_file
     from securevfl.deploy.threads import use_threads
-    from securevfl.models.device import resolve_device
+    from securevfl.networks.device import resolve_device
 
     started = time.perf_counter()
     threads_used = use_threads(federation, name, threads)  # before any torch work

@@ -25,7 +25,7 @@ from securevfl.data.labels import REGRESSION, TASKS
 from securevfl.data.partition import PartyTable, split_train_test
 from securevfl.data.scenario import Alignment, Scenario, check_shared_classes, encode_table, training_rows
 from securevfl.deploy.alignment import PsiResult, unaligned_rows
-from securevfl.deploy.federation import Federation
+from securevfl.deploy.federation_file import Federation
 from securevfl.deploy.links import data_party_order, helper_parties
 from securevfl.deploy.progress import log_event
 from securevfl.errors import DataError, ProtocolError

@@ -36,7 +36,7 @@ import pandas as pd
 from securevfl.data.labels import REGRESSION
 from securevfl.deploy.alignment import LocalAlignment, psi_role, unaligned_rows
 from securevfl.deploy.costs import with_cost_exchange
-from securevfl.deploy.federation import Federation
+from securevfl.deploy.federation_file import Federation
 from securevfl.deploy.links import data_party_order, helper_parties, party_links
 from securevfl.deploy.party import check_roles, log_done, log_start
 from securevfl.deploy.plan import TAG_PLAN, PartyShape, helper_plan_role, local_scenario, log_plan, parse_plan
@@ -236,7 +236,7 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
     from securevfl.methods.engine.loop import score_side
     from securevfl.methods.engine.split import SideRole
     from securevfl.model.scoring import active_predictions
-    from securevfl.models.device import resolve_device
+    from securevfl.networks.device import resolve_device
 
     threads_used = use_threads(federation, name, threads)  # before any torch work
     started = time.perf_counter()

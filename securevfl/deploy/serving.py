@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from securevfl.data.labels import CLASSIFICATION, REGRESSION
-from securevfl.deploy.federation import Federation
+from securevfl.deploy.federation_file import Federation
 from securevfl.deploy.links import data_party_order, helper_parties, party_links
 from securevfl.deploy.party import log_done, log_start
 from securevfl.deploy.plan import MAX_CLASSES, MAX_FEATURES, PartyShape, local_scenario
@@ -737,7 +737,7 @@ def run_serving_party(federation: Federation, name: str, data: str | Path | None
     ``threads``: torch's threads in this process, as for training (:func:`~securevfl.deploy.party.run_deployed_party`).
     """
     from securevfl.methods.base import method_class
-    from securevfl.models.device import resolve_device
+    from securevfl.networks.device import resolve_device
 
     settings = settings or ServeSettings()
     threads_used = use_threads(federation, name, threads)  # before any torch work

@@ -30,7 +30,7 @@ from securevfl.errors import ConfigError
 from securevfl.federation.network import is_loopback, split_address
 
 if TYPE_CHECKING:
-    from securevfl.deploy.federation import Federation
+    from securevfl.deploy.federation_file import Federation
 
 #: A party may ask for up to this many threads per core of its machine (more only adds contention).
 MAX_THREADS_PER_CORE = 4

@@ -1,7 +1,7 @@
 """What a networked party needs to know before it opens a link: addresses, timeouts and sizes, TLS material.
 
 Shared by the gRPC transport (:mod:`securevfl.federation.grpc_transport`) and the federation file
-(:mod:`securevfl.deploy.federation`), which fills these from its ``[network]`` and ``[tls]`` sections.
+(:mod:`securevfl.deploy.federation_file`), which fills these from its ``[network]`` and ``[tls]`` sections.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.methods.base import register_method
 from securevfl.methods.engine import TRAIN, PartySide, SplitMethod, checked_tensor
-from securevfl.models import MLP, init_parameters
-from securevfl.models.zoo import (
+from securevfl.networks import MLP, init_parameters
+from securevfl.networks.zoo import (
     MODEL_CHOICES,
     ZOO_CHOICES,
     Architecture,
@@ -53,7 +53,7 @@ class CVFLOptions:
 
     ``compress``: quant | topk | both | none; ``bits`` in 1..16; ``topk_ratio`` in (0, 1];
     ``local_steps``: C-VFL's Q, optimiser steps per exchange (1: no step on stale values);
-    ``models`` / ``zoo``: the bottoms, as for EASTER (:mod:`securevfl.models.zoo`).
+    ``models`` / ``zoo``: the bottoms, as for EASTER (:mod:`securevfl.networks.zoo`).
     """
 
     compress: str = "quant"

@@ -2,7 +2,7 @@
 
 Every party k (the active party too, with its own features) owns a *local model*: an embedding
 net f_k (features -> shared embedding size, default 128) and a decision net g_k (embedding ->
-logits); architectures differ between parties (``models=hetero``, see ``securevfl.models.zoo``). Per
+logits); architectures differ between parties (``models=hetero``, see ``securevfl.networks.zoo``). Per
 batch (Algorithm 1):
 
 1. every party embeds its slice of the agreed batch: e_k = f_k(x_k);
@@ -61,7 +61,7 @@ from securevfl.eval import task_metrics
 from securevfl.methods.base import n_batches, register_method
 from securevfl.methods.engine import Evaluation, peer_reveal
 from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregatePlan, AggregationOptions
-from securevfl.models.zoo import (
+from securevfl.networks.zoo import (
     LocalModel,
 )
 from securevfl.privacy.aggregation import (

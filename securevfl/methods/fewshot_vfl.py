@@ -84,7 +84,7 @@ from securevfl.methods.engine.local_fit import StepLoss, fit_local
 from securevfl.methods.engine.loop import Evaluation, SavedSide
 from securevfl.methods.engine.objective import Objective
 from securevfl.methods.engine.split import side_role
-from securevfl.models import MLP, StripCNN, init_parameters, mlp_bottom
+from securevfl.networks import MLP, StripCNN, init_parameters, mlp_bottom
 from securevfl.seeding import label_number, party_generator, simulation_rng, torch_generator
 
 ONE_SHOT, FEW_SHOT = "one-shot", "few-shot"

@@ -22,7 +22,7 @@ from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import ActiveOutcome, Method, NoOptions, Role, as_tensor, register_method
 from securevfl.methods.engine.loop import EngineRecord, Evaluation, Losses, PartySide
 from securevfl.methods.engine.split import side_role
-from securevfl.models import init_parameters, mlp_bottom
+from securevfl.networks import init_parameters, mlp_bottom
 from securevfl.seeding import party_generator
 
 

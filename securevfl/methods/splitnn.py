@@ -19,8 +19,8 @@ from securevfl.data.scenario import PartyData
 from securevfl.errors import ConfigError
 from securevfl.methods.base import TrainConfig, register_method
 from securevfl.methods.engine import PartySide, SplitMethod
-from securevfl.models import MLP, StripCNN, init_parameters, mlp_bottom
-from securevfl.models.mlp import ACTIVATIONS, parse_widths
+from securevfl.networks import MLP, StripCNN, init_parameters, mlp_bottom
+from securevfl.networks.mlp import ACTIVATIONS, parse_widths
 from securevfl.seeding import party_generator
 
 

@@ -210,7 +210,7 @@ def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_
     A standalone model takes the active party's file alone (``{active: file}``) and scores all its rows.
     """
     from securevfl.federation.runtime import run_parties
-    from securevfl.models.device import resolve_device
+    from securevfl.networks.device import resolve_device
 
     started = time.perf_counter()
     if not isinstance(model, SavedModel):

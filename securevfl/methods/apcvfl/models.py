@@ -19,8 +19,8 @@ from torch import nn
 from securevfl.errors import ConfigError
 from securevfl.methods.base import batch_plan
 from securevfl.methods.engine.local_fit import StepLoss, fit_local
-from securevfl.models import init_parameters
-from securevfl.models.mlp import parse_widths
+from securevfl.networks import init_parameters
+from securevfl.networks.mlp import parse_widths
 from securevfl.seeding import party_generator
 
 DISTILL_LOSSES = ("mse", "mae")

@@ -38,7 +38,7 @@ from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, predict_scores
 from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide, agreed_batches
 from securevfl.methods.engine.split import checked_tensor, side_role
-from securevfl.models.zoo import (
+from securevfl.networks.zoo import (
     MODEL_CHOICES,
     ZOO_CHOICES,
     Architecture,

@@ -49,7 +49,7 @@ from securevfl.methods.base import (
     as_tensor,
 )
 from securevfl.methods.engine.loop import TEST, TRAIN, EngineRecord, Evaluation, Losses, PartySide, run_side
-from securevfl.models import MLP, init_parameters, mlp_bottom
+from securevfl.networks import MLP, init_parameters, mlp_bottom
 from securevfl.seeding import party_generator
 
 EMBEDDING = "embedding"

@@ -9,7 +9,7 @@ from securevfl.data.scenario import PartyData
 from securevfl.errors import ConfigError
 from securevfl.methods.base import TrainConfig
 from securevfl.methods.entity_aug.options import EntityAugOptions
-from securevfl.models import MLP, StripCNN, init_parameters, mlp_bottom
+from securevfl.networks import MLP, StripCNN, init_parameters, mlp_bottom
 from securevfl.seeding import party_generator
 
 

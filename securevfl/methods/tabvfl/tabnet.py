@@ -20,7 +20,7 @@ from pytorch_tabnet.tab_network import GLU_Layer, TabNetDecoder, TabNetEncoder
 from torch import nn
 
 from securevfl.errors import ConfigError
-from securevfl.models.mlp import ModuleT
+from securevfl.networks.mlp import ModuleT
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from securevfl.models.mlp import MLP
+from securevfl.networks.mlp import MLP
 
 
 def embedding_width(n_codes: int) -> int:

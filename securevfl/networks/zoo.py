@@ -18,7 +18,7 @@ from torch import nn
 
 from securevfl.data.scenario import PartyData
 from securevfl.errors import ConfigError
-from securevfl.models import MLP, StripCNN, init_parameters, mlp_bottom
+from securevfl.networks import MLP, StripCNN, init_parameters, mlp_bottom
 from securevfl.seeding import party_generator
 
 MODEL_CHOICES = ("hetero", "homo")
