@@ -306,8 +306,7 @@ class ScoringApp:
             await _reply(send, 400, {"error": str(exc)})
             return
         except Exception as exc:  # noqa: BLE001 - nothing of a request may stop the service
-            _log.exception("an unexpected error preparing a request")
-            self._refused("error", 500, type(exc).__name__)
+            self._refused("error", 500, f"unexpected {type(exc).__name__} preparing it")  # no traceback: no ID
             await _reply(send, 500, {"error": "the request could not be prepared"})
             return
         job.received = started
