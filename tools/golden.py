@@ -38,10 +38,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' organisation tables
+from org_tables import THREE, organisation_frames, rows_of, write_tables  # noqa: E402
+
 FORMAT = 1
 PARTIES = ("bank", "shop", "clinic")
 #: Every organisation's columns of the 30 (by position); fewshot-vfl's active party holds only the label.
-THREE = {"bank": slice(0, 5), "shop": slice(5, 18), "clinic": slice(18, 30)}
 LABEL_ONLY = {"bank": slice(0, 0), "shop": slice(0, 15), "clinic": slice(15, 30)}
 PAILLIER_KEY_BITS = 512  # securevfl.privacy.paillier.keys.MIN_TEST_KEY_BITS: a golden run, not a secure one
 SMALL_KEY = {"key_bits": PAILLIER_KEY_BITS, "insecure_allow_small_key": True}
@@ -162,48 +164,6 @@ def deployed_runs(quick: bool) -> list[Run]:
                  Run("apcvfl-splitnn", BASE_OPTIONS["apcvfl-splitnn"], deployed=True),
                  Run("entity-aug", {}, deployed=True)]
     return runs
-
-
-# ------------------------------------------------------------------------------------- tables
-
-def organisation_frames(seed: int, split: Mapping[str, slice] = THREE, keep: float = 0.9) -> dict[str, pd.DataFrame]:
-    """Breast Cancer cut into three organisations' tables (as tests/org_tables.py; the shop has a text column)."""
-    from sklearn.datasets import load_breast_cancer
-
-    data = load_breast_cancer(as_frame=True)
-    ids = [f"c{i:04d}" for i in range(len(data.frame))]
-    columns = list(data.data.columns)
-    rng = np.random.default_rng(seed)
-    frames = {}
-    for name, cols in split.items():
-        frame = data.data[columns[cols]].copy()
-        frame.insert(0, "customer_id", ids)
-        if name == "shop":
-            frame["segment"] = rng.choice(["gold", "silver", "bronze"], len(frame))
-        if name == "bank":
-            frame["churn"] = np.where(data.target == 1, "yes", "no")
-        frames[name] = frame[rng.random(len(frame)) < keep]
-    return frames
-
-
-def write_tables(frames: Mapping[str, pd.DataFrame], directory: Path) -> dict[str, Path]:
-    """Each frame as ``directory/<party>.csv``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for name, frame in frames.items():
-        paths[name] = directory / f"{name}.csv"
-        frame.to_csv(paths[name], index=False)
-    return paths
-
-
-def held_out_tables(files: Mapping[str, Path], directory: Path, ids: Any, parties: tuple[str, ...]) -> dict[str, str]:
-    """Each party's file cut to the held-out ``ids``, in a shuffled order of its own."""
-    keep = set(ids)
-    frames = {}
-    for i, p in enumerate(parties):
-        frame = pd.read_csv(files[p])
-        frames[p] = frame[frame.customer_id.isin(keep)].sample(frac=1.0, random_state=i)
-    return {p: str(path) for p, path in write_tables(frames, directory).items()}
 
 
 # ------------------------------------------------------------------------------------- digests
@@ -348,7 +308,7 @@ def record_in_process(run: Run, tables: Mapping[str, Path], work: Path, epochs: 
             saved = load_model(model)
             parties = tuple(p for p in PARTIES if p in saved.parts)
             ids = held["ids"] if held is not None else pd.read_csv(tables["bank"]).customer_id
-            new = held_out_tables(tables, work / "new", ids, parties)
+            new = rows_of(tables, work / "new", ids, parties)
             frame = securevfl.predict(saved, data=new, id_column="customer_id", device="cpu", batch_size=SCORE_BATCH)
             out["scoring"] = {"parties": list(parties), "metrics": frame.attrs.get("metrics", {}),
                               "predictions": predictions_digest(frame)}
@@ -460,7 +420,8 @@ def record(out: Path, quick: bool, only: str = "") -> dict[str, Any]:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="golden-") as tmp:
         root = Path(tmp)
-        tables = {name: write_tables(organisation_frames(5, split), root / "tables" / name)
+        tables = {name: write_tables(organisation_frames(5, split=split, categories={"shop": "segment"}),
+                                     root / "tables" / name)
                   for name, split in (("three", THREE), ("label-only", LABEL_ONLY))}
         for i, run in enumerate(runs):
             work = root / f"run{i}"

@@ -178,14 +178,14 @@ def _load_serving_model(federation: Federation, name: str, data: str | Path, mod
 
 def _only_training_ids(model: _ServingModel, name: str) -> _ServingModel:
     """The passive party's model serving only the customers it trained on with the active party."""
-    from securevfl.model.saving import id_digests, saved_training_ids
+    from securevfl.model.saving import id_digest, saved_training_ids
 
     trained = saved_training_ids(model.part)
     if trained is None:
         raise ConfigError(f"{name}'s part was saved without its training IDs: save the model again to serve "
                           "with --serve-ids training")
     known = {bytes(row) for row in trained}
-    keep = [i for i, item in enumerate(model.ids) if bytes(id_digests([item])[0]) in known]
+    keep = [i for i, item in enumerate(model.ids) if id_digest(item) in known]
     log_event(_log, name, "serve", "index", f"serving {len(keep)} of its {len(model.ids)} customers: those it "
               "trained on with the active party (--serve-ids training)", rows=len(keep))
     return dataclasses.replace(model, ids=[model.ids[i] for i in keep], X=model.X[keep],
@@ -243,7 +243,8 @@ def prepare_job(model: _ServingModel, rows: Sequence[Mapping[str, Any]], id_colu
         ids.append(normalize_id(value, normalize) if normalize else value)
     if len(set(ids)) != len(ids):
         raise RequestError(f"a request names each {id_column} once")
-    given = [bool(columns) and not set(columns).isdisjoint(row) for row in rows]
+    trained = set(columns)
+    given = [bool(trained) and not trained.isdisjoint(row) for row in rows]
     X = np.zeros((len(rows), model.X.shape[1]), np.float32)
     own = np.ones(len(rows), dtype=bool)
     notes: list[list[str]] = [[] for _ in rows]
@@ -683,20 +684,19 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
     session.metrics.batch_rows.observe(len(ids))
     session.metrics.rows.labels("scored").inc(len(rows))
     session.metrics.rows.labels("not_scored").inc(len(ids) - len(rows))
-    start = 0
+    start = begin = 0  # the request's first row in the batch, and its first scored row
     for job, refusal in zip(batch, refused):
+        mine = held[start:start + job.n_rows]
+        scored = int(mine.sum())  # 0 for a refused request: none of its rows is held
         if refusal is not None:
             job.answer.set_exception(refusal)
-            start += job.n_rows
-            continue
-        mine = held[start:start + job.n_rows]
-        begin = int(np.count_nonzero(held[:start]))
-        try:
-            job.answer.set_result(_answer(session, job, mine, None if scores is None else
-                                          scores[begin:begin + int(mine.sum())]))
-        except Exception as exc:  # noqa: BLE001 - one request's answer failing is that request's error
-            job.answer.set_exception(exc)
-        start += job.n_rows
+        else:
+            try:
+                job.answer.set_result(_answer(session, job, mine, None if scores is None else
+                                              scores[begin:begin + scored]))
+            except Exception as exc:  # noqa: BLE001 - one request's answer failing is that request's error
+                job.answer.set_exception(exc)
+        start, begin = start + job.n_rows, begin + scored
     return int(len(rows))
 
 

@@ -72,7 +72,6 @@ class ScoringJob:
     warnings: list[list[str]]
     answer: Future[dict[str, Any]] = field(default_factory=Future)
     cancelled: bool = False
-    received: float = field(default_factory=time.perf_counter)
 
     @property
     def n_rows(self) -> int:
@@ -309,7 +308,6 @@ class ScoringApp:
             self._refused("error", 500, f"unexpected {type(exc).__name__} preparing it")  # no traceback: no ID
             await _reply(send, 500, {"error": "the request could not be prepared"})
             return
-        job.received = started
         try:
             self.submit(job)
         except queue.Full:

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from securevfl.errors import ConfigError
+from securevfl.federation.network import is_loopback_host
 
-#: Loopback listen addresses: the only ones that may serve without TLS and client authentication.
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 #: Which of its customers a passive party serves.
 SERVE_IDS = ("all", "training")
 
@@ -82,7 +81,7 @@ class ServeSettings:
 
 def check_exposure(host: str, settings: ServeSettings) -> None:
     """A non-loopback endpoint is refused without TLS and client authentication (mutual TLS or a token)."""
-    if host in LOOPBACK_HOSTS or host.startswith("127."):
+    if is_loopback_host(host):
         return
     if not settings.tls or not settings.authenticates:
         raise ConfigError(f"--listen {host}: an endpoint beyond loopback needs TLS (--serve-cert/--serve-key, or "

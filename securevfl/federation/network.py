@@ -49,7 +49,11 @@ def split_address(address: str) -> tuple[str, int]:
 
 def is_loopback(address: str) -> bool:
     """True if ``host:port`` is on this machine only: 127.0.0.0/8, ``localhost`` or ``[::1]``."""
-    host, _ = split_address(address)
+    return is_loopback_host(split_address(address)[0])
+
+
+def is_loopback_host(host: str) -> bool:
+    """True if ``host`` (no port) is on this machine only: 127.0.0.0/8, ``localhost`` or ``::1``."""
     if host.lower() == "localhost":
         return True
     try:
@@ -149,4 +153,4 @@ class TlsCredentials:
                 f"root_ca=<{len(self.root_ca)} bytes>)")
 
 
-__all__ = ["LIMITS", "NetworkSettings", "TlsCredentials", "is_loopback", "split_address"]
+__all__ = ["LIMITS", "NetworkSettings", "TlsCredentials", "is_loopback", "is_loopback_host", "split_address"]

@@ -265,10 +265,14 @@ def party_schema(encoder: PartyEncoder | None, spec: ColumnSpec | None, *, id_co
             "encoded_width": encoder.width if encoder is not None else 0}
 
 
+def id_digest(item: str) -> bytes:
+    """The 16-byte BLAKE2b digest of one prepared ID (what a part keeps of its training IDs)."""
+    return hashlib.blake2b(item.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
 def id_digests(ids: Sequence[str]) -> np.ndarray:
-    """The sorted, distinct 16-byte BLAKE2b digests of prepared IDs, as an ``(n, 16)`` uint8 array."""
-    joined = b"".join(sorted({hashlib.blake2b(i.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-                              for i in ids}))
+    """The sorted, distinct :func:`id_digest` of prepared IDs, as an ``(n, 16)`` uint8 array."""
+    joined = b"".join(sorted({id_digest(i) for i in ids}))
     return np.frombuffer(joined, np.uint8).reshape(-1, 16)
 
 
