@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from script_module import ROOT, script_module
 
 from securevfl.data import load_dataset
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("apcvfl_tables_bench", ROOT / "benchmarks" / "apcvfl_tables.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
+    with script_module(ROOT / "benchmarks" / "apcvfl_tables.py", "apcvfl_tables_bench") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 def test_subsample_is_stratified_or_takes_the_asked_positive_share(bench):

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from script_module import ROOT, load_script
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("predict_bench", ROOT / "benchmarks" / "predict.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / "predict.py", "predict_bench")
 
 
 def test_the_predict_benchmark_runs_and_its_floor_computes_what_scoring_does(tmp_path):

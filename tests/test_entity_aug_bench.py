@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from script_module import ROOT, load_script
 
 import securevfl
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("entity_aug_bench", ROOT / "benchmarks" / "entity_aug.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / "entity_aug.py", "entity_aug_bench")
 
 
 bench = _benchmark()

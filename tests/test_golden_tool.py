@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from script_module import script_module
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "golden.py"
 
 
 @pytest.fixture(scope="module")
 def golden():
-    spec = importlib.util.spec_from_file_location("golden_tool", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
+    with script_module(TOOL, "golden_tool") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 def _record():
