@@ -484,8 +484,8 @@ def measure_wire_splitnn(pki: Path, files: dict[str, Path], work: Path, epochs: 
     """Three transports in this process, each party's server behind a counting proxy; one SplitNN run."""
     from securevfl.deploy.federation_file import job_differences, job_fingerprint, load_federation
     from securevfl.deploy.links import ordered_addresses
-    from securevfl.deploy.party import run_deployed_party
     from securevfl.federation.grpc_transport import GrpcTransport
+    from securevfl.pipeline.train import run_deployed_party
 
     fed = load_federation(write_federation(work / "fed-wire.toml", pki, list(files), "splitnn", epochs, batch))
     digest, job = job_fingerprint(fed)

@@ -10,7 +10,7 @@ file in its own row order), a small model is trained on 5,000 other generated ro
 saved with ``model_dir`` for SplitNN and for EASTER with DH secure aggregation (embedding 16). Then,
 for each model, the N rows are scored:
 
-* **in process**: ``securevfl.model.scoring.score(model_dir, files, batch_size=B, device="cpu")``
+* **in process**: ``securevfl.pipeline.score.score(model_dir, files, batch_size=B, device="cpu")``
   with ECDH PSI, and again with ``alignment="plaintext"`` (no PSI: PSI is not model compute). Wall
   time, rows/s, and the split: read, preprocess, align (PSI), scoring phase (``run_parties`` of
   every party's ``score_side``: build, DH key agreement for EASTER, the batches);
@@ -231,7 +231,7 @@ def profile_scoring(model_dir: Path, files: dict[str, Path], batch_size: int, to
     import cProfile
 
     from securevfl.federation.cooperative import CooperativeTransport
-    from securevfl.model.scoring import score
+    from securevfl.pipeline.score import score
 
     main_profile, parties_profile = cProfile.Profile(), cProfile.Profile()
     original = CooperativeTransport.run

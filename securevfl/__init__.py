@@ -32,7 +32,7 @@ _LAZY = {
     "method_names": "securevfl.methods",
     "dataset_names": "securevfl.data",
     "load_model": "securevfl.model.scoring",
-    "predict": "securevfl.model.scoring",
+    "predict": "securevfl.api",
 }
 
 

@@ -64,7 +64,7 @@ def run_parties_in_threads(federation: Any, files: dict[str, str | None], timeou
     ``files``: party -> its table (``None`` for a ``data = false`` party); ``options``: more
     ``run_deployed_party`` arguments for every party (``model_dir=...``).
     """
-    from securevfl.deploy.party import run_deployed_party
+    from securevfl.pipeline.train import run_deployed_party
 
     return in_threads(lambda p: run_deployed_party(federation, p, files[p], device="cpu", **options), tuple(files),
                       timeout)

@@ -13,7 +13,7 @@ from deployed_threads import one_torch_thread
 from org_tables import organisation_frames, write_tables
 
 import securevfl
-from securevfl.deploy.serving import run_serving_party
+from securevfl.pipeline.serve import run_serving_party
 
 PARTIES = ("bank", "shop", "clinic")
 

@@ -28,8 +28,8 @@ from securevfl.deploy.certs import make_dev_pki
 from securevfl.deploy.federation_file import job_differences, job_fingerprint, load_federation
 from securevfl.deploy.launch import launch
 from securevfl.deploy.links import ordered_addresses
-from securevfl.deploy.party import run_deployed_party
 from securevfl.federation.grpc_transport import GrpcTransport
+from securevfl.pipeline.train import run_deployed_party
 
 PARTIES = ("bank", "shop", "clinic")
 EPOCHS = 3

@@ -45,10 +45,11 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("securevfl.attacks.*", 5),
     ("securevfl.report.*", 5),
     ("securevfl.run_config", 6),
-    ("securevfl.api", 6),
     ("securevfl.deploy.*", 7),
-    ("securevfl.bench.*", 8),
-    ("securevfl.cli.*", 9),
+    ("securevfl.pipeline.*", 8),
+    ("securevfl.api", 8),
+    ("securevfl.bench.*", 9),
+    ("securevfl.cli.*", 10),
 )
 
 

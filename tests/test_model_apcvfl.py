@@ -28,8 +28,9 @@ from securevfl.cli import app
 from securevfl.errors import ConfigError, ModelError
 from securevfl.eval import task_metrics
 from securevfl.methods.apcvfl.probe import LogisticProbe, fit_probe
-from securevfl.model.scoring import load_model, score
+from securevfl.model.scoring import load_model
 from securevfl.model.store import MANIFEST
+from securevfl.pipeline.score import score
 
 PARTIES = ("bank", "shop", "clinic")
 #: Small encoders and two epochs per autoencoder: the file runs in seconds.
@@ -191,8 +192,8 @@ def _job(method: str, options: dict) -> tuple[str, str]:
 
 def test_a_joint_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_path, files):
     from securevfl.deploy.federation_file import load_federation
-    from securevfl.deploy.party import run_deployed_party
-    from securevfl.deploy.scoring import run_deployed_scoring
+    from securevfl.pipeline.score import run_deployed_scoring
+    from securevfl.pipeline.train import run_deployed_party
 
     job, options = _job("apcvfl-splitnn", APC)
     fed = load_federation(loopback_federation_file(tmp_path, PARTIES, "bank", job, options))
@@ -218,8 +219,8 @@ def test_a_joint_model_trained_deployed_scores_alike_deployed_and_in_one_process
 def test_a_standalone_model_with_helpers_is_saved_and_scored_by_the_active_party_alone(tmp_path, files):
     """VFedTrans deployed: the key generator, the server and the passive parties save nothing."""
     from securevfl.deploy.federation_file import load_federation
-    from securevfl.deploy.party import run_deployed_party
-    from securevfl.deploy.scoring import run_deployed_scoring
+    from securevfl.pipeline.score import run_deployed_scoring
+    from securevfl.pipeline.train import run_deployed_party
 
     job, options = _job("vfedtrans", OPTIONS["vfedtrans"])
     helpers = "\n".join(f'[parties.{h}]\naddress = "127.0.0.1:{free_port()}"\ndata = false\n' for h in ("keygen",

@@ -55,8 +55,8 @@ def test_scoring_the_held_out_rows_reproduces_the_runs_test_predictions(tmp_path
 
 def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_path, files):
     from securevfl.deploy.federation_file import load_federation
-    from securevfl.deploy.party import run_deployed_party
-    from securevfl.deploy.scoring import run_deployed_scoring
+    from securevfl.pipeline.score import run_deployed_scoring
+    from securevfl.pipeline.train import run_deployed_party
 
     frames = {p: pd.read_csv(files[p]) for p in PARTIES}
     new_ids = set(frames["bank"].customer_id.sample(120, random_state=2))

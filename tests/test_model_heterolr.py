@@ -204,7 +204,7 @@ def _federation(directory: Path) -> Path:
 
 
 def _score_in_threads(federation, files, model_dir, batch_size):
-    from securevfl.deploy.scoring import run_deployed_scoring
+    from securevfl.pipeline.score import run_deployed_scoring
 
     return in_threads(lambda p: run_deployed_scoring(federation, p, files.get(p), model_dir if p in files else None,
                                                      batch_size=batch_size, device="cpu"), tuple(federation.parties))

@@ -22,8 +22,9 @@ import securevfl
 from securevfl.cli import app, main
 from securevfl.errors import ConfigError, DataError, ModelError, PartyFailure, ProtocolError
 from securevfl.eval import task_metrics
-from securevfl.model.scoring import load_model, score
+from securevfl.model.scoring import load_model
 from securevfl.model.store import MANIFEST
+from securevfl.pipeline.score import score
 
 PARTIES = ("bank", "shop", "clinic")
 

@@ -65,7 +65,7 @@ def test_a_model_trained_deployed_scores_deployed_as_in_one_process(tmp_path):
     from deployed_threads import in_threads, loopback_federation_file, run_parties_in_threads
 
     from securevfl.deploy.federation_file import load_federation
-    from securevfl.deploy.scoring import run_deployed_scoring
+    from securevfl.pipeline.score import run_deployed_scoring
 
     job = 'method = "secureboost"\nseed = 0\nid_column = "customer_id"\nlabel_column = "churn"'
     options = "[job.options]\nkey_bits = 1024\ninsecure_allow_small_key = true\ntrees = 3\nmax_depth = 3"

@@ -19,7 +19,7 @@ from serving_service import PARTIES, Service, train_served_model
 import securevfl
 import securevfl.errors
 from securevfl.deploy.federation_file import load_federation
-from securevfl.deploy.serving import run_serving_party
+from securevfl.pipeline.serve import run_serving_party
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,9 @@ import securevfl
 from securevfl.cli import app, main
 from securevfl.errors import ConfigError, ModelError
 from securevfl.eval import task_metrics
-from securevfl.model.scoring import load_model, score
+from securevfl.model.scoring import load_model
 from securevfl.model.store import MANIFEST, PartManifest
+from securevfl.pipeline.score import score
 
 PARTIES = ("bank", "shop")
 

@@ -23,8 +23,8 @@ from serving_service import PARTIES, Service, train_served_model
 
 import securevfl.errors
 from securevfl.deploy.federation_file import load_federation
-from securevfl.deploy.serving import run_serving_party
 from securevfl.deploy.serving_limits import ServeSettings
+from securevfl.pipeline.serve import run_serving_party
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +296,7 @@ def test_a_second_process_of_a_party_is_refused_and_the_service_goes_on(trained,
     live party stays up and requests are answered (before: the refusal failed the live session everywhere)."""
     import re
 
-    from securevfl.deploy.scoring import run_deployed_scoring
+    from securevfl.pipeline.score import run_deployed_scoring
 
     model, files = trained
     ids = _held_by_all(files)

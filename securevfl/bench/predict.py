@@ -6,7 +6,7 @@ the ``predict`` section of ``securevfl bench``. Everything here runs on **genera
 a noisy linear function of all 30 columns; ``shop``; ``clinic``), every party holding all N IDs (so
 PSI keeps every row), each party's file in its own row order.
 
-* :func:`measure_in_process` times :func:`securevfl.model.scoring.score` as a user calls it, and
+* :func:`measure_in_process` times :func:`securevfl.pipeline.score.score` as a user calls it, and
   splits its wall time by wrapping the functions it calls (no copy of its body): reading the files,
   preprocessing (the saved encoders), alignment (ECDH PSI, or ``plaintext``), and the scoring
   phase (``run_parties`` over every party's ``score_side``, privacy layer and all).
@@ -144,12 +144,13 @@ def measure_in_process(model_dir: Path, files: Mapping[str, Path], *, batch_size
                        ) -> dict[str, Any]:
     """``score()`` of every row, its wall time and where it went (read, preprocess, align, score phase)."""
     import securevfl.federation.runtime as runtime
-    import securevfl.model.scoring as scoring
+    import securevfl.model.scoring as saved
+    import securevfl.pipeline.score as scoring
 
     totals: dict[str, float] = {}
     gc.collect()
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_timed(scoring, "party_table_from_file", totals, "read_s"))
+        stack.enter_context(_timed(saved, "party_table_from_file", totals, "read_s"))
         stack.enter_context(_timed(scoring, "read_new_rows", totals, "read_preprocess_s"))
         stack.enter_context(_timed_aligner(scoring, totals))
         stack.enter_context(_timed(runtime, "run_parties", totals, "score_s"))

@@ -162,7 +162,9 @@ def launch_command(
         check_report_path(report)
     extra: dict[str, list[str]] = {n: [] for n in fed.parties}
     if predict:
-        check_predict_options(fed, fed.active, files.get(fed.active), model_dir, out, checkpoint_dir)
+        if model_dir is None:
+            raise ConfigError("--predict needs --model-dir (every party's saved part)")
+        check_predict_options(fed, fed.active, out, checkpoint_dir)
         from securevfl.methods.base import method_class
 
         if method_class(fed.job.method).standalone:

@@ -211,7 +211,7 @@ def party_command(
     if not serve and (serve_tls or serve_cert or serve_key or serve_client_ca or serve_token_file):
         raise ConfigError("the --serve-* options are for --serve")
     if serve:
-        _check_serve_options(fed, as_, data, model_dir, out, checkpoint_dir, predict)
+        _check_serve_options(out, checkpoint_dir, predict)
         choice = _start_threads(fed, as_, threads)
         settings = _serve_settings(fed, as_, serve_tls, serve_cert, serve_key, serve_client_ca, serve_token_file,
                                    max_ids_per_minute, max_ids_per_session, batch_wait_ms, queue_size, serve_ids)
@@ -219,7 +219,7 @@ def party_command(
             _serve_party(fed, as_, data, model_dir, listen, device, choice, settings)
         return
     if predict:
-        check_predict_options(fed, as_, data, model_dir, out, checkpoint_dir)
+        check_predict_options(fed, as_, out, checkpoint_dir)
         choice = _start_threads(fed, as_, threads)
         with stop_on_signals(as_):
             _score_party(fed, as_, data, model_dir, out, report, device, batch_size, choice)
@@ -241,24 +241,14 @@ def _start_threads(fed: Any, as_: str, threads: int | None) -> Any:
     return apply_threads(choose_threads(fed, as_, threads))
 
 
-def check_predict_options(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
-                          checkpoint_dir: Path | None) -> None:
-    """--predict needs this party's new rows and its part; only the active party writes predictions.
+def check_predict_options(fed: Any, as_: str, out: Path | None, checkpoint_dir: Path | None) -> None:
+    """--predict's own flags: no checkpoints; only the active party writes predictions (checked before any work).
 
-    A helper (``data = false``: hetero-lr's arbiter) holds no part and no rows: it takes no --data
-    (a --model-dir is not needed and not read).
+    What the party needs (its part and new rows; a helper neither) is the scoring mode's to check
+    (:mod:`securevfl.pipeline.score`), before it connects.
     """
     from securevfl.checks import check_output_file
-    from securevfl.deploy.scoring import standalone_refusal
 
-    refusal = standalone_refusal(fed, as_)
-    if refusal:
-        raise ConfigError(refusal)
-    if not fed.party(as_).data:
-        if data is not None:
-            raise ConfigError(f"{as_} has data = false in the federation file: it takes no --data")
-    elif model_dir is None or data is None:
-        raise ConfigError("--predict needs --model-dir (this party's saved part) and --data (its new rows)")
     if checkpoint_dir is not None:
         raise ConfigError("--checkpoint-dir is for training, not --predict")
     if as_ == fed.active:
@@ -267,22 +257,10 @@ def check_predict_options(fed: Any, as_: str, data: Path | None, model_dir: Path
         raise ConfigError(f"only the active party ({fed.active}) writes predictions: {as_} takes no --out")
 
 
-def _check_serve_options(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
-                         checkpoint_dir: Path | None, predict: bool) -> None:
-    """--serve needs this party's part and its table; it writes no file."""
-    from securevfl.deploy.scoring import standalone_refusal
-
-    refusal = standalone_refusal(fed, as_)
-    if refusal:
-        raise ConfigError(refusal.replace("--predict", "--serve").replace("scores", "serves"))
+def _check_serve_options(out: Path | None, checkpoint_dir: Path | None, predict: bool) -> None:
+    """--serve's own flags: it writes no file (what the party needs is the serving mode's to check)."""
     if predict:
         raise ConfigError("--serve and --predict are two ways to score: choose one")
-    if not fed.party(as_).data:  # a helper (an arbiter) holds no part and no table
-        if data is not None:
-            raise ConfigError(f"{as_} has data = false in the federation file: it takes no --data")
-    elif model_dir is None or data is None:
-        raise ConfigError("--serve needs --model-dir (this party's saved part) and --data (the customers it "
-                          "can be asked about)")
     if checkpoint_dir is not None or out is not None:
         raise ConfigError("--serve answers requests over HTTP: it takes no --checkpoint-dir and no --out")
 
@@ -319,7 +297,7 @@ def _serve_settings(fed: Any, as_: str, tls: bool, cert: Path | None, key: Path 
 def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, listen: str, device: str,
                  threads: Any = None, settings: Any = None) -> None:
     with heavy_imports():
-        from securevfl.deploy.serving import run_serving_party
+        from securevfl.pipeline.serve import run_serving_party
 
     def ready(url: str) -> None:
         console.print(f"[{as_}] serving {fed.job.method} at {url}/score: POST a JSON body of rows, each with "
@@ -338,11 +316,12 @@ DEFAULT_PREDICTIONS = Path("out/predictions.csv")
 def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
                  report: Path | None, device: str, batch_size: int, threads: Any = None) -> None:
     with heavy_imports():
-        from securevfl.deploy.scoring import run_deployed_scoring
-        from securevfl.methods.base import method_class
+        from securevfl.pipeline.placement import OneParty
+        from securevfl.pipeline.score import run_deployed_scoring
 
-    helper = not fed.party(as_).data
-    if method_class(fed.job.method).standalone:
+    place = OneParty(fed, as_)
+    helper = place.kind == "helper"
+    if place.standalone:
         _event(as_, "start", "model", f"scoring with {model_dir}/{as_}, alone (a standalone model: no other party, "
                                       "no link)")
     elif helper:
@@ -366,8 +345,7 @@ def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, 
 
         json_path, _ = report_paths(report)
         snap = result.snapshots.get(as_)
-        role = "active" if as_ == fed.active else "passive" if fed.party(as_).data else "helper"
-        body = {"party": as_, "kind": "predict", "role": role,
+        body = {"party": as_, "kind": "predict", "role": place.kind,
                 "scored_rows": result.rows, "wall_s": result.wall_s, "metrics": result.metrics,
                 "compute_s": snap.compute_s if snap else None, "crypto_s": snap.crypto_s if snap else None,
                 "bytes_sent": dict(snap.bytes) if snap else {}, "missing_costs": result.missing_costs}
@@ -380,8 +358,10 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
                model_dir: Path | None = None, overwrite_model: bool = False, threads: Any = None,
                positive_class: str | None = None) -> None:
     with heavy_imports():
-        from securevfl.deploy.party import run_deployed_party
+        from securevfl.pipeline.placement import OneParty
+        from securevfl.pipeline.train import run_deployed_party
 
+    place = OneParty(fed, as_)
     result = run_deployed_party(fed, as_, data, device=device,
                                 checkpoint_dir=checkpoint_dir, resume=resume,
                                 checkpoint_overwrite=overwrite_checkpoints,
@@ -402,14 +382,12 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
         atomic.write_text(json_path, json.dumps(_passive_report(result), indent=2))
         console.print(f"report: {json_path}")
     if model_dir is not None:
-        from securevfl.methods.base import method_class
-
-        if method_class(fed.job.method).standalone and as_ != fed.active:
-            console.print(f"model part: none (the {fed.job.method} model is {fed.active}'s alone)")
-        elif not fed.party(as_).data:
+        if place.holds_part:
+            console.print(f"model part: {model_dir}/{as_}/")
+        elif place.kind == "helper":
             console.print(f"model part: none ({as_} has data = false: a helper holds no part of the model)")
         else:
-            console.print(f"model part: {model_dir}/{as_}/")
+            console.print(f"model part: none (the {fed.job.method} model is {fed.active}'s alone)")
 
 
 def _passive_report(result: Any) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """``securevfl predict``: score new rows with a saved model, every party in this process.
 
-A thin shell over :func:`securevfl.model.scoring.score` (issue 27). Errors are SecureVFLErrors,
+A thin shell over :func:`securevfl.pipeline.score.score` (issue 27). Errors are SecureVFLErrors,
 printed by the CLI wrapper as one line (exit code 2). Each organisation scoring on its own
 machine uses ``securevfl party --predict`` instead (docs/deploy.md).
 """
@@ -40,7 +40,8 @@ def predict_command(
     with heavy_imports():
         from psi.atomic import write_text
         from securevfl.checks import check_output_file
-        from securevfl.model.scoring import load_model, score
+        from securevfl.model.scoring import load_model
+        from securevfl.pipeline.score import score
 
     check_output_file(out, "predictions file")
     if report is not None:

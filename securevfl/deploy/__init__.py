@@ -1,7 +1,7 @@
 """Deployment across machines: the federation file and the TLS material each party runs with.
 
-One process per organisation: :func:`run_deployed_party` is ``securevfl party`` (its own table,
-PSI with its peers, its role of the method); :func:`load_federation` reads the shared federation file,
+One process per organisation (``securevfl party``, assembled by :mod:`securevfl.pipeline`: its own
+table, PSI with its peers, its role of the method); :func:`load_federation` reads the shared federation file,
 :func:`job_fingerprint` is what the parties compare before any data flows, and
 :mod:`~securevfl.deploy.certs` makes a CA, keys with certificate requests, signs them (or a
 one-shot development PKI for trials) and checks a party's certificate before it
@@ -35,13 +35,11 @@ from securevfl.deploy.federation_file import (
     load_federation,
     parse_federation,
 )
-from securevfl.deploy.party import DeployedResult, run_deployed_party
 from securevfl.federation.certificates import CertificateError, verify_party_certificate
 
 __all__ = [
     "CaFiles",
     "CertificateError",
-    "DeployedResult",
     "DevPKI",
     "Federation",
     "JobSpec",
@@ -62,7 +60,6 @@ __all__ = [
     "make_key_request",
     "parse_federation",
     "party_identity",
-    "run_deployed_party",
     "sign_request",
     "verify_party_certificate",
 ]

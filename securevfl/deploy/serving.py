@@ -36,10 +36,8 @@ import logging
 import os
 import queue
 import secrets
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,27 +47,20 @@ import pandas as pd
 
 from securevfl.data.labels import CLASSIFICATION, REGRESSION
 from securevfl.deploy.federation_file import Federation
-from securevfl.deploy.links import data_party_order, helper_parties, party_links
-from securevfl.deploy.party import log_done, log_start
+from securevfl.deploy.links import data_party_order
 from securevfl.deploy.plan import MAX_CLASSES, MAX_FEATURES, PartyShape, local_scenario
-from securevfl.deploy.progress import PartyWatch, log_event
-from securevfl.deploy.scoring import _check_part
+from securevfl.deploy.progress import log_event
+from securevfl.deploy.scoring import check_part
 from securevfl.deploy.serving_http import (
     MAX_REQUEST_ROWS,
     RequestError,
     RequestQueue,
-    ScoringApp,
-    ScoringEndpoint,
     ScoringJob,
     ServeMetrics,
-    ServiceStopped,
-    read_token,
 )
-from securevfl.deploy.serving_limits import BudgetRefused, MembershipBudget, ServeSettings, check_exposure
-from securevfl.deploy.threads import ThreadChoice, use_threads
+from securevfl.deploy.serving_limits import BudgetRefused, MembershipBudget, ServeSettings
 from securevfl.errors import ConfigError, DataError, Interrupted, ModelError, ProtocolError, SecureVFLError
-from securevfl.federation.runtime import PartyContext, run_party
-from securevfl.federation.transport import InProcessTransport
+from securevfl.federation.runtime import PartyContext
 
 TAG_HELLO = "deploy.serve.hello"
 TAG_INDEX = "deploy.serve.index"
@@ -133,7 +124,7 @@ def _points(message: Any, sender: str, most: int, what: str) -> np.ndarray:
 
 
 @dataclass
-class _ServingModel:
+class ServingModel:
     """One party's side of the saved model, built for scoring, and its table encoded by its saved preprocessing."""
 
     side: Any
@@ -145,8 +136,8 @@ class _ServingModel:
     warnings: list[list[str]] = field(default_factory=list)  # the active party's: what each row's encoding assumed
 
 
-def _load_serving_model(federation: Federation, name: str, data: str | Path, model_dir: str | Path,
-                        standalone: bool) -> tuple[_ServingModel, Any, Any, Any]:
+def load_serving_model(federation: Federation, name: str, data: str | Path, model_dir: str | Path,
+                        standalone: bool) -> tuple[ServingModel, Any, Any, Any]:
     """Read and check this party's part and table (before connecting); returns the model, method, config, table."""
     from psi import prepare_ids
     from securevfl.methods import create_method
@@ -156,7 +147,7 @@ def _load_serving_model(federation: Federation, name: str, data: str | Path, mod
 
     part = read_part(model_dir, name)
     manifest = part.manifest
-    _check_part(federation, name, manifest, standalone=standalone)
+    check_part(federation, name, manifest, standalone=standalone)
     encoder, saved = saved_encoder(part), saved_side(part)
     config = train_config_from(manifest.extra.get("train", {}), str(part.path))
     method = create_method(manifest.method, config)
@@ -171,12 +162,12 @@ def _load_serving_model(federation: Federation, name: str, data: str | Path, mod
     notes: list[list[str]] = []
     if name == federation.active and encoder is not None and isinstance(table.features, pd.DataFrame):
         notes = encoder.row_warnings(table.features)
-    model = _ServingModel(side=None, saved=saved, ids=list(prepared.items), X=X, encoder=encoder, part=part,
+    model = ServingModel(side=None, saved=saved, ids=list(prepared.items), X=X, encoder=encoder, part=part,
                           warnings=notes or [[] for _ in prepared.items])
     return model, method, config, table
 
 
-def _only_training_ids(model: _ServingModel, name: str) -> _ServingModel:
+def only_training_ids(model: ServingModel, name: str) -> ServingModel:
     """The passive party's model serving only the customers it trained on with the active party."""
     from securevfl.model.saving import id_digest, saved_training_ids
 
@@ -192,7 +183,7 @@ def _only_training_ids(model: _ServingModel, name: str) -> _ServingModel:
                                warnings=[model.warnings[i] for i in keep])
 
 
-def _serving_scenario(federation: Federation, name: str, table: Any, classes: tuple[str, ...], task: str,
+def serving_scenario(federation: Federation, name: str, table: Any, classes: tuple[str, ...], task: str,
                       widths: Mapping[str, int], n_classes: int) -> Any:
     """A scenario of no rows with every party's encoded width: what building a scoring side needs.
 
@@ -222,7 +213,7 @@ def _widths(message: Any, sender: str, parties: Sequence[str]) -> dict[str, int]
     return dict(message)
 
 
-def prepare_job(model: _ServingModel, rows: Sequence[Mapping[str, Any]], id_column: str, normalize: Any,
+def prepare_job(model: ServingModel, rows: Sequence[Mapping[str, Any]], id_column: str, normalize: Any,
                 index: Mapping[str, int]) -> ScoringJob:
     """A request's rows as a :class:`ScoringJob`: prepared IDs, the active party's encoded rows, what it lacks.
 
@@ -306,7 +297,7 @@ def _encode_given(values: pd.DataFrame, encoder: Any) -> np.ndarray:
 SideBuilder = Callable[[Mapping[str, int], int, str], Any]  # (every party's encoded width, classes, task) -> side
 
 
-def _passive_role(model: _ServingModel, fingerprint: str, build_side: SideBuilder,
+def passive_role(model: ServingModel, fingerprint: str, build_side: SideBuilder,
                   settings: ServeSettings) -> Callable[[PartyContext], ServingSummary]:
     """Announce the part and the blinded ID index, then score what the active party asks until it stops.
 
@@ -419,7 +410,7 @@ def _model_inputs(message: Any, sender: str, parties: Sequence[str]) -> tuple[di
     return _widths(message["widths"], sender, parties), message["n_classes"], message["task"]
 
 
-def _helper_model(federation: Federation, name: str, data: str | Path | None) -> tuple[_ServingModel, Any, Any, None]:
+def helper_model(federation: Federation, name: str, data: str | Path | None) -> tuple[ServingModel, Any, Any, None]:
     """A helper's method (from the federation's job, which every party agreed on): no part, no rows."""
     from securevfl.deploy.party import method_and_config
     from securevfl.methods.engine.loop import SavedSide
@@ -427,12 +418,12 @@ def _helper_model(federation: Federation, name: str, data: str | Path | None) ->
     if data is not None:
         raise ConfigError(f"{name} has data = false in the federation file: it takes no --data")
     method, config = method_and_config(federation, "cpu")
-    empty = _ServingModel(side=None, saved=SavedSide({}), ids=[], X=np.zeros((0, 0), np.float32), encoder=None,
+    empty = ServingModel(side=None, saved=SavedSide({}), ids=[], X=np.zeros((0, 0), np.float32), encoder=None,
                           part=None)
     return empty, method, config.train, None
 
 
-def _build_announced(ctx: PartyContext, model: _ServingModel, build_side: SideBuilder) -> None:
+def _build_announced(ctx: PartyContext, model: ServingModel, build_side: SideBuilder) -> None:
     """Build this party's side for the model inputs the active party announces, loaded with its saved part."""
     from securevfl.methods.engine.loop import prepare_scoring_side
 
@@ -440,7 +431,7 @@ def _build_announced(ctx: PartyContext, model: _ServingModel, build_side: SideBu
     prepare_scoring_side(ctx, model.side, model.saved)
 
 
-def _helper_role(model: _ServingModel, build_side: SideBuilder) -> Callable[[PartyContext], ServingSummary]:
+def helper_role(model: ServingModel, build_side: SideBuilder) -> Callable[[PartyContext], ServingSummary]:
     """A helper (hetero-lr's arbiter): its part in the evaluation of each request's rows, told only their count."""
     from securevfl.methods.engine.loop import VALIDATE
 
@@ -476,7 +467,7 @@ class _PeerIndex:
 class _Session:
     """What the active party's role holds for the whole session (built at set-up)."""
 
-    model: _ServingModel
+    model: ServingModel
     peers: dict[str, _PeerIndex]
     helpers: tuple[str, ...]
     key: Any
@@ -517,7 +508,7 @@ def _claim(job: ScoringJob) -> bool:
     return not job.cancelled and job.answer.set_running_or_notify_cancel()
 
 
-def _active_role(model: _ServingModel, fingerprint: str, jobs: RequestQueue,
+def active_role(model: ServingModel, fingerprint: str, jobs: RequestQueue,
                  federation: Federation, classes: tuple[str, ...], task: str, build_side: SideBuilder,
                  ready: Callable[[], None], idle_s: float, settings: ServeSettings,
                  metrics: ServeMetrics) -> Callable[[PartyContext], ServingSummary]:
@@ -716,139 +707,9 @@ def _answer(session: _Session, job: ScoringJob, held: np.ndarray, scores: np.nda
     return {"predictions": predictions, "not_scored": [job.ids[i] for i in np.flatnonzero(~held)]}
 
 
-def _listen_address(listen: str) -> tuple[str, int]:
+def listen_address(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv6 host in brackets) as host and port."""
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"--listen must be HOST:PORT, got {listen!r}")
     return host.strip("[]"), int(port)
-
-
-def run_serving_party(federation: Federation, name: str, data: str | Path | None, model_dir: str | Path | None, *,
-                      listen: str = DEFAULT_LISTEN, device: str = "auto", transport: Any = None,
-                      on_ready: Callable[[str], None] | None = None, stop: threading.Event | None = None,
-                      settings: ServeSettings | None = None,
-                      threads: int | ThreadChoice | None = None) -> ServingSummary:
-    """Serve party ``name``'s part of the model under ``model_dir`` until stopped (``stop``, SIGINT or SIGTERM).
-
-    At the active party ``on_ready(url)`` is called once every peer is up and the endpoint listens.
-    A helper (``data = false``: hetero-lr's arbiter) takes no ``data`` and no ``model_dir``: it holds
-    no part, and takes its part in each request (the arbiter: fresh keys, masked decryptions).
-    ``settings``: this party's own (the active party's endpoint; a passive party's membership budget).
-    ``threads``: torch's threads in this process, as for training (:func:`~securevfl.deploy.party.run_deployed_party`).
-    """
-    from securevfl.methods.base import method_class
-    from securevfl.networks.device import resolve_device
-
-    settings = settings or ServeSettings()
-    threads_used = use_threads(federation, name, threads)  # before any torch work
-    started = time.perf_counter()
-    helper = not federation.party(name).data
-    standalone = method_class(federation.job.method).standalone
-    if standalone and name != federation.active:
-        raise ConfigError(f"the {federation.job.method} model is the active party's alone: only "
-                          f"{federation.active} serves (no other party needed)")
-    is_active = name == federation.active
-    host, port = _listen_address(listen) if is_active else ("", 0)
-    if is_active:
-        check_exposure(host, settings)
-    token = read_token(settings.token_file) if is_active and settings.token_file is not None else None
-    if helper:
-        model, method, config, table = _helper_model(federation, name, data)
-        classes, task, fingerprint = (), "", ""
-    elif data is None or model_dir is None:
-        raise ConfigError(f"{name} serves with its own part and its table: give --model-dir and --data")
-    else:
-        model, method, config, table = _load_serving_model(federation, name, data, model_dir, standalone)
-        if settings.serve_ids == "training" and not is_active:
-            model = _only_training_ids(model, name)
-        manifest = model.part.manifest
-        classes, task, fingerprint = tuple(manifest.classes), manifest.task, manifest.job_fingerprint
-    torch_device = resolve_device(device)
-    passives = () if standalone else data_party_order(federation)[1:]
-    parties = (federation.active,) if standalone else (*data_party_order(federation), *helper_parties(federation))
-    jobs = RequestQueue(settings.queue_size)
-    endpoint: ScoringEndpoint | None = None
-    summary: ServingSummary
-    metrics = ServeMetrics()
-    state = {"status": "starting"}
-
-    def build_side(widths: Mapping[str, int], n_classes: int, model_task: str) -> Any:
-        """The party's scoring side, for a scenario of no rows with every party's encoded width."""
-        from securevfl.data.preprocess import EncodedColumns
-
-        scenario = _serving_scenario(federation, name, table, classes, model_task, widths, n_classes)
-        if table is not None:
-            names = model.encoder.feature_names if model.encoder is not None else ()
-            scenario.remember_encoding(name, EncodedColumns(model.X[:0], tuple(names), {}, model.encoder))
-        return method.scoring_roles(scenario)[name].side
-
-    if is_active:
-        own = {item: i for i, item in enumerate(model.ids)}
-        job_spec = federation.job
-
-        def prepare(rows: list[dict[str, Any]]) -> ScoringJob:
-            return prepare_job(model, rows, job_spec.id_column, job_spec.normalize, own)
-
-        def submit(job: ScoringJob) -> None:
-            if state["status"] != "ok":
-                raise ServiceStopped(f"the scoring service is {state['status']}")
-            jobs.put(job)
-            metrics.queued.set(jobs.qsize())
-
-        app = ScoringApp(name, prepare, submit, lambda: state["status"], metrics, settings, token)
-        endpoint = ScoringEndpoint(app, host, port, settings)  # bound now: a port in use fails before connecting
-
-    log_start(federation, name, "serve", len(model.ids) if table is not None else None, threads_used)
-    watch = PartyWatch(name, quiet_stages=(IDLE_STAGE,))
-    opened: Any = (nullcontext(InProcessTransport([name])) if standalone
-                   else party_links(federation, name, transport, phase="serve", watch=watch))
-    with endpoint or nullcontext(), watch, opened as link:  # the endpoint closes last, whatever failed
-        if endpoint is not None:
-            endpoint.start()
-            address = endpoint.url
-
-            def ready() -> None:
-                state["status"] = "ok"
-                log_event(_log, name, "serve", "ready", f"serving at {address}/score", url=f"{address}/score",
-                          tls=settings.tls, authentication="token" if token else
-                          "client certificate" if settings.client_ca else "none")
-                if on_ready:
-                    on_ready(address)
-
-            if stop is not None:
-                def stop_when_told() -> None:
-                    stop.wait()
-                    state["status"] = "stopping"
-                    jobs.stop()
-
-                threading.Thread(target=stop_when_told, daemon=True).start()
-            role = _active_role(model, fingerprint, jobs, federation, classes, task, build_side, ready,
-                                idle_s=max(0.5, federation.limits.recv_timeout_s / 4), settings=settings,
-                                metrics=metrics)
-        elif helper:
-            role = _helper_role(model, build_side)
-        else:
-            role = _passive_role(model, fingerprint, build_side, settings)
-        try:
-            summary, _meter = run_party(watch.role(role, "serve"), name=name, active=federation.active, parties=parties,
-                                        passives=passives, transport=link, device=torch_device, seed=config.seed,
-                                        recv_timeout=federation.limits.recv_timeout_s)
-        except BaseException as exc:
-            if is_active and not isinstance(exc, (Interrupted, KeyboardInterrupt)):
-                log_event(_log, name, "serve", "outage", f"the scoring service stops: {type(exc).__name__}",
-                          level=logging.ERROR, error=type(exc).__name__)
-            raise
-        finally:
-            state["status"] = "stopped"
-            jobs.drain()
-        if endpoint is not None:
-            summary.address = endpoint.url
-    summary.wall_s = time.perf_counter() - started
-    timing, latency = "", {}
-    if summary.latencies_ms:
-        p50, p99 = np.percentile(summary.latencies_ms, [50, 99])
-        timing, latency = f"; latency p50 {p50:.1f} ms, p99 {p99:.1f} ms", {"p50_ms": p50, "p99_ms": p99}
-    log_done(name, f"stopped: {summary.requests} requests, {summary.rows_scored} rows scored{timing}",
-             summary.wall_s, summary.rows_scored, link.link_stats() if hasattr(link, "link_stats") else None,
-             requests=summary.requests, **latency)
-    return summary

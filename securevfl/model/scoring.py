@@ -1,24 +1,17 @@
-"""Scoring new rows with a saved model in one process: ``securevfl predict`` and :func:`securevfl.predict`.
+"""A saved model, ready to score: its parts loaded and verified, new rows read against each party's schema.
 
-Every party of the model reads its own new file with the column spec of its training, checks it
+The run that scores them is assembled by the pipeline (:mod:`securevfl.pipeline.score`).
+
+Every party of the model reads its own new file with the column spec of its training, checked
 against its saved schema (a missing trained column, or a column of another type, is refused before
-any work), applies its saved preprocessing (an unseen category or a blank is encoded as in
-training, never an error), and the parties align their IDs with the same ECDH PSI as training:
-only the intersection is scored. The sides are then rebuilt from the saved parts and score the
-aligned rows through the test evaluation's protocol (:func:`~securevfl.methods.engine.loop.score_side`),
-so the same privacy layer protects scoring as training (EASTER's embeddings summed under its
-``secagg``, for instance). The active party's predictions come back in its file's row order.
-
-A **standalone** model (``local``'s) is the active party's alone: only its file is read, every row
-of it is scored in file order, with no PSI and no other party. A passive party's file is refused
-(one line), so no one believes it changed the predictions.
+any work), and applies its saved preprocessing (an unseen category or a blank is encoded as in
+training, never an error). :func:`active_predictions` puts the scores back in the active file's
+row order.
 """
 
 from __future__ import annotations
 
-import functools
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,17 +19,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from securevfl.data.alignment import create_aligner
 from securevfl.data.columns import ColumnSpec, column_kinds
 from securevfl.data.files import party_table_from_file
 from securevfl.data.labels import REGRESSION
 from securevfl.data.partition import PartyTable
 from securevfl.data.preprocess import EncodedColumns, PartyEncoder, as_frame
-from securevfl.data.scenario import Scenario, align_none
 from securevfl.errors import ConfigError, DataError, ModelError
-from securevfl.methods import create_method
-from securevfl.methods.engine.loop import SavedSide, score_side
-from securevfl.methods.engine.split import SideRole
+from securevfl.methods.engine.loop import SavedSide
 from securevfl.model.saving import (
     check_saved_state,
     saved_encoder,
@@ -137,16 +126,6 @@ def _standalone_parts(path: Path, manifests: dict[str, PartManifest]) -> dict[st
     return alone
 
 
-@dataclass
-class Scored:
-    """What scoring produced: the predictions in the active file's row order, and metrics when it had labels."""
-
-    predictions: pd.DataFrame
-    metrics: dict[str, Any] = field(default_factory=dict)
-    rows: dict[str, int] = field(default_factory=dict)  # per party: rows in its file; "scored": the intersection
-    wall_s: float = 0.0
-
-
 def _check_schema(table: PartyTable, encoder: PartyEncoder, part: LoadedPart) -> None:
     """Refuse a new file that lacks a trained column or holds one of another type, before any work."""
     where = table.source or f"party {table.name!r}"
@@ -202,83 +181,6 @@ def read_new_rows(part: LoadedPart, encoder: PartyEncoder | None, path: str | Pa
     return table, encoded, labels
 
 
-def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_column: str | None = None,
-          batch_size: int = DEFAULT_BATCH_ROWS, device: str = "auto", alignment: str = "psi",
-          progress: Callable[..., None] | None = None) -> Scored:
-    """Score the rows every party's new file shares (``data``: party -> file) with a saved model, in one process.
-
-    A standalone model takes the active party's file alone (``{active: file}``) and scores all its rows.
-    """
-    from securevfl.federation.runtime import run_parties
-    from securevfl.networks.device import resolve_device
-
-    started = time.perf_counter()
-    if not isinstance(model, SavedModel):
-        model = load_model(model)
-    if batch_size < 1:
-        raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
-    wanted, given = set(model.data_parties), set(data)
-    standalone = model.manifests[model.active].standalone
-    if standalone and wanted != given:
-        extra = sorted(given - wanted)
-        raise ConfigError(f"the {model.method} model is {model.active}'s alone (standalone): give only "
-                          f"{model.active}'s file" + (f"; {', '.join(extra)} take(s) no part in scoring"
-                                                      if extra else ""))
-    if wanted != given:
-        extra, lacking = sorted(given - wanted), sorted(wanted - given)
-        raise ConfigError("the model's parties are " + ", ".join(model.data_parties)
-                          + (f"; no data for {', '.join(lacking)}" if lacking else "")
-                          + (f"; {', '.join(extra)} is not a party of the model" if extra else ""))
-    active = model.active
-    config = train_config_from(model.manifests[active].extra.get("train", {}), str(model.parts[active].path))
-    method = create_method(model.method, config)
-    torch_device = resolve_device(device)
-    tables: dict[str, PartyTable] = {}
-    encodings: dict[str, EncodedColumns] = {}
-    labels = None
-    label_column = model.manifests[active].schema.get("label_column")
-    for party in model.data_parties:
-        table, encoded, party_labels = read_new_rows(model.parts[party], model.encoders[party], data[party],
-                                                     id_column=id_column, label_column=label_column,
-                                                     classes=model.classes, task=model.task,
-                                                     is_active=party == active)
-        tables[party] = table
-        if encoded is not None:
-            encodings[party] = encoded
-        if party == active:
-            labels = party_labels
-    if standalone:  # nothing to align: every row of the active party's file, in file order
-        aligned = align_none(tables, active)
-    else:
-        aligned = create_aligner(alignment)(tables, active)
-    size = len(aligned.aligned[active])
-    if size == 0:
-        raise DataError("no row is shared by every party's file: nothing to score")
-    scenario = Scenario(tables=tables, active=active, classes=model.classes, alignment=aligned,
-                        train=np.zeros(0, np.int64), test=np.arange(size, dtype=np.int64), task=model.task,
-                        dataset="scoring: " + ", ".join(f"{p}={f}" for p, f in data.items()))
-    for party, encoded in encodings.items():
-        scenario.remember_encoding(party, encoded)
-    roles = method.scoring_roles(scenario)
-    scoring = {}
-    for party, role in roles.items():
-        # a helper (hetero-lr's arbiter) holds nothing of the model: it scores with fresh keys, no part
-        saved = model.sides.get(party) if party in tables else SavedSide({})
-        if not isinstance(role, SideRole) or saved is None:
-            raise ModelError(f"{model.method} cannot score a saved model")
-        scoring[party] = functools.partial(score_side, side=role.side, saved=saved, batch_rows=batch_size)
-    result = run_parties(scoring, active=active, passives=scenario.passives, device=torch_device,
-                         seed=config.seed, progress=progress)
-    evaluation = result.results[active]
-    assert evaluation is not None  # the active party's score_side returns its scores
-    id_name = id_column or model.manifests[active].schema.get("id_column") or "id"
-    frame, metrics = active_predictions(tables[active].ids, aligned.aligned[active], evaluation.scores, labels,
-                                        model.task, model.classes, id_name)
-    rows = {p: t.n_rows for p, t in tables.items()}
-    rows["scored"] = size
-    return Scored(frame, metrics, rows, time.perf_counter() - started)
-
-
 def active_predictions(ids: np.ndarray, rows: np.ndarray, scores: np.ndarray, labels: np.ndarray | None, task: str,
                        classes: tuple[str, ...], id_column: str) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The active party's predictions in its file's row order, and the metrics when its file has labels.
@@ -318,14 +220,3 @@ def prediction_records(ids: Sequence[str], scores: np.ndarray, task: str, classe
     rows = np.asarray(scores, dtype=np.float64).tolist()
     return [{id_column: i, "prediction": classes[k], **dict(zip(names, row, strict=True))}
             for i, k, row in zip(ids, chosen, rows, strict=True)]
-
-
-def predict(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_column: str | None = None,
-            batch_size: int = DEFAULT_BATCH_ROWS, device: str = "auto") -> pd.DataFrame:
-    """The predictions of a saved model for the rows shared by every party's new file (see :func:`score`).
-
-    ``frame.attrs["metrics"]`` holds the metrics when the active party's file has the label column.
-    """
-    scored = score(model, data, id_column=id_column, batch_size=batch_size, device=device)
-    scored.predictions.attrs["metrics"] = scored.metrics
-    return scored.predictions
