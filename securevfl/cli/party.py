@@ -303,8 +303,6 @@ def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, 
         console.print(f"[{as_}] serving {fed.job.method} at {url}/score: POST a JSON body of rows, each with "
                       f"{fed.job.id_column!r}; Ctrl-C stops every party", highlight=False)
 
-    part = f"{model_dir}/{as_}" if fed.party(as_).data else "no part (a helper)"
-    _event(as_, "start", "model", f"serving with {part}")
     run_serving_party(fed, as_, data, model_dir, listen=listen, device=device, on_ready=ready, threads=threads,
                       settings=settings)
 
@@ -321,13 +319,6 @@ def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, 
 
     place = OneParty(fed, as_)
     helper = place.kind == "helper"
-    if place.standalone:
-        _event(as_, "start", "model", f"scoring with {model_dir}/{as_}, alone (a standalone model: no other party, "
-                                      "no link)")
-    elif helper:
-        _event(as_, "start", "model", "scoring as a helper (data = false: it holds no part of the model)")
-    else:
-        _event(as_, "start", "model", f"scoring with {model_dir}/{as_}")
     result = run_deployed_scoring(fed, as_, data, None if helper else model_dir, batch_size=batch_size,
                                   device=device, threads=threads)
     for peer, reason in sorted(result.missing_costs.items()):

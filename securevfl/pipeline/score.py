@@ -21,6 +21,7 @@ party's file is refused (one line), so no one believes it changed the prediction
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from securevfl.deploy.alignment import LocalAlignment
 from securevfl.deploy.federation_file import Federation
 from securevfl.deploy.party import method_and_config
 from securevfl.deploy.plan import helper_plan_role
+from securevfl.deploy.progress import log_event
 from securevfl.deploy.scoring import check_part, scoring_plan_role, standalone_refusal
 from securevfl.deploy.threads import ThreadChoice
 from securevfl.errors import ConfigError, DataError, ModelError
@@ -55,6 +57,8 @@ from securevfl.model.scoring import (
 )
 from securevfl.model.store import read_part
 from securevfl.pipeline.placement import Deployed, EveryParty, InProcess, OneParty, Outcome
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -154,9 +158,13 @@ class ScoreRun:
                 raise ConfigError(f"{name} has data = false in the federation file: it takes no --data")
             method, settings = method_and_config(federation, "cpu")
             check_savable(method)  # a method whose models cannot be saved has nothing to score
+            log_event(_log, name, "start", "model", "scoring as a helper (data = false: it holds no part of the model)")
             return _Scoring(method, settings.train.seed, federation.active)
         if self.model is None or data is None:
             raise ConfigError(f"{name} scores with its own part and new rows: give --model-dir and --data")
+        where = self.model.directory if isinstance(self.model, SavedModel) else self.model
+        log_event(_log, name, "start", "model", f"scoring with {where}/{name}" + (
+            ", alone (a standalone model: no other party, no link)" if standalone else ""))
         part = read_part(self.model if not isinstance(self.model, SavedModel) else self.model.directory, name)
         manifest = part.manifest
         check_part(federation, name, manifest, standalone=standalone)

@@ -101,6 +101,8 @@ class ServeRun:
         if session.kind == "active":
             check_exposure(host, settings)
         token = read_token(settings.token_file) if session.kind == "active" and settings.token_file else None
+        part = f"{self.model_dir}/{name}" if session.kind != "helper" else "no part (a helper)"
+        log_event(_log, name, "start", "model", f"serving with {part}")
         if session.kind == "helper":
             model, method, config, table = helper_model(federation, name, self.data)
             local = _Serving(model, method, config.seed, standalone=standalone)
