@@ -10,7 +10,7 @@ file in its own row order), a small model is trained on 5,000 other generated ro
 saved with ``model_dir`` for SplitNN and for EASTER with DH secure aggregation (embedding 16). Then,
 for each model, the N rows are scored:
 
-* **in process**: ``securevfl.pipeline.score.score(model_dir, files, batch_size=B, device="cpu")``
+* **in process**: ``securevfl.pipeline.score.score(model_dir, files, exchange_rows=B, device="cpu")``
   with ECDH PSI, and again with ``alignment="plaintext"`` (no PSI: PSI is not model compute). Wall
   time, rows/s, and the split: read, preprocess, align (PSI), scoring phase (``run_parties`` of
   every party's ``score_side``: build, DH key agreement for EASTER, the batches);
@@ -103,7 +103,7 @@ def measure_deployed(fed: Path, model_dir: Path, files: dict[str, Path], out: Pa
     import psutil
 
     cmd = [sys.executable, "-m", "securevfl.cli", "launch", str(fed), "--insecure", "--predict", "--device", "cpu",
-           "--model-dir", str(model_dir), "--out", str(out), "--batch-size", str(batch_size),
+           "--model-dir", str(model_dir), "--out", str(out), "--exchange-rows", str(batch_size),
            "--timeout", str(int(timeout))]
     for party, path in files.items():
         cmd += ["--data", f"{party}={path}"]
@@ -246,7 +246,7 @@ def profile_scoring(model_dir: Path, files: dict[str, Path], batch_size: int, to
     CooperativeTransport.run = profiled_run  # type: ignore[method-assign]
     try:
         main_profile.enable()
-        score(model_dir, {p: str(f) for p, f in files.items()}, batch_size=batch_size, device="cpu",
+        score(model_dir, {p: str(f) for p, f in files.items()}, exchange_rows=batch_size, device="cpu",
               alignment="plaintext")
         main_profile.disable()
     finally:
@@ -419,7 +419,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="20,000 rows, the deployed run for the first method only (about a minute or two)")
     parser.add_argument("--rows", type=int, help="rows to score (default 1,000,000; --quick 20,000)")
     parser.add_argument("--train-rows", type=int, default=5000, help="rows of the training table")
-    parser.add_argument("--batch-size", type=int, default=4096, help="scoring batch size of the main runs")
+    parser.add_argument("--exchange-rows", dest="batch_size", type=int, default=4096,
+                        help="rows per scoring exchange of the main runs")
     parser.add_argument("--batch-sizes", default=",".join(map(str, BATCH_SIZES)), help="the sweep (comma-separated)")
     parser.add_argument("--methods", default="splitnn,easter", help="splitnn, easter (EASTER with DH secagg)")
     parser.add_argument("--repeats", type=int, help="repetitions of the plaintext and floor runs (minimum kept)")

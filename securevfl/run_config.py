@@ -21,7 +21,18 @@ from securevfl.data import ColumnSpec, DatasetOptions, PartitionSpec
 from securevfl.errors import ConfigError
 from securevfl.federation.meter import NetworkModel
 from securevfl.federation.runtime import DEFAULT_RECV_TIMEOUT_S
-from securevfl.settings import Setting, group, group_type, holds_tuple, info_of, setting, settings_of
+from securevfl.settings import (
+    Setting,
+    check_declared,
+    group,
+    group_type,
+    holds_tuple,
+    info_of,
+    integer,
+    setting,
+    settings_of,
+    text,
+)
 from securevfl.train_config import TrainConfig
 
 
@@ -29,7 +40,7 @@ from securevfl.train_config import TrainConfig
 class RunConfig:
     """One training run: the method, where the data comes from, how it is cut, how it trains."""
 
-    method: str = setting("splitnn", job=True, help="Training method (see `securevfl methods`).")
+    method: str = setting("splitnn", job=True, rule=text(), help="Training method (see `securevfl methods`).")
     dataset: str = setting("breast-cancer", help="Dataset name, or csv:PATH / parquet:PATH.")
     dataset_options: DatasetOptions = group(DatasetOptions)
     partition: PartitionSpec = group(PartitionSpec)
@@ -52,37 +63,50 @@ class RunConfig:
     #: Where every party saves its own part of the trained model (``DIR/<party>/``; issue 27).
     model_dir: str | None = setting(
         None, help="Every party saves its own part of the trained model here (DIR/<party>/), for predict.")
-    overwrite_model: bool = setting(False, flag="--overwrite", help="Replace a model already saved in --model-dir.")
+    overwrite_model: bool = setting(False, help="Replace a model already saved in --model-dir.")
     positive_class: str | None = setting(
         None, help="The class binary F1 and AUC score as positive (default: the second of the label's classes).")
+
+    def __post_init__(self) -> None:
+        check_declared(self)
+
+
+@dataclass(frozen=True)
+class ScoringSettings:
+    """How a saved model scores new rows, at every party alike (``securevfl predict``, ``party --predict``)."""
+
+    exchange_rows: int = setting(4096, rule=integer(1, 10_000_000),
+                                 help="Rows scored per exchange between the parties (every party cuts the same "
+                                      "batches; training's batch is --batch-size).")
+
+    def __post_init__(self) -> None:
+        check_declared(self)
 
 
 #: Every setting of a run, in declaration order.
 RUN_SETTINGS: tuple[Setting, ...] = tuple(settings_of(RunConfig))
 _BY_NAME = {s.name: s for s in RUN_SETTINGS if s.info.api}
-#: Old names of settings, refused with the new one.
-_RENAMED = {"patience": "early_stopping", "names": "party_names"}
 
 
-def run_config(**values: Any) -> RunConfig:
+def run_config(*, method_defaults: bool = True, **values: Any) -> RunConfig:
     """A :class:`RunConfig` from flat settings (``epochs=30, aligned_ratio=0.5, ...``); unset ones keep defaults.
 
     Settings not given take the method's own defaults where it has some (:attr:`Method.run_defaults`, e.g.
     the TabNet designs' learning rate and early stopping), else the field's default. An unknown name is a
     :class:`ConfigError` naming the closest valid one. Sequences become tuples
     where the field holds a tuple; ``seed`` seeds the partition and generated data too (their
-    ``same_as("seed")`` fields).
+    ``same_as("seed")`` fields). ``method_defaults=False``: the fields' defaults only (no torch import:
+    a federation file's ``[job]``, whose method defaults apply when a party runs it).
     """
     unknown = [k for k in values if k not in _BY_NAME]
-    if unknown and unknown[0] in _RENAMED:
-        raise ConfigError(f"setting {unknown[0]!r} is now called {_RENAMED[unknown[0]]!r}")
     if unknown:
         close = difflib.get_close_matches(unknown[0], list(_BY_NAME), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; settings: {', '.join(_BY_NAME)}"
         raise ConfigError(f"unknown setting {unknown[0]!r}{hint}")
-    from securevfl.methods import with_method_defaults  # imports torch: only once a run is being built
+    if method_defaults:
+        from securevfl.methods import with_method_defaults  # imports torch: only once a run is being built
 
-    values = with_method_defaults(values.get("method", _BY_NAME["method"].default), values)
+        values = with_method_defaults(values.get("method", _BY_NAME["method"].default), values)
     parts: dict[tuple[str, ...], dict[str, Any]] = {}
     for name, value in values.items():
         s = _BY_NAME[name]
@@ -122,4 +146,4 @@ def _plain(s: Setting, value: Any) -> Any:
     return value
 
 
-__all__ = ["RUN_SETTINGS", "RunConfig", "run_config"]
+__all__ = ["RUN_SETTINGS", "RunConfig", "ScoringSettings", "run_config"]

@@ -15,12 +15,140 @@ repeatable option reads better singular, ``--attack`` for ``attacks``).
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import MISSING, dataclass, field
 from typing import Any
 
+from securevfl.errors import ConfigError
+
 _KEY = "securevfl.setting"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A declarative constraint on a setting's value, as scikit-learn's ``_parameter_constraints``.
+
+    ``kind``: ``int``, ``float`` (a finite number), ``str`` (non-empty) or ``choice`` (one of
+    ``choices``); ``low`` / ``high`` bound a number (``open_low`` / ``open_high``: strictly);
+    ``many``: a list of such values (held as a tuple); ``optional``: ``None`` is allowed too.
+    """
+
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    open_high: bool = False
+    choices: tuple[str, ...] = ()
+    many: bool = False
+    optional: bool = False
+
+    def describe(self) -> str:
+        """What a valid value is, as the error message says it (``a positive integer``)."""
+        one = self._describe_one()
+        return f"a list of {_plural(one)}" if self.many else one
+
+    def _describe_one(self) -> str:
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        if self.kind == "str":
+            return "a non-empty string"
+        noun = "integer" if self.kind == "int" else "number"
+        low, high = self.low, self.high
+        if low == 0 and high is None:
+            return f"a positive {noun}" if self.open_low else f"a non-negative {noun}" if noun == "integer" \
+                else "a number >= 0"
+        if low is not None and high is not None:
+            if self.open_low and self.open_high:
+                return f"a {noun} strictly between {_num(low)} and {_num(high)}"
+            left, right = "(" if self.open_low else "[", ")" if self.open_high else "]"
+            return f"a {noun} in {left}{_num(low)}, {_num(high)}{right}"
+        if low == 1 and noun == "integer":
+            return "a positive integer"
+        if low is not None:
+            return f"a {noun} {'>' if self.open_low else '>='} {_num(low)}"
+        if high is not None:
+            return f"a {noun} {'<' if self.open_high else '<='} {_num(high)}"
+        return f"an {noun}" if noun == "integer" else "a number"
+
+    def check(self, name: str, value: Any) -> Any:
+        """``value`` as the field holds it (an int, a float, a tuple), or a :class:`ConfigError` naming ``name``."""
+        if value is None and self.optional:
+            return None
+        if self.many:
+            if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+                raise ConfigError(f"{name} must be {self.describe()}, got {value!r}")
+            try:
+                return tuple(self._one(name, v) for v in value)
+            except ConfigError:
+                raise ConfigError(f"{name} must be {self.describe()}, got {value!r}") from None
+        return self._one(name, value)
+
+    def _one(self, name: str, value: Any) -> Any:
+        bad = ConfigError(f"{name} must be {self._describe_one()}, got {value!r}")
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise bad
+            return value
+        if self.kind == "str":
+            if not isinstance(value, str) or not value.strip():
+                raise bad
+            return value
+        kind = numbers.Integral if self.kind == "int" else numbers.Real
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise bad
+        number: float = int(value) if isinstance(value, numbers.Integral) and self.kind == "int" else float(value)
+        if not math.isfinite(number) or not self._within(number):
+            raise bad
+        return number
+
+    def _within(self, v: float) -> bool:
+        low_ok = self.low is None or (v > self.low if self.open_low else v >= self.low)
+        return low_ok and (self.high is None or (v < self.high if self.open_high else v <= self.high))
+
+
+def integer(low: int | None = None, high: int | None = None, *, many: bool = False, optional: bool = False) -> Rule:
+    """An integer in ``low..high`` (``many``: a list of them)."""
+    return Rule("int", low, high, many=many, optional=optional)
+
+
+def number(low: float | None = None, high: float | None = None, *, open_low: bool = False, open_high: bool = False,
+           optional: bool = False) -> Rule:
+    """A finite number, bounded by ``low`` / ``high`` (strictly where ``open_*``)."""
+    return Rule("float", low, high, open_low, open_high, optional=optional)
+
+
+def one_of(*choices: str, optional: bool = False) -> Rule:
+    """One of ``choices``."""
+    return Rule("choice", choices=choices, optional=optional)
+
+
+def text() -> Rule:
+    """A non-empty string."""
+    return Rule("str")
+
+
+def check_declared(config: Any) -> None:
+    """Check every field of the dataclass ``config`` that declares a rule, and store the value as the rule holds it.
+
+    For a frozen dataclass's ``__post_init__``: the one place its settings' constraints are applied.
+    """
+    for f in dataclasses.fields(config):
+        info = info_of(f)
+        if info is not None and info.rule is not None:
+            object.__setattr__(config, f.name, info.rule.check(f.name, getattr(config, f.name)))
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
+def _plural(phrase: str) -> str:
+    """``a positive integer`` -> ``positive integers``."""
+    words = phrase.split(" ", 1)[1] if phrase.startswith(("a ", "an ")) else phrase
+    return words + "s" if not words.endswith("s") else words
 
 
 @dataclass(frozen=True)
@@ -33,7 +161,8 @@ class SettingInfo:
     use of the flag (``--attack a --attack b``); otherwise a tuple is comma-separated text. ``same_as``:
     this field always takes the value of the named setting (the seed every part uses); not a setting.
     ``api``: an API keyword of its own (``False``: set through the enclosing group's keyword, as the
-    column settings are through ``columns``).
+    column settings are through ``columns``). ``rule``: the constraint its value must meet (:class:`Rule`),
+    applied by :func:`check_declared`.
     """
 
     help: str
@@ -44,12 +173,14 @@ class SettingInfo:
     same_as: str | None = None
     api: bool = True
     group: bool = False
+    rule: Rule | None = None
 
 
 def setting(default: Any = MISSING, *, help: str, default_factory: Any = MISSING, flag: str | None = None,
-            cli: bool = True, job: bool = False, repeat: bool = False, api: bool = True) -> Any:
-    """A dataclass field that declares a setting (its name is the field's name)."""
-    info = SettingInfo(help=help, flag=flag, cli=cli, job=job, repeat=repeat, api=api)
+            cli: bool = True, job: bool = False, repeat: bool = False, api: bool = True,
+            rule: Rule | None = None) -> Any:
+    """A dataclass field that declares a setting (its name is the field's name) and, with ``rule``, its constraint."""
+    info = SettingInfo(help=help, flag=flag, cli=cli, job=job, repeat=repeat, api=api, rule=rule)
     return field(default=default, default_factory=default_factory, metadata={_KEY: info})
 
 
@@ -150,5 +281,5 @@ def _dataclass_in(annotation: Any) -> type:
     raise TypeError(f"a group field must hold a dataclass, got {annotation!r}")
 
 
-__all__ = ["Setting", "SettingInfo", "default_of", "group", "group_type", "holds_tuple", "info_of", "same_as",
-           "setting", "settings_doc", "settings_of"]
+__all__ = ["Rule", "Setting", "SettingInfo", "check_declared", "default_of", "group", "group_type", "holds_tuple",
+           "info_of", "integer", "number", "one_of", "same_as", "setting", "settings_doc", "settings_of", "text"]

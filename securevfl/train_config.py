@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from securevfl.errors import ConfigError
-from securevfl.settings import setting
+from securevfl.settings import check_declared, integer, number, one_of, setting
 
 #: The run-level defences (``TrainConfig.defenses``), applied by :mod:`securevfl.methods.engine.defenses`.
 DEFENSES = ("grad-noise", "grad-sparsify", "label-dp")
@@ -52,20 +52,24 @@ class TrainConfig:
     them aside instead (into ``DIR/<party>/previous-<time>/``; nothing is deleted).
     """
 
-    epochs: int = setting(50, help="Training epochs.", job=True)
-    batch_size: int = setting(32, help="Batch size.", job=True)
-    lr: float = setting(1e-3, help="Learning rate (Adam).", job=True)
-    seed: int = setting(0, help="Seed for partition, initialisation and batch order (not for secrets).", job=True)
-    embedding_dim: int = setting(16, help="Embedding width of bottom models.", job=True)
-    hidden: tuple[int, ...] = setting((64,), help="Hidden layer sizes, comma-separated.", job=True)
+    epochs: int = setting(50, help="Training epochs.", job=True, rule=integer(1))
+    batch_size: int = setting(32, help="Training batch size (rows per step).", job=True, rule=integer(1))
+    lr: float = setting(1e-3, help="Learning rate (Adam).", job=True, rule=number(0, open_low=True))
+    seed: int = setting(0, help="Seed for partition, initialisation and batch order (not for secrets).", job=True,
+                        rule=integer(0))
+    embedding_dim: int = setting(16, help="Embedding width of bottom models.", job=True, rule=integer(1))
+    hidden: tuple[int, ...] = setting((64,), help="Hidden layer sizes, comma-separated.", job=True,
+                                      rule=integer(1, many=True))
     options: Mapping[str, Any] = setting(default_factory=dict, flag="--option", repeat=True, job=True,
                                          help="Method option KEY=VALUE (repeatable; `securevfl methods` lists them).")
     early_stopping: int = setting(
-        0, job=True, help="Patience in epochs: stop when the validation loss has not improved for this many (0: off).")
-    val_fraction: float = setting(0.2, job=True,
+        0, job=True, rule=integer(0),
+        help="Patience in epochs: stop when the validation loss has not improved for this many (0: off).")
+    val_fraction: float = setting(0.2, job=True, rule=number(0, 1, open_low=True, open_high=True),
                                   help="With --early-stopping: aligned training rows held out to validate.")
     min_improvement: float = setting(
-        0.0, job=True, help="With --early-stopping: how much the validation loss must fall to count as better.")
+        0.0, job=True, rule=number(0),
+        help="With --early-stopping: how much the validation loss must fall to count as better.")
     checkpoint_dir: str | None = setting(
         None, help="Every party saves its own state here at each epoch end (DIR/<party>/).")
     resume: bool = setting(False, help="Continue from the last epoch every party checkpointed.")
@@ -76,25 +80,11 @@ class TrainConfig:
         default_factory=dict, flag="--defense", repeat=True,
         help="NAME=STRENGTH (repeatable): grad-noise=S, grad-sparsify=R, label-dp=EPS.")
     class_weight: str = setting(
-        "none", job=True, help="none | balanced: weight the loss by inverse class frequency (imbalanced labels).")
+        "none", job=True, rule=one_of(*CLASS_WEIGHTS),
+        help="none | balanced: weight the loss by inverse class frequency (imbalanced labels).")
 
     def __post_init__(self) -> None:
-        if self.epochs < 1:
-            raise ConfigError(f"epochs must be >= 1, got {self.epochs}")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
-        if self.embedding_dim < 1:
-            raise ConfigError(f"embedding_dim must be >= 1, got {self.embedding_dim}")
-        if any(h < 1 for h in self.hidden):
-            raise ConfigError(f"hidden sizes must be >= 1, got {self.hidden}")
-        if self.early_stopping < 0:
-            raise ConfigError(f"early_stopping (patience in epochs) must be >= 0, got {self.early_stopping}")
-        if not (math.isfinite(self.min_improvement) and self.min_improvement >= 0):
-            raise ConfigError(f"min_improvement must be a number >= 0, got {self.min_improvement}")
-        if not 0 < self.val_fraction < 1:
-            raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+        check_declared(self)
         if self.resume and not self.checkpoint_dir:
             raise ConfigError("resume needs a checkpoint directory (--checkpoint-dir)")
         if self.checkpoint_overwrite and not self.checkpoint_dir:
@@ -102,8 +92,6 @@ class TrainConfig:
         if self.checkpoint_overwrite and self.resume:
             raise ConfigError("--overwrite-checkpoints starts a new run; it cannot be combined with --resume")
         object.__setattr__(self, "defenses", check_defenses(self.defenses))
-        if self.class_weight not in CLASS_WEIGHTS:
-            raise ConfigError(f"class_weight must be one of {', '.join(CLASS_WEIGHTS)}, got {self.class_weight!r}")
 
 
 __all__ = ["CLASS_WEIGHTS", "DEFENSES", "TrainConfig", "check_defenses"]

@@ -15,7 +15,7 @@ def _benchmark():
 def test_the_predict_benchmark_runs_and_its_floor_computes_what_scoring_does(tmp_path):
     out = tmp_path / "predict.json"
     figures = _benchmark().main(["--rows", "1500", "--train-rows", "600", "--repeats", "1", "--batch-sizes", "512",
-                                 "--batch-size", "512", "--no-deployed", "--no-online", "--quiet", "--out", str(out),
+                                 "--exchange-rows", "512", "--no-deployed", "--no-online", "--quiet", "--out", str(out),
                                  "--work-dir", str(tmp_path / "work")])
     assert json.loads(out.read_text())["rows"] == 1500
     assert figures["online"]["status"].startswith("not run (--no-online")

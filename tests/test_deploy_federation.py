@@ -78,11 +78,12 @@ def test_minimal_file_loads_with_documented_defaults(tmp_path: Path) -> None:
     assert (fed.limits.peer_timeout_s, fed.limits.heartbeat_s, fed.limits.max_message_mb, fed.limits.chunk_kb,
             fed.limits.connect_timeout_s, fed.limits.reconnect_backoff_s, fed.limits.max_backoff_s) == (
         30.0, 2.0, 1024.0, 1024, 60.0, 0.2, 5.0)
-    job = fed.job
-    assert (job.method, job.epochs, job.seed, job.id_column, job.label_column) == (
+    job = fed.job.as_dict()
+    assert (job["method"], job["epochs"], job["seed"], job["id_column"], job["label_column"]) == (
         "splitnn", 20, 0, "customer_id", "churn")
-    assert job.options == {} and job.batch_size == 32 and job.lr == 1e-3 and job.embedding_dim == 16
-    assert job.hidden == (64,) and job.test_size == 0.2 and job.normalize == () and job.psi_mode == "both"
+    assert job["options"] == {} and job["batch_size"] == 32 and job["lr"] == 1e-3 and job["embedding_dim"] == 16
+    assert job["hidden"] == [64] and job["test_size"] == 0.2 and job["normalize"] == [] and job["psi_mode"] == "both"
+    assert fed.job.run.train.epochs == 20 and fed.job.psi.normalize == ()  # typed: the run's own config
     assert fed.party("clinic").address == "127.0.0.1:7103"
     with pytest.raises(ConfigError, match=r"'bob' is not a party in .*fed\.toml; parties: bank, clinic, shop"):
         fed.party("bob")
@@ -145,10 +146,11 @@ def test_every_key_is_read() -> None:
     assert fed.tls == TlsSpec(dir=BASE / "certs", ca=BASE / "../ca/root.pem")
     assert fed.limits == NetworkSettings(10, 0.5, 64, 256, 5, 0.1, 2, 32, 900)
     assert isinstance(fed.limits.peer_timeout_s, float)
-    job = fed.job
-    assert job.hidden == (32, 16) and job.normalize == ("strip", "casefold")  # canonical order
-    assert job.options == {"secagg": True, "dp": {"epsilon": 1.0, "clip": 2}}
-    assert (job.epochs, job.batch_size, job.lr, job.seed, job.embedding_dim, job.test_size) == (3, 64, 0.01, 7, 8, 0.25)
+    train = fed.job.run.train
+    assert train.hidden == (32, 16) and fed.job.psi.normalize == ("strip", "casefold")  # canonical order
+    assert train.options == {"secagg": True, "dp": {"epsilon": 1.0, "clip": 2}}
+    assert (train.epochs, train.batch_size, train.lr, train.seed, train.embedding_dim,
+            fed.job.run.partition.test_size) == (3, 64, 0.01, 7, 8, 0.25)
 
 
 def test_relative_paths_resolve_against_the_files_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -271,7 +273,7 @@ def test_party_set_rules() -> None:
     ("lr = 0", "lr must be a positive number"),
     ("lr = nan", "lr must be a positive number"),
     ("hidden = 64", "hidden must be a list"),
-    ("hidden = [64, 0]", "hidden must be a positive integer"),
+    ("hidden = [64, 0]", "hidden must be a list of positive integers"),
     ("test_size = 1.0", "test_size must be a number strictly between 0 and 1"),
     ('normalize = ["lower"]', "normalize: invalid"),
     ('normalize = "strip"', "normalize must be a list"),
@@ -390,8 +392,9 @@ def test_job_differences_lists_exactly_the_differing_keys() -> None:
 
 
 def test_dataclasses_validate_when_built_directly() -> None:
-    job = JobSpec(method="splitnn", id_column="id", label_column="y", hidden=[8, 4], normalize=["nfc"])
-    assert job.hidden == (8, 4) and job.normalize == ("nfc",)
+    job = JobSpec.of({"method": "splitnn", "id_column": "id", "label_column": "y", "hidden": [8, 4],
+                      "normalize": ["nfc"]})
+    assert job.run.train.hidden == (8, 4) and job.psi.normalize == ("nfc",)
     with pytest.raises(ConfigError, match="invalid party name"):
         PartySpec("no good", "127.0.0.1:1")
     parties = {"a": PartySpec("a", "127.0.0.1:1"), "b": PartySpec("b", "127.0.0.1:2")}
@@ -403,9 +406,9 @@ def test_dataclasses_validate_when_built_directly() -> None:
     with pytest.raises(AttributeError):
         fed.active = "b"  # type: ignore[misc]
     options = {"nested": {"k": [1]}}
-    job2 = JobSpec(method="m", id_column="i", label_column="l", options=options)
+    job2 = JobSpec.of({"method": "m", "id_column": "i", "label_column": "l", "options": options})
     options["nested"]["k"].append(2)
-    assert job2.options == {"nested": {"k": [1]}}  # a private copy
+    assert job2.run.train.options == {"nested": {"k": [1]}}  # a private copy
 
 
 def test_the_examples_in_the_docs_parse_and_match() -> None:
@@ -416,8 +419,8 @@ def test_the_examples_in_the_docs_parse_and_match() -> None:
     assert parse(minimal) == parse(star)
     fed = parse(full)
     assert fed.limits == NetworkSettings() and fed.insecure is False
-    assert fed.job == JobSpec(method="splitnn", id_column="customer_id", label_column="churn",
-                              options={"secagg": "dh"})
+    assert fed.job == JobSpec.of({"method": "splitnn", "id_column": "customer_id", "label_column": "churn",
+                                  "options": {"secagg": "dh"}})
     shown = json.loads(re.search(r"```json\n(.*?)```", doc, flags=re.S).group(1))
     assert shown == job_fingerprint(parse(star))[1]
 

@@ -118,7 +118,7 @@ def test_scoring_the_held_out_rows_reproduces_the_runs_test_predictions(tmp_path
     standalone = method in STANDALONE
     parties = ("bank",) if standalone else PARTIES
     new = rows_of(files, tmp_path / "new", held_out["ids"], parties)
-    predictions = securevfl.predict(model, data=new, id_column="customer_id", device="cpu", batch_size=37)
+    predictions = securevfl.predict(model, data=new, id_column="customer_id", device="cpu", exchange_rows=37)
     expected = dict(zip(held_out["ids"], held_out["scores"], strict=True))
     assert sorted(predictions.customer_id) == sorted(held_out["ids"])
     np.testing.assert_allclose(probabilities(predictions), np.stack([expected[i] for i in predictions.customer_id]),
@@ -202,10 +202,10 @@ def test_a_joint_model_trained_deployed_scores_alike_deployed_and_in_one_process
     assert sorted(os.listdir(model)) == sorted(PARTIES)
     ids = pd.read_csv(files["bank"]).customer_id.iloc[::3]
     new = rows_of(files, tmp_path / "new", ids)
-    scored = in_threads(lambda p: run_deployed_scoring(fed, p, new[p], model, batch_size=50, device="cpu"), PARTIES)
+    scored = in_threads(lambda p: run_deployed_scoring(fed, p, new[p], model, exchange_rows=50, device="cpu"), PARTIES)
     deployed = scored["bank"].predictions
     assert scored["shop"].predictions is None and scored["clinic"].predictions is None
-    local = securevfl.predict(model, data=new, device="cpu", batch_size=50)
+    local = securevfl.predict(model, data=new, device="cpu", exchange_rows=50)
     assert deployed.customer_id.tolist() == local.customer_id.tolist()
     np.testing.assert_allclose(probabilities(deployed), probabilities(local), atol=1e-6, rtol=0)
     # the passive parties sent their latents, one message per batch, and received nothing

@@ -51,9 +51,9 @@ def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_p
     assert _launch(fed, train, "--model-dir", str(model)) == 0
     assert sorted(p.name for p in model.iterdir()) == sorted(PARTIES)
     out = tmp_path / "predictions.csv"
-    assert _launch(fed, new, "--predict", "--model-dir", str(model), "--out", str(out), "--batch-size", "50") == 0
+    assert _launch(fed, new, "--predict", "--model-dir", str(model), "--out", str(out), "--exchange-rows", "50") == 0
     deployed = pd.read_csv(out)
-    local = securevfl.predict(model, data={p: str(new[p]) for p in PARTIES}, device="cpu", batch_size=50)
+    local = securevfl.predict(model, data={p: str(new[p]) for p in PARTIES}, device="cpu", exchange_rows=50)
     assert deployed.customer_id.tolist() == local.customer_id.tolist()
     assert deployed.customer_id.tolist() == [i for i in pd.read_csv(new["bank"]).customer_id
                                              if i in set(local.customer_id)]  # the active file's order
@@ -106,7 +106,8 @@ def test_a_standalone_model_is_saved_and_scored_by_the_active_party_alone(tmp_pa
     out = tmp_path / "predictions.csv"
     # no peer is running: the bank scores on its own
     assert main(["party", "--federation", str(fed), "--as", "bank", "--insecure", "--device", "cpu", "--predict",
-                 "--model-dir", str(model), "--data", str(new["bank"]), "--out", str(out), "--batch-size", "50"]) == 0
+                 "--model-dir", str(model), "--data", str(new["bank"]), "--out", str(out),
+                 "--exchange-rows", "50"]) == 0
     deployed = pd.read_csv(out)
     local = securevfl.predict(model, data={"bank": str(new["bank"])}, device="cpu")
     assert deployed.customer_id.tolist() == pd.read_csv(new["bank"]).customer_id.tolist()  # every row, file order

@@ -44,7 +44,7 @@ def test_scoring_the_held_out_rows_reproduces_the_runs_test_predictions(tmp_path
     # MLP extractors and classifier: rows are independent, so any batch size agrees (37: batches that
     # do not divide the held-out rows; the run's own test evaluation represented them in one batch)
     for batch in (37, 4096):
-        predictions = securevfl.predict(model, data=new, id_column="customer_id", device="cpu", batch_size=batch)
+        predictions = securevfl.predict(model, data=new, id_column="customer_id", device="cpu", exchange_rows=batch)
         assert sorted(predictions.customer_id) == sorted(held_out["ids"])
         np.testing.assert_allclose(probabilities(predictions), np.stack([expected[i] for i in predictions.customer_id]),
                                    atol=1e-6, rtol=0)
@@ -72,12 +72,12 @@ def test_a_model_trained_deployed_scores_alike_deployed_and_in_one_process(tmp_p
     model = tmp_path / "model"
     in_threads(lambda p: run_deployed_party(federation, p, train[p], device="cpu", model_dir=model), PARTIES)
     assert sorted(p.name for p in model.iterdir()) == sorted(PARTIES)
-    scored = in_threads(lambda p: run_deployed_scoring(federation, p, new[p], model, batch_size=50, device="cpu"),
+    scored = in_threads(lambda p: run_deployed_scoring(federation, p, new[p], model, exchange_rows=50, device="cpu"),
                         PARTIES)
     deployed = scored["bank"].predictions
     assert deployed is not None and scored["shop"].predictions is None and scored["clinic"].predictions is None
     local = securevfl.predict(model, data={p: str(new[p]) for p in PARTIES}, id_column="customer_id", device="cpu",
-                              batch_size=50)
+                              exchange_rows=50)
     assert len(local) > 0 and deployed.customer_id.tolist() == local.customer_id.tolist()
     np.testing.assert_allclose(probabilities(deployed), probabilities(local), atol=1e-6, rtol=0)
     assert (deployed.prediction == local.prediction).all()

@@ -72,7 +72,7 @@ def _expected(report, ids):
 def test_scoring_the_held_out_rows_reproduces_the_runs_test_predictions(tmp_path, files, trained):
     model, report = trained
     new = rows_of(files, tmp_path / "new", report.test_predictions["ids"])
-    predictions = securevfl.predict(model, data=new, id_column="customer_id", device="cpu", batch_size=37)
+    predictions = securevfl.predict(model, data=new, id_column="customer_id", device="cpu", exchange_rows=37)
     assert len(predictions) == len(report.test_predictions["ids"])
     np.testing.assert_allclose(probabilities(predictions), _expected(report, predictions.customer_id), atol=1e-6,
                                rtol=0)
@@ -113,7 +113,7 @@ def test_a_regression_model_predicts_values_on_the_training_scale(tmp_path, file
     report = _train(paths, tmp_path / "model", task="regression")
     assert report.metrics["r2"] > 0.9  # a linear target: the vertical linear regression learns it
     new = rows_of(paths, tmp_path / "new", report.test_predictions["ids"])
-    predictions = securevfl.predict(tmp_path / "model", data=new, device="cpu", batch_size=50)
+    predictions = securevfl.predict(tmp_path / "model", data=new, device="cpu", exchange_rows=50)
     np.testing.assert_allclose(predictions.prediction, _expected(report, predictions.customer_id), atol=1e-6, rtol=0)
     assert predictions.attrs["metrics"]["rmse"] == pytest.approx(report.metrics["rmse"], abs=1e-9)
     assert load_model(tmp_path / "model").manifests["bank"].target_scale["std"] > 1.0  # mapped back from z
@@ -131,7 +131,7 @@ def _score_recorded(monkeypatch, model, new, keypair):
 
     monkeypatch.setattr(runtime, "run_parties", recorded)
     monkeypatch.setattr(HeteroLR, "keypair", keypair)
-    predictions = securevfl.predict(model, data=new, device="cpu", batch_size=37)
+    predictions = securevfl.predict(model, data=new, device="cpu", exchange_rows=37)
     (log,) = [log for log in logs if any(e.tag == SCORE_PARTIAL for e in log)]
     return predictions, log
 
@@ -207,7 +207,7 @@ def _score_in_threads(federation, files, model_dir, batch_size):
     from securevfl.pipeline.score import run_deployed_scoring
 
     return in_threads(lambda p: run_deployed_scoring(federation, p, files.get(p), model_dir if p in files else None,
-                                                     batch_size=batch_size, device="cpu"), tuple(federation.parties))
+                                                     exchange_rows=batch_size, device="cpu"), tuple(federation.parties))
 
 
 def test_a_model_trained_deployed_scores_deployed_with_the_arbiter_as_in_one_process(tmp_path, files):
@@ -222,7 +222,7 @@ def test_a_model_trained_deployed_scores_deployed_with_the_arbiter_as_in_one_pro
     scored = _score_in_threads(federation, {p: str(new[p]) for p in PARTIES}, model, batch_size=50)
     deployed = scored["bank"].predictions
     assert all(scored[p].predictions is None for p in (*PARTIES[1:], ARBITER))
-    local = securevfl.predict(model, data={p: str(new[p]) for p in PARTIES}, device="cpu", batch_size=50)
+    local = securevfl.predict(model, data={p: str(new[p]) for p in PARTIES}, device="cpu", exchange_rows=50)
     assert deployed.customer_id.tolist() == local.customer_id.tolist()
     np.testing.assert_allclose(probabilities(deployed), probabilities(local), atol=1e-6, rtol=0)
     assert (deployed.prediction == local.prediction).all()

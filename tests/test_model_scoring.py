@@ -65,7 +65,7 @@ def test_scoring_the_held_out_rows_reproduces_the_runs_test_predictions(tmp_path
     held_out = report.test_predictions
     new = _rows(files, tmp_path / "new", held_out["ids"])
     predictions = securevfl.predict(tmp_path / "model", data=new, id_column="customer_id", device="cpu",
-                                    batch_size=batch)
+                                    exchange_rows=batch)
     assert len(predictions) == len(held_out["ids"])
     expected = dict(zip(held_out["ids"], held_out["scores"], strict=True))
     got = probabilities(predictions)
@@ -97,7 +97,7 @@ def test_entity_aug_saves_its_widths_not_its_queues_and_scores_a_label_only_host
     assert sorted(model.sides["bank"].weights) == ["top"]  # no bottom without features, no queue
     assert sorted(model.sides["shop"].weights) == ["bottom"]
     new = _rows(paths, tmp_path / "new", report.test_predictions["ids"])
-    predictions = securevfl.predict(model, data=new, device="cpu", batch_size=37)
+    predictions = securevfl.predict(model, data=new, device="cpu", exchange_rows=37)
     expected = dict(zip(report.test_predictions["ids"], report.test_predictions["scores"], strict=True))
     np.testing.assert_allclose(probabilities(predictions), np.stack([expected[i] for i in predictions.customer_id]),
                                atol=1e-6, rtol=0)
@@ -205,7 +205,7 @@ def test_every_method_saves_and_one_that_cannot_is_refused_before_training(tmp_p
 def test_a_used_model_dir_is_refused_before_training_unless_overwrite(tmp_path, files, saved):
     model = _copy(saved, tmp_path)
     before = (model / "bank" / MANIFEST).read_bytes()
-    with pytest.raises(ModelError, match="already holds a model .*--overwrite"):
+    with pytest.raises(ModelError, match="already holds a model .*--overwrite-model"):
         _train(files, model)
     assert (model / "bank" / MANIFEST).read_bytes() == before
     _train(files, model, overwrite_model=True)

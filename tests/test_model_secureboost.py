@@ -39,7 +39,7 @@ def trained(tmp_path_factory, files):
 def test_scoring_the_held_out_rows_reproduces_the_runs_test_predictions(tmp_path, files, trained):
     model, report = trained
     new = rows_of(files, tmp_path / "new", report.test_predictions["ids"])
-    predictions = securevfl.predict(model, data=new, id_column="customer_id", device="cpu", batch_size=37)
+    predictions = securevfl.predict(model, data=new, id_column="customer_id", device="cpu", exchange_rows=37)
     assert len(predictions) == len(report.test_predictions["ids"])
     scores = dict(zip(report.test_predictions["ids"], report.test_predictions["scores"], strict=True))
     expected = np.stack([scores[i] for i in predictions.customer_id])
@@ -75,9 +75,9 @@ def test_a_model_trained_deployed_scores_deployed_as_in_one_process(tmp_path):
     trained = run_parties_in_threads(federation, {p: str(train[p]) for p in PARTIES}, model_dir=model)
     # not a fixed figure: each passive party's secret candidate permutation breaks ties of equal gain
     assert trained["bank"].report.metrics["accuracy"] > 0.85
-    scored = in_threads(lambda p: run_deployed_scoring(federation, p, str(new[p]), model, batch_size=50,
+    scored = in_threads(lambda p: run_deployed_scoring(federation, p, str(new[p]), model, exchange_rows=50,
                                                        device="cpu"), PARTIES)
     deployed = scored["bank"].predictions
-    local = securevfl.predict(model, data={p: str(new[p]) for p in PARTIES}, device="cpu", batch_size=50)
+    local = securevfl.predict(model, data={p: str(new[p]) for p in PARTIES}, device="cpu", exchange_rows=50)
     assert deployed.customer_id.tolist() == local.customer_id.tolist()
     np.testing.assert_allclose(probabilities(deployed), probabilities(local), atol=1e-12, rtol=0)

@@ -163,7 +163,7 @@ def test_serve_options_are_checked_before_connecting(tmp_path, trained, capsys):
     model, files = trained
     fed = loopback_federation_file(tmp_path, PARTIES, "bank", SPLITNN_JOB)
     base = ["party", "--federation", str(fed), "--as", "bank", "--insecure", "--serve"]
-    for extra, words in [([], "--serve needs --model-dir"),
+    for extra, words in [([], "give --model-dir and --data"),
                          (["--model-dir", str(model), "--data", str(files["bank"]), "--predict"], "choose one"),
                          (["--model-dir", str(model), "--data", str(files["bank"]), "--out", "x.csv"], "no --out"),
                          (["--model-dir", str(model), "--data", str(files["bank"]), "--listen", "nowhere"],

@@ -59,7 +59,7 @@ def test_the_active_file_alone_reproduces_the_runs_test_predictions(tmp_path, fi
     directory, report = trained
     held_out = report.test_predictions
     new = _bank_rows(files, tmp_path / "bank.csv", held_out["ids"])
-    predictions = securevfl.predict(directory, data={"bank": new}, device="cpu", batch_size=batch)
+    predictions = securevfl.predict(directory, data={"bank": new}, device="cpu", exchange_rows=batch)
     expected = dict(zip(held_out["ids"], held_out["scores"], strict=True))
     np.testing.assert_allclose(probabilities(predictions), np.stack([expected[i] for i in predictions.customer_id]),
                                atol=1e-6, rtol=0)

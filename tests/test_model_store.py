@@ -237,7 +237,7 @@ def test_an_existing_part_is_kept_unless_overwrite(tmp_path: Path) -> None:
     saved(tmp_path)
     before = read_part(tmp_path, "bank")
     with pytest.raises(ModelError, match=r"bank already holds a model \(splitnn, job 3f2a0000…, created .*\); "
-                                         "pass --overwrite to replace it"):
+                                         "pass --overwrite-model to replace it"):
         saved(tmp_path, options={"epochs": 9})
     assert read_part(tmp_path, "bank") == before
     write_part(tmp_path, manifest(options={"epochs": 9}), {"only.bin": b"new"}, overwrite=True)

@@ -284,7 +284,7 @@ def test_a_passive_party_may_serve_only_the_customers_it_trained_on(trained, tmp
         finally:
             running.close()
         assert status == 200 and sorted(p["customer_id"] for p in answer["predictions"]) == sorted(scored), answer
-    with pytest.raises(securevfl.errors.ConfigError, match="serve-ids"):
+    with pytest.raises(securevfl.errors.ConfigError, match="serve_ids must be one of all, training"):
         ServeSettings(serve_ids="some")
 
 

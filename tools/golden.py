@@ -309,7 +309,7 @@ def record_in_process(run: Run, tables: Mapping[str, Path], work: Path, epochs: 
             parties = tuple(p for p in PARTIES if p in saved.parts)
             ids = held["ids"] if held is not None else pd.read_csv(tables["bank"]).customer_id
             new = rows_of(tables, work / "new", ids, parties)
-            frame = securevfl.predict(saved, data=new, id_column="customer_id", device="cpu", batch_size=SCORE_BATCH)
+            frame = securevfl.predict(saved, data=new, id_column="customer_id", device="cpu", exchange_rows=SCORE_BATCH)
             out["scoring"] = {"parties": list(parties), "metrics": frame.attrs.get("metrics", {}),
                               "predictions": predictions_digest(frame)}
     if run.method == "vfedtrans":
@@ -380,14 +380,14 @@ def record_deployed(run: Run, tables: Mapping[str, Path], work: Path, epochs: in
         import securevfl
 
         frame = securevfl.predict(model, data={"bank": str(tables["bank"])}, id_column="customer_id",
-                                  device="cpu", batch_size=SCORE_BATCH)
+                                  device="cpu", exchange_rows=SCORE_BATCH)
         out["scoring"] = {"parties": saved, "how": "in one process (standalone)",
                           "metrics": frame.attrs.get("metrics", {}), "predictions": predictions_digest(frame)}
     elif saved:
         predictions = work / "predictions.csv"
         scoring_files = {p: (files[p] if p in saved else None) for p in files}
         _launch(fed, scoring_files, "--predict", "--model-dir", str(model), "--out", str(predictions),
-                "--batch-size", str(SCORE_BATCH), log=log)
+                "--exchange-rows", str(SCORE_BATCH), log=log)
         out["scoring"] = {"parties": saved, "how": "launch --predict",
                           "predictions": predictions_digest(pd.read_csv(predictions))}
     _drop_paillier_bytes(run.method, run.options, out)

@@ -155,7 +155,7 @@ def measure_in_process(model_dir: Path, files: Mapping[str, Path], *, batch_size
         stack.enter_context(_timed_aligner(scoring, totals))
         stack.enter_context(_timed(runtime, "run_parties", totals, "score_s"))
         started = time.perf_counter()
-        scored = scoring.score(model_dir, {p: str(f) for p, f in files.items()}, batch_size=batch_size,
+        scored = scoring.score(model_dir, {p: str(f) for p, f in files.items()}, exchange_rows=batch_size,
                                device="cpu", alignment=alignment)
         wall = time.perf_counter() - started
     rows = scored.rows["scored"]

@@ -8,16 +8,20 @@ A thin shell over :mod:`securevfl.deploy` (docs/deploy.md). Errors are raised as
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
 from psi.checks import input_file_problem
-from securevfl.cli.options import parse_pairs
+from securevfl.cli.options import api_values, cli_settings, given_names, parse_pairs, settings_command
 from securevfl.cli.party import DEFAULT_PREDICTIONS, check_insecure, check_predict_options
 from securevfl.errors import ConfigError
+from securevfl.run_config import ScoringSettings
+from securevfl.settings import settings_of
 
 console = Console()
 err_console = Console(stderr=True)
@@ -115,37 +119,31 @@ def certs_sign_command(
     _say(f"send {signed.cert.name} and {Path(ca) / 'ca.pem'} to {signed.party}")
 
 
-def launch_command(
+def _launch(
+    ctx: typer.Context,
+    *,
     federation: Path = typer.Argument(..., help="The federation file (TOML)."),  # noqa: B008
     data: list[str] = typer.Option(..., "--data", help="PARTY=FILE for every party (repeat)."),  # noqa: B008
     report: Path | None = typer.Option(None, help="Where the active party writes the run report."),  # noqa: B008
-    device: str = typer.Option("auto", help="Device for every party."),
     timeout: float = typer.Option(0, help="Stop everything after this many seconds (0: no limit)."),
     insecure: bool = typer.Option(False, help="Confirm plaintext links (loopback only; the file must say so too)."),
-    checkpoint_dir: Path | None = typer.Option(  # noqa: B008
-        None, help="Every party saves its own state under DIR/<party>/ at each epoch end."),
-    resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
-    overwrite_checkpoints: bool = typer.Option(
-        False, help="Start a new run in a used --checkpoint-dir: move the old files aside (previous-*/)."),
-    model_dir: Path | None = typer.Option(  # noqa: B008
-        None, help="Every party saves its own part of the model under DIR/<party>/; with --predict, scores with it."),
-    overwrite_model: bool = typer.Option(False, help="Replace parts already saved in --model-dir."),
     predict: bool = typer.Option(False, help="Score new rows (--data) with the saved model (--model-dir)."),
     out: Path | None = typer.Option(None, help="With --predict: where the active party writes predictions."),  # noqa: B008
-    batch_size: int = typer.Option(4096, help="With --predict: rows scored per exchange."),
     log_file: Path | None = typer.Option(  # noqa: B008
         None, help="A folder: every party also appends its events to DIR/<party>.log."),
     log_level: str = typer.Option("info", help="Every party's --log-level: debug, info, warning or error."),
     log_format: str = typer.Option("text", help="Every party's --log-format: text or json (of its --log-file)."),
     threads: int | None = typer.Option(
         None, help="torch threads of each party (default: this machine's cores / the parties)."),
-    positive_class: str | None = typer.Option(
-        None, help="The class binary F1 and AUC score as positive (default: the second class in sorted order)."),
+    **values: Any,
 ) -> None:
     """Start every party as its own local process (loopback), stream their output, stop on the first failure."""
     from securevfl.api import check_report_path
     from securevfl.deploy.federation_file import load_federation
 
+    run = api_values(_LAUNCH_SETTINGS, values, given_names(ctx, values))
+    device, checkpoint_dir, model_dir = run.get("device", "auto"), run.get("checkpoint_dir"), run.get("model_dir")
+    positive_class, exchange_rows = run.get("positive_class"), values["exchange_rows"]
     fed = load_federation(federation)
     check_insecure(fed.insecure, insecure)
     files = {name: Path(path) for name, path in parse_pairs(data, "--data").items()}
@@ -171,12 +169,13 @@ def launch_command(
             raise ConfigError(f"the {fed.job.method} model is the active party's alone: score it without launch, "
                               f"with securevfl party --predict --as {fed.active} (or securevfl predict)")
         for name in fed.parties:  # a helper (data = false) scores with no part: no --model-dir
-            extra[name] += ["--predict", "--batch-size", str(batch_size)] + (
+            extra[name] += ["--predict", "--exchange-rows", str(exchange_rows)] + (
                 ["--model-dir", str(model_dir)] if name in files else [])
         extra[fed.active] += ["--out", str(out or DEFAULT_PREDICTIONS)]
     elif model_dir is not None:
         for name in files:  # a helper saves nothing
-            extra[name] += ["--model-dir", str(model_dir)] + (["--overwrite-model"] if overwrite_model else [])
+            extra[name] += ["--model-dir", str(model_dir)] + (["--overwrite-model"] if run.get("overwrite_model")
+                                                              else [])
     for name, options in log_options(tuple(fed.parties), log_file, log_level, log_format).items():
         extra[name] += options
     if threads is not None:
@@ -188,8 +187,8 @@ def launch_command(
 
     code = launch(federation, {**files, **dict.fromkeys(n for n in fed.parties if n not in files)},
                   active=fed.active, report=report, device=device, timeout=timeout or None, insecure=insecure,
-                  checkpoint_dir=checkpoint_dir, resume=resume, overwrite_checkpoints=overwrite_checkpoints,
-                  extra=extra)
+                  checkpoint_dir=checkpoint_dir, resume=run.get("resume", False),
+                  overwrite_checkpoints=run.get("checkpoint_overwrite", False), extra=extra)
     if code and checkpoint_dir is not None and not predict:
         from securevfl.cli.resume import last_common_epoch
 
@@ -199,6 +198,14 @@ def launch_command(
                               "same command with --resume", highlight=False)
     if code:
         raise typer.Exit(code)
+
+
+#: The run settings launch passes to every party, from their one declaration (securevfl.run_config).
+_LAUNCH_SETTINGS = cli_settings(["device", "checkpoint_dir", "resume", "checkpoint_overwrite", "model_dir",
+                                 "overwrite_model", "positive_class"])
+launch_command = _launch
+settings_command(launch_command, [*_LAUNCH_SETTINGS, *settings_of(ScoringSettings)],
+                 before=[p for p in inspect.signature(_launch).parameters.values() if p.kind != p.VAR_KEYWORD])
 
 
 def log_options(parties: Sequence[str], log_file: Path | None, level: str, fmt: str) -> dict[str, list[str]]:

@@ -7,7 +7,9 @@ wrapper prints them as one line (exit code 2).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import json
 import logging
 import os
@@ -23,8 +25,12 @@ import typer
 from rich.console import Console
 
 from psi import atomic
+from securevfl.cli.options import api_values, cli_settings, given_names, settings_command
 from securevfl.cli.startup import heavy_imports
+from securevfl.deploy.serving_limits import ServeSettings
 from securevfl.errors import ConfigError, Interrupted, PartyFailure, SecureVFLError
+from securevfl.run_config import ScoringSettings
+from securevfl.settings import settings_of
 
 console = Console()
 err_console = Console(stderr=True)
@@ -117,73 +123,36 @@ def with_party_logging(command: Any) -> Any:
     return run
 
 
-@with_party_logging
-def party_command(
+def _party(
+    ctx: typer.Context,
+    *,
     federation: Path = typer.Option(..., help="The federation file (TOML, docs/deploy.md)."),  # noqa: B008
     as_: str = typer.Option(..., "--as", help="Which party of the federation this process is."),
     data: Path | None = typer.Option(  # noqa: B008
         None, help="This party's own table (CSV/Parquet) with the ID column (none for a data = false party)."),
     report: Path | None = typer.Option(None, help="Where to write this party's report (JSON + .md)."),  # noqa: B008
-    device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda[:N]."),
     threads: int | None = typer.Option(
         None, help="torch threads of this process (0: torch's default, one per core). Default: [parties.NAME] "
                    "threads, else OMP_NUM_THREADS, else this machine's cores / the parties listed on this host."),
     insecure: bool = typer.Option(False, help="Confirm plaintext links (loopback only; the file must say so too)."),
-    checkpoint_dir: Path | None = typer.Option(  # noqa: B008
-        None, help="Save this party's own state here at each epoch end (split-learning methods)."),
-    resume: bool = typer.Option(False, help="Continue from the last epoch every party checkpointed."),
-    overwrite_checkpoints: bool = typer.Option(
-        False, help="Start a new run in a used --checkpoint-dir: move the old files aside (previous-*/)."),
-    categorical: str = typer.Option("", help="This party's integer columns to encode as categories (comma-separated)."),
-    drop: str = typer.Option("", help="This party's columns to leave out (comma-separated)."),
-    dates: str = typer.Option("", help="This party's date columns (comma-separated)."),
-    missing_markers: str | None = typer.Option(
-        None, help="Cell values that mean missing in this party's file (comma-separated; blank always)."),
-    max_onehot: int | None = typer.Option(None, help="One-hot up to this many levels; hash wider columns."),
-    embed_categories: bool | None = typer.Option(
-        None, "--embed-categories/--no-embed-categories",
-        help="This party's categorical columns as codes its bottom model learns embeddings of."),
-    model_dir: Path | None = typer.Option(  # noqa: B008
-        None, help="Save this party's own part of the trained model here (DIR/<party>/); with --predict, "
-                   "score with it."),
-    overwrite_model: bool = typer.Option(False, help="Replace a part already saved in --model-dir."),
     predict: bool = typer.Option(False, help="Score new rows (--data) with this party's part (--model-dir)."),
     out: Path | None = typer.Option(  # noqa: B008
         None, help="With --predict at the active party: where to write the predictions (CSV)."),
-    batch_size: int = typer.Option(4096, help="With --predict: rows scored per exchange."),
     serve: bool = typer.Option(False, help="Stay up and score requests with this party's part (--model-dir) "
                                            "for the customers of --data; the active party answers POST /score."),
     listen: str = typer.Option("127.0.0.1:8470", help="With --serve at the active party: the HTTP endpoint's "
                                                       "HOST:PORT (port 0: any free port)."),
     serve_tls: bool = typer.Option(False, help="With --serve: HTTPS with this party's federation certificate "
                                                "and key (or --serve-cert / --serve-key)."),
-    serve_cert: Path | None = typer.Option(None, help="With --serve: the endpoint's TLS certificate (PEM)."),  # noqa: B008
-    serve_key: Path | None = typer.Option(None, help="With --serve: the endpoint's TLS private key (PEM)."),  # noqa: B008
     serve_client_ca: str | None = typer.Option(
         None, help="With --serve: require client certificates signed by this CA (a PEM file, or 'federation' "
                    "for the federation's CA)."),
-    serve_token_file: Path | None = typer.Option(  # noqa: B008
-        None, help="With --serve: require 'Authorization: Bearer <token>', the token read from this file "
-                   "(mode 600)."),
-    max_ids_per_minute: int = typer.Option(
-        6000, help="With --serve at a passive party: the IDs the active party may look up per minute "
-                   "(0: no limit)."),
-    max_ids_per_session: int = typer.Option(
-        1_000_000, help="With --serve at a passive party: the IDs it may look up in this session (0: no limit)."),
-    serve_ids: str = typer.Option(
-        "all", help="With --serve at a passive party: serve all its customers, or only those it trained on with "
-                    "the active party ('training')."),
-    batch_wait_ms: float = typer.Option(
-        2.0, help="With --serve: requests arriving within this many ms of each other are scored together."),
-    queue_size: int = typer.Option(256, help="With --serve: requests that may wait; beyond, 503 + Retry-After."),
     log_file: Path | None = typer.Option(  # noqa: B008
         None, help="Also append this party's events to this file (the console still shows text)."),
     log_level: str = typer.Option("info", help="debug, info, warning or error: the least severe event shown."),
     log_format: str = typer.Option("text", help="text, or json: one object per line (of --log-file; without "
                                                 "it, of the console)."),
-    positive_class: str | None = typer.Option(
-        None, help="At the active party: the class binary F1 and AUC score as positive (default: the second "
-                   "class in sorted order)."),
+    **values: Any,
 ) -> None:
     """Run one party: load only its own table, PSI with its peers, then its role of the method.
 
@@ -194,27 +163,30 @@ def party_command(
     """
     with heavy_imports():
         from securevfl.api import check_report_path
-        from securevfl.data.columns import spec_from_text
         from securevfl.deploy.federation_file import check_tls_paths, load_federation
 
     if report is not None:
         check_report_path(report)
     fed = load_federation(federation)
     check_tls_paths(fed)
-    columns = spec_from_text(categorical=categorical, drop=drop, dates=dates, missing_markers=missing_markers,
-                             max_onehot=max_onehot, embed=embed_categories, base=fed.party(as_).columns)
+    given = given_names(ctx, values)
+    run = api_values(_RUN_SETTINGS, values, given)
+    columns = _own_columns(run.pop("columns", None), given, fed.party(as_).columns)
     if not fed.party(as_).data and columns != fed.party(as_).columns:
         raise ConfigError(f"{as_} has data = false in the federation file: it takes no column options")
     check_insecure(fed.insecure, insecure)
-    if positive_class is not None and (serve or predict):
+    if run.get("positive_class") is not None and (serve or predict):
         raise ConfigError("--positive-class is for training (the metrics of its test rows)")
-    if not serve and (serve_tls or serve_cert or serve_key or serve_client_ca or serve_token_file):
-        raise ConfigError("the --serve-* options are for --serve")
+    serving = [s.flag for s in _SERVE_SETTINGS if s.name in given] + (["--serve-tls"] if serve_tls else []) + (
+        ["--serve-client-ca"] if serve_client_ca else [])
+    if not serve and serving:
+        raise ConfigError(f"{serving[0]} is for --serve")
+    device, checkpoint_dir, model_dir = run.get("device", "auto"), run.get("checkpoint_dir"), run.get("model_dir")
     if serve:
         _check_serve_options(out, checkpoint_dir, predict)
         choice = _start_threads(fed, as_, threads)
-        settings = _serve_settings(fed, as_, serve_tls, serve_cert, serve_key, serve_client_ca, serve_token_file,
-                                   max_ids_per_minute, max_ids_per_session, batch_wait_ms, queue_size, serve_ids)
+        settings = _serve_settings(fed, as_, serve_tls, serve_client_ca,
+                                   {s.name: values[s.name] for s in _SERVE_SETTINGS})
         with stop_on_signals(as_):
             _serve_party(fed, as_, data, model_dir, listen, device, choice, settings)
         return
@@ -222,7 +194,7 @@ def party_command(
         check_predict_options(fed, as_, out, checkpoint_dir)
         choice = _start_threads(fed, as_, threads)
         with stop_on_signals(as_):
-            _score_party(fed, as_, data, model_dir, out, report, device, batch_size, choice)
+            _score_party(fed, as_, data, model_dir, out, report, device, values["exchange_rows"], choice)
         return
     if out is not None:
         raise ConfigError("--out is for --predict (the training writes --report and, with --model-dir, the model)")
@@ -230,8 +202,29 @@ def party_command(
     from securevfl.cli.resume import hint_resume
 
     with stop_on_signals(as_), hint_resume(checkpoint_dir, [as_], deployed=True):
-        _run_party(fed, as_, data, report, device, checkpoint_dir, resume, overwrite_checkpoints, columns,
-                   model_dir, overwrite_model, choice, positive_class)
+        _run_party(fed, as_, data, report, device, checkpoint_dir, run.get("resume", False),
+                   run.get("checkpoint_overwrite", False), columns, model_dir, run.get("overwrite_model", False),
+                   choice, run.get("positive_class"))
+
+
+def _own_columns(columns: Any, given: set[str], base: Any) -> Any:
+    """The party's column spec: its file section's, with the column options it was given on its command line."""
+    if columns is None:
+        return base
+    changed = {s.name: getattr(columns, s.name) for s in _COLUMN_SETTINGS if s.name in given}
+    return dataclasses.replace(base, **changed) if changed else base
+
+
+#: The run settings a party takes on its own command line, from their one declaration (securevfl.run_config):
+#: where it runs, its checkpoints and model part, its columns. The rest of its run is the federation's [job].
+_COLUMN_SETTINGS = [s for s in cli_settings() if s.path[:-1] == ("dataset_options", "columns")]
+_RUN_SETTINGS = [*cli_settings(["device", "checkpoint_dir", "resume", "checkpoint_overwrite", "model_dir",
+                                "overwrite_model", "positive_class"]), *_COLUMN_SETTINGS]
+_SERVE_SETTINGS = [s for s in settings_of(ServeSettings) if s.info.cli]
+
+party_command = with_party_logging(_party)
+settings_command(party_command, [*_RUN_SETTINGS, *settings_of(ScoringSettings), *_SERVE_SETTINGS],
+                 before=[p for p in inspect.signature(_party).parameters.values() if p.kind != p.VAR_KEYWORD])
 
 
 def _start_threads(fed: Any, as_: str, threads: int | None) -> Any:
@@ -265,12 +258,15 @@ def _check_serve_options(out: Path | None, checkpoint_dir: Path | None, predict:
         raise ConfigError("--serve answers requests over HTTP: it takes no --checkpoint-dir and no --out")
 
 
-def _serve_settings(fed: Any, as_: str, tls: bool, cert: Path | None, key: Path | None, client_ca: str | None,
-                    token_file: Path | None, ids_per_minute: int, ids_per_session: int, batch_wait_ms: float,
-                    queue_size: int, serve_ids: str = "all") -> Any:
-    """The party's own serving settings (the endpoint's at the active party, the budget at a passive one)."""
+def _serve_settings(fed: Any, as_: str, tls: bool, client_ca: str | None, declared: dict[str, Any]) -> Any:
+    """The party's own serving settings (the endpoint's at the active party, the budget at a passive one).
+
+    ``declared``: the values of :class:`~securevfl.deploy.serving_limits.ServeSettings`'s flags;
+    ``tls`` (--serve-tls) takes the party's federation certificate, ``client_ca`` may say ``federation``.
+    """
     from securevfl.deploy.serving_limits import ServeSettings
 
+    cert, key = declared.pop("cert"), declared.pop("key")
     if tls and cert is None and key is None:
         spec = fed.party(as_)
         if spec.cert is None:
@@ -284,14 +280,12 @@ def _serve_settings(fed: Any, as_: str, tls: bool, cert: Path | None, key: Path 
         ca = fed.tls.ca
     elif client_ca is not None:
         ca = Path(client_ca)
-    if (ca is not None or token_file is not None) and as_ != fed.active:
+    if (ca is not None or declared["token_file"] is not None) and as_ != fed.active:
         raise ConfigError(f"only the active party ({fed.active}) has an endpoint: {as_} takes no --serve-client-ca "
                           "or --serve-token-file")
     if ca is not None and cert is None:
         raise ConfigError("--serve-client-ca needs the endpoint's TLS (--serve-tls or --serve-cert/--serve-key)")
-    return ServeSettings(cert=cert, key=key, client_ca=ca, token_file=token_file, ids_per_minute=ids_per_minute,
-                         ids_per_session=ids_per_session, batch_wait_ms=batch_wait_ms, queue_size=queue_size,
-                         serve_ids=serve_ids)
+    return ServeSettings(cert=cert, key=key, client_ca=ca, **declared)
 
 
 def _serve_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, listen: str, device: str,
@@ -312,14 +306,14 @@ DEFAULT_PREDICTIONS = Path("out/predictions.csv")
 
 
 def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
-                 report: Path | None, device: str, batch_size: int, threads: Any = None) -> None:
+                 report: Path | None, device: str, exchange_rows: int, threads: Any = None) -> None:
     with heavy_imports():
         from securevfl.pipeline.placement import OneParty
         from securevfl.pipeline.score import run_deployed_scoring
 
     place = OneParty(fed, as_)
     helper = place.kind == "helper"
-    result = run_deployed_scoring(fed, as_, data, None if helper else model_dir, batch_size=batch_size,
+    result = run_deployed_scoring(fed, as_, data, None if helper else model_dir, exchange_rows=exchange_rows,
                                   device=device, threads=threads)
     for peer, reason in sorted(result.missing_costs.items()):
         _event(as_, "cost", "missing_costs", f"the costs of {peer} are missing: {reason}", logging.WARNING,

@@ -7,6 +7,7 @@ machine uses ``securevfl party --predict`` instead (docs/deploy.md).
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from pathlib import Path
@@ -17,24 +18,26 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from securevfl.cli.options import parse_pairs
+from securevfl.cli.options import parse_pairs, settings_command
 from securevfl.cli.startup import heavy_imports
+from securevfl.run_config import ScoringSettings
+from securevfl.settings import settings_of
 
 console = Console()
 err_console = Console(stderr=True)
 
 
-def predict_command(
+def _predict(
     model_dir: Path = typer.Option(..., help="The saved model (DIR/<party>/ per party, from train --model-dir)."),  # noqa: B008
     data: list[str] = typer.Option(..., "--data", help="PARTY=FILE per party of the model (CSV/Parquet)."),  # noqa: B008
     id_column: str = typer.Option("", help="The ID column of the new files (default: the one of training)."),
     out: Path = typer.Option(Path("out/predictions.csv"), help="Where the active party writes the predictions."),  # noqa: B008
     report: Path | None = typer.Option(  # noqa: B008
         None, help="Also write a report (JSON + .md): rows, time and, when the active file has labels, metrics."),
-    batch_size: int = typer.Option(4096, help="Rows scored per exchange."),
     device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda[:N]."),
     alignment: str = typer.Option("psi", help="How the parties find shared rows: psi | plaintext (simulation only)."),
     quiet: bool = typer.Option(False, help="No progress bar."),
+    **values: Any,
 ) -> None:
     """Score the rows every party's new file shares with a saved model; the active party writes predictions."""
     with heavy_imports():
@@ -51,7 +54,7 @@ def predict_command(
     model = load_model(model_dir)  # verified (digests, versions, one job) before any data is read
     files = parse_pairs(data, "--data")
     with _RowProgress(quiet) as progress:
-        scored = score(model, files, id_column=id_column or None, batch_size=batch_size, device=device,
+        scored = score(model, files, id_column=id_column or None, exchange_rows=values["exchange_rows"], device=device,
                        alignment=alignment, progress=progress)
     write_text(out, scored.predictions.to_csv(index=False))
     table = Table(title=f"{model.method}: {scored.rows['scored']:,} rows scored in {scored.wall_s:.1f} s")
@@ -67,6 +70,11 @@ def predict_command(
     if report is not None:
         json_path, md_path = _write_report(report, model, scored, files)
         console.print(f"report: {json_path} and {md_path}")
+
+
+predict_command = _predict
+settings_command(predict_command, list(settings_of(ScoringSettings)),
+                 before=list(inspect.signature(_predict).parameters.values())[:-1])
 
 
 def _write_report(report: Path, model: Any, scored: Any, files: dict[str, str]) -> tuple[Path, Path]:

@@ -23,7 +23,7 @@ from securevfl.data.columns import ColumnSpec, needs_encoding
 from securevfl.data.datasets import Dataset
 from securevfl.data.labels import CLASSIFICATION
 from securevfl.errors import ConfigError
-from securevfl.settings import same_as, setting
+from securevfl.settings import check_declared, integer, number, one_of, same_as, setting
 
 SPLITS = ("random", "contiguous", "strips")
 UNALIGNED_POLICIES = ("drop", "active", "spread", "disjoint")
@@ -65,25 +65,29 @@ class PartyTable:
 class PartitionSpec:
     """How to cut one dataset into a VFL scenario. Parties are ``active``, ``passive1``, ... by default."""
 
-    parties: int = setting(2, help="Number of parties (1 active + passives).")
+    parties: int = setting(2, help="Number of parties (1 active + passives).", rule=integer(1))
     party_names: tuple[str, ...] | None = setting(None, help="Comma-separated party names; the first is active.")
     features: Mapping[str, Sequence[str]] | None = setting(None, repeat=True,
                                                            help="PARTY=col1,col2 (repeat per party).")
     preset: str | None = setting(None, flag="--partition", help="Named partition preset.")
-    split: str | None = setting(None, help="Feature split: random | contiguous | strips "
-                                           "(default: strips for images, random otherwise).")
-    active_features: int | None = setting(None, help="Number of features for the active party.")
-    aligned: int | None = setting(None, help="Number of aligned training rows (default: all).")
-    aligned_ratio: float | None = setting(None, help="Fraction of training rows that are aligned.")
-    unaligned: str = setting("drop", help="Rows outside the intersection: drop | active | spread | disjoint.")
-    test_size: float = setting(0.2, job=True, help="Fraction of rows held out for testing.")
+    split: str | None = setting(None, rule=one_of(*SPLITS, optional=True),
+                                help="Feature split: random | contiguous | strips "
+                                     "(default: strips for images, random otherwise).")
+    active_features: int | None = setting(None, help="Number of features for the active party.",
+                                          rule=integer(0, optional=True))
+    aligned: int | None = setting(None, help="Number of aligned training rows (default: all).",
+                                  rule=integer(1, optional=True))
+    aligned_ratio: float | None = setting(None, help="Fraction of training rows that are aligned.",
+                                          rule=number(0, 1, open_low=True, optional=True))
+    unaligned: str = setting("drop", help="Rows outside the intersection: drop | active | spread | disjoint.",
+                             rule=one_of(*UNALIGNED_POLICIES))
+    test_size: float = setting(0.2, job=True, help="Fraction of rows held out for testing.",
+                               rule=number(0, 1, open_low=True, open_high=True))
     seed: int = same_as("seed", 0)
     active_rows: int | None = None  # with unaligned="disjoint": rows the active party holds in all
 
-
     def __post_init__(self) -> None:
-        if self.parties < 1:
-            raise ConfigError(f"parties must be >= 1, got {self.parties}")
+        check_declared(self)
         if self.party_names is not None:
             if len(self.party_names) != self.parties:
                 raise ConfigError(f"{len(self.party_names)} party names given for {self.parties} parties")
@@ -92,23 +96,9 @@ class PartitionSpec:
             validate_party_names(self.party_names)
         if self.features is not None:
             validate_party_names(self.features)
-        if self.split is not None and self.split not in SPLITS:
-            raise ConfigError(f"unknown split {self.split!r}; choose one of {', '.join(SPLITS)}")
-        if self.unaligned not in UNALIGNED_POLICIES:
-            raise ConfigError(f"unknown unaligned policy {self.unaligned!r}; "
-                              f"choose one of {', '.join(UNALIGNED_POLICIES)}")
         if self.aligned is not None and self.aligned_ratio is not None:
             raise ConfigError("give either aligned or aligned_ratio, not both")
-        if self.aligned is not None and self.aligned < 1:
-            raise ConfigError(f"aligned must be >= 1, got {self.aligned}")
-        if self.aligned_ratio is not None and not 0 < self.aligned_ratio <= 1:
-            raise ConfigError(f"aligned_ratio must be in (0, 1], got {self.aligned_ratio}")
-        if not 0 < self.test_size < 1:
-            raise ConfigError(f"test_size must be in (0, 1), got {self.test_size}")
-        if self.active_features is not None and self.active_features < 0:
-            raise ConfigError(f"active_features must be >= 0, got {self.active_features}")
-        if self.seed < 0:
-            raise ConfigError(f"seed must be >= 0, got {self.seed}")
+        integer(0).check("seed", self.seed)  # the seed every part uses (same_as): its rule is the run's
         if self.active_rows is not None and self.unaligned != "disjoint":
             raise ConfigError("active_rows is only meaningful with unaligned='disjoint'")
 

@@ -9,57 +9,37 @@ starts. Pure functions and frozen values; the gRPC transport lives in
 :mod:`securevfl.federation.grpc_transport`. See docs/deploy.md.
 """
 
-from securevfl.deploy.certs import (
-    CaFiles,
-    DevPKI,
-    KeyRequest,
-    SignedCertificate,
-    TlsCredentials,
-    check_request,
-    load_tls_material,
-    make_ca,
-    make_dev_pki,
-    make_key_request,
-    party_identity,
-    sign_request,
-)
-from securevfl.deploy.federation_file import (
-    Federation,
-    JobSpec,
-    NetworkSettings,
-    PartySpec,
-    TlsSpec,
-    check_party_name,
-    job_differences,
-    job_fingerprint,
-    load_federation,
-    parse_federation,
-)
-from securevfl.federation.certificates import CertificateError, verify_party_certificate
+from securevfl.lazy import lazy_attributes
 
-__all__ = [
-    "CaFiles",
-    "CertificateError",
-    "DevPKI",
-    "Federation",
-    "JobSpec",
-    "KeyRequest",
-    "NetworkSettings",
-    "PartySpec",
-    "SignedCertificate",
-    "TlsCredentials",
-    "TlsSpec",
-    "check_party_name",
-    "check_request",
-    "job_differences",
-    "job_fingerprint",
-    "load_federation",
-    "load_tls_material",
-    "make_ca",
-    "make_dev_pki",
-    "make_key_request",
-    "parse_federation",
-    "party_identity",
-    "sign_request",
-    "verify_party_certificate",
-]
+#: Each name loads its module on first use: importing a module of this package (the CLI's serving
+#: settings, say) does not load the TLS and certificate code.
+_LAZY = {
+    "CaFiles": "securevfl.deploy.certs",
+    "CertificateError": "securevfl.federation.certificates",
+    "DevPKI": "securevfl.deploy.certs",
+    "Federation": "securevfl.deploy.federation_file",
+    "JobSpec": "securevfl.deploy.federation_file",
+    "KeyRequest": "securevfl.deploy.certs",
+    "NetworkSettings": "securevfl.deploy.federation_file",
+    "PartySpec": "securevfl.deploy.federation_file",
+    "SignedCertificate": "securevfl.deploy.certs",
+    "TlsCredentials": "securevfl.deploy.certs",
+    "TlsSpec": "securevfl.deploy.federation_file",
+    "check_party_name": "securevfl.deploy.federation_file",
+    "check_request": "securevfl.deploy.certs",
+    "job_differences": "securevfl.deploy.federation_file",
+    "job_fingerprint": "securevfl.deploy.federation_file",
+    "load_federation": "securevfl.deploy.federation_file",
+    "load_tls_material": "securevfl.deploy.certs",
+    "make_ca": "securevfl.deploy.certs",
+    "make_dev_pki": "securevfl.deploy.certs",
+    "make_key_request": "securevfl.deploy.certs",
+    "parse_federation": "securevfl.deploy.federation_file",
+    "party_identity": "securevfl.deploy.certs",
+    "sign_request": "securevfl.deploy.certs",
+    "verify_party_certificate": "securevfl.federation.certificates",
+}
+
+__getattr__ = lazy_attributes(__name__, _LAZY)
+
+__all__ = list(_LAZY)

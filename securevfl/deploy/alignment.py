@@ -72,9 +72,9 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
 
     job = federation.job
     with psi_errors():
-        config = PSIConfig(mode=job.psi_mode, normalize=job.normalize)
+        config = PSIConfig(mode=job.psi.psi_mode, normalize=job.psi.normalize)
     if config.mode is not Mode.BOTH:
-        raise ConfigError(f"training needs psi_mode = 'both' (every party learns its rows), got {job.psi_mode!r}")
+        raise ConfigError(f"training needs psi_mode = 'both' (every party learns its rows), got {job.psi.psi_mode!r}")
 
     @psi_errors()  # a bad PSI message is securevfl's ProtocolError, a bad ID its DataError
     def role(ctx: PartyContext) -> PsiResult:

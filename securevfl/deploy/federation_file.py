@@ -28,10 +28,11 @@ from psi.ids import parse_normalize
 from psi.protocol import Mode
 from securevfl.checks import read_local_file, validate_party_name
 from securevfl.data.columns import ColumnSpec, column_spec_from_dict
-from securevfl.data.labels import check_task
 from securevfl.deploy.threads import check_threads
 from securevfl.errors import ConfigError
 from securevfl.federation.network import NetworkSettings, is_loopback, split_address
+from securevfl.run_config import RUN_SETTINGS, RunConfig, run_config
+from securevfl.settings import Setting, check_declared, one_of, setting, settings_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -139,89 +140,90 @@ class TlsSpec:
 
 
 @dataclass(frozen=True)
-class JobSpec:
-    """The training job every party must agree on (the ``[job]`` section).
+class PsiSettings:
+    """How PSI prepares and matches the parties' IDs: the ``[job]`` keys beyond the run's settings (docs/psi.md)."""
 
-    Generic on purpose: ``method`` is a registry name and ``options`` its method options
-    (secure aggregation, privacy, ...), checked by the method, not here. ``normalize`` and
-    ``psi_mode`` configure the PSI that aligns the parties' rows (see docs/psi.md);
-    ``early_stopping`` (patience in epochs, 0: off) and ``val_fraction`` the early stopping of the
-    split-learning methods; ``class_weight`` (``none`` | ``balanced``) the loss weighting of
-    imbalanced classes; ``task`` (``auto`` | ``classification`` | ``regression``) how the active
-    party reads its label (it tells the others the result in the plan). Checkpoint directories are
-    local (``securevfl party --checkpoint-dir``).
-    """
-
-    method: str
-    id_column: str
-    label_column: str
-    options: dict[str, Any] = field(default_factory=dict)
-    epochs: int = 50
-    batch_size: int = 32
-    lr: float = 1e-3
-    seed: int = 0
-    embedding_dim: int = 16
-    hidden: tuple[int, ...] = (64,)
-    test_size: float = 0.2
-    normalize: tuple[str, ...] = ()
-    psi_mode: str = "both"
-    early_stopping: int = 0
-    val_fraction: float = 0.2
-    min_improvement: float = 0.0
-    class_weight: str = "none"
-    task: str = "auto"
-    #: The keys the file sets (None: built in code, every field counts as set). The settings it leaves
-    #: out take the method's own defaults where it has some (:meth:`effective`).
-    given: frozenset[str] | None = field(default=None, compare=False, repr=False)
+    normalize: tuple[str, ...] = setting(
+        (), job=True, help="How every party prepares its IDs before PSI: a list of strip, casefold, nfc.")
+    psi_mode: str = setting("both", job=True, rule=one_of(*(m.value for m in Mode)),
+                            help="Who learns the intersection: both (training needs it) | active_only | cardinality.")
 
     def __post_init__(self) -> None:
-        check_task(self.task)
-        for name in ("method", "id_column", "label_column"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                raise ConfigError(f"[job] {name} must be a non-empty string, got {value!r}")
-        if not isinstance(self.options, Mapping) or not all(isinstance(k, str) for k in self.options):
-            raise ConfigError(f"[job] options must be a table, got {self.options!r}")
-        _check_json_value("[job.options]", dict(self.options))
-        object.__setattr__(self, "options", json.loads(json.dumps(dict(self.options))))  # a private deep copy
-        for name in ("epochs", "batch_size", "embedding_dim"):
-            _positive_int(f"[job] {name}", getattr(self, name))
-        object.__setattr__(self, "lr", _positive_float("[job] lr", self.lr))
-        if not _is_int(self.seed) or self.seed < 0:
-            raise ConfigError(f"[job] seed must be a non-negative integer, got {self.seed!r}")
-        if isinstance(self.hidden, (str, bytes)) or not isinstance(self.hidden, (list, tuple)):
-            raise ConfigError(f"[job] hidden must be a list of positive integers, got {self.hidden!r}")
-        object.__setattr__(self, "hidden", tuple(_positive_int("[job] hidden", h) for h in self.hidden))
-        if not _is_number(self.test_size) or not 0 < self.test_size < 1:
-            raise ConfigError(f"[job] test_size must be a number strictly between 0 and 1, got {self.test_size!r}")
-        object.__setattr__(self, "test_size", float(self.test_size))
-        if not _is_int(self.early_stopping) or self.early_stopping < 0:
-            raise ConfigError(f"[job] early_stopping must be a non-negative integer (patience in epochs), "
-                              f"got {self.early_stopping!r}")
-        if not _is_number(self.val_fraction) or not 0 < self.val_fraction < 1:
-            raise ConfigError(f"[job] val_fraction must be a number strictly between 0 and 1, "
-                              f"got {self.val_fraction!r}")
-        object.__setattr__(self, "val_fraction", float(self.val_fraction))
-        if not _is_number(self.min_improvement) or not 0 <= self.min_improvement < float("inf"):
-            raise ConfigError(f"[job] min_improvement must be a number >= 0, got {self.min_improvement!r}")
-        object.__setattr__(self, "min_improvement", float(self.min_improvement))
+        check_declared(self)
         if isinstance(self.normalize, str) or not isinstance(self.normalize, (list, tuple)):
-            raise ConfigError(f"[job] normalize must be a list such as ['strip', 'casefold'], got {self.normalize!r}")
+            raise ConfigError(f"normalize must be a list such as ['strip', 'casefold'], got {self.normalize!r}")
         try:
             object.__setattr__(self, "normalize", parse_normalize(self.normalize))
         except (PSIConfigError, AttributeError):
-            raise ConfigError(f"[job] normalize: invalid {self.normalize!r}; "
-                              f"choose from strip, casefold, nfc") from None
-        modes = [m.value for m in Mode]
-        if self.psi_mode not in modes:
-            raise ConfigError(f"[job] psi_mode must be one of {', '.join(modes)}, got {self.psi_mode!r}")
+            raise ConfigError(f"normalize: invalid {self.normalize!r}; choose from strip, casefold, nfc") from None
+
+
+#: Every ``[job]`` key, declared once: the run's settings marked ``job`` (:data:`RUN_SETTINGS`) and PSI's.
+JOB_SETTINGS: tuple[Setting, ...] = (*(s for s in RUN_SETTINGS if s.info.job), *settings_of(PsiSettings))
+_PSI_KEYS = tuple(f.name for f in fields(PsiSettings))
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The training job every party must agree on (the ``[job]`` section).
+
+    Its keys are the run's settings marked ``job`` in their one declaration (:mod:`securevfl.run_config`:
+    the same names as the API's keywords, the CLI's flags and the report's keys) and PSI's
+    (:class:`PsiSettings`); ``run`` holds them as the :class:`~securevfl.run_config.RunConfig` every party
+    builds its own run from, each value checked by its declaration. ``method`` is a registry name and
+    ``options`` its method options, checked by the method, not here. Checkpoint directories, model
+    folders and the device are each party's own (``securevfl party``).
+    """
+
+    run: RunConfig
+    psi: PsiSettings = field(default_factory=PsiSettings)
+    #: The keys the file sets (None: every key counts as set). The settings it leaves out take the
+    #: method's own defaults where it has some (:meth:`effective`).
+    given: frozenset[str] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, table: Mapping[str, Any], *, given: bool = True) -> JobSpec:
+        """The job of a ``[job]`` table: known keys only, the three required, each value checked (``[job] KEY ...``)."""
+        _check_keys("[job]", table, JOB_KEYS)
+        missing = [k for k in _JOB_REQUIRED if k not in table]
+        if missing:
+            raise ConfigError(f"[job] needs {', '.join(repr(k) for k in missing)}")
+        options = table.get("options", {})
+        if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+            raise ConfigError(f"[job.options] must be a table, got {options!r}")
+        _check_json_value("[job.options]", dict(options))
+        values = {k: v for k, v in table.items() if k not in _PSI_KEYS}
+        values["options"] = json.loads(json.dumps(dict(options)))  # a private deep copy
+        for name in _JOB_REQUIRED:
+            if not isinstance(values[name], str) or not values[name].strip():
+                raise ConfigError(f"[job] {name} must be a non-empty string, got {values[name]!r}")
+        try:
+            run = run_config(method_defaults=False, dataset="federation", **values)
+            psi = PsiSettings(**{k: v for k, v in table.items() if k in _PSI_KEYS})
+        except ConfigError as exc:
+            raise ConfigError(f"[job] {exc}") from None
+        return cls(run, psi, frozenset(table) if given else None)
+
+    @property
+    def method(self) -> str:
+        return self.run.method
+
+    @property
+    def id_column(self) -> str:
+        return self.run.dataset_options.id_column or ""
+
+    @property
+    def label_column(self) -> str:
+        return self.run.dataset_options.label_column or ""
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field, defaults filled in, as plain JSON types (lists, not tuples)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "given"}
-        out["hidden"] = list(self.hidden)
-        out["normalize"] = list(self.normalize)
-        out["options"] = json.loads(json.dumps(self.options))
+        """Every key, defaults filled in, as plain JSON types (lists, not tuples)."""
+        out: dict[str, Any] = {}
+        for s in JOB_SETTINGS:
+            node: Any = self.psi if s.name in _PSI_KEYS else self.run
+            for part in s.path:
+                node = getattr(node, part)
+            out[s.name] = json.loads(json.dumps(node)) if isinstance(node, (tuple, Mapping)) else node
         return out
 
     def effective(self) -> dict[str, Any]:
@@ -343,7 +345,8 @@ TOPOLOGIES = ("mesh", "star")
 _PARTY_KEYS = ("address", "cert", "key", "data", "columns", "threads")
 _TLS_KEYS = ("dir", "ca")
 _NETWORK_KEYS = tuple(f.name for f in fields(NetworkSettings))
-_JOB_KEYS = tuple(f.name for f in fields(JobSpec) if f.name != "given")
+#: The ``[job]`` keys (:data:`JOB_SETTINGS`), and those a file must set.
+JOB_KEYS = tuple(s.name for s in JOB_SETTINGS)
 _JOB_REQUIRED = ("method", "id_column", "label_column")
 
 
@@ -411,14 +414,7 @@ def _parse(doc: dict[str, Any], base_dir: Path, source: Path | None) -> Federati
     _check_keys("[network]", network, _NETWORK_KEYS)
     limits = NetworkSettings(**network)
 
-    job_table = _table("[job]", doc["job"])
-    _check_keys("[job]", job_table, _JOB_KEYS)
-    missing = [k for k in _JOB_REQUIRED if k not in job_table]
-    if missing:
-        raise ConfigError(f"[job] needs {', '.join(repr(k) for k in missing)}")
-    if "options" in job_table:
-        _table("[job.options]", job_table["options"])
-    job = JobSpec(**job_table, given=frozenset(job_table))
+    job = JobSpec.of(_table("[job]", doc["job"]))
 
     if not isinstance(active, str):
         raise ConfigError(f"[federation] active must be a party name, got {active!r}")
@@ -577,7 +573,10 @@ def job_mismatch(mine: Mapping[str, Any], theirs: Mapping[str, Any], here: str) 
 
 __all__ = [
     "Federation",
+    "JOB_KEYS",
+    "JOB_SETTINGS",
     "JobSpec",
+    "PsiSettings",
     "NetworkSettings",
     "PartySpec",
     "TOPOLOGIES",

@@ -117,7 +117,7 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
             raise DataError(f"only {size} rows are shared by all parties; at least 10 are needed to train and test")
         assert table.labels is not None
         check_shared_classes(table.labels[rows], classes, size, table.task)
-        train, test = split_train_test(size, table.labels[rows], job.test_size, job.seed)
+        train, test = split_train_test(size, table.labels[rows], job.run.partition.test_size, job.run.train.seed)
         split = {"train": np.sort(train).astype(np.int64), "test": np.sort(test).astype(np.int64)}
         ctx.broadcast(ctx.passives, TAG_SPLIT, split)
         own, encoded = encode(rows, split["train"])

@@ -155,7 +155,7 @@ def load_serving_model(federation: Federation, name: str, data: str | Path, mode
     table, encoded, _labels = read_new_rows(part, encoder, data, id_column=job.id_column,
                                             label_column=job.label_column, classes=tuple(manifest.classes),
                                             task=manifest.task, is_active=name == federation.active)
-    prepared = prepare_ids(list(table.ids), job.normalize, source=f"party {name!r}")
+    prepared = prepare_ids(list(table.ids), job.psi.normalize, source=f"party {name!r}")
     if len(prepared.items) != table.n_rows:
         raise DataError(f"{data}: duplicate or blank IDs")
     X = encoded.X if encoded is not None else np.zeros((table.n_rows, 0), np.float32)

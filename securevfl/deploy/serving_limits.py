@@ -7,7 +7,6 @@ bounds how many IDs the active party may look up in its table, whatever the acti
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from securevfl.errors import ConfigError
 from securevfl.federation.network import is_loopback_host
+from securevfl.settings import check_declared, integer, number, one_of, setting
 
 #: Which of its customers a passive party serves.
 SERVE_IDS = ("all", "training")
@@ -38,35 +38,37 @@ class ServeSettings:
     active party in training, whose membership the training's PSI already showed).
     """
 
-    cert: Path | None = None
-    key: Path | None = None
-    client_ca: Path | None = None
-    token_file: Path | None = None
-    queue_size: int = 256
-    batch_wait_ms: float = 2.0
-    max_batch_rows: int = 4096
-    client_timeout_s: float = 10.0
-    request_timeout_s: float = 30.0
-    max_connections: int = 1024
-    ids_per_minute: int = 6000
-    ids_per_session: int = 1_000_000
-    serve_ids: str = "all"
+    cert: Path | None = setting(None, flag="--serve-cert", help="With --serve: the endpoint's TLS certificate (PEM).")
+    key: Path | None = setting(None, flag="--serve-key", help="With --serve: the endpoint's TLS private key (PEM).")
+    client_ca: Path | None = setting(None, cli=False, help="Require client certificates signed by this CA (PEM).")
+    token_file: Path | None = setting(
+        None, flag="--serve-token-file",
+        help="With --serve: require 'Authorization: Bearer <token>', the token read from this file (mode 600).")
+    queue_size: int = setting(256, rule=integer(1, 1_000_000),
+                              help="With --serve: requests that may wait; beyond, 503 + Retry-After.")
+    batch_wait_ms: float = setting(2.0, rule=number(0, 1000),
+                                   help="With --serve: requests arriving within this many ms of each other are "
+                                        "scored together.")
+    max_batch_rows: int = setting(4096, cli=False, rule=integer(1, 1_000_000),
+                                  help="The most rows of one batch of requests.")
+    client_timeout_s: float = setting(10.0, cli=False, rule=number(0, 3600, open_low=True),
+                                      help="Seconds a client has to send its request.")
+    request_timeout_s: float = setting(30.0, cli=False, rule=number(0, 3600, open_low=True),
+                                       help="Seconds one request may wait for its answer.")
+    max_connections: int = setting(1024, cli=False, rule=integer(1, 1_000_000),
+                                   help="Open connections; beyond, the longest-idle one is closed.")
+    ids_per_minute: int = setting(6000, flag="--max-ids-per-minute", rule=integer(0, 10**12),
+                                  help="With --serve at a passive party: the IDs the active party may look up per "
+                                       "minute (0: no limit).")
+    ids_per_session: int = setting(1_000_000, flag="--max-ids-per-session", rule=integer(0, 10**15),
+                                   help="With --serve at a passive party: the IDs it may look up in this session "
+                                        "(0: no limit).")
+    serve_ids: str = setting("all", rule=one_of(*SERVE_IDS),
+                             help="With --serve at a passive party: serve all its customers, or only those it "
+                                  "trained on with the active party ('training').")
 
     def __post_init__(self) -> None:
-        for name, low, high in (("queue_size", 1, 1_000_000), ("max_batch_rows", 1, 1_000_000),
-                                ("max_connections", 1, 1_000_000), ("ids_per_minute", 0, 10**12),
-                                ("ids_per_session", 0, 10**15)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ConfigError(f"serving setting {name} must be an integer in {low}..{high}, got {value!r}")
-        for setting, most in (("batch_wait_ms", 1000.0), ("client_timeout_s", 3600.0),
-                           ("request_timeout_s", 3600.0)):
-            number = getattr(self, setting)
-            if not isinstance(number, (int, float)) or not math.isfinite(number) or not 0 <= number <= most \
-                    or (setting != "batch_wait_ms" and number == 0):
-                raise ConfigError(f"serving setting {setting} must be a number in (0, {most:g}], got {number!r}")
-        if self.serve_ids not in SERVE_IDS:
-            raise ConfigError(f"--serve-ids must be one of {', '.join(SERVE_IDS)}, got {self.serve_ids!r}")
+        check_declared(self)
         if (self.cert is None) != (self.key is None):
             raise ConfigError("the endpoint's TLS needs both a certificate and its key")
 

@@ -121,7 +121,7 @@ def check_model_dir(directory: str | Path, overwrite: bool, party: str | None = 
     if present:
         first = next(iter(present.values()))
         raise ModelError(f"{path} already holds a model ({first.method}, parts {', '.join(sorted(present))}, "
-                         f"created {first.created}); pass --overwrite to replace it")
+                         f"created {first.created}); pass --overwrite-model to replace it")
 
 
 def train_settings(config: TrainConfig) -> dict[str, Any]:

@@ -35,9 +35,6 @@ from securevfl.model.saving import (
 )
 from securevfl.model.store import LoadedPart, PartManifest, check_same_model, list_parts, read_part
 
-#: Rows scored per exchange unless told otherwise (``--batch-size``).
-DEFAULT_BATCH_ROWS = 4096
-
 
 @dataclass(frozen=True)
 class SavedModel:
@@ -113,7 +110,7 @@ def _standalone_parts(path: Path, manifests: dict[str, PartManifest]) -> dict[st
     """The parts of the model under ``path``: a standalone model's active part alone, else all of them.
 
     A standalone model (``local``) is the active party's alone; other parties' folders beside it are
-    not of it (left by an earlier model that ``--overwrite`` replaced) and are not read. A standalone
+    not of it (left by an earlier model that ``--overwrite-model`` replaced) and are not read. A standalone
     part beside another model's active part is refused: which model is meant is then unclear.
     """
     alone = {p: m for p, m in manifests.items() if m.standalone}

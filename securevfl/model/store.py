@@ -449,7 +449,7 @@ def _existing_part(target: Path, overwrite: bool) -> bool:
         held = f" ({_describe(_read_manifest(target))})"
     except ModelError:
         held = " (its manifest is unreadable)"
-    raise ModelError(f"{target} already holds a model{held}; pass --overwrite to replace it")
+    raise ModelError(f"{target} already holds a model{held}; pass --overwrite-model to replace it")
 
 
 def _read_bounded(path: Path, limit: int, what: str) -> bytes:

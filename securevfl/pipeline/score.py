@@ -49,7 +49,6 @@ from securevfl.methods.engine.loop import SavedSide, score_side
 from securevfl.methods.engine.split import SideRole
 from securevfl.model.saving import check_savable, train_config_from
 from securevfl.model.scoring import (
-    DEFAULT_BATCH_ROWS,
     SavedModel,
     active_predictions,
     load_model,
@@ -57,8 +56,11 @@ from securevfl.model.scoring import (
 )
 from securevfl.model.store import read_part
 from securevfl.pipeline.placement import Deployed, EveryParty, InProcess, OneParty, Outcome
+from securevfl.run_config import ScoringSettings
 
 _log = logging.getLogger(__name__)
+#: Rows scored per exchange unless told otherwise (``--exchange-rows``).
+EXCHANGE_ROWS = ScoringSettings().exchange_rows
 
 
 @dataclass
@@ -112,13 +114,13 @@ class ScoreRun:
     """Score ``data`` (party -> its new file; deployed: this party's file alone) with a saved model.
 
     ``model``: the saved model, or its folder (one process: every part; deployed: this party's part
-    under ``DIR/<party>/``). ``batch_rows``: rows scored per exchange. ``id_column``: the new
+    under ``DIR/<party>/``). ``exchange_rows``: rows scored per exchange. ``id_column``: the new
     files' ID column (default: training's). ``alignment``: psi, or plaintext (simulation only).
     """
 
     model: SavedModel | str | Path | None
     data: Mapping[str, str | Path]
-    batch_rows: int = DEFAULT_BATCH_ROWS
+    exchange_rows: int = EXCHANGE_ROWS
     id_column: str | None = None
     alignment: str = "psi"
     phase = "predict"
@@ -126,8 +128,7 @@ class ScoreRun:
     # ------------------------------------------------------------------ prepare
 
     def prepare(self, session: InProcess | Deployed) -> _Scoring:
-        if self.batch_rows < 1:
-            raise ConfigError(f"--batch-size must be at least 1, got {self.batch_rows}")
+        ScoringSettings(self.exchange_rows)  # checked by its declaration
         if isinstance(session, Deployed):
             return self._prepare_party(session)
         model = self.model if isinstance(self.model, SavedModel) else load_model(self.model or "")
@@ -233,7 +234,7 @@ class ScoreRun:
                 raise ModelError(f"{local.method.name} cannot score a saved model")
             # a helper (hetero-lr's arbiter) holds nothing of the model: it scores with fresh keys, no part
             saved = local.saved.get(party, SavedSide({}))
-            roles[party] = functools.partial(score_side, side=role.side, saved=saved, batch_rows=self.batch_rows)
+            roles[party] = functools.partial(score_side, side=role.side, saved=saved, batch_rows=self.exchange_rows)
         if isinstance(session, InProcess):
             return session.execute(roles, active=local.active, passives=scenario.passives, seed=local.seed)
         if local.standalone:
@@ -310,7 +311,7 @@ def _read_rows(local: _Scoring, party: str, part: Any, encoder: Any, path: str |
 
 
 def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_column: str | None = None,
-          batch_size: int = DEFAULT_BATCH_ROWS, device: str = "auto", alignment: str = "psi",
+          exchange_rows: int = EXCHANGE_ROWS, device: str = "auto", alignment: str = "psi",
           progress: Callable[..., None] | None = None) -> Scored:
     """Score the rows every party's new file shares (``data``: party -> file) with a saved model, in one process.
 
@@ -318,23 +319,23 @@ def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_
     """
     from securevfl.pipeline import run
 
-    mode = ScoreRun(model, data, batch_rows=batch_size, id_column=id_column, alignment=alignment)
+    mode = ScoreRun(model, data, exchange_rows=exchange_rows, id_column=id_column, alignment=alignment)
     return run(mode, EveryParty(device, progress))  # type: ignore[no-any-return]
 
 
 def predict(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_column: str | None = None,
-            batch_size: int = DEFAULT_BATCH_ROWS, device: str = "auto") -> pd.DataFrame:
+            exchange_rows: int = EXCHANGE_ROWS, device: str = "auto") -> pd.DataFrame:
     """The predictions of a saved model for the rows shared by every party's new file (see :func:`score`).
 
     ``frame.attrs["metrics"]`` holds the metrics when the active party's file has the label column.
     """
-    scored = score(model, data, id_column=id_column, batch_size=batch_size, device=device)
+    scored = score(model, data, id_column=id_column, exchange_rows=exchange_rows, device=device)
     scored.predictions.attrs["metrics"] = scored.metrics
     return scored.predictions
 
 
 def run_deployed_scoring(federation: Federation, name: str, data: str | Path | None, model_dir: str | Path | None, *,
-                         batch_size: int = DEFAULT_BATCH_ROWS, device: str = "auto",
+                         exchange_rows: int = EXCHANGE_ROWS, device: str = "auto",
                          progress: Callable[..., None] | None = None, transport: Any = None,
                          threads: int | ThreadChoice | None = None) -> DeployedScoring:
     """Score party ``name``'s new ``data`` with its own part under ``model_dir``, with its peers, to the end.
@@ -346,7 +347,7 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
     """
     from securevfl.pipeline import run
 
-    mode = ScoreRun(model_dir, {name: data} if data is not None else {}, batch_rows=batch_size)
+    mode = ScoreRun(model_dir, {name: data} if data is not None else {}, exchange_rows=exchange_rows)
     return run(mode, OneParty(federation, name, device, progress, transport, threads))  # type: ignore[no-any-return]
 
 

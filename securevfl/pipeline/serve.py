@@ -101,14 +101,14 @@ class ServeRun:
         if session.kind == "active":
             check_exposure(host, settings)
         token = read_token(settings.token_file) if session.kind == "active" and settings.token_file else None
-        part = f"{self.model_dir}/{name}" if session.kind != "helper" else "no part (a helper)"
-        log_event(_log, name, "start", "model", f"serving with {part}")
         if session.kind == "helper":
             model, method, config, table = helper_model(federation, name, self.data)
+            log_event(_log, name, "start", "model", "serving with no part (a helper)")
             local = _Serving(model, method, config.seed, standalone=standalone)
         elif self.data is None or self.model_dir is None:
             raise ConfigError(f"{name} serves with its own part and its table: give --model-dir and --data")
         else:
+            log_event(_log, name, "start", "model", f"serving with {self.model_dir}/{name}")
             model, method, config, table = load_serving_model(federation, name, self.data, self.model_dir, standalone)
             if settings.serve_ids == "training" and session.kind == "passive":
                 model = only_training_ids(model, name)
@@ -127,7 +127,7 @@ class ServeRun:
     def _preparer(local: _Serving, federation: Federation) -> Callable[[list[dict[str, Any]]], ScoringJob]:
         own = {item: i for i, item in enumerate(local.model.ids)}
         job = federation.job
-        return lambda rows: prepare_job(local.model, rows, job.id_column, job.normalize, own)
+        return lambda rows: prepare_job(local.model, rows, job.id_column, job.psi.normalize, own)
 
     @staticmethod
     def _submitter(local: _Serving) -> Callable[[ScoringJob], None]:

@@ -126,7 +126,7 @@ class TrainRun:
         local.table, local.classes = party_table_from_file(name, self.data, id_column=job.id_column,
                                                            label_column=job.label_column,
                                                            is_active=session.kind == "active", columns=spec,
-                                                           task=job.task)
+                                                           task=job.run.dataset_options.task)
         if session.kind == "active":
             positive_index(local.classes, config.positive_class, local.table.task)  # refused before connecting
         return local
@@ -154,10 +154,10 @@ class TrainRun:
         roles = method.party_roles(scenario)
         if isinstance(session, Deployed):
             local.sides = dict(roles)
-            job = session.federation.job
-            return session.execute(roles, seed=job.seed, on_start=lambda: session.watch.event(  # type: ignore[union-attr]
-                "train", "train_start", f"training {job.method}: {job.epochs} epochs", method=job.method,
-                epochs=job.epochs))
+            train = config.train
+            return session.execute(roles, seed=train.seed, on_start=lambda: session.watch.event(  # type: ignore[union-attr]
+                "train", "train_start", f"training {config.method}: {train.epochs} epochs", method=config.method,
+                epochs=train.epochs))
         if config.model_dir:  # refused before any training, not after it
             from securevfl.model.saving import check_model_dir, check_savable, model_parties
 
@@ -216,7 +216,7 @@ class TrainRun:
             check_savable(local.method, {name: local.sides[name]})
             job = federation.job
             save_parts(local.config, local.method, scenario, {name: local.sides[name]}, result.report,
-                       classes=local.classes, model_id=session.plan["model"], normalize=job.normalize,
+                       classes=local.classes, model_id=session.plan["model"], normalize=job.psi.normalize,
                        id_column=job.id_column, label_column=job.label_column)
         return result
 
