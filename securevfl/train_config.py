@@ -58,8 +58,9 @@ class TrainConfig:
     seed: int = setting(0, help="Seed for partition, initialisation and batch order (not for secrets).", job=True)
     embedding_dim: int = setting(16, help="Embedding width of bottom models.", job=True)
     hidden: tuple[int, ...] = setting((64,), help="Hidden layer sizes, comma-separated.", job=True)
-    options: Mapping[str, Any] = setting(default_factory=dict, flag="--option", repeat=True, job=True,
-                                         help="Method option KEY=VALUE (repeatable; `securevfl methods` lists them).")
+    options: Mapping[str, Any] = setting(
+        default_factory=dict, flag="--option", repeat=True, job=True,
+        help="Method option KEY=VALUE (repeatable; `securevfl methods [NAME]` lists them with their help).")
     early_stopping: int = setting(
         0, job=True, help="Patience in epochs: stop when the validation loss has not improved for this many (0: off).")
     val_fraction: float = setting(0.2, job=True,
