@@ -60,8 +60,9 @@ class TrainConfig:
     embedding_dim: int = setting(16, help="Embedding width of bottom models.", job=True, rule=integer(1))
     hidden: tuple[int, ...] = setting((64,), help="Hidden layer sizes, comma-separated.", job=True,
                                       rule=integer(1, many=True))
-    options: Mapping[str, Any] = setting(default_factory=dict, flag="--option", repeat=True, job=True,
-                                         help="Method option KEY=VALUE (repeatable; `securevfl methods` lists them).")
+    options: Mapping[str, Any] = setting(
+        default_factory=dict, flag="--option", repeat=True, job=True,
+        help="Method option KEY=VALUE (repeatable; `securevfl methods [NAME]` lists them with their help).")
     early_stopping: int = setting(
         0, job=True, rule=integer(0),
         help="Patience in epochs: stop when the validation loss has not improved for this many (0: off).")

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
+import dataclasses
+import difflib
+from collections.abc import Iterator
+from typing import Any
 
-from securevfl.errors import MissingPackageError
+import typer
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from securevfl.errors import ConfigError, MissingPackageError
+from securevfl.settings import default_of, info_of
 
 console = Console()
+#: The narrowest help column of the options table; a narrower terminal gets one block per option.
+HELP_WIDTH = 30
 
 
 def datasets() -> None:
@@ -30,20 +42,93 @@ def datasets() -> None:
     console.print(table)
 
 
-def methods() -> None:
-    """List the training methods, their options, and the run settings they default differently."""
-    import dataclasses
-
+def methods(
+    name: str | None = typer.Argument(None, metavar="NAME", help="List this method only (default: every method)."),
+) -> None:
+    """List the training methods: summary, run settings they default differently, each option with its help."""
     from securevfl.methods import method_class, method_names
 
-    table = Table(title="methods")
-    for col in ("name", "summary", "options (--option KEY=VALUE)"):
-        table.add_column(col)
-    for name in method_names():
-        cls = method_class(name)
-        opts = ", ".join(f"{f.name}={f.default if f.default_factory is dataclasses.MISSING else f.default_factory()}"
-                         for f in dataclasses.fields(cls.Options))
+    out = Console()  # made now, not at import: it takes the terminal's width (COLUMNS) of this call
+    names = method_names()
+    if name is not None:
+        if name not in names:
+            raise ConfigError(_unknown_method(name, names))
+        names = [name]
+    out.print(Text("Options are set as --option KEY=VALUE (API: options={...}; federation file: [job.options]).",
+                   style="dim"))
+    for method in names:
+        cls = method_class(method)
+        out.print()
+        out.print(Text.assemble((method, "bold"), "  ", cls.summary))
         own = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in cls.run_defaults.items())
-        summary = f"{cls.summary}\n[dim]where not given: {own}[/]" if own else cls.summary
-        table.add_row(name, summary, opts or "-")
-    console.print(table)
+        if own:
+            out.print(Text(f"where not given: {own}", style="dim"))
+        rows = list(option_rows(cls.Options))
+        if not rows:
+            out.print(Text("no options of its own", style="dim"))
+            continue
+        out.print(_options_table(rows, out.width))
+
+
+def _options_table(rows: list[tuple[str, str, str]], width: int) -> Table | Group:
+    """Options as a table (name, default, help), or one block per option where the terminal is too narrow."""
+    name_width = max(len(name) for name, _, _ in rows)
+    default_width = max(len("default"), *(len(default) for _, default, _ in rows))
+    if width >= name_width + default_width + HELP_WIDTH + 4:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        table.add_column("option", no_wrap=True)
+        table.add_column("default", no_wrap=True)
+        table.add_column("help", ratio=1, overflow="fold")
+        for row in rows:
+            table.add_row(*(Text(cell) for cell in row))
+        return table
+    blocks: list[RenderableType] = []
+    for name, default, help_text in rows:
+        blocks.append(Text.assemble((name, "bold"), f" = {default}"))
+        blocks.append(Padding(Text(help_text, overflow="fold"), (0, 0, 0, 4)))
+    return Group(*blocks)
+
+
+def option_rows(options_type: type) -> Iterator[tuple[str, str, str]]:
+    """``(name, default, help)`` of every option of a method's options dataclass, then its scheme options.
+
+    A method with a ``secagg_options`` field (the aggregation methods) also takes each aggregation
+    scheme's own options as ``secagg.KEY``; their help names the scheme.
+    """
+    from securevfl.privacy.aggregation import aggregation_names, scheme_class
+    from securevfl.privacy.aggregation.options import option_names
+
+    fields = dataclasses.fields(options_type)
+    yield from ((f.name, _shown(default_of(f)), _help(f)) for f in fields)
+    if "secagg_options" in {f.name for f in fields}:
+        for scheme in aggregation_names():
+            scheme_options = scheme_class(scheme).Options
+            names = option_names(scheme_options)
+            for f in dataclasses.fields(scheme_options):
+                if f.name in names:
+                    yield f"secagg.{f.name}", _shown(default_of(f)), f"secagg={scheme}: {_help(f)}"
+
+
+def _help(f: dataclasses.Field[Any]) -> str:
+    """A field's one-line help ("" where it declares none)."""
+    info = info_of(f)
+    return info.help if info is not None else ""
+
+
+def _shown(value: Any) -> str:
+    """An option's default as a user writes it (``true``, ``""`` for an empty string, ``-`` for unset)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value == "":
+        return '""'
+    return str(value)
+
+
+def _unknown_method(name: str, names: list[str]) -> str:
+    """The one-line error for an unknown method name, naming the closest one (or all, where none is close)."""
+    close = difflib.get_close_matches(name, names, n=1)
+    if close:
+        return f"unknown method {name!r}; did you mean {close[0]!r}? (`securevfl methods` lists them all)"
+    return f"unknown method {name!r}; choose one of {', '.join(names)}"

@@ -35,6 +35,7 @@ from securevfl.errors import ConfigError
 from securevfl.methods.base import register_method
 from securevfl.methods.engine import Evaluation, peer_reveal
 from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregatePlan, AggregationOptions
+from securevfl.settings import setting
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,8 @@ class AggVFLOptions(AggregationOptions):
     ``local_steps``: updates per round, one number for every party or a comma-separated one per party.
     """
 
-    local_steps: str = "1"
+    local_steps: str = setting(
+        "1", help="Local updates per round: one count for every party, or one per party, active first (1,2,2).")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -43,6 +43,7 @@ from securevfl.networks.zoo import (
     build_embedding_net,
 )
 from securevfl.seeding import party_generator
+from securevfl.settings import setting
 
 COMPRESSIONS = ("quant", "topk", "both", "none")
 
@@ -56,14 +57,17 @@ class CVFLOptions:
     ``models`` / ``zoo``: the bottoms, as for EASTER (:mod:`securevfl.networks.zoo`).
     """
 
-    compress: str = "quant"
-    bits: int = 8
-    topk_ratio: float = 0.25
-    models: str = "hetero"
-    zoo: str = "default"
-    embedding_size: int = 128
-    top_hidden: int = 128
-    local_steps: int = 1
+    compress: str = setting("quant", help="Compression of the sent embeddings: quant | topk | both | none.")
+    bits: int = setting(8, help="Quantisation bits per value (quant, both), 1..16.")
+    topk_ratio: float = setting(0.25, help="Share of each row's values kept (topk, both), in (0, 1].")
+    models: str = setting(
+        "hetero", help="hetero (the party at position i takes zoo entry i, active first) | homo (every party entry 0).")
+    zoo: str = setting(
+        "default", help="Architectures picked from: default | paper (the paper's LeNet / MLP / CNN for image strips).")
+    embedding_size: int = setting(128, help="Width of each party's embedding (--embedding-dim is not used).")
+    top_hidden: int = setting(128, help="Width of the top model's hidden layer.")
+    local_steps: int = setting(
+        1, help="C-VFL's Q: optimiser steps per exchange, reusing the stale values after the first; >= 1.")
 
     def __post_init__(self) -> None:
         if self.local_steps < 1:

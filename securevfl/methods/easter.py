@@ -68,6 +68,7 @@ from securevfl.privacy.aggregation import (
     AggregationScheme,
 )
 from securevfl.seeding import simulation_rng
+from securevfl.settings import setting
 
 EMBED_GRADS = ("own", "all")
 
@@ -83,10 +84,12 @@ class EasterOptions(AggregationOptions):
     with the same secure aggregation — one more round per batch).
     """
 
-    secagg: str = "dh"
-    drop_prob: float = 0.0
-    threshold: int = 0
-    embed_grad: str = "own"
+    secagg: str = setting("dh", help="How the passive contributions are summed: none | dh | pairwise | paillier.")
+    drop_prob: float = setting(
+        0.0, help="Probability a passive party drops out of a round (simulated, seeded), in [0, 1); not with pairwise.")
+    threshold: int = setting(0, help="Shamir threshold of secagg=dh, above half the passive parties (0: the majority).")
+    embed_grad: str = setting(
+        "own", help="own (the paper: each embedding net learns from its own loss) | all (from every party's).")
 
     def __post_init__(self) -> None:
         super().__post_init__()

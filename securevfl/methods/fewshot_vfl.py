@@ -86,6 +86,7 @@ from securevfl.methods.engine.objective import Objective
 from securevfl.methods.engine.split import side_role
 from securevfl.networks import MLP, StripCNN, init_parameters, mlp_bottom
 from securevfl.seeding import label_number, party_generator, simulation_rng, torch_generator
+from securevfl.settings import setting
 
 ONE_SHOT, FEW_SHOT = "one-shot", "few-shot"
 VARIANTS = (ONE_SHOT, FEW_SHOT)
@@ -115,17 +116,20 @@ class FewShotOptions:
     the image weak augmentation's translation in pixels.
     """
 
-    variant: str = FEW_SHOT
-    local_epochs: int = 0
-    active_epochs: int = 50
-    mu: int = 7
-    lambda_u: float = 1.0
-    threshold: float = 0.95
-    select_threshold: float = 0.9
-    mask_prob: float = 0.2
-    noise_std: float = 0.1
-    shift: int = 2
-    kmeans_init: int = 10
+    variant: str = setting(
+        FEW_SHOT, help="few-shot (3 uploads, 2 downloads per passive party) | one-shot (2 uploads, 1 download).")
+    local_epochs: int = setting(0, help="Epochs of each passive party's local semi-supervised training (0: --epochs).")
+    active_epochs: int = setting(50, help="Epochs of the active party's classifier training, >= 1.")
+    mu: int = setting(7, help="FixMatch's unlabelled batch size, in multiples of --batch-size, >= 1.")
+    lambda_u: float = setting(1.0, help="FixMatch's weight of the unlabelled consistency loss, >= 0.")
+    threshold: float = setting(0.95, help="FixMatch's confidence a pseudo-label needs, in (0, 1].")
+    select_threshold: float = setting(
+        0.9, help="Confidence both active classifiers need to pseudo-label an unaligned row, in (0, 1].")
+    mask_prob: float = setting(
+        0.2, help="Tabular augmentation: probability a value is replaced by its column mean, in [0, 1).")
+    noise_std: float = setting(0.1, help="Strong augmentation: standard deviation of the added Gaussian noise, >= 0.")
+    shift: int = setting(2, help="Image strips' weak augmentation: largest random translation, in pixels.")
+    kmeans_init: int = setting(10, help="k-means restarts when clustering the gradients into temporary labels, >= 1.")
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:

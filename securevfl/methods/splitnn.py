@@ -22,6 +22,7 @@ from securevfl.methods.engine import PartySide, SplitMethod
 from securevfl.networks import MLP, StripCNN, init_parameters, mlp_bottom
 from securevfl.networks.mlp import ACTIVATIONS, parse_widths
 from securevfl.seeding import party_generator
+from securevfl.settings import setting
 
 
 @dataclass(frozen=True)
@@ -38,11 +39,14 @@ class SplitNNOptions:
     is the engine's (``--early-stopping``, ``--val-fraction``).
     """
 
-    bottom: str = "mlp"
-    activation: str = "relu"
-    active_bottom: str = ""
-    passive_bottom: str = ""
-    top: str = ""
+    bottom: str = setting("mlp", help="Bottom models: mlp | cnn (for image strips; an MLP where a party has no strip).")
+    activation: str = setting(
+        "relu", help="Activation of the hidden layers and the bottoms' output: relu | selu | tanh | gelu | leaky_relu.")
+    active_bottom: str = setting(
+        "", help="Active party's bottom widths h1,...,embedding; empty: --hidden then --embedding-dim.")
+    passive_bottom: str = setting(
+        "", help="Each passive party's bottom widths h1,...,embedding; empty: --hidden then --embedding-dim.")
+    top: str = setting("", help="Top model's hidden widths before the class layer, comma-separated; empty: --hidden.")
 
     def __post_init__(self) -> None:
         if self.bottom not in ("mlp", "cnn"):

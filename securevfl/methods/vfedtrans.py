@@ -49,6 +49,7 @@ from securevfl.methods.apcvfl.models import (
 from securevfl.methods.apcvfl.saved import kept_model
 from securevfl.methods.base import ActiveOutcome, Method, Role, TrainConfig, as_tensor, register_method
 from securevfl.methods.engine.kept import Keep, KeptRole
+from securevfl.settings import setting
 
 KEYGEN = "keygen"
 SERVER = "server"
@@ -68,17 +69,23 @@ class VFedTransOptions:
     (m^2 floats per party).
     """
 
-    distill_loss: str = "mae"
-    lam: float = 0.01
-    patience: int = 10
-    max_epochs: int = 0
-    batch_size: int = 0
-    val_fraction: float = 0.1
-    student_hidden: str = "256"
-    cv_folds: int = 0
-    include_test_rows: bool = True
-    probe_c: float = 1.0
-    max_aligned_rows: int = 5000
+    distill_loss: str = setting(
+        "mae", help="Distillation loss of the student: mae (L1, VFedTrans's own) | mse (squared L2).")
+    lam: float = setting(0.01, help="Weight of the distillation term in the student's loss, >= 0.")
+    patience: int = setting(10, help="Early-stopping patience of the student's training, in epochs, >= 1.")
+    max_epochs: int = setting(0, help="Most epochs of the student's training (0: --epochs).")
+    batch_size: int = setting(0, help="Batch size of the student's training (0: --batch-size).")
+    val_fraction: float = setting(
+        0.1, help="Share of rows held out to validate the student (early stopping), in [0, 1).")
+    student_hidden: str = setting(
+        "256", help="Student's hidden widths, comma-separated (its latent width is the total feature count).")
+    cv_folds: int = setting(
+        0, help="0: off; >= 2: also cross-validate the probe on all the active party's rows (extra.cv).")
+    include_test_rows: bool = setting(
+        True, help="Exchange and distil the aligned test rows too (labels unused); false: never exchanged.")
+    probe_c: float = setting(1.0, help="Inverse L2 strength C of the logistic-regression probe, > 0.")
+    max_aligned_rows: int = setting(
+        5000, help="Most aligned rows FedSVD takes (its m x m mask is m^2 floats per party).")
 
     def __post_init__(self) -> None:
         if self.distill_loss not in DISTILL_LOSSES:

@@ -54,6 +54,7 @@ from securevfl.methods.apcvfl.saved import JointActiveScoring, JointPassiveScori
 from securevfl.methods.base import ActiveOutcome, Method, Role, TrainConfig, as_tensor, register_method
 from securevfl.methods.engine.kept import Keep, KeptRole
 from securevfl.methods.engine.split import side_role
+from securevfl.settings import setting
 
 LATENTS = "apcvfl.exchange.aligned_latents"
 BYTES_PER_FLOAT = 4
@@ -73,19 +74,25 @@ class APCOptions:
     strictly held-out test set the federation never sees.
     """
 
-    distill_loss: str = "mse"
-    lam: float = 0.01
-    patience: int = 10
-    max_epochs: int = 0
-    batch_size: int = 0
-    val_fraction: float = 0.1
-    active_encoder: str = "64,128"
-    passive_encoder: str = "128,256"
-    joint_encoder: str = "256,256"
-    student_encoder: str = "256,256"
-    cv_folds: int = 0
-    include_test_rows: bool = True
-    probe_c: float = 1.0
+    distill_loss: str = setting("mse", help="Distillation loss of the student g3: mse (squared L2) | mae (L1).")
+    lam: float = setting(0.01, help="Weight of the distillation term in the student's loss (Eq. 5), >= 0.")
+    patience: int = setting(10, help="Early-stopping patience of each autoencoder's training, in epochs, >= 1.")
+    max_epochs: int = setting(0, help="Most epochs of each autoencoder's training (0: --epochs).")
+    batch_size: int = setting(0, help="Batch size of the autoencoders' training (0: --batch-size).")
+    val_fraction: float = setting(
+        0.1, help="Share of rows held out to validate each autoencoder (early stopping), in [0, 1).")
+    active_encoder: str = setting(
+        "64,128", help="Active party's local encoder g1 widths, comma-separated (last: its latent).")
+    passive_encoder: str = setting(
+        "128,256", help="Each passive party's local encoder g1 widths (last: the latent it sends once).")
+    joint_encoder: str = setting("256,256", help="Active party's joint encoder g2 widths (last: the joint latent).")
+    student_encoder: str = setting(
+        "256,256", help="Student encoder g3 widths over the active party's features (last = joint_encoder's last).")
+    cv_folds: int = setting(
+        0, help="0: off; >= 2: also cross-validate the probe on all the active party's rows (extra.cv).")
+    include_test_rows: bool = setting(
+        True, help="Exchange and distil the aligned test rows too (labels unused); false: never exchanged.")
+    probe_c: float = setting(1.0, help="Inverse L2 strength C of the logistic-regression probe, > 0.")
 
     def __post_init__(self) -> None:
         if self.distill_loss not in DISTILL_LOSSES:
@@ -121,8 +128,9 @@ class APCOptions:
 class LocalProbeOptions:
     """``cv_folds`` > 0 also cross-validates on all of the active party's rows (``extra["cv"]``)."""
 
-    cv_folds: int = 0
-    probe_c: float = 1.0
+    cv_folds: int = setting(
+        0, help="0: off; >= 2: also cross-validate the probe on all the active party's rows (extra.cv).")
+    probe_c: float = setting(1.0, help="Inverse L2 strength C of the logistic-regression probe, > 0.")
 
     def __post_init__(self) -> None:
         if self.cv_folds == 1 or self.cv_folds < 0:

@@ -55,6 +55,7 @@ from securevfl.privacy.aggregation import (
     scheme_class,
     scheme_options,
 )
+from securevfl.settings import setting
 
 GLOBAL = "global"
 LOGITS = "logits"
@@ -82,16 +83,24 @@ class AggregationOptions:
     party can compute another's contribution (refused by default, see ``engine.peer_reveal``).
     """
 
-    secagg: str = "none"
-    key_agreement: str = "x25519"
-    frac_bits: int = 16
-    ring_bits: int = 64
-    secagg_options: Mapping[str, Any] = field(default_factory=dict)
-    models: str = "hetero"
-    zoo: str = "default"
-    el_pl: str = ""
-    embedding_size: int = 128
-    allow_peer_reveal: bool = False
+    secagg: str = setting("none", help="How the passive contributions are summed: none | dh | pairwise | paillier.")
+    key_agreement: str = setting(
+        "x25519", help="Key agreement of dh and pairwise: x25519 | ffdh2048 | ffdh3072 | modp2048 (ffdh = ffdh2048).")
+    frac_bits: int = setting(16, help="Fixed-point fraction bits of the summed values (precision 2^-frac_bits).")
+    ring_bits: int = setting(
+        64, help="Ring of the masked vectors, 64 | 32 (half the bytes, a smaller range; dh and pairwise only).")
+    secagg_options: Mapping[str, Any] = setting(
+        default_factory=dict, help="The scheme's own options, given as secagg.KEY=VALUE (e.g. secagg.key_bits=3072).")
+    models: str = setting(
+        "hetero", help="hetero (the party at position i takes zoo entry i, active first) | homo (every party entry 0).")
+    zoo: str = setting(
+        "default", help="Architectures picked from: default | paper (the paper's LeNet / MLP / CNN for image strips).")
+    el_pl: str = setting(
+        "", help="EL:PL (e.g. 2:1): every party the same 256-wide MLP, EL embedding, PL decision layers; empty: off.")
+    embedding_size: int = setting(
+        128, help="Width of the local models' embeddings (--embedding-dim and --hidden are not used).")
+    allow_peer_reveal: bool = setting(
+        False, help="Accept a run where a passive party can compute another's contribution (refused by default).")
 
     def __post_init__(self) -> None:
         if self.secagg not in aggregation_names():

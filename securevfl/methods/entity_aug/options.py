@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from securevfl.errors import ConfigError
+from securevfl.settings import setting
 
 ARCHS = ("splitnn", "credit-card", "parkinsons", "handwritten")
 BOTTOMS = ("auto", "mlp", "cnn")
@@ -30,14 +31,21 @@ class EntityAugOptions:
     it trails softmax CE on many classes with little data, docs/entity_aug.md).
     """
 
-    drop_prob: float = 0.0
-    misalign: bool = False
-    use_unaligned: bool = True
-    epoch_size: str = "max"
-    resolution: str = "psi"
-    arch: str = "splitnn"
-    bottom: str = "auto"
-    loss: str = "ce"
+    drop_prob: float = setting(
+        0.0, help="Probability a guest misses a step (simulated, seeded; its last activation reused), in [0, 1).")
+    misalign: bool = setting(
+        False, help="Every guest shuffles all its labelled rows independently, aligned rows included.")
+    use_unaligned: bool = setting(
+        True, help="Also train on each guest's labelled rows outside the global intersection.")
+    epoch_size: str = setting(
+        "max", help="Steps per epoch cover the largest (max) or the smallest (min) guest's labelled set.")
+    resolution: str = setting("psi", help="Entity resolution: psi (pairwise ECDH PSI) | ids (plaintext ID lists).")
+    arch: str = setting(
+        "splitnn", help="Networks: splitnn (from --embedding-dim, --hidden) | credit-card | parkinsons | handwritten.")
+    bottom: str = setting(
+        "auto", help="Guests' bottoms for arch=splitnn: auto (a CNN for image strips, else an MLP) | mlp | cnn.")
+    loss: str = setting(
+        "ce", help="ce (softmax cross-entropy, soft targets) | bce (the paper's sigmoid binary cross-entropy).")
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.drop_prob < 1.0:

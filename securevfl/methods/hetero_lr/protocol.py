@@ -25,6 +25,7 @@ from securevfl.privacy.paillier import (
 )
 from securevfl.privacy.paillier.registry import check_backend_and_key
 from securevfl.privacy.paillier.ring_masks import RandBelow, add_ring_masks, draw_ring_masks, remove_ring_masks
+from securevfl.settings import setting
 
 ARBITER = "arbiter"
 
@@ -57,15 +58,17 @@ class HeteroLROptions:
     ``workers``: processes for the ``fast`` backend's large batches (1 = in the party's thread).
     """
 
-    lr: float = 0.15
-    l2: float = 0.0
-    backend: str = "fast"
-    key_bits: int = 2048
-    insecure_allow_small_key: bool = False
-    frac_bits: int = 32
-    fit_intercept: bool = True
-    monitor_loss: bool = True
-    workers: int = 1
+    lr: float = setting(0.15, help="SGD step size, > 0 (the global --lr is refused).")
+    l2: float = setting(0.0, help="L2 penalty on the weights, >= 0.")
+    backend: str = setting("fast", help="Paillier implementation: fast (gmpy2) | phe (python-paillier).")
+    key_bits: int = setting(
+        2048, help="Arbiter's Paillier key size: 2048 | 3072 (smaller only with insecure_allow_small_key).")
+    insecure_allow_small_key: bool = setting(False, help="Allow test-sized keys (even, >= 512 bits); tests only.")
+    frac_bits: int = setting(32, help="Fixed-point fraction bits of encrypted values and plaintext multipliers, 8..64.")
+    fit_intercept: bool = setting(True, help="Fit an intercept, at the active party.")
+    monitor_loss: bool = setting(
+        True, help="Compute the encrypted Taylor loss every epoch (with exactly one passive party).")
+    workers: int = setting(1, help="Processes for the fast backend's large batches (1: in the party's thread).")
 
     def __post_init__(self) -> None:
         if not self.lr > 0:

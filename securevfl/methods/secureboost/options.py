@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from securevfl.errors import ConfigError
 from securevfl.methods.secureboost.binning import MAX_BINS_LIMIT
 from securevfl.privacy.paillier.registry import check_backend_and_key
+from securevfl.settings import setting
 
 EXECUTORS = ("process", "ray")
 
@@ -36,28 +37,34 @@ class SecureBoostOptions:
     ``executor`` (``process`` or ``ray``, with ``ray_address``).
     """
 
-    trees: int = 50
-    max_depth: int = 5
-    learning_rate: float = 0.3
-    max_bins: int = 32
-    min_child_weight: float = 1.0
-    l2: float = 1.0
-    min_split_gain: float = 0.0
-    subsample: float = 1.0
-    colsample: float = 1.0
-    first_tree_active_only: bool = False
-    encrypt: bool = True
-    backend: str = "fast"
-    key_bits: int = 2048
-    insecure_allow_small_key: bool = False
-    frac_bits: int = 32
-    packing: bool = True
-    subtraction: bool = True
-    shuffle: bool = True
-    precompute: bool = True
-    workers: int = 1
-    executor: str = "process"
-    ray_address: str = ""
+    trees: int = setting(50, help="Boosting rounds (multi-class: one tree per class per round), >= 1.")
+    max_depth: int = setting(5, help="Tree depth (levels of splits below the root), >= 1.")
+    learning_rate: float = setting(0.3, help="Shrinkage of each tree (XGBoost's eta), in (0, 1].")
+    max_bins: int = setting(32, help="Bins per feature, 2..255 (missing values get one more).")
+    min_child_weight: float = setting(1.0, help="Least hessian sum of a child, >= 0.")
+    l2: float = setting(1.0, help="L2 regularisation of the leaf weights (XGBoost's lambda), >= 0.")
+    min_split_gain: float = setting(0.0, help="Gain a split must exceed (XGBoost's gamma), >= 0.")
+    subsample: float = setting(1.0, help="Share of the fitted rows each tree uses (seeded), in (0, 1].")
+    colsample: float = setting(1.0, help="Share of each party's own features each tree uses (seeded), in (0, 1].")
+    first_tree_active_only: bool = setting(
+        False, help="RL-SecureBoost: the first round uses the active party's features only.")
+    encrypt: bool = setting(True, help="Paillier-encrypt g and h; false: the same protocol in the clear (tests, cost).")
+    backend: str = setting("fast", help="Paillier implementation: fast (gmpy2) | phe (python-paillier).")
+    key_bits: int = setting(2048, help="Paillier key size: 2048 | 3072 (smaller only with insecure_allow_small_key).")
+    insecure_allow_small_key: bool = setting(False, help="Allow test-sized keys (even, >= 512 bits); tests only.")
+    frac_bits: int = setting(32, help="Fixed-point fraction bits of g and h, 8..40.")
+    packing: bool = setting(
+        True, help="SecureBoost+ packing: g and h in one plaintext, many split sums per ciphertext.")
+    subtraction: bool = setting(
+        True, help="Compute the smaller child's histograms; its sibling's are parent minus child.")
+    shuffle: bool = setting(
+        True, help="Each passive party permutes its split candidates with a fresh secret permutation per tree.")
+    precompute: bool = setting(
+        True, help="The active party precomputes the next tree's Paillier randomness in the background (fast backend).")
+    workers: int = setting(
+        1, help="Processes per party for encryption, histograms and decryption (1: in the party's process).")
+    executor: str = setting("process", help="Where the workers run: process (a local pool) | ray.")
+    ray_address: str = setting("", help="Ray cluster to join (needs executor=ray); empty: a local Ray.")
 
     def __post_init__(self) -> None:
         if self.trees < 1:

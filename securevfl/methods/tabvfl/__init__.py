@@ -35,6 +35,7 @@ from securevfl.methods.tabvfl.sides import (
     failure_schedule,
 )
 from securevfl.methods.tabvfl.tabnet import TabNetShape, TabNetSteps
+from securevfl.settings import setting
 
 
 @dataclass(frozen=True)
@@ -54,15 +55,22 @@ class TabVFLOptions(TabNetSteps):
     hyper-parameters (``n_steps``, ``gamma``, ...) are :class:`TabNetSteps`'.
     """
 
-    pretrain_epochs: int = 0
-    pretraining_ratio: float = 0.2
-    lambda_sparse: float = 1e-3
-    decoder_split: str = "chunk"
-    fail_prob: float = 0.0
-    on_fail: str = "cache"
-    latent_quality: bool = True
-    quality_test_size: float = 0.3
-    part_latent_dim: int = 0
+    pretrain_epochs: int = setting(0, help="Most pretraining epochs (0: --epochs, which caps the finetuning epochs).")
+    pretraining_ratio: float = setting(
+        0.2, help="Share of feature entries masked for pretraining's reconstruction, in (0, 1).")
+    lambda_sparse: float = setting(1e-3, help="Weight of TabNet's sparsity loss, >= 0.")
+    decoder_split: str = setting(
+        "chunk", help="chunk (each guest gets one chunk of the host's decoder output) | full (each reads all).")
+    fail_prob: float = setting(
+        0.0, help="Probability a guest is offline for a whole epoch (simulated, seeded), in [0, 1).")
+    on_fail: str = setting(
+        "cache", help="What the host uses for an offline guest: cache (its last transmitted rows) | zeros.")
+    latent_quality: bool = setting(
+        True, help="Score the latents with six classifiers at the end (extra.latent_quality).")
+    quality_test_size: float = setting(
+        0.3, help="Share of the latents the latent-quality classifiers are scored on, in (0, 1).")
+    part_latent_dim: int = setting(
+        0, help="tabnet-lt: latent width of each local TabNet (0: --embedding-dim / parties with features).")
 
     def __post_init__(self) -> None:
         if self.pretrain_epochs < 0:

@@ -21,19 +21,21 @@ from torch import nn
 
 from securevfl.errors import ConfigError
 from securevfl.networks.mlp import ModuleT
+from securevfl.settings import setting
 
 
 @dataclass(frozen=True)
 class TabNetSteps:
     """The TabNet hyper-parameters a user sets (pytorch-tabnet's names and defaults); the designs' options too."""
 
-    n_steps: int = 3
-    gamma: float = 1.3
-    n_independent: int = 2
-    n_shared: int = 2
-    virtual_batch_size: int = 128
-    momentum: float = 0.02
-    mask_type: str = "sparsemax"
+    n_steps: int = setting(3, help="TabNet decision steps, >= 1.")
+    gamma: float = setting(
+        1.3, help="Feature reuse relaxation of the attention masks, >= 1 (1: a feature is used at one step).")
+    n_independent: int = setting(2, help="Step-specific GLU layers per step (n_independent and n_shared not both 0).")
+    n_shared: int = setting(2, help="GLU layers shared by all steps.")
+    virtual_batch_size: int = setting(128, help="Ghost batch normalisation's batch size, >= 2.")
+    momentum: float = setting(0.02, help="Momentum of the batch normalisations.")
+    mask_type: str = setting("sparsemax", help="Attention mask: sparsemax | entmax.")
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,7 @@ from securevfl.privacy.aggregation.paillier_wire import (
 from securevfl.privacy.aggregation.registry import register_aggregation
 from securevfl.privacy.paillier import FastBackend, PaillierPrivateKey, PaillierPublicKey, generate_keypair
 from securevfl.privacy.secagg.config import InsufficientSurvivorsError
+from securevfl.settings import setting
 
 if TYPE_CHECKING:
     from securevfl.federation.runtime import PartyContext
@@ -133,11 +134,14 @@ class PaillierOptions:
     deterministic tests (default ``secrets``; ``randbelow`` draws the masks r_i).
     """
 
-    key_bits: int = 2048
-    insecure_allow_small_key: bool = False
-    key_holder: str | None = None
-    max_abs_value: float = float(2**20)
-    workers: int = 1
+    key_bits: int = setting(
+        2048, help="Paillier modulus size: 2048 | 3072 (smaller, >= 512, only with insecure_allow_small_key).")
+    insecure_allow_small_key: bool = setting(False, help="Allow a test-sized key; tests only.")
+    key_holder: str | None = setting(
+        None, help="Passive party that makes the key and decrypts the sums (unset: the first in sorted order).")
+    max_abs_value: float = setting(
+        float(2**20), help="Largest |x| a party may contribute (sets the slot width; larger values are refused).")
+    workers: int = setting(1, help="Processes for encryption and decryption (1: in-process).")
     randbits: RandBits | None = field(default=None, repr=False, compare=False, metadata={"hook": True})
     randbelow: RandBelow | None = field(default=None, repr=False, compare=False, metadata={"hook": True})
 
