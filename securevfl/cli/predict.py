@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from securevfl.cli.options import parse_pairs, settings_command
+from securevfl.cli.options import cli_settings, parse_pairs, settings_command
 from securevfl.cli.startup import heavy_imports
 from securevfl.run_config import ScoringSettings
 from securevfl.settings import settings_of
@@ -30,12 +30,9 @@ err_console = Console(stderr=True)
 def _predict(
     model_dir: Path = typer.Option(..., help="The saved model (DIR/<party>/ per party, from train --model-dir)."),  # noqa: B008
     data: list[str] = typer.Option(..., "--data", help="PARTY=FILE per party of the model (CSV/Parquet)."),  # noqa: B008
-    id_column: str = typer.Option("", help="The ID column of the new files (default: the one of training)."),
     out: Path = typer.Option(Path("out/predictions.csv"), help="Where the active party writes the predictions."),  # noqa: B008
     report: Path | None = typer.Option(  # noqa: B008
         None, help="Also write a report (JSON + .md): rows, time and, when the active file has labels, metrics."),
-    device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda[:N]."),
-    alignment: str = typer.Option("psi", help="How the parties find shared rows: psi | plaintext (simulation only)."),
     quiet: bool = typer.Option(False, help="No progress bar."),
     **values: Any,
 ) -> None:
@@ -54,8 +51,8 @@ def _predict(
     model = load_model(model_dir)  # verified (digests, versions, one job) before any data is read
     files = parse_pairs(data, "--data")
     with _RowProgress(quiet) as progress:
-        scored = score(model, files, id_column=id_column or None, exchange_rows=values["exchange_rows"], device=device,
-                       alignment=alignment, progress=progress)
+        scored = score(model, files, id_column=values["id_column"], exchange_rows=values["exchange_rows"],
+                       device=values["device"], alignment=values["alignment"], progress=progress)
     write_text(out, scored.predictions.to_csv(index=False))
     table = Table(title=f"{model.method}: {scored.rows['scored']:,} rows scored in {scored.wall_s:.1f} s")
     table.add_column("party")
@@ -73,7 +70,9 @@ def _predict(
 
 
 predict_command = _predict
-settings_command(predict_command, list(settings_of(ScoringSettings)),
+#: The run settings that scoring reads (the rest is the saved model's), from their one declaration.
+_SCORING_RUN_SETTINGS = cli_settings(["id_column", "device", "alignment"])
+settings_command(predict_command, [*_SCORING_RUN_SETTINGS, *settings_of(ScoringSettings)],
                  before=list(inspect.signature(_predict).parameters.values())[:-1])
 
 

@@ -577,12 +577,6 @@ class FewShotVFL(Method[FewShotOptions]):
     summary = "one-/few-shot VFL (Sun et al. 2023): gradient k-means + local FixMatch, 2-3 uploads per passive party"
     saves_outside_engine = True
 
-    def __init__(self, config: TrainConfig) -> None:
-        if "server_epochs" in config.options:
-            raise ConfigError("fewshot-vfl's option server_epochs is now called active_epochs (the epochs of the "
-                              "active party's classifier training): pass --option active_epochs=N")
-        super().__init__(config)
-
     def roles(self, scenario: Scenario) -> dict[str, Role]:
         passives = self.require_passives(scenario)
         active = scenario.party_data(scenario.active)
