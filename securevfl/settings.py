@@ -162,7 +162,8 @@ class SettingInfo:
     this field always takes the value of the named setting (the seed every part uses); not a setting.
     ``api``: an API keyword of its own (``False``: set through the enclosing group's keyword, as the
     column settings are through ``columns``). ``rule``: the constraint its value must meet (:class:`Rule`),
-    applied by :func:`check_declared`.
+    applied by :func:`check_declared`. ``off_flag``: a switch that is on by default has, on the command
+    line, this flag that turns it off instead of one that turns it on.
     """
 
     help: str
@@ -174,13 +175,14 @@ class SettingInfo:
     api: bool = True
     group: bool = False
     rule: Rule | None = None
+    off_flag: str | None = None
 
 
 def setting(default: Any = MISSING, *, help: str, default_factory: Any = MISSING, flag: str | None = None,
             cli: bool = True, job: bool = False, repeat: bool = False, api: bool = True,
-            rule: Rule | None = None) -> Any:
+            rule: Rule | None = None, off_flag: str | None = None) -> Any:
     """A dataclass field that declares a setting (its name is the field's name) and, with ``rule``, its constraint."""
-    info = SettingInfo(help=help, flag=flag, cli=cli, job=job, repeat=repeat, api=api, rule=rule)
+    info = SettingInfo(help=help, flag=flag, cli=cli, job=job, repeat=repeat, api=api, rule=rule, off_flag=off_flag)
     return field(default=default, default_factory=default_factory, metadata={_KEY: info})
 
 
@@ -211,8 +213,8 @@ class Setting:
 
     @property
     def flag(self) -> str:
-        """The command-line flag."""
-        return self.info.flag or "--" + self.name.replace("_", "-")
+        """The command-line flag (of a switch on by default: the one that turns it off)."""
+        return self.info.off_flag or self.info.flag or "--" + self.name.replace("_", "-")
 
     @property
     def help(self) -> str:

@@ -80,6 +80,15 @@ class TrainConfig:
     defenses: Mapping[str, float] = setting(
         default_factory=dict, flag="--defense", repeat=True,
         help="NAME=STRENGTH (repeatable): grad-noise=S, grad-sparsify=R, label-dp=EPS.")
+    require_all_parties: bool = setting(
+        True, job=True, off_flag="--every-row",
+        help="Use every row of the active party, each passive party's part where it holds the row (a method that "
+             "can: securevfl methods; in one process), not only the rows every party holds (require_all_parties).")
+    party_dropout: float = setting(
+        0.1, job=True, rule=number(0, 1, open_high=True),
+        help="With --every-row, split-learning methods: the chance that a passive party's embedding of a training "
+             "row is replaced by its learned 'absent' embedding, so that the model scores rows some party does "
+             "not hold well.")
     class_weight: str = setting(
         "none", job=True, rule=one_of(*CLASS_WEIGHTS),
         help="none | balanced: weight the loss by inverse class frequency (imbalanced labels).")

@@ -228,12 +228,13 @@ class ScriptedPhases(PartySide):
 
 
 def test_early_stopping_per_phase_stops_restores_the_best_and_lets_local_phases_decide_alone():
-    from types import SimpleNamespace
-
+    from securevfl.data.scenario import PartyData
     from securevfl.methods import create_method
 
     method = create_method("splitnn", TrainConfig(epochs=1, early_stopping=2, val_fraction=0.25, seed=0))
-    data = SimpleNamespace(X_train=np.zeros((20, 1)), X_test=np.zeros((4, 1)), y_train=np.zeros(20))
+    data = PartyData(name="p", feature_names=("f",), X_train=np.zeros((20, 1)), X_test=np.zeros((4, 1)),
+                     X_unaligned=np.zeros((0, 1)), ids_train=np.arange(20), ids_unaligned=np.arange(0),
+                     y_train=np.zeros(20))
     sides = {"active": ScriptedPhases(method, data, ("passive1",)), "passive1": ScriptedPhases(method, data)}
     result = run_parties({n: side_role(s) for n, s in sides.items()}, active="active", seed=0)
     active, passive = result.results["active"], result.results["passive1"]

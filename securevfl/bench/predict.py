@@ -119,8 +119,8 @@ def _timed_aligner(owner: Any, totals: dict[str, float]) -> contextlib.AbstractC
     """``create_aligner(name)`` returning an aligner whose calls add to ``totals["align_s"]``."""
     original = owner.create_aligner
 
-    def create(name: str) -> Callable[..., Any]:
-        aligner = original(name)
+    def create(name: str, **options: Any) -> Callable[..., Any]:
+        aligner = original(name, **options)
 
         def align(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()

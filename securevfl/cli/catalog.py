@@ -63,6 +63,9 @@ def methods(
         own = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in cls.run_defaults.items())
         if own:
             out.print(Text(f"where not given: {own}", style="dim"))
+        if not (cls.partial_rows or cls.standalone):
+            out.print(Text("rows some party does not hold: refused (it trains and scores the rows every party holds)",
+                           style="dim"))
         rows = list(option_rows(cls.Options))
         if not rows:
             out.print(Text("no options of its own", style="dim"))

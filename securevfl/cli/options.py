@@ -62,6 +62,8 @@ def _parameter(s: Setting, default: Any) -> inspect.Parameter:
         annotation, shown = str, ",".join(map(str, default)) if default is not None else ""
     else:
         annotation, shown = (_base(s.type) | None if default is None else _base(s.type)), default
+    if s.info.off_flag:  # a switch on by default: its flag turns it off
+        annotation, shown = bool, False
     option = typer.Option(shown, s.flag, help=s.help, show_default=bool(shown) if s.info.repeat else True)
     return inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
 
@@ -128,7 +130,9 @@ def api_values(settings: Sequence[Setting], values: Mapping[str, Any],
         if keep is not None and s.name not in keep and s.path[:-1] != _COLUMNS:
             continue
         value = values[s.name]
-        if s.info.repeat:
+        if s.info.off_flag:
+            value = not value
+        elif s.info.repeat:
             if holds_tuple(s.type):
                 value = tuple(value)
             else:

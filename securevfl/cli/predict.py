@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from securevfl.cli.options import cli_settings, parse_pairs, settings_command
+from securevfl.cli.options import api_values, cli_settings, parse_pairs, settings_command
 from securevfl.cli.startup import heavy_imports
 from securevfl.run_config import ScoringSettings
 from securevfl.settings import settings_of
@@ -51,8 +51,10 @@ def _predict(
     model = load_model(model_dir)  # verified (digests, versions, one job) before any data is read
     files = parse_pairs(data, "--data")
     with _RowProgress(quiet) as progress:
-        scored = score(model, files, id_column=values["id_column"], exchange_rows=values["exchange_rows"],
-                       device=values["device"], alignment=values["alignment"], progress=progress)
+        run = api_values(_SCORING_RUN_SETTINGS, values)
+        scored = score(model, files, id_column=run["id_column"], exchange_rows=values["exchange_rows"],
+                       device=run["device"], alignment=run["alignment"],
+                       require_all_parties=run["require_all_parties"], progress=progress)
     write_text(out, scored.predictions.to_csv(index=False))
     table = Table(title=f"{model.method}: {scored.rows['scored']:,} rows scored in {scored.wall_s:.1f} s")
     table.add_column("party")
@@ -60,6 +62,13 @@ def _predict(
     for party in model.data_parties:
         table.add_row(party, f"{scored.rows[party]:,}")
     console.print(table)
+    if len(scored.coverage) > 1 or set(scored.coverage) != {"+".join(model.data_parties)}:
+        patterns = Table(title="rows scored per coverage (the parties column: whose parts scored the row)")
+        patterns.add_column("parties")
+        patterns.add_column("rows", justify="right")
+        for pattern, n in sorted(scored.coverage.items(), key=lambda kv: -kv[1]):
+            patterns.add_row(pattern, f"{n:,}")
+        console.print(patterns)
     for key, value in scored.metrics.items():
         if isinstance(value, float):
             console.print(f"{key}: {value:.4f}", highlight=False)
@@ -71,7 +80,7 @@ def _predict(
 
 predict_command = _predict
 #: The run settings that scoring reads (the rest is the saved model's), from their one declaration.
-_SCORING_RUN_SETTINGS = cli_settings(["id_column", "device", "alignment"])
+_SCORING_RUN_SETTINGS = cli_settings(["id_column", "device", "alignment", "require_all_parties"])
 settings_command(predict_command, [*_SCORING_RUN_SETTINGS, *settings_of(ScoringSettings)],
                  before=list(inspect.signature(_predict).parameters.values())[:-1])
 
@@ -83,13 +92,16 @@ def _write_report(report: Path, model: Any, scored: Any, files: dict[str, str]) 
     json_path, md_path = report_paths(report)
     body = {"kind": "predict", "method": model.method, "model_dir": str(model.directory),
             "job_fingerprint": model.manifests[model.active].job_fingerprint, "data": dict(files),
-            "rows": scored.rows, "metrics": scored.metrics, "wall_s": scored.wall_s,
+            "rows": scored.rows, "coverage": scored.coverage, "metrics": scored.metrics, "wall_s": scored.wall_s,
             "rows_per_s": scored.rows["scored"] / max(scored.wall_s, 1e-9)}
     write_text(json_path, json.dumps(body, indent=2, default=float))
     lines = [f"# securevfl predict: {model.method}", "", f"model: {model.directory}", "",
              "| party | rows in its file |", "|---|---|"]
     lines += [f"| {p} | {scored.rows[p]:,} |" for p in model.data_parties]
-    lines += ["", f"Scored (shared by every party): {scored.rows['scored']:,} rows in {scored.wall_s:.2f} s", ""]
+    lines += ["", f"Scored: {scored.rows['scored']:,} rows in {scored.wall_s:.2f} s", "",
+              "| parties (whose parts scored the row) | rows |", "|---|---|"]
+    lines += [f"| {p} | {n:,} |" for p, n in sorted(scored.coverage.items(), key=lambda kv: -kv[1])]
+    lines += [""]
     if scored.metrics:
         lines += ["| metric | value |", "|---|---|"]
         lines += [f"| {k} | {v:.4f} |" for k, v in scored.metrics.items() if isinstance(v, float)]

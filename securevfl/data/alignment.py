@@ -7,19 +7,31 @@ the run report (``cost.alignment``) — crypto seconds appear as ``psi.hash`` / 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import numpy as np
 
 from securevfl.data.partition import PartyTable
-from securevfl.data.scenario import Aligner, Alignment, align_plaintext
+from securevfl.data.scenario import (
+    Aligner,
+    Alignment,
+    align_plaintext,
+    align_plaintext_covering,
+    covering_alignment,
+)
 from securevfl.errors import ConfigError, DataError, psi_errors
 
 ALIGNERS = ("psi", "plaintext")
 
 
-def align_with_psi(tables: Mapping[str, PartyTable], active: str, *, workers: int | None = None) -> Alignment:
-    """Run ECDH PSI over the parties' ID columns (pairwise with the active party, then global)."""
+def align_with_psi(tables: Mapping[str, PartyTable], active: str, *, workers: int | None = None,
+                   cover: bool = False) -> Alignment:
+    """Run ECDH PSI over the parties' ID columns (pairwise with the active party, then global).
+
+    ``cover``: every row of the active party is an agreed position, each passive party holding the ones
+    its pairwise PSI with the active party matched (partial coverage, issue 44) — no global intersection.
+    """
     import psi
 
     if not hasattr(psi, "run_local"):  # a local psi.py next to the caller's script would shadow the package
@@ -30,6 +42,15 @@ def align_with_psi(tables: Mapping[str, PartyTable], active: str, *, workers: in
         workers = 1 if largest < 20_000 else None  # process start-up costs more than it saves on small sets
     with psi_errors():
         result = psi.run_local({n: list(t.ids) for n, t in tables.items()}, active=active, workers=workers)
+    if cover and any(pair.size < len(tables[active].ids) for pair in result.pairwise.values()):
+        pairs = {}
+        for name, pair in result.pairwise.items():
+            if pair.active_rows is None or pair.passive_rows is None:
+                raise DataError(f"PSI did not reveal the intersection to party {name!r}")
+            pairs[name] = (pair.active_rows, pair.passive_rows)
+        sizes = ", ".join(f"{name} {pair.size}" for name, pair in result.pairwise.items())
+        return covering_alignment(tables, active, pairs, f"ECDH PSI (X25519), every active row; shared with "
+                                  f"the active party: {sizes}", result.report())
     aligned: dict[str, np.ndarray] = {}
     unaligned: dict[str, np.ndarray] = {}
     for name, table in tables.items():
@@ -50,12 +71,16 @@ def align_with_psi(tables: Mapping[str, PartyTable], active: str, *, workers: in
                      cost=result.report())
 
 
-def create_aligner(name: str) -> Aligner:
-    """``psi`` (ECDH private set intersection) or ``plaintext`` (simulation only, not private)."""
+def create_aligner(name: str, *, cover: bool = False) -> Aligner:
+    """``psi`` (ECDH private set intersection) or ``plaintext`` (simulation only, not private).
+
+    ``cover``: every row of the active party, each passive party holding the ones it shares with it
+    (partial coverage); otherwise the rows every party holds.
+    """
     if name == "psi":
-        return align_with_psi
+        return functools.partial(align_with_psi, cover=True) if cover else align_with_psi
     if name == "plaintext":
-        return align_plaintext
+        return align_plaintext_covering if cover else align_plaintext
     raise ConfigError(f"unknown alignment {name!r}; choose one of {', '.join(ALIGNERS)}")
 
 

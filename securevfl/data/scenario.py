@@ -27,16 +27,51 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Alignment:
-    """Per party: positions of its aligned rows in the agreed order, and of its unaligned rows."""
+    """Per party: positions of its aligned rows in the agreed order, and of its unaligned rows.
+
+    ``present`` (partial coverage, issue 44): per passive party, which agreed positions it holds (a
+    boolean mask over them); its ``aligned`` rows are then those positions' rows, in order. A party
+    without a mask holds every agreed position (the intersection of every party: today's default).
+    """
 
     aligned: dict[str, np.ndarray]
     unaligned: dict[str, np.ndarray]
     method: str
     cost: dict = field(default_factory=dict)
+    present: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
-        return len(next(iter(self.aligned.values())))
+        """The agreed positions (every party's rows, or with partial coverage the active party's)."""
+        return max(len(rows) for rows in self.aligned.values())
+
+    @property
+    def partial(self) -> bool:
+        """Whether some party does not hold some agreed position."""
+        return any(not mask.all() for mask in self.present.values())
+
+    def patterns(self, parties: tuple[str, ...], positions: np.ndarray) -> np.ndarray:
+        """Per agreed position, the parties that hold it, joined by ``+`` in ``parties``' order (``bank+shop``)."""
+        code = np.zeros(len(positions), dtype=np.int64)
+        for i, party in enumerate(parties):
+            code |= self.held(party, positions).astype(np.int64) << i
+        names = np.empty(len(positions), dtype=object)
+        for value in np.unique(code):
+            names[code == value] = "+".join(p for i, p in enumerate(parties) if value >> i & 1)
+        return names
+
+    def held(self, party: str, positions: np.ndarray) -> np.ndarray:
+        """Which of the agreed ``positions`` party ``party`` holds (a boolean mask over them)."""
+        mask = self.present.get(party)
+        return np.ones(len(positions), dtype=bool) if mask is None else mask[positions]
+
+    def rows(self, party: str, positions: np.ndarray) -> np.ndarray:
+        """Party ``party``'s table rows of the agreed ``positions`` it holds, in their order."""
+        mask = self.present.get(party)
+        if mask is None:
+            return self.aligned[party][positions]
+        rank = np.cumsum(mask) - 1
+        return self.aligned[party][rank[positions[mask[positions]]]]
 
 
 Aligner = Callable[[Mapping[str, PartyTable], str], Alignment]
@@ -59,6 +94,50 @@ def align_plaintext(tables: Mapping[str, PartyTable], active: str) -> Alignment:
         mask[aligned[name]] = False
         unaligned[name] = np.flatnonzero(mask)
     return Alignment(aligned=aligned, unaligned=unaligned, method="plaintext (simulation, PSI skipped)")
+
+
+def align_plaintext_covering(tables: Mapping[str, PartyTable], active: str) -> Alignment:
+    """:func:`align_plaintext` over every row of the active party (each passive party matched with it alone).
+
+    Where every passive party holds every row of the active party, this is :func:`align_plaintext`.
+    """
+    own = {v: i for i, v in enumerate(tables[active].ids)}
+    pairs = {}
+    for name, t in tables.items():
+        if name != active:
+            matched = [(own[v], i) for i, v in enumerate(t.ids) if v in own]
+            pairs[name] = (np.array([a for a, _ in matched], np.int64), np.array([b for _, b in matched], np.int64))
+    if all(len(a) == len(own) for a, _ in pairs.values()):
+        return align_plaintext(tables, active)
+    return covering_alignment(tables, active, pairs, "plaintext (simulation, PSI skipped), every active row")
+
+
+def covering_alignment(tables: Mapping[str, PartyTable], active: str,
+                       pairs: Mapping[str, tuple[np.ndarray, np.ndarray]], method: str,
+                       cost: Mapping[str, Any] | None = None) -> Alignment:
+    """Every row of the active party in the agreed order (by ID), each passive party holding those it matched.
+
+    ``pairs``: per passive party, the active party's rows it matched and its own matching rows (element
+    for element), as pairwise PSI gives them. A passive party's unmatched rows are its unaligned ones.
+    """
+    ids = tables[active].ids
+    order = np.argsort(ids.astype(str), kind="stable").astype(np.int64)
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    aligned = {active: order}
+    unaligned = {active: np.zeros(0, np.int64)}
+    present: dict[str, np.ndarray] = {}
+    for name, (active_rows, own_rows) in pairs.items():
+        where = position[np.asarray(active_rows, dtype=np.int64)]
+        sort = np.argsort(where, kind="stable")
+        mask = np.zeros(len(order), dtype=bool)
+        mask[where] = True
+        present[name] = mask
+        aligned[name] = np.asarray(own_rows, dtype=np.int64)[sort]
+        rest = np.ones(tables[name].n_rows, dtype=bool)
+        rest[aligned[name]] = False
+        unaligned[name] = np.flatnonzero(rest)
+    return Alignment(aligned=aligned, unaligned=unaligned, method=method, cost=dict(cost or {}), present=present)
 
 
 NO_ALIGNMENT_NOTE = "one party: no alignment needed"
@@ -118,6 +197,22 @@ def encode_table(table: PartyTable, fit_rows: np.ndarray, *, standardize: bool =
 
 
 @dataclass(frozen=True)
+class Coverage:
+    """Which agreed training and test positions each passive party holds (partial coverage, issue 44).
+
+    The active party's view holds every passive party's masks; a passive party's, its own only
+    (the positions of its rows among the agreed ones: what its part in each batch needs).
+    """
+
+    train: dict[str, np.ndarray]
+    test: dict[str, np.ndarray]
+
+    def split(self, name: str) -> dict[str, np.ndarray]:
+        """The masks of the ``train`` or ``test`` positions."""
+        return self.train if name == "train" else self.test
+
+
+@dataclass(frozen=True)
 class PartyData:
     """One party's data as its role sees it (its columns encoded by its own preprocessing)."""
 
@@ -135,10 +230,32 @@ class PartyData:
     n_classes: int = 2  # the model's output width: the class count, or 1 for regression
     task: str = "classification"  # or "regression" (agreed by all parties, like the class count)
     codes: tuple[int, ...] = ()  # the last len(codes) columns are category codes (0..n-1) to embed
+    #: Partial coverage: who holds which agreed row (None: every party holds every one).
+    coverage: Coverage | None = None
 
     @property
     def n_features(self) -> int:
         return self.X_train.shape[1]
+
+    def positions(self, split: str) -> int:
+        """The agreed ``train`` or ``test`` positions (every party counts them alike, held or not)."""
+        X = self.X_train if split == "train" else self.X_test
+        if self.coverage is None or self.name not in self.coverage.train:
+            return len(X)
+        return len(self.coverage.split(split)[self.name])
+
+    def own_rows(self, split: str, positions: np.ndarray) -> np.ndarray:
+        """The party's rows (indices into its ``X_train`` / ``X_test``) of the agreed ``positions`` it holds."""
+        if self.coverage is None or self.name not in self.coverage.train:
+            return positions
+        mask = self.coverage.split(split)[self.name]
+        return (np.cumsum(mask) - 1)[positions[mask[positions]]]
+
+    def peer_masks(self, split: str, positions: np.ndarray) -> dict[str, np.ndarray] | None:
+        """At the active party: which of ``positions`` each passive party holds (None: all of them)."""
+        if self.coverage is None:
+            return None
+        return {p: mask[positions] for p, mask in self.coverage.split(split).items() if p != self.name}
 
     @property
     def X_local(self) -> np.ndarray:
@@ -181,7 +298,7 @@ class Scenario:
             raise ConfigError(f"unknown party {name!r}; parties are {list(self.tables)}")
         key = (name, standardize)
         if key not in self._encoded:
-            rows = training_rows(self.alignment.aligned[name], self.train, self.alignment.unaligned[name])
+            rows = np.concatenate([self.alignment.rows(name, self.train), self.alignment.unaligned[name]])
             self._encoded[key] = encode_table(self.tables[name], rows, standardize=standardize)
         return self._encoded[key]
 
@@ -220,8 +337,7 @@ class Scenario:
         """
         encoded = self.encoded(name, standardize=standardize)
         t = self.tables[name]
-        aligned = self.alignment.aligned[name]
-        train_rows, test_rows = aligned[self.train], aligned[self.test]
+        train_rows, test_rows = self.alignment.rows(name, self.train), self.alignment.rows(name, self.test)
         rest = self.alignment.unaligned[name]
         X = encoded.X
         y = t.labels
@@ -233,7 +349,16 @@ class Scenario:
             y_test=None if y is None else y[test_rows],
             y_unaligned=None if y is None else y[rest],
             strip_shape=t.strip_shape if encoded.feature_names == t.feature_names else None,
-            n_classes=self.n_classes, task=self.task, codes=encoded.codes)
+            n_classes=self.n_classes, task=self.task, codes=encoded.codes, coverage=self._coverage(name))
+
+    def _coverage(self, name: str) -> Coverage | None:
+        """What party ``name`` knows of who holds which agreed row: the active party every peer's, a peer its own."""
+        present = self.alignment.present
+        if not self.alignment.partial:
+            return None
+        parties = [p for p in self.passives if p in present] if name == self.active else [name]
+        return Coverage({p: self.alignment.held(p, self.train) for p in parties},
+                        {p: self.alignment.held(p, self.test) for p in parties})
 
 
 def scenario_from_partition(data: PartitionedData, aligner: Aligner = align_plaintext) -> Scenario:

@@ -121,6 +121,9 @@ class Method(ABC, Generic[OptionsT]):
     #: Whether its final model is the active party's alone (``local``): only the active party saves a
     #: part, marked standalone, and scoring needs no passive party (no PSI, no network).
     standalone: ClassVar[bool] = False
+    #: Whether it trains on and scores rows some passive party does not hold (partial coverage: the
+    #: absent party's part left out, the model trained for it); the others use the rows every party holds.
+    partial_rows: ClassVar[bool] = False
     #: Settings of the run (:class:`TrainConfig` field names) this method defaults differently where the
     #: user gives none: a method whose baseline needs another learning rate or early stopping to be fair.
     #: Applied by :func:`with_method_defaults` (the API, the CLI and ``[job]``); a given value always wins.
@@ -163,6 +166,10 @@ class Method(ABC, Generic[OptionsT]):
                 able = ", ".join(n for n in method_names() if method_class(n).supports_category_embeddings)
                 raise ConfigError(f"{self.name} cannot learn category embeddings (party {embedded[0]!r} asked for "
                                   f"them with embed / --embed-categories); these methods can: {able}")
+        if scenario.alignment.partial and not (self.partial_rows or self.standalone):
+            able = ", ".join(n for n in method_names() if method_class(n).partial_rows)
+            raise ConfigError(f"{self.name} cannot use rows some party does not hold: keep to the rows every party "
+                              f"holds (leave out --every-row: require_all_parties), or use a method that can: {able}")
         if scenario.task == REGRESSION:
             if not self.supports_objectives:
                 raise ConfigError(f"{self.name} does not support regression; these methods do: {_objective_methods()}")

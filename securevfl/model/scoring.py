@@ -179,16 +179,21 @@ def read_new_rows(part: LoadedPart, encoder: PartyEncoder | None, path: str | Pa
 
 
 def active_predictions(ids: np.ndarray, rows: np.ndarray, scores: np.ndarray, labels: np.ndarray | None, task: str,
-                       classes: tuple[str, ...], id_column: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+                       classes: tuple[str, ...], id_column: str,
+                       parties: np.ndarray | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The active party's predictions in its file's row order, and the metrics when its file has labels.
 
-    ``rows``: the active file's row of each scored position; ``ids`` and ``labels``: its whole file's.
+    ``rows``: the active file's row of each scored position; ``ids`` and ``labels``: its whole file's;
+    ``parties``: per scored position, the parties whose part scored it (the ``parties`` column).
     """
     from securevfl.eval import task_metrics
 
     metrics = task_metrics(task, labels[rows], scores) if labels is not None else {}
     order = np.argsort(rows, kind="stable")
-    return predictions_frame(ids[rows][order], scores[order], task, classes, id_column), metrics
+    frame = predictions_frame(ids[rows][order], scores[order], task, classes, id_column)
+    if parties is not None:
+        frame["parties"] = parties[order]
+    return frame, metrics
 
 
 def predictions_frame(ids: np.ndarray, scores: np.ndarray, task: str, classes: tuple[str, ...],

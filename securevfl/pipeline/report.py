@@ -29,6 +29,8 @@ def assemble_report(config: RunConfig, scenario: Scenario, outcome: Any, snapsho
     task = scenario.task
     positive = positive_index(scenario.classes, config.positive_class, task) if task != "regression" else 1
     metrics: dict[str, Any] = task_metrics(task, outcome.y_true, outcome.scores, positive)
+    if scenario.alignment.partial and len(outcome.y_true) == len(scenario.test):
+        metrics["coverage"] = coverage_metrics(scenario, outcome, positive)
     if outcome.per_party:
         metrics["per_party"] = {p: task_metrics(task, y, s, positive) for p, (y, s) in outcome.per_party.items()}
         if outcome.extra.get("headline_metrics") == "per_party_mean":  # one model per party (EASTER)
@@ -44,6 +46,22 @@ def assemble_report(config: RunConfig, scenario: Scenario, outcome: Any, snapsho
         notes=list(scenario.notes) + _label_notes(task, outcome.y_true, config.train.class_weight, positive)
         + [f"warning: {w}" for w in outcome.extra.get("warnings", ())],
         extra=outcome.extra)
+
+
+def coverage_metrics(scenario: Scenario, outcome: Any, positive: int = 1) -> dict[str, dict[str, Any]]:
+    """The held-out metrics per coverage pattern (the parties holding the row: ``bank+shop``, ``bank``), and rows."""
+    patterns = scenario.alignment.patterns(scenario.parties, scenario.test)
+    out: dict[str, dict[str, Any]] = {}
+    for pattern in sorted(set(patterns), key=lambda p: (-p.count("+"), p)):
+        rows = patterns == pattern
+        y, scores = np.asarray(outcome.y_true)[rows], np.asarray(outcome.scores)[rows]
+        entry: dict[str, Any] = {"rows": int(rows.sum())}
+        if scenario.task == "regression" or len(np.unique(y)) > 1:
+            entry.update(task_metrics(scenario.task, y, scores, positive))
+        else:  # one class only: AUC and F1 are undefined, accuracy is what there is
+            entry["accuracy"] = float(np.mean(np.argmax(scores, axis=1) == y))
+        out[pattern] = entry
+    return out
 
 
 def _label_notes(task: str, y_test: np.ndarray, class_weight: str, positive: int = 1) -> list[str]:

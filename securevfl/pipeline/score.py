@@ -69,8 +69,10 @@ class Scored:
 
     predictions: pd.DataFrame
     metrics: dict[str, Any] = field(default_factory=dict)
-    rows: dict[str, int] = field(default_factory=dict)  # per party: rows in its file; "scored": the intersection
+    rows: dict[str, int] = field(default_factory=dict)  # per party: rows in its file; "scored": the rows scored
     wall_s: float = 0.0
+    #: Rows scored per coverage pattern (the ``parties`` column's values: ``bank+shop``, ``bank``).
+    coverage: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -116,6 +118,9 @@ class ScoreRun:
     ``model``: the saved model, or its folder (one process: every part; deployed: this party's part
     under ``DIR/<party>/``). ``exchange_rows``: rows scored per exchange. ``id_column``: the new
     files' ID column (default: training's). ``alignment``: psi, or plaintext (simulation only).
+    ``require_all_parties`` (default): score only the rows every party holds; ``False``: every row of
+    the active party's file, each passive party's part where it holds the row (in one process; a
+    method that cannot refuses such rows in one line: ``securevfl methods``).
     """
 
     model: SavedModel | str | Path | None
@@ -123,6 +128,7 @@ class ScoreRun:
     exchange_rows: int = EXCHANGE_ROWS
     id_column: str | None = None
     alignment: str = "psi"
+    require_all_parties: bool = True
     phase = "predict"
 
     # ------------------------------------------------------------------ prepare
@@ -210,9 +216,14 @@ class ScoreRun:
             scenario = session.setup(role, table=local.tables[session.name], classes=local.classes)
         else:
             aligned = (align_none(local.tables, local.active) if local.standalone  # every row, in file order
-                       else create_aligner(self.alignment)(local.tables, local.active))
+                       else create_aligner(self.alignment, cover=not self.require_all_parties)(local.tables,
+                                                                                               local.active))
             size = len(aligned.aligned[local.active])
             _nothing_shared(size)
+            if aligned.partial and local.method.partial_rows and local.method.config.require_all_parties:
+                raise ModelError(f"the {local.method.name} model was trained on the rows every party holds only: "
+                                 "it cannot score rows some party does not hold (train it with --every-row, or "
+                                 "score the rows every party holds: leave out --every-row)")
             scenario = Scenario(tables=local.tables, active=local.active, classes=local.classes, alignment=aligned,
                                 train=np.zeros(0, np.int64), test=np.arange(size, dtype=np.int64), task=local.task,
                                 dataset="scoring: " + ", ".join(f"{p}={f}" for p, f in self.data.items()))
@@ -249,15 +260,18 @@ class ScoreRun:
         predictions: pd.DataFrame | None = None
         metrics: dict[str, Any] = {}
         size = len(scenario.test)
+        patterns = scenario.alignment.patterns(scenario.parties, scenario.test)
+        coverage = {str(p): int(n) for p, n in zip(*np.unique(patterns, return_counts=True), strict=True)}
         if local.active in local.tables:
             rows = scenario.alignment.aligned[local.active]
             id_name = self._id_name(session)
             predictions, metrics = active_predictions(local.tables[local.active].ids, rows, outcome.value.scores,
-                                                      local.labels, local.task, local.classes, id_name)
+                                                      local.labels, local.task, local.classes, id_name,
+                                                      None if self.require_all_parties else patterns)
         if isinstance(session, InProcess):
             assert predictions is not None
             counts = {p: t.n_rows for p, t in local.tables.items()}
-            return Scored(predictions, metrics, {**counts, "scored": size}, session.elapsed())
+            return Scored(predictions, metrics, {**counts, "scored": size}, session.elapsed(), coverage)
         assert session.alignment is not None
         return DeployedScoring(session.name, session.alignment, predictions=predictions, metrics=metrics, rows=size,
                                snapshots=outcome.snapshots, missing_costs=outcome.missing)
@@ -312,24 +326,29 @@ def _read_rows(local: _Scoring, party: str, part: Any, encoder: Any, path: str |
 
 def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_column: str | None = None,
           exchange_rows: int = EXCHANGE_ROWS, device: str = "auto", alignment: str = "psi",
-          progress: Callable[..., None] | None = None) -> Scored:
-    """Score the rows every party's new file shares (``data``: party -> file) with a saved model, in one process.
+          require_all_parties: bool = True, progress: Callable[..., None] | None = None) -> Scored:
+    """Score the rows of the parties' new files (``data``: party -> file) with a saved model, in one process.
 
-    A standalone model takes the active party's file alone (``{active: file}``) and scores all its rows.
+    ``require_all_parties`` (default): the rows every party holds; ``False``: every row of the active
+    party's file, each scored with the parts of the parties that hold it (the ``parties`` column). A
+    standalone model takes the active party's file alone (``{active: file}``) and scores all its rows.
     """
     from securevfl.pipeline import run
 
-    mode = ScoreRun(model, data, exchange_rows=exchange_rows, id_column=id_column, alignment=alignment)
+    mode = ScoreRun(model, data, exchange_rows=exchange_rows, id_column=id_column, alignment=alignment,
+                    require_all_parties=require_all_parties)
     return run(mode, EveryParty(device, progress))  # type: ignore[no-any-return]
 
 
 def predict(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_column: str | None = None,
-            exchange_rows: int = EXCHANGE_ROWS, device: str = "auto") -> pd.DataFrame:
-    """The predictions of a saved model for the rows shared by every party's new file (see :func:`score`).
+            exchange_rows: int = EXCHANGE_ROWS, device: str = "auto",
+            require_all_parties: bool = True) -> pd.DataFrame:
+    """The predictions of a saved model for the rows of the parties' new files (see :func:`score`).
 
     ``frame.attrs["metrics"]`` holds the metrics when the active party's file has the label column.
     """
-    scored = score(model, data, id_column=id_column, exchange_rows=exchange_rows, device=device)
+    scored = score(model, data, id_column=id_column, exchange_rows=exchange_rows, device=device,
+                   require_all_parties=require_all_parties)
     scored.predictions.attrs["metrics"] = scored.metrics
     return scored.predictions
 

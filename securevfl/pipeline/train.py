@@ -35,9 +35,13 @@ from securevfl.report import RunReport
 from securevfl.run_config import RunConfig
 
 
-def build_scenario(config: RunConfig) -> Scenario:
-    """Per-party tables (from files, or cut from one dataset), aligned by PSI or, if told, in plaintext."""
-    aligner = create_aligner(config.alignment)
+def build_scenario(config: RunConfig, *, cover: bool = False) -> Scenario:
+    """Per-party tables (from files, or cut from one dataset), aligned by PSI or, if told, in plaintext.
+
+    ``cover``: every row of the active party, each passive party holding those it shares with it
+    (partial coverage, for a method that can use such rows); otherwise the rows every party holds.
+    """
+    aligner = create_aligner(config.alignment, cover=cover)
     if config.data_files:
         opts = config.dataset_options
         if opts.id_column is None or opts.label_column is None:
@@ -143,7 +147,8 @@ class TrainRun:
                 return session.setup(helper_plan_role(session.federation), table=None, classes=())
             role = plan_role(local.table, local.classes, session.federation, psi_role(local.table, session.federation))
             return session.setup(role, table=local.table, classes=local.classes)
-        scenario = local.scenario or build_scenario(local.config)
+        cover = local.method.partial_rows and not local.config.train.require_all_parties
+        scenario = local.scenario or build_scenario(local.config, cover=cover)
         positive_index(scenario.classes, local.config.positive_class, scenario.task)  # refused before training
         return scenario
 
@@ -210,6 +215,12 @@ class TrainRun:
                 if peer != name and peer in result.report.parties:  # the counts PSI showed this party
                     result.report.parties[peer].update(rows=shape.rows, unaligned=shape.rows - shape.aligned)
             record_link_costs(result.report, outcome.links, outcome.missing)
+            left = len(alignment.unaligned)
+            if left and local.method.partial_rows and not local.config.train.require_all_parties:
+                result.report.notes.append(
+                    f"coverage: deployed, {local.config.method} trained on the {alignment.size} rows every party "
+                    f"holds; {left} rows of {name} that some party does not hold were left out (training on "
+                    "them runs in one process, securevfl train, in this version)")
         if local.config.model_dir is not None and session.placement.holds_part:
             from securevfl.model.saving import check_savable
 

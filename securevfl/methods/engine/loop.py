@@ -162,7 +162,10 @@ class PartySide(ABC):
         self.state = TrainingState()
         self.stats: dict[str, Any] = {}  # the method's own counters, for its report
         self.phase = Phase(TRAIN, self.config.epochs)  # the phase being trained (set by the engine)
-        self.rows = np.arange(len(data.X_train))  # the aligned training rows it trains on (set before build)
+        self.rows = np.arange(data.positions("train"))  # the agreed training positions it trains on
+        #: While :meth:`evaluate` runs at the active party under partial coverage: each passive party's
+        #: mask over the rows being evaluated (None: every party holds every row).
+        self.present: dict[str, np.ndarray] | None = None
         self._defense_generator: torch.Generator | None = None
 
     #: False for a party that only contributes at set-up (TabNet-CT's guests send raw features).
@@ -206,6 +209,20 @@ class PartySide(ABC):
     @abstractmethod
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation | None:
         """Score ``X`` (rows of this party's table) jointly; the active side returns the scores."""
+
+    def evaluate_positions(self, ctx: PartyContext, split: str, positions: np.ndarray,
+                           phase: str) -> Evaluation | None:
+        """:meth:`evaluate` the agreed ``positions`` of ``split`` (``train`` | ``test``): this party's rows of them.
+
+        Under partial coverage a passive party evaluates the rows it holds and the active party
+        learns, in :attr:`present`, which rows each passive party's answer covers.
+        """
+        X = self.data.X_train if split == "train" else self.data.X_test
+        self.present = self.data.peer_masks(split, positions)
+        try:
+            return self.evaluate(ctx, X[self.data.own_rows(split, positions)], phase)
+        finally:
+            self.present = None
 
     def validation_loss(self, ctx: PartyContext, rows: np.ndarray) -> float | None:
         """The validation loss of the current unsupervised phase on the aligned training ``rows``.
@@ -339,7 +356,7 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
     are parts the loop asks at its steps, not branches of it.
     """
     config = side.config
-    side.rows, val_rows = split_rows(len(side.data.X_train), config)
+    side.rows, val_rows = split_rows(side.data.positions("train"), config)
     ctx.stage = "setup"
     side.name, side.device = ctx.name, ctx.device
     side.build(ctx)
@@ -382,7 +399,7 @@ def run_side(ctx: PartyContext, side: PartySide) -> Any:
     ctx.meter.enter_phase(EVALUATE)
     ctx.stage = "evaluate"
     side.state.train(False)
-    evaluation = side.evaluate(ctx, side.data.X_test, TEST)
+    evaluation = side.evaluate_positions(ctx, "test", np.arange(side.data.positions("test")), TEST)
     # what the party can compute alone with its final model (an attack may use it; computed only then)
     ctx.observe(OWN_OUTPUTS, lambda: side.own_outputs(side.data.X_train))
     return side.outcome(ctx, evaluation, record)
@@ -431,12 +448,12 @@ def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows:
         raise ConfigError(f"the scoring batch size must be at least 1, got {batch_rows}")
     if not prepare_scoring_side(ctx, side, saved):  # it contributed at set-up only (raw columns)
         return None
-    X = side.data.X_test
-    total = len(X)
+    total = side.data.positions("test")
     parts: list[Evaluation] = []
     for start in range(0, total, batch_rows):
         ctx.stage = f"score rows {start + 1}-{min(start + batch_rows, total)} of {total}"
-        evaluation = side.evaluate(ctx, X[start : start + batch_rows], VALIDATE)
+        positions = np.arange(start, min(start + batch_rows, total))
+        evaluation = side.evaluate_positions(ctx, "test", positions, VALIDATE)
         if evaluation is not None:
             parts.append(evaluation)
         ctx.progress(rows=min(start + batch_rows, total), total=total)  # every party: its own progress lines

@@ -89,6 +89,7 @@ class SplitMethod(Method[OptionsT]):
     """Combination split learning; subclasses override hooks (see the module docstring)."""
 
     uses_engine = True
+    partial_rows = True
     supports_defenses = True
     supports_objectives = True
     supports_category_embeddings = True
@@ -159,6 +160,7 @@ class SplitPassive(PartySide):
 
     def train_batch(self, ctx: PartyContext, batch: np.ndarray) -> None:
         model, opt = self.state.modules["bottom"], self.state.optimizers["bottom"]
+        batch = self.data.own_rows("train", batch)  # its rows of the agreed batch (all of them, fully covered)
         with ctx.meter.compute():
             h = model(self.X[batch])
             message = self.method.encode(self, h, TRAIN)
@@ -198,9 +200,48 @@ class SplitActive(PartySide):
         if own is not None:
             self.state.modules["bottom"] = own
             params += list(own.parameters())
+        absent = AbsentEmbeddings(self.passives, method.embedding_width()).to(ctx.device)
+        self.state.modules["absent"] = absent
+        params += list(absent.parameters())
         self.state.optimizers["model"] = torch.optim.Adam(params, lr=self.config.lr)
+        if self._dropout_rate():
+            self.state.generators["party_dropout"] = party_generator(self.config.seed, f"{self.name}/party-dropout")
         self.X = as_tensor(self.data.X_train, ctx.device)
         self.y = self.training_targets()
+
+    def _filled(self, p: str, part: torch.Tensor, held: np.ndarray | None, rows: int,
+                dropped: np.ndarray | None = None) -> torch.Tensor:
+        """Passive party ``p``'s embeddings of ``rows`` rows: its ``part`` where held, else its absent embedding.
+
+        ``held``: which rows ``part`` covers (None: all); ``dropped``: held rows replaced by the absent
+        embedding anyway (party-wise dropout in training).
+        """
+        if held is None and dropped is None:
+            return part
+        held = np.ones(rows, dtype=bool) if held is None else held
+        keep = held & ~dropped if dropped is not None else held
+        module = self.state.modules["absent"]
+        assert isinstance(module, AbsentEmbeddings)
+        full = module.embeddings[p].unsqueeze(0).expand(rows, -1)
+        if not keep.any():
+            return full
+        index = torch.as_tensor(np.flatnonzero(keep), device=part.device)
+        take = torch.as_tensor(np.flatnonzero(keep[held]), device=part.device)
+        return full.index_put((index,), part[take])
+
+    def _dropped(self, rows: int) -> np.ndarray | None:
+        """Party-wise dropout: per passive party and row, whether its embedding is left out of this training step."""
+        rate = self._dropout_rate()
+        if not rate:
+            return None
+        generator = self.state.generators["party_dropout"]
+        assert isinstance(generator, torch.Generator)
+        draw = torch.rand((len(self.passives), rows), generator=generator)
+        return (draw < rate).numpy()
+
+    def _dropout_rate(self) -> float:
+        """``--party-dropout`` where the model is trained for rows some party does not hold, else 0."""
+        return 0.0 if self.config.require_all_parties else self.config.party_dropout
 
     def _forward(self, parts: list[torch.Tensor], X: torch.Tensor) -> torch.Tensor:
         own = self.state.modules.get("bottom")
@@ -209,20 +250,25 @@ class SplitActive(PartySide):
 
     def train_batch(self, ctx: PartyContext, batch: np.ndarray) -> tuple[Losses, int]:
         method, opt = self.method, self.state.optimizers["model"]
+        held = self.data.peer_masks("train", batch) or {}
         received = [ctx.recv(p, self.tag(TRAIN, EMBEDDING)) for p in self.passives]
         with ctx.meter.compute():
-            leaves = [method.decode(self, m, p, len(batch), TRAIN).to(self.device).requires_grad_(True)
-                      for p, m in zip(self.passives, received, strict=True)]
-            loss = method.loss(self, self._forward(leaves, self.X[batch]), self.y[batch])
+            leaves = [method.decode(self, m, p, _count(held.get(p), len(batch)), TRAIN).to(self.device)
+                      .requires_grad_(True) for p, m in zip(self.passives, received, strict=True)]
+            dropped = self._dropped(len(batch))
+            parts = [self._filled(p, leaf, held.get(p), len(batch), None if dropped is None else dropped[i])
+                     for i, (p, leaf) in enumerate(zip(self.passives, leaves, strict=True))]
+            loss = method.loss(self, self._forward(parts, self.X[batch]), self.y[batch])
             opt.zero_grad()
             loss.backward()
             opt.step()
             value = float(loss.detach())
         for p, leaf in zip(self.passives, leaves, strict=True):
-            assert leaf.grad is not None  # every leaf takes part in the loss
-            ctx.send(p, self.tag(TRAIN, GRADIENT), method.protect_gradient(self, leaf.grad, p))
+            grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)  # every row dropped: no gradient
+            ctx.send(p, self.tag(TRAIN, GRADIENT), method.protect_gradient(self, grad, p))
         if method.local_steps() > 1:  # local iterations on the stale embeddings, after the gradients are out
-            stale = [leaf.detach() for leaf in leaves]
+            stale = [self._filled(p, leaf.detach(), held.get(p), len(batch))
+                     for p, leaf in zip(self.passives, leaves, strict=True)]
             with ctx.meter.compute():
                 for _ in range(method.local_steps() - 1):
                     opt.zero_grad()
@@ -231,9 +277,11 @@ class SplitActive(PartySide):
         return {"loss": value}, len(batch)
 
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation:
+        held = self.present or {}
         received = [ctx.recv(p, self.tag(phase, EMBEDDING)) for p in self.passives]
         with ctx.meter.compute(), torch.no_grad():
-            parts = [self.method.decode(self, m, p, len(X), phase).to(self.device)
+            parts = [self._filled(p, self.method.decode(self, m, p, _count(held.get(p), len(X)), phase)
+                                  .to(self.device), held.get(p), len(X))
                      for p, m in zip(self.passives, received, strict=True)]
             return Evaluation(self.objective.predictions(self._forward(parts, as_tensor(X, ctx.device))))
 
@@ -243,4 +291,22 @@ class SplitActive(PartySide):
                              extra={**self.method.report(self), **record.extra()})
 
 
-__all__ = ["SideRole", "SplitActive", "SplitMethod", "SplitPassive", "TEST", "TRAIN", "checked_tensor", "side_role"]
+class AbsentEmbeddings(nn.Module):
+    """One learned embedding per passive party, standing in for its part of a row it does not hold.
+
+    Trained on the rows a passive party does not hold and, with ``--party-dropout``, on held rows left
+    out at random, so that the top model scores a row from the parties that hold it (issue 44).
+    """
+
+    def __init__(self, passives: tuple[str, ...], width: int) -> None:
+        super().__init__()
+        self.embeddings = nn.ParameterDict({p: nn.Parameter(torch.zeros(width)) for p in passives})
+
+
+def _count(held: np.ndarray | None, rows: int) -> int:
+    """The rows a passive party's message covers: those it holds, or all ``rows``."""
+    return rows if held is None else int(held.sum())
+
+
+__all__ = ["AbsentEmbeddings", "SideRole", "SplitActive", "SplitMethod", "SplitPassive", "TEST", "TRAIN",
+           "checked_tensor", "side_role"]

@@ -78,7 +78,7 @@ def _validate(ctx: PartyContext, side: PartySide, phase: Phase, val_rows: np.nda
         improved, stop = stopper.update(loss, epoch)
     elif ctx.is_active:
         if phase.supervised:
-            evaluation = side.evaluate(ctx, side.data.X_train[val_rows], VALIDATE)
+            evaluation = side.evaluate_positions(ctx, "train", val_rows, VALIDATE)
             assert evaluation is not None and side.data.y_train is not None
             y_val = side.data.y_train[val_rows]
             loss = side.objective.validation_loss(y_val, evaluation.scores)
@@ -93,7 +93,7 @@ def _validate(ctx: PartyContext, side: PartySide, phase: Phase, val_rows: np.nda
         ctx.broadcast(side.passives, VALIDATION, {"improved": improved, "stop": stop})
     else:
         if phase.supervised:
-            side.evaluate(ctx, side.data.X_train[val_rows], VALIDATE)
+            side.evaluate_positions(ctx, "train", val_rows, VALIDATE)
         else:
             side.validation_loss(ctx, val_rows)
         decision = ctx.recv(ctx.active, VALIDATION)

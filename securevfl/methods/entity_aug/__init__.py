@@ -72,6 +72,7 @@ class EntityAugmentation(SplitMethod[EntityAugOptions]):
     summary = ("Entity Augmentation (Amalanshu et al. 2024): no alignment needed, "
                "labels mixed by activation width")
     Options = EntityAugOptions
+    partial_rows = False  # its own entity resolution decides who trains on which row
     supports_objectives = False  # soft labels interpolated across guests: classification only
 
     def bottom(self, side: PartySide) -> nn.Module:

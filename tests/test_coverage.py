@@ -1,0 +1,144 @@
+"""Partial coverage (issue 44): rows some passive party does not hold, trained on and scored in one process.
+
+The organisation tables of tests/org_tables.py with the bank (the active party) holding every customer
+and the shop and the clinic about 70 % each, each its own draw.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from org_tables import organisation_frames, probabilities, rows_of, write_tables
+
+import securevfl
+from securevfl.data.alignment import create_aligner
+from securevfl.data.partition import PartyTable
+from securevfl.errors import ConfigError, ModelError
+
+PARTIES = ("bank", "shop", "clinic")
+COMMON = {"id_column": "customer_id", "label_column": "churn", "device": "cpu", "seed": 0}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    frames = organisation_frames(5, keep=0.7)
+    frames["bank"] = organisation_frames(5, keep=1.0)["bank"]
+    return write_tables(frames, tmp_path_factory.mktemp("coverage"))
+
+
+@pytest.fixture(scope="module")
+def trained(files, tmp_path_factory):
+    """SplitNN trained on every row of the bank (``require_all_parties=False``), its model saved."""
+    model = tmp_path_factory.mktemp("model") / "splitnn"
+    report = securevfl.train("splitnn", data_files={p: str(files[p]) for p in PARTIES}, epochs=8,
+                             require_all_parties=False, model_dir=model, **COMMON)
+    return report, model
+
+
+def _holders(files: dict[str, Path]) -> dict[str, set[str]]:
+    return {p: set(pd.read_csv(files[p]).customer_id) for p in PARTIES}
+
+
+def _pattern(holders: dict[str, set[str]], customer: str) -> str:
+    return "+".join(p for p in PARTIES if customer in holders[p])
+
+
+def test_the_covering_alignment_holds_every_active_row_and_each_peer_its_own():
+    table = {"a": PartyTable(name="a", ids=np.array(["c3", "c1", "c2", "c4"], dtype=object),
+                             features=np.zeros((4, 1)), feature_names=("x",), labels=np.array([0, 1, 0, 1])),
+             "b": PartyTable(name="b", ids=np.array(["c4", "c9", "c1"], dtype=object),
+                             features=np.zeros((3, 1)), feature_names=("y",))}
+    for name in ("psi", "plaintext"):
+        alignment = create_aligner(name, cover=True)(table, "a")
+        assert alignment.size == 4 and alignment.partial
+        assert table["a"].ids[alignment.aligned["a"]].tolist() == ["c1", "c2", "c3", "c4"]
+        assert alignment.present["b"].tolist() == [True, False, False, True]
+        assert table["b"].ids[alignment.rows("b", np.arange(4))].tolist() == ["c1", "c4"]
+        assert table["b"].ids[alignment.rows("b", np.array([3]))].tolist() == ["c4"]
+        assert alignment.unaligned["b"].tolist() == [1]  # c9: the bank does not hold it
+        assert alignment.patterns(("a", "b"), np.arange(4)).tolist() == ["a+b", "a", "a", "a+b"]
+    full = {**table, "b": PartyTable(name="b", ids=table["a"].ids[::-1].copy(), features=np.zeros((4, 1)),
+                                     feature_names=("y",))}
+    assert not create_aligner("psi", cover=True)(full, "a").present  # every row held: today's intersection
+
+
+def test_training_on_every_row_reports_each_coverage_pattern(files, trained):
+    report, _ = trained
+    holders = _holders(files)
+    ids = report.test_predictions["ids"]
+    coverage = report.metrics["coverage"]
+    patterns = [_pattern(holders, i) for i in ids]
+    assert {p: e["rows"] for p, e in coverage.items()} == {p: patterns.count(p) for p in set(patterns)}
+    assert {"bank+shop+clinic", "bank+shop", "bank+clinic"} <= set(coverage)
+    assert sum(e["rows"] for e in coverage.values()) == len(ids) > 0.2 * len(pd.read_csv(files["bank"])) - 2
+    assert coverage["bank+shop+clinic"]["accuracy"] > 0.85
+    intersection = securevfl.train("splitnn", data_files={p: str(files[p]) for p in PARTIES}, epochs=2, **COMMON)
+    assert "coverage" not in intersection.metrics  # the default: the rows every party holds
+    assert len(intersection.test_predictions["ids"]) < len(ids)
+
+
+def test_every_row_of_the_active_file_is_scored_with_the_parties_that_hold_it(files, trained, tmp_path):
+    report, model = trained
+    holders = _holders(files)
+    wanted = pd.read_csv(files["bank"]).customer_id.sample(120, random_state=0)
+    new = rows_of(files, tmp_path / "new", wanted)
+    frame = securevfl.predict(model, data=new, require_all_parties=False, device="cpu")
+    assert sorted(frame.customer_id) == sorted(wanted)
+    assert frame.parties.tolist() == [_pattern(holders, i) for i in frame.customer_id]
+    assert set(frame.parties) > {"bank+shop+clinic"}
+    only = securevfl.predict(model, data=new, device="cpu")  # the rows every party holds, as before
+    assert "parties" not in only.columns
+    assert sorted(only.customer_id) == sorted(i for i in wanted if _pattern(holders, i) == "+".join(PARTIES))
+    both = frame.set_index("customer_id").loc[only.customer_id]
+    np.testing.assert_allclose(probabilities(both), probabilities(only), atol=1e-6, rtol=0)
+
+
+def test_scoring_the_held_out_rows_reproduces_the_test_predictions_on_every_pattern(files, trained, tmp_path):
+    report, model = trained
+    held = report.test_predictions
+    new = rows_of(files, tmp_path / "held", held["ids"])
+    frame = securevfl.predict(model, data=new, require_all_parties=False, device="cpu", exchange_rows=29)
+    scores = dict(zip(held["ids"], held["scores"][:, 1], strict=True))
+    got = frame.set_index("customer_id").proba_yes
+    np.testing.assert_allclose(got.loc[list(scores)].to_numpy(), list(scores.values()), atol=1e-6, rtol=0)
+    assert (frame.parties != "+".join(PARTIES)).sum() > 10  # the oracle covers partial rows too
+
+
+def test_the_absent_embeddings_are_trained(trained):
+    import safetensors.numpy
+
+    _, model = trained
+    weights = [f for f in (model / "bank").iterdir() if f.suffix == ".safetensors" and "weights" in f.name]
+    tensors = {k: v for f in weights for k, v in safetensors.numpy.load_file(f).items() if "absent" in k}
+    assert tensors and all(np.abs(v).sum() > 0 for v in tensors.values()), sorted(tensors)
+
+
+def test_partial_rows_are_refused_in_one_line_where_the_model_cannot_score_them(files, tmp_path):
+    data = {p: str(files[p]) for p in PARTIES}
+    easter = tmp_path / "easter"
+    securevfl.train("easter", data_files=data, epochs=1, require_all_parties=False, model_dir=easter, **COMMON)
+    with pytest.raises(ConfigError, match="easter cannot use rows some party does not hold.*--every-row"):
+        securevfl.predict(easter, data=data, require_all_parties=False, device="cpu")
+    assert len(securevfl.predict(easter, data=data, device="cpu")) > 0  # the rows every party holds
+    splitnn = tmp_path / "splitnn"
+    securevfl.train("splitnn", data_files=data, epochs=1, model_dir=splitnn, **COMMON)  # not trained for it
+    with pytest.raises(ModelError, match="cannot score rows some party does not hold"):
+        securevfl.predict(splitnn, data=data, require_all_parties=False, device="cpu")
+
+
+def test_the_predict_command_counts_rows_per_coverage(files, trained, tmp_path, capsys):
+    from securevfl.cli import main
+
+    _, model = trained
+    out, report = tmp_path / "p.csv", tmp_path / "score.json"
+    args = ["predict", "--model-dir", str(model), "--out", str(out), "--report", str(report),
+            "--every-row", "--device", "cpu",
+            *[a for p in PARTIES for a in ("--data", f"{p}={files[p]}")]]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "rows scored per coverage" in printed and "bank+shop" in printed
+    counts = pd.read_json(report, typ="series")["coverage"]
+    assert sum(counts.values()) == len(pd.read_csv(files["bank"])) == len(pd.read_csv(out))
