@@ -11,6 +11,8 @@ unaligned rows, never a test row — and apply it to all its rows. A role receiv
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -112,16 +114,33 @@ def align_plaintext_covering(tables: Mapping[str, PartyTable], active: str) -> A
     return covering_alignment(tables, active, pairs, "plaintext (simulation, PSI skipped), every active row")
 
 
+def covering_order(ids: list[str]) -> np.ndarray:
+    """The agreed order of the active party's rows under partial coverage: by a keyed hash of each ID.
+
+    The key is a digest of the active party's whole ID list, which no passive party knows: a passive
+    party told the positions of its rows learns where they fall in an order that says nothing about
+    the active party's other IDs (sorted IDs would show which IDs lie between two of its own). The
+    same IDs give the same order, in one process and deployed.
+    """
+    key = hashlib.sha256(b"securevfl/coverage-order/v1")
+    for item in sorted(ids):
+        data = item.encode("utf-8")
+        key.update(len(data).to_bytes(4, "big") + data)
+    secret = key.digest()
+    digests = [hmac.new(secret, item.encode("utf-8"), hashlib.sha256).digest() for item in ids]
+    return np.asarray(sorted(range(len(ids)), key=digests.__getitem__), dtype=np.int64)
+
+
 def covering_alignment(tables: Mapping[str, PartyTable], active: str,
                        pairs: Mapping[str, tuple[np.ndarray, np.ndarray]], method: str,
                        cost: Mapping[str, Any] | None = None) -> Alignment:
-    """Every row of the active party in the agreed order (by ID), each passive party holding those it matched.
+    """Every row of the active party in the agreed order, each passive party holding the rows it matched.
 
+    The order is :func:`covering_order`'s.
     ``pairs``: per passive party, the active party's rows it matched and its own matching rows (element
     for element), as pairwise PSI gives them. A passive party's unmatched rows are its unaligned ones.
     """
-    ids = tables[active].ids
-    order = np.argsort(ids.astype(str), kind="stable").astype(np.int64)
+    order = covering_order([str(i) for i in tables[active].ids])
     position = np.empty(len(order), dtype=np.int64)
     position[order] = np.arange(len(order))
     aligned = {active: order}
