@@ -145,3 +145,32 @@ def test_the_predict_command_counts_rows_per_coverage(files, trained, tmp_path, 
     assert "rows scored per coverage" in printed and "bank+shop" in printed
     counts = pd.read_json(report, typ="series")["coverage"]
     assert sum(counts.values()) == len(pd.read_csv(files["bank"])) == len(pd.read_csv(out))
+
+
+def test_every_row_deployed_over_three_parties_matches_one_process(files, tmp_path):
+    """The same run deployed (three parties over loopback links, in threads) and in one process: same test
+    predictions on every pattern; the deployed model scores every row with the same parties column."""
+    from deployed_threads import SPLITNN_JOB, in_threads, loopback_federation, one_torch_thread, run_parties_in_threads
+
+    from securevfl.pipeline.score import run_deployed_scoring
+
+    job = SPLITNN_JOB + "\nrequire_all_parties = false"
+    fed = loopback_federation(tmp_path, list(PARTIES), "bank", job)
+    with one_torch_thread():
+        results = run_parties_in_threads(fed, {p: str(files[p]) for p in PARTIES}, model_dir=tmp_path / "model")
+        local = securevfl.train("splitnn", data_files={p: str(files[p]) for p in PARTIES}, epochs=2, batch_size=64,
+                                require_all_parties=False, **COMMON)
+    report = results["bank"].report
+    assert report.metrics["coverage"].keys() == local.metrics["coverage"].keys()
+    assert report.metrics["accuracy"] == pytest.approx(local.metrics["accuracy"], abs=1e-9)
+    for pattern, entry in local.metrics["coverage"].items():
+        assert report.metrics["coverage"][pattern] == pytest.approx(entry, abs=1e-9), pattern
+    holders = _holders(files)
+    new = rows_of(files, tmp_path / "new", pd.read_csv(files["bank"]).customer_id.sample(90, random_state=1))
+    scored = in_threads(lambda p: run_deployed_scoring(fed, p, new[p], tmp_path / "model", device="cpu",
+                                                       exchange_rows=40), PARTIES)
+    frame = scored["bank"].predictions
+    assert len(frame) == 90 and frame.parties.tolist() == [_pattern(holders, i) for i in frame.customer_id]
+    in_process = securevfl.predict(tmp_path / "model", data=new, require_all_parties=False, device="cpu")
+    both = in_process.set_index("customer_id").loc[frame.customer_id]
+    np.testing.assert_allclose(probabilities(frame), probabilities(both), atol=1e-6, rtol=0)

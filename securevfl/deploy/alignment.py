@@ -4,6 +4,14 @@ The ``psi`` package's protocol cores run unchanged between the active party and 
 party, then the N-party alignment message. Every party sorts its aligned rows by their
 (normalised) IDs, as the threaded run does, and sends the active party a SHA-256 digest of that
 ordered list so a mismatch stops the run (:mod:`securevfl.deploy.party` describes the phases).
+
+**Every row** (``cover``: ``--every-row``, partial coverage): no N-party step. The agreed positions
+are the active party's rows in :func:`~securevfl.data.scenario.covering_order` (a hash keyed by a
+digest of its whole ID list), and the active party sends each passive party the positions of the
+rows their pairwise PSI matched, in that pair's agreed order. A passive party learns the positions of
+its own shared rows in an order that says nothing about the active party's other IDs (their count
+it learned in PSI); the active party learns, as from pairwise PSI, which of its rows each passive
+party holds.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ if TYPE_CHECKING:
 
 TAG_PSI = "deploy.setup.psi"
 TAG_DIGEST = "deploy.setup.alignment_digest"
+TAG_POSITIONS = "deploy.setup.positions"
 
 _log = logging.getLogger(__name__)
 
@@ -63,10 +72,13 @@ class PsiResult:
     rows: np.ndarray
     size: int
     peer_sizes: Mapping[str, int] = field(default_factory=dict)
+    #: Every row (``cover``): per passive party (the active party: each; a passive party: itself), which
+    #: agreed positions it holds; ``rows`` are then this party's rows of the positions it holds, in order.
+    present: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
-def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContext], PsiResult]:
-    """The PSI part of the setup phase for one party."""
+def psi_role(table: PartyTable, federation: Federation, cover: bool = False) -> Callable[[PartyContext], PsiResult]:
+    """The PSI part of the setup phase for one party (``cover``: every row of the active party, see above)."""
     from psi import CurveEngine, PSIConfig, PSIInitiator, PSIResponder, prepare_ids
     from psi.protocol import Mode, global_alignment
 
@@ -84,7 +96,7 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
         peers = ctx.passives if ctx.is_active else (ctx.active,)
         log_event(_log, ctx.name, "psi", "psi_start", f"PSI: {own} IDs, with {', '.join(peers)}", rows=own,
                   peers=list(peers))
-        align = len(ctx.passives) > 1
+        align = len(ctx.passives) > 1 and not cover
         with CurveEngine(1) as engine:
             if ctx.is_active:
                 inits: dict[str, PSIInitiator] = {}
@@ -108,6 +120,9 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
                     matched, peer_sizes[p] = _pair_outcome(init, p)
                     pair_positions.append(matched)
                     _psi_pair(ctx, p, len(matched), own, peer_sizes[p])
+                if cover:
+                    return _cover_active(ctx, prepared, dict(zip(ctx.passives, pair_positions, strict=True)),
+                                         peer_sizes)
                 with ctx.meter.crypto("psi"):
                     positions, orders = global_alignment(pair_positions)
                 if align:
@@ -129,6 +144,8 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
                     step += 1
                 matched, active_size = _pair_outcome(responder, ctx.active)
                 _psi_pair(ctx, ctx.active, len(matched), own, active_size)
+                if cover:
+                    return _cover_passive(ctx, prepared, matched, active_size)
                 if responder.align_follows != align:
                     raise ProtocolError(f"{ctx.active} announced a PSI alignment step contrary to the federation")
                 # With an ALIGN step (N parties) the loop above handled it: the global order.
@@ -152,6 +169,43 @@ def psi_role(table: PartyTable, federation: Federation) -> Callable[[PartyContex
         return PsiResult(rows, len(items), peer_sizes)
 
     return role
+
+
+def _cover_active(ctx: PartyContext, prepared: Any, matched: Mapping[str, np.ndarray],
+                  peer_sizes: Mapping[str, int]) -> PsiResult:
+    """Every row: the agreed order of all the active party's rows; each passive party told its rows' positions."""
+    from securevfl.data.scenario import covering_order
+
+    order = covering_order(list(prepared.items))
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order), dtype=np.int64)
+    present = {}
+    for p, pair in matched.items():
+        where = position[np.asarray(pair, dtype=np.int64)]
+        ctx.send(p, TAG_POSITIONS, where)
+        present[p] = np.zeros(len(order), dtype=bool)
+        present[p][where] = True
+    log_event(_log, ctx.name, "psi", "psi_done", f"PSI: every one of its {len(order)} rows, each peer's where it "
+              "holds them (" + ", ".join(f"{p} {int(m.sum())}" for p, m in present.items()) + ")",
+              rows=len(order), bytes=sent_bytes(ctx))
+    return PsiResult(prepared.rows[order], len(order), peer_sizes, present)
+
+
+def _cover_passive(ctx: PartyContext, prepared: Any, matched: np.ndarray, active_size: int) -> PsiResult:
+    """Every row: this passive party's shared rows at the positions the active party sends, checked first."""
+    where = ctx.recv(ctx.active, TAG_POSITIONS)
+    if (not isinstance(where, np.ndarray) or where.dtype != np.int64 or where.shape != (len(matched),)
+            or (len(where) and (where.min() < 0 or where.max() >= active_size))
+            or len(np.unique(where)) != len(where)):
+        raise ProtocolError(f"malformed row positions from {ctx.active}: expected {len(matched)} distinct "
+                            f"positions below {active_size}")
+    sort = np.argsort(where, kind="stable")
+    present = np.zeros(active_size, dtype=bool)
+    present[where] = True
+    log_event(_log, ctx.name, "psi", "psi_done", f"PSI: {len(matched)} of its rows among the {active_size} of "
+              f"{ctx.active}", rows=len(matched), bytes=sent_bytes(ctx))
+    rows = prepared.rows[np.asarray(matched, dtype=np.int64)[sort]] if len(matched) else np.zeros(0, np.int64)
+    return PsiResult(rows, active_size, {}, {ctx.name: present})
 
 
 def _pair_outcome(side: PSIInitiator | PSIResponder, peer: str, *, aligned: bool = False) -> tuple[np.ndarray, int]:

@@ -23,7 +23,7 @@ import numpy as np
 
 from securevfl.data.labels import REGRESSION, TASKS
 from securevfl.data.partition import PartyTable, split_train_test
-from securevfl.data.scenario import Alignment, Scenario, check_shared_classes, encode_table, training_rows
+from securevfl.data.scenario import Alignment, Scenario, check_shared_classes, encode_table
 from securevfl.deploy.alignment import PsiResult, unaligned_rows
 from securevfl.deploy.federation_file import Federation
 from securevfl.deploy.links import data_party_order, helper_parties
@@ -88,31 +88,39 @@ class PartyShape:
 
 
 def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federation,
-              psi: Callable[[PartyContext], PsiResult]) -> Callable[[PartyContext], dict[str, Any]]:
-    """PSI, then shapes in and the plan out (see the module docstring)."""
+              psi: Callable[[PartyContext], PsiResult],
+              cover: bool = False) -> Callable[[PartyContext], dict[str, Any]]:
+    """PSI, then shapes in and the plan out (see the module docstring).
+
+    ``cover`` (``--every-row``): the agreed positions are every row of the active party, each passive
+    party holding those PSI matched (:func:`~securevfl.deploy.alignment.psi_role`); a passive party's
+    shape then gives the rows it holds, and every party fits its preprocessing on its own training rows.
+    """
     job = federation.job
 
-    def encode(rows: np.ndarray, train: np.ndarray) -> tuple[PartyShape, EncodedColumns]:
+    def encode(rows: np.ndarray, train: np.ndarray, held: np.ndarray | None) -> tuple[PartyShape, EncodedColumns]:
         """The party's own preprocessing fitted on its own training rows, and the shape it gives."""
-        encoded = encode_table(table, training_rows(rows, train, unaligned_rows(table.n_rows, rows)))
+        own_train = rows[train] if held is None else rows[(np.cumsum(held) - 1)[train[held[train]]]]
+        encoded = encode_table(table, np.concatenate([own_train, unaligned_rows(table.n_rows, rows)]))
         return PartyShape(table.n_rows, len(rows), encoded.X.shape[1]), encoded
 
     def role(ctx: PartyContext) -> dict[str, Any]:
         psi_result = psi(ctx)
-        rows, size = psi_result.rows, psi_result.size
+        rows, size, present = psi_result.rows, psi_result.size, dict(psi_result.present)
         ctx.stage = "plan"
         if not ctx.is_active:
             split = _parse_split(ctx.recv(ctx.active, TAG_SPLIT), ctx.active, size)
-            own, encoded = encode(rows, split["train"])
+            own, encoded = encode(rows, split["train"], present.get(ctx.name))
             ctx.send(ctx.active, TAG_SHAPE, own.to_wire())
-            plan = parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, (ctx.active, *ctx.passives), size)
+            plan = parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, (ctx.active, *ctx.passives), size,
+                              partial=cover)
             if not (np.array_equal(plan["train"], split["train"]) and np.array_equal(plan["test"], split["test"])):
                 raise ProtocolError(f"the plan from {ctx.active} has another train/test split than it announced")
             if plan["shapes"][ctx.name] != own:
                 raise ProtocolError(f"the plan from {ctx.active} gives {ctx.name} the table shape "
                                     f"{plan['shapes'][ctx.name].to_wire()}; {ctx.name} sent {own.to_wire()}")
             log_plan(ctx, plan)
-            return {"rows": rows, "plan": plan, "encoded": encoded}
+            return {"rows": rows, "plan": plan, "encoded": encoded, "present": present}
         if size < 10:
             raise DataError(f"only {size} rows are shared by all parties; at least 10 are needed to train and test")
         assert table.labels is not None
@@ -120,10 +128,11 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
         train, test = split_train_test(size, table.labels[rows], job.run.partition.test_size, job.run.train.seed)
         split = {"train": np.sort(train).astype(np.int64), "test": np.sort(test).astype(np.int64)}
         ctx.broadcast(ctx.passives, TAG_SPLIT, split)
-        own, encoded = encode(rows, split["train"])
+        own, encoded = encode(rows, split["train"], None)
         shapes = {ctx.name: own}
         for p in ctx.passives:  # checked against what PSI showed before anything is sized by it
-            shapes[p] = PartyShape.from_wire(ctx.recv(p, TAG_SHAPE), p, aligned=size,
+            held = int(present[p].sum()) if p in present else size
+            shapes[p] = PartyShape.from_wire(ctx.recv(p, TAG_SHAPE), p, aligned=held,
                                              rows=psi_result.peer_sizes.get(p))
         n_classes = 1 if table.task == REGRESSION else len(classes)  # the model's output width
         plan = {**split, "task": table.task, "n_classes": n_classes,
@@ -131,18 +140,18 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
                 "model": secrets.token_hex(16)}  # names the model every party may save (--model-dir)
         ctx.broadcast((*ctx.passives, *helper_parties(federation)), TAG_PLAN, plan)
         log_plan(ctx, {**plan, "shapes": shapes})
-        return {"rows": rows, "plan": {**plan, "shapes": shapes}, "encoded": encoded}
+        return {"rows": rows, "plan": {**plan, "shapes": shapes}, "encoded": encoded, "present": present}
 
     return role
 
 
-def helper_plan_role(federation: Federation) -> Callable[[PartyContext], dict[str, Any]]:
+def helper_plan_role(federation: Federation, cover: bool = False) -> Callable[[PartyContext], dict[str, Any]]:
     """A party without data (an arbiter, a key generator, a server): it only receives the plan."""
     data_parties = data_party_order(federation)
 
     def role(ctx: PartyContext) -> dict[str, Any]:
         ctx.stage = "plan"
-        plan = parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, data_parties, None)
+        plan = parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, data_parties, None, partial=cover)
         log_plan(ctx, plan)
         return {"rows": np.zeros(0, np.int64), "plan": plan}
 
@@ -180,8 +189,12 @@ def _check_positions(train: Any, test: Any, bad: str, size: int | None) -> int:
     return size
 
 
-def parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], size: int | None) -> dict[str, Any]:
-    """Validate the active party's plan; ``size``: this party's aligned rows (``None`` for a helper)."""
+def parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], size: int | None, *,
+               partial: bool = False) -> dict[str, Any]:
+    """Validate the active party's plan; ``size``: this party's aligned rows (``None`` for a helper).
+
+    ``partial`` (every row): a passive party's shape may hold fewer rows than the agreed positions.
+    """
     bad = f"malformed plan from {sender}"
     keys = {"train", "test", "task", "n_classes", "shapes"}
     if not isinstance(message, dict) or set(message) not in (keys, keys | {"model"}):
@@ -200,22 +213,29 @@ def parse_plan(message: Any, sender: str, me: str, parties: tuple[str, ...], siz
     shapes = message["shapes"]
     if not isinstance(shapes, dict) or set(shapes) != set(parties):
         raise ProtocolError(f"{bad}: shapes must name every party")
-    parsed = {n: PartyShape.from_wire(s, sender, n, aligned=size) for n, s in shapes.items()}
+    parsed = {n: PartyShape.from_wire(s, sender, n, aligned=None if partial else size) for n, s in shapes.items()}
+    if any(s.aligned > size for s in parsed.values()):
+        raise ProtocolError(f"{bad}: a shape holds more rows than the {size} agreed positions")
     return {"train": train, "test": test, "task": task, "n_classes": n_classes, "shapes": parsed,
             **({"model": model} if model is not None else {})}
 
 
 def local_scenario(name: str, federation: Federation, table: PartyTable | None, classes: tuple[str, ...],
                    rows: np.ndarray, plan: Mapping[str, Any], cost: Mapping[str, Any],
-                   encoded: EncodedColumns | None = None) -> Scenario:
+                   encoded: EncodedColumns | None = None,
+                   present: Mapping[str, np.ndarray] | None = None) -> Scenario:
     """The scenario one party runs: its own table, and a zero placeholder of the right shape per peer.
 
     Its own table is encoded by its own preprocessing, fitted on its training rows (``plan``'s split);
     ``encoded``: that encoding, when the plan already fitted it. A peer's placeholder has the peer's
     encoded width and the aligned rows only (the count this party's own PSI agreed; a peer's unaligned
     rows are its own business), and its zeros are one shared read-only value: it costs no memory per
-    row or column, so no count a peer announces sizes an allocation here.
+    row or column, so no count a peer announces sizes an allocation here. ``present`` (every row): the
+    masks of the agreed positions this party knows (the active party: every passive party's; a passive
+    party: its own); a peer whose mask it does not know gets a placeholder of every position.
     """
+    present = dict(present or {})
+    size = len(plan["train"]) + len(plan["test"])
     parties = data_party_order(federation)
     tables: dict[str, PartyTable] = {}
     aligned: dict[str, np.ndarray] = {}
@@ -230,7 +250,8 @@ def local_scenario(name: str, federation: Federation, table: PartyTable | None, 
             continue
         # The active party's placeholder carries placeholder labels (all class 0, or 0.0) so that methods
         # that check "the active party holds the labels" build every role; only this party's role ever runs.
-        n = shape.aligned  # == this party's own PSI size (checked when the shape was received)
+        # this party's own PSI size (checked when the shape was received), or a peer's rows among them
+        n = shape.aligned if party in present else size
         dtype = np.float64 if plan["task"] == REGRESSION else np.int64
         labels = np.zeros(n, dtype) if party == federation.active else None
         tables[party] = PartyTable(name=party, ids=np.broadcast_to(np.array("#", dtype=object), (n,)),
@@ -241,9 +262,9 @@ def local_scenario(name: str, federation: Federation, table: PartyTable | None, 
         unaligned[party] = np.zeros(0, dtype=np.int64)
     if name != federation.active:
         classes = () if plan["task"] == REGRESSION else tuple(str(i) for i in range(n_classes))
-    size = len(plan["train"]) + len(plan["test"])
-    alignment = Alignment(aligned=aligned, unaligned=unaligned,
-                          method=f"ECDH PSI over the network (X25519, {size} shared IDs)", cost=dict(cost))
+    what = f"{size} rows of {federation.active}, every row" if present else f"{size} shared IDs"
+    alignment = Alignment(aligned=aligned, unaligned=unaligned, present=present,
+                          method=f"ECDH PSI over the network (X25519, {what})", cost=dict(cost))
     scenario = Scenario(tables=tables, active=federation.active, classes=classes, alignment=alignment,
                         train=plan["train"], test=plan["test"], task=plan["task"],
                         dataset=f"federation {federation.source.name if federation.source else ''}".strip(),

@@ -65,23 +65,29 @@ def check_part(federation: Federation, name: str, manifest: Any, standalone: boo
 
 
 def scoring_plan_role(table: Any, size_check: Callable[..., Any], fingerprint: str, encoded_width: int,
-                      federation: Federation, n_classes: int, task: str) -> Callable[[PartyContext], dict[str, Any]]:
-    """PSI, then shapes and model fingerprints in, and the plan (every aligned row scored) out."""
-    psi = psi_role(table, federation)
+                      federation: Federation, n_classes: int, task: str,
+                      cover: bool = False) -> Callable[[PartyContext], dict[str, Any]]:
+    """PSI, then shapes and model fingerprints in, and the plan (every aligned row scored) out.
+
+    ``cover`` (every row): every row of the active party is scored, each passive party's part where
+    it holds the row (:func:`~securevfl.deploy.alignment.psi_role`).
+    """
+    psi = psi_role(table, federation, cover)
 
     def role(ctx: PartyContext) -> dict[str, Any]:
         result = psi(ctx)
-        rows, size = result.rows, result.size
+        rows, size, present = result.rows, result.size, dict(result.present)
         ctx.stage = "plan"
-        own = PartyShape(table.n_rows, size, encoded_width)
+        own = PartyShape(table.n_rows, len(rows), encoded_width)
         if not ctx.is_active:
             ctx.send(ctx.active, TAG_PART, {"shape": own.to_wire(), "model": fingerprint})
-            plan = parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, (ctx.active, *ctx.passives), size)
+            plan = parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, (ctx.active, *ctx.passives), size,
+                              partial=cover)
             if len(plan["train"]) or plan["shapes"][ctx.name] != own:
                 raise ProtocolError(f"the scoring plan from {ctx.active} does not score every shared row of "
                                     f"{ctx.name} as it announced them")
             log_plan(ctx, plan)
-            return {"rows": rows, "plan": plan}
+            return {"rows": rows, "plan": plan, "present": present}
         size_check(size)
         shapes = {ctx.name: own}
         for p in ctx.passives:
@@ -93,13 +99,14 @@ def scoring_plan_role(table: Any, size_check: Callable[..., Any], fingerprint: s
                 raise ModelError(f"{p} holds a part of another model (model {message['model'][:12]}…; "
                                  f"{ctx.name}'s part is of model {fingerprint[:12]}…): every party must score "
                                  "with its part of one saved model")
-            shapes[p] = PartyShape.from_wire(message["shape"], p, aligned=size, rows=result.peer_sizes.get(p))
+            held = int(present[p].sum()) if p in present else size
+            shapes[p] = PartyShape.from_wire(message["shape"], p, aligned=held, rows=result.peer_sizes.get(p))
         plan = {"train": np.zeros(0, np.int64), "test": np.arange(size, dtype=np.int64), "task": task,
                 "n_classes": n_classes, "shapes": {n: s.to_wire() for n, s in shapes.items()}}
         # helpers (hetero-lr's arbiter) learn the plan too: the number of rows every party scores
         ctx.broadcast((*ctx.passives, *helper_parties(federation)), TAG_PLAN, plan)
         log_plan(ctx, {**plan, "shapes": shapes})
-        return {"rows": rows, "plan": {**plan, "shapes": shapes}}
+        return {"rows": rows, "plan": {**plan, "shapes": shapes}, "present": present}
 
     return role
 

@@ -207,7 +207,7 @@ class Deployed:
         n_rows = table.n_rows if table is not None else 0
         self.alignment = LocalAlignment(rows, unaligned_rows(n_rows, rows), size, meter.snapshot())
         return local_scenario(self.name, self.federation, table, classes, rows, self.plan, cost={},
-                              encoded=setup.get("encoded"))
+                              encoded=setup.get("encoded"), present=setup.get("present"))
 
     def execute(self, roles: Mapping[str, Role], *, seed: int, stage: str | None = None,
                 costs: bool = True, parties: tuple[str, ...] | None = None,

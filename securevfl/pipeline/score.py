@@ -44,7 +44,7 @@ from securevfl.deploy.scoring import check_part, scoring_plan_role, standalone_r
 from securevfl.deploy.threads import ThreadChoice
 from securevfl.errors import ConfigError, DataError, ModelError
 from securevfl.federation.meter import MeterSnapshot
-from securevfl.methods import create_method
+from securevfl.methods import create_method, method_class, method_names
 from securevfl.methods.engine.loop import SavedSide, score_side
 from securevfl.methods.engine.split import SideRole
 from securevfl.model.saving import check_savable, train_config_from
@@ -208,22 +208,23 @@ class ScoreRun:
     def setup(self, session: InProcess | Deployed, local: _Scoring) -> Scenario:
         """Who shares which new rows: the aligner (one process), PSI and the plan (one party), or every row alone."""
         if isinstance(session, Deployed) and not local.standalone:
+            cover = not self.require_all_parties
             if session.kind == "helper":
-                return session.setup(helper_plan_role(session.federation), table=None, classes=())
+                return session.setup(helper_plan_role(session.federation, cover), table=None, classes=())
             n_classes = 1 if local.task == REGRESSION else len(local.classes)
             role = scoring_plan_role(local.tables[session.name], _nothing_shared, local.fingerprint,
-                                     local.encoded_width, session.federation, n_classes, local.task)
+                                     local.encoded_width, session.federation, n_classes, local.task, cover)
             scenario = session.setup(role, table=local.tables[session.name], classes=local.classes)
+            if scenario.alignment.partial:
+                _check_partial(local)
         else:
             aligned = (align_none(local.tables, local.active) if local.standalone  # every row, in file order
                        else create_aligner(self.alignment, cover=not self.require_all_parties)(local.tables,
                                                                                                local.active))
             size = len(aligned.aligned[local.active])
             _nothing_shared(size)
-            if aligned.partial and local.method.partial_rows and local.method.config.require_all_parties:
-                raise ModelError(f"the {local.method.name} model was trained on the rows every party holds only: "
-                                 "it cannot score rows some party does not hold (train it with --every-row, or "
-                                 "score the rows every party holds: leave out --every-row)")
+            if aligned.partial:
+                _check_partial(local)
             scenario = Scenario(tables=local.tables, active=local.active, classes=local.classes, alignment=aligned,
                                 train=np.zeros(0, np.int64), test=np.arange(size, dtype=np.int64), task=local.task,
                                 dataset="scoring: " + ", ".join(f"{p}={f}" for p, f in self.data.items()))
@@ -287,6 +288,19 @@ class ScoreRun:
             what = "rows scored" if session.placement.standalone else "shared rows scored"
             result.wall_s = session.done(f"{result.rows} {what} in {{wall_s:.1f}} s", result.rows)
         return result
+
+
+def _check_partial(local: _Scoring) -> None:
+    """Rows some party does not hold are scored only by a model trained for them (one line otherwise)."""
+    method = local.method
+    if not method.partial_rows:
+        able = ", ".join(n for n in method_names() if method_class(n).partial_rows)
+        raise ConfigError(f"{method.name} cannot use rows some party does not hold: keep to the rows every party "
+                          f"holds (leave out --every-row: require_all_parties), or use a method that can: {able}")
+    if method.config.require_all_parties:
+        raise ModelError(f"the {method.name} model was trained on the rows every party holds only: it cannot score "
+                         "rows some party does not hold (train it with --every-row, or score the rows every party "
+                         "holds: leave out --every-row)")
 
 
 def _nothing_shared(size: int) -> None:
@@ -366,7 +380,8 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
     """
     from securevfl.pipeline import run
 
-    mode = ScoreRun(model_dir, {name: data} if data is not None else {}, exchange_rows=exchange_rows)
+    mode = ScoreRun(model_dir, {name: data} if data is not None else {}, exchange_rows=exchange_rows,
+                    require_all_parties=federation.job.run.train.require_all_parties)
     return run(mode, OneParty(federation, name, device, progress, transport, threads))  # type: ignore[no-any-return]
 
 

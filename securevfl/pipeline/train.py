@@ -142,12 +142,13 @@ class TrainRun:
 
     def setup(self, session: InProcess | Deployed, local: _Training) -> Scenario:
         """Every table aligned and split (one process), or PSI and the plan over the links (one party)."""
-        if isinstance(session, Deployed):
-            if local.table is None:
-                return session.setup(helper_plan_role(session.federation), table=None, classes=())
-            role = plan_role(local.table, local.classes, session.federation, psi_role(local.table, session.federation))
-            return session.setup(role, table=local.table, classes=local.classes)
         cover = local.method.partial_rows and not local.config.train.require_all_parties
+        if isinstance(session, Deployed):
+            federation = session.federation
+            if local.table is None:
+                return session.setup(helper_plan_role(federation, cover), table=None, classes=())
+            role = plan_role(local.table, local.classes, federation, psi_role(local.table, federation, cover), cover)
+            return session.setup(role, table=local.table, classes=local.classes)
         scenario = local.scenario or build_scenario(local.config, cover=cover)
         positive_index(scenario.classes, local.config.positive_class, scenario.task)  # refused before training
         return scenario
@@ -215,12 +216,6 @@ class TrainRun:
                 if peer != name and peer in result.report.parties:  # the counts PSI showed this party
                     result.report.parties[peer].update(rows=shape.rows, unaligned=shape.rows - shape.aligned)
             record_link_costs(result.report, outcome.links, outcome.missing)
-            left = len(alignment.unaligned)
-            if left and local.method.partial_rows and not local.config.train.require_all_parties:
-                result.report.notes.append(
-                    f"coverage: deployed, {local.config.method} trained on the {alignment.size} rows every party "
-                    f"holds; {left} rows of {name} that some party does not hold were left out (training on "
-                    "them runs in one process, securevfl train, in this version)")
         if local.config.model_dir is not None and session.placement.holds_part:
             from securevfl.model.saving import check_savable
 
