@@ -174,3 +174,30 @@ def test_every_row_deployed_over_three_parties_matches_one_process(files, tmp_pa
     in_process = securevfl.predict(tmp_path / "model", data=new, require_all_parties=False, device="cpu")
     both = in_process.set_index("customer_id").loc[frame.customer_id]
     np.testing.assert_allclose(probabilities(frame), probabilities(both), atol=1e-6, rtol=0)
+
+
+def test_a_served_model_trained_on_every_row_answers_every_customer_of_the_active_party(files, trained, tmp_path):
+    """Online: each requested customer the bank holds is scored, with the parties that hold it, as batch scoring."""
+    from deployed_threads import loopback_federation
+    from serving_service import Service
+
+    _, model = trained
+    holders = _holders(files)
+    fed = loopback_federation(tmp_path, list(PARTIES), "bank", 'method = "splitnn"\nid_column = "customer_id"\n'
+                                                               'label_column = "churn"')
+    asked = pd.read_csv(files["bank"]).customer_id.sample(60, random_state=2).tolist() + ["nobody"]
+    running = Service(fed, model, files)
+    try:
+        status, answer = running.post({"rows": [{"customer_id": i} for i in asked]})
+    finally:
+        running.close()
+    assert status == 200, answer
+    assert answer["not_scored"] == ["nobody"]  # the one customer the bank does not hold
+    got = pd.DataFrame(answer["predictions"]).set_index("customer_id")
+    assert sorted(got.index) == sorted(asked[:-1])
+    assert [got.parties[i] for i in asked[:-1]] == [_pattern(holders, i) for i in asked[:-1]]
+    assert len(set(got.parties)) > 1
+    new = rows_of(files, tmp_path / "new", asked[:-1])
+    batch = securevfl.predict(model, data=new, require_all_parties=False, device="cpu").set_index("customer_id")
+    np.testing.assert_allclose(got.proba_yes.loc[asked[:-1]].to_numpy(), batch.proba_yes.loc[asked[:-1]].to_numpy(),
+                               atol=1e-6, rtol=0)

@@ -344,12 +344,9 @@ def passive_role(model: ServingModel, fingerprint: str, build_side: SideBuilder,
             with ctx.meter.crypto("serve.blind"):
                 answer["points"] = _blind(asked[admitted], key).tobytes() if admitted.any() else b""
             ctx.send(ctx.active, TAG_BLINDED, answer)
-            positions = ctx.recv(ctx.active, TAG_ROWS)
-            if not isinstance(positions, np.ndarray) or positions.dtype != np.int64 or positions.ndim != 1 \
-                    or len(positions) > admitted.sum() or (len(positions) and (
-                        positions.min() < 0 or positions.max() >= len(order))):
-                raise ProtocolError(f"{ctx.active} asked for rows outside {ctx.name}'s index")
-            if len(positions):
+            positions, scored = _rows_message(ctx.recv(ctx.active, TAG_ROWS), ctx.active, int(admitted.sum()),
+                                              len(order), ctx.name)
+            if scored:  # its part in the batch, even of none of its rows (every row: the others score)
                 model.side.evaluate(ctx, model.X[order[positions]], VALIDATE)
                 summary.rows_scored += len(positions)
             log_event(_log, ctx.name, "serve", "request", f"request {summary.requests}: {len(positions)} of "
@@ -359,6 +356,20 @@ def passive_role(model: ServingModel, fingerprint: str, build_side: SideBuilder,
         return summary
 
     return role
+
+
+def _rows_message(message: Any, sender: str, looked_up: int, index_rows: int, me: str) -> tuple[np.ndarray, int]:
+    """The rows of this party's index the active party scores in a batch, and how many rows it scores in all."""
+    if not isinstance(message, dict) or set(message) != {"positions", "scored"}:
+        raise ProtocolError(f"malformed rows message from {sender}")
+    positions, scored = message["positions"], message["scored"]
+    if not isinstance(positions, np.ndarray) or positions.dtype != np.int64 or positions.ndim != 1 \
+            or len(positions) > looked_up or (len(positions) and (
+                positions.min() < 0 or positions.max() >= index_rows)):
+        raise ProtocolError(f"{sender} asked for rows outside {me}'s index")
+    if not isinstance(scored, int) or isinstance(scored, bool) or not len(positions) <= scored <= MAX_BATCH_IDS:
+        raise ProtocolError(f"malformed rows message from {sender}: {scored!r} rows scored")
+    return positions, scored
 
 
 def _lookup_request(message: Any, sender: str) -> tuple[np.ndarray, list[int]]:
@@ -476,6 +487,9 @@ class _Session:
     task: str
     id_column: str
     metrics: ServeMetrics
+    active: str = ""
+    #: Every row the active party holds is scored, each peer's part where it holds it (a model trained for it).
+    every_row: bool = False
 
 
 def _next_batch(jobs: RequestQueue, first: ScoringJob, wait_s: float,
@@ -544,7 +558,10 @@ def active_role(model: ServingModel, fingerprint: str, jobs: RequestQueue,
             ctx.send(p, TAG_WIDTHS, {"widths": widths, "n_classes": n_classes, "task": task})
         model.side = build_side(widths, n_classes, task)
         prepare_scoring_side(ctx, model.side, model.saved)
-        session = _Session(model, peers, helpers, key, salt, classes, task, federation.job.id_column, metrics)
+        side = model.side
+        every_row = bool(side.method.partial_rows and not side.config.require_all_parties)
+        session = _Session(model, peers, helpers, key, salt, classes, task, federation.job.id_column, metrics,
+                           ctx.name, every_row)
         ready()
         started = time.perf_counter()
         last = time.monotonic()
@@ -661,20 +678,34 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
     positions: dict[str, np.ndarray] = {}
     if session.peers:
         positions, refused = _lookups(ctx, session, batch, ids)
-        for found in positions.values():
-            held &= found >= 0
+        if session.every_row:  # the rows the active party holds, of the requests no peer refused
+            starts = np.cumsum([0, *[job.n_rows for job in batch]])
+            for j, refusal in enumerate(refused):
+                if refusal is not None:
+                    held[starts[j]:starts[j + 1]] = False
+        else:
+            for found in positions.values():
+                held &= found >= 0
     rows = np.flatnonzero(held)
-    for p in session.peers:  # positions in the peer's index: only of IDs it looked up
-        ctx.send(p, TAG_ROWS, positions[p][rows].astype(np.int64))
+    for p in session.peers:  # positions in the peer's index: only of IDs it looked up and holds
+        mine = positions[p][rows]
+        ctx.send(p, TAG_ROWS, {"positions": mine[mine >= 0].astype(np.int64), "scored": int(len(rows))})
     for p in session.helpers:
         ctx.send(p, TAG_REQUEST, int(len(rows)))
     scores = None
+    present = {p: positions[p][rows] >= 0 for p in session.peers}
     if len(rows):
         X = np.concatenate([job.X for job in batch]) if len(batch) > 1 else batch[0].X
-        scores = session.model.side.evaluate(ctx, X[rows], VALIDATE).scores
+        side = session.model.side
+        side.present = present if session.every_row else None
+        try:
+            scores = side.evaluate(ctx, X[rows], VALIDATE).scores
+        finally:
+            side.present = None
     session.metrics.batch_rows.observe(len(ids))
     session.metrics.rows.labels("scored").inc(len(rows))
     session.metrics.rows.labels("not_scored").inc(len(ids) - len(rows))
+    parties = _parties(session, rows, present)
     start = begin = 0  # the request's first row in the batch, and its first scored row
     for job, refusal in zip(batch, refused):
         mine = held[start:start + job.n_rows]
@@ -684,14 +715,22 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
         else:
             try:
                 job.answer.set_result(_answer(session, job, mine, None if scores is None else
-                                              scores[begin:begin + scored]))
+                                              scores[begin:begin + scored], parties[begin:begin + scored]))
             except Exception as exc:  # noqa: BLE001 - one request's answer failing is that request's error
                 job.answer.set_exception(exc)
         start, begin = start + job.n_rows, begin + scored
     return int(len(rows))
 
 
-def _answer(session: _Session, job: ScoringJob, held: np.ndarray, scores: np.ndarray | None) -> dict[str, Any]:
+def _parties(session: _Session, rows: np.ndarray, present: dict[str, np.ndarray]) -> list[str]:
+    """Per scored row, the parties whose parts scored it (``bank+shop``): every row's answer says so."""
+    names = [session.active, *session.peers]
+    held = [np.ones(len(rows), dtype=bool), *(present[p] for p in session.peers)]
+    return ["+".join(n for n, h in zip(names, row, strict=True) if h) for row in zip(*held, strict=True)]
+
+
+def _answer(session: _Session, job: ScoringJob, held: np.ndarray, scores: np.ndarray | None,
+            parties: list[str]) -> dict[str, Any]:
     """One request's answer: its scored rows' predictions (with the active party's warnings), the rest named."""
     from securevfl.model.scoring import prediction_records
 
@@ -700,7 +739,8 @@ def _answer(session: _Session, job: ScoringJob, held: np.ndarray, scores: np.nda
     if len(scored) and scores is not None:
         predictions = prediction_records([job.ids[i] for i in scored], scores, session.task, session.classes,
                                          session.id_column)
-        for row, i in zip(predictions, scored):
+        for row, i, who in zip(predictions, scored, parties, strict=True):
+            row["parties"] = who
             row["warnings"] = job.warnings[i]
             for note in job.warnings[i]:
                 session.metrics.warnings.labels(note.split(":")[0].replace(" ", "_")).inc()
