@@ -344,9 +344,9 @@ def passive_role(model: ServingModel, fingerprint: str, build_side: SideBuilder,
             with ctx.meter.crypto("serve.blind"):
                 answer["points"] = _blind(asked[admitted], key).tobytes() if admitted.any() else b""
             ctx.send(ctx.active, TAG_BLINDED, answer)
-            positions, scored = _rows_message(ctx.recv(ctx.active, TAG_ROWS), ctx.active, int(admitted.sum()),
-                                              len(order), ctx.name)
-            if scored:  # its part in the batch, even of none of its rows (every row: the others score)
+            positions, evaluate = _rows_message(ctx.recv(ctx.active, TAG_ROWS), ctx.active, int(admitted.sum()),
+                                                len(order), ctx.name)
+            if evaluate:  # its part in the batch, even of none of its rows (a model trained on every row)
                 model.side.evaluate(ctx, model.X[order[positions]], VALIDATE)
                 summary.rows_scored += len(positions)
             log_event(_log, ctx.name, "serve", "request", f"request {summary.requests}: {len(positions)} of "
@@ -358,18 +358,22 @@ def passive_role(model: ServingModel, fingerprint: str, build_side: SideBuilder,
     return role
 
 
-def _rows_message(message: Any, sender: str, looked_up: int, index_rows: int, me: str) -> tuple[np.ndarray, int]:
-    """The rows of this party's index the active party scores in a batch, and how many rows it scores in all."""
-    if not isinstance(message, dict) or set(message) != {"positions", "scored"}:
+def _rows_message(message: Any, sender: str, looked_up: int, index_rows: int, me: str) -> tuple[np.ndarray, bool]:
+    """The rows of this party's index the active party scores in a batch, and whether the batch is evaluated.
+
+    With a model trained on every row the batch is always evaluated (of none of this party's rows,
+    possibly), so that a peer learns nothing of how many rows the active party scores without it.
+    """
+    if not isinstance(message, dict) or set(message) != {"positions", "evaluate"}:
         raise ProtocolError(f"malformed rows message from {sender}")
-    positions, scored = message["positions"], message["scored"]
+    positions, evaluate = message["positions"], message["evaluate"]
     if not isinstance(positions, np.ndarray) or positions.dtype != np.int64 or positions.ndim != 1 \
             or len(positions) > looked_up or (len(positions) and (
                 positions.min() < 0 or positions.max() >= index_rows)):
         raise ProtocolError(f"{sender} asked for rows outside {me}'s index")
-    if not isinstance(scored, int) or isinstance(scored, bool) or not len(positions) <= scored <= MAX_BATCH_IDS:
-        raise ProtocolError(f"malformed rows message from {sender}: {scored!r} rows scored")
-    return positions, scored
+    if not isinstance(evaluate, bool) or (len(positions) and not evaluate):
+        raise ProtocolError(f"malformed rows message from {sender}")
+    return positions, evaluate
 
 
 def _lookup_request(message: Any, sender: str) -> tuple[np.ndarray, list[int]]:
@@ -689,12 +693,13 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
     rows = np.flatnonzero(held)
     for p in session.peers:  # positions in the peer's index: only of IDs it looked up and holds
         mine = positions[p][rows]
-        ctx.send(p, TAG_ROWS, {"positions": mine[mine >= 0].astype(np.int64), "scored": int(len(rows))})
+        ctx.send(p, TAG_ROWS, {"positions": mine[mine >= 0].astype(np.int64),
+                               "evaluate": bool(session.every_row or len(rows))})
     for p in session.helpers:
         ctx.send(p, TAG_REQUEST, int(len(rows)))
     scores = None
     present = {p: positions[p][rows] >= 0 for p in session.peers}
-    if len(rows):
+    if len(rows) or session.every_row:
         X = np.concatenate([job.X for job in batch]) if len(batch) > 1 else batch[0].X
         side = session.model.side
         side.present = present if session.every_row else None
