@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from securevfl.errors import ConfigError, ProtocolError
+from securevfl.errors import ConfigError, EncodingOverflowError, ProtocolError
 from securevfl.privacy.aggregation.base import (
     ActiveAggregator,
     AggregateResult,
@@ -324,7 +324,11 @@ class PaillierActive(ActiveAggregator):
         with ctx.meter.crypto("secagg.paillier_unmask"):
             mask_sum = [sum(col) % n for col in zip(*(c.masks for c in inputs.values()), strict=True)]
             packed = [(d - r) % n for d, r in zip(residues, mask_sum, strict=True)]
-            ints = self.layout.unpack(packed, terms=len(alive), length=length)
+            try:
+                ints = self.layout.unpack(packed, terms=len(alive), length=length)
+            except EncodingOverflowError:  # unmasked with the masks sent: a ciphertext or a mask was tampered with
+                raise ProtocolError(f"round {self.round}: the unmasked sum overflows its slots (a contribution "
+                                    "or its mask does not belong to this round)") from None
             total = np.asarray(ints, dtype=np.float64).reshape(shape) / float(1 << self.config.frac_bits)
         self.round += 1
         self.stats.rounds += 1
