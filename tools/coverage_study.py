@@ -1,6 +1,6 @@
 """A quick study of partial coverage: held-out customers scored per coverage pattern, three ways.
 
-    PYTHONPATH=. .venv/bin/python tools/coverage_study.py [--keep 0.7] [--epochs 30] [--seeds 0,1,2]
+    PYTHONPATH=. .venv/bin/python tools/coverage_study.py [--keep 0.7] [--epochs 30] [--seeds 0,1,2] [--dropout 0.1]
 
 Breast Cancer Wisconsin cut over three organisations (tests/org_tables.py): the bank (the active party,
 labels) holds every customer, the shop and the clinic each a row with probability ``--keep``. A quarter
@@ -36,7 +36,7 @@ import securevfl  # noqa: E402
 PARTIES = ("bank", "shop", "clinic")
 
 
-def one_seed(seed: int, keep: float, epochs: int, work: Path) -> dict[str, pd.Series]:
+def one_seed(seed: int, keep: float, epochs: int, work: Path, dropout: float = 0.1) -> dict[str, pd.Series]:
     """Train the three ways on one draw of the tables; each way's held-out scores, the patterns and the truth."""
     frames = organisation_frames(seed, keep=keep)
     frames["bank"] = organisation_frames(seed, keep=1.0)["bank"]
@@ -49,7 +49,8 @@ def one_seed(seed: int, keep: float, epochs: int, work: Path) -> dict[str, pd.Se
     scores: dict[str, pd.Series] = {}
     parties = None
     for name, (method, require_all) in models.items():
-        securevfl.train(method, model_dir=work / name, require_all_parties=require_all, **common)
+        extra = {"party_dropout": dropout} if name == "every-row" else {}
+        securevfl.train(method, model_dir=work / name, require_all_parties=require_all, **common, **extra)
         data = {"bank": str(test["bank"])} if method == "local" else {p: str(test[p]) for p in PARTIES}
         frame = securevfl.predict(work / name, data=data, require_all_parties=require_all, device="cpu")
         scores[name] = frame.set_index("customer_id").proba_yes
@@ -68,11 +69,12 @@ def main() -> None:
     parser.add_argument("--keep", type=float, default=0.7)
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--dropout", type=float, default=0.1, help="--party-dropout of the every-row model")
     args = parser.parse_args()
     table: dict[tuple[str, str], list[tuple[float, float, int]]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as work:
         for seed in (int(s) for s in args.seeds.split(",")):
-            out = one_seed(seed, args.keep, args.epochs, Path(work) / str(seed))
+            out = one_seed(seed, args.keep, args.epochs, Path(work) / str(seed), args.dropout)
             for pattern in sorted(set(out["parties"])) + ["all rows"]:
                 ids = out["parties"].index if pattern == "all rows" else out["parties"].index[out["parties"] == pattern]
                 y = out["truth"].loc[ids]
@@ -80,7 +82,8 @@ def main() -> None:
                     s = out[way].loc[ids]
                     auc = roc_auc_score(y, s) if y.nunique() > 1 else float("nan")
                     table[(pattern, way)].append((auc, float(np.mean((s > 0.5) == y)), len(ids)))
-    print(f"keep {args.keep}, epochs {args.epochs}, seeds {args.seeds}: mean AUC / accuracy (rows per seed)")
+    print(f"keep {args.keep}, epochs {args.epochs}, party dropout {args.dropout}, seeds {args.seeds}: mean AUC / "
+          "accuracy (rows per seed)")
     for (pattern, way), values in table.items():
         auc, acc, rows = (np.nanmean([v[i] for v in values]) for i in range(3))
         print(f"  {pattern:18s} {way:10s} auc {auc:.4f}  accuracy {acc:.4f}  rows {rows:.0f}")
