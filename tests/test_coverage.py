@@ -201,3 +201,18 @@ def test_a_served_model_trained_on_every_row_answers_every_customer_of_the_activ
     batch = securevfl.predict(model, data=new, require_all_parties=False, device="cpu").set_index("customer_id")
     np.testing.assert_allclose(got.proba_yes.loc[asked[:-1]].to_numpy(), batch.proba_yes.loc[asked[:-1]].to_numpy(),
                                atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("positions", [np.array([0, 0]), np.array([0, 9]), np.array([-1, 2]), np.array([0.0, 1.0]),
+                                       np.array([1]), [0, 1]])
+def test_row_positions_from_the_active_party_are_checked_before_use(positions):
+    """A passive party refuses positions that are not one distinct in-range int64 per matched row."""
+    from types import SimpleNamespace
+
+    from securevfl.deploy.alignment import _cover_passive
+    from securevfl.errors import ProtocolError
+
+    ctx = SimpleNamespace(active="bank", name="shop", recv=lambda sender, tag: positions)
+    prepared = SimpleNamespace(rows=np.arange(5))
+    with pytest.raises(ProtocolError, match="malformed row positions from bank"):
+        _cover_passive(ctx, prepared, np.array([3, 4]), active_size=9)
