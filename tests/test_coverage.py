@@ -216,3 +216,20 @@ def test_row_positions_from_the_active_party_are_checked_before_use(positions):
     prepared = SimpleNamespace(rows=np.arange(5))
     with pytest.raises(ProtocolError, match="malformed row positions from bank"):
         _cover_passive(ctx, prepared, np.array([3, 4]), active_size=9)
+
+
+def test_the_coverage_benchmark_reports_every_way_on_every_pattern(tmp_path):
+    """``benchmarks/coverage.py``: its quick cases at one coverage, the figures under the documented keys."""
+    import json
+
+    from script_module import ROOT, script_module
+
+    out = tmp_path / "coverage.json"
+    with script_module(ROOT / "benchmarks" / "coverage.py", "coverage_benchmark") as bench:
+        figures = bench.main(["--quick", "--coverages", "0.5", "--out", str(out)])
+    assert json.loads(out.read_text()) == pytest.approx(figures)
+    for way in ("every_row", "stitched", "local"):
+        assert 0.5 < figures[f"coverage.breast-cancer.p50.{way}.all.auc"] <= 1
+        assert figures[f"coverage.california-housing.p50.{way}.all.rmse"] > 0
+    assert "coverage.breast-cancer.p50.every_row.active.auc" in figures  # rows no passive party holds: scored
+    assert figures["coverage.breast-cancer.p50.all.ratio_vs_best_baseline"] > 0
