@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -56,7 +57,8 @@ def party_files(name: str, parties: int, split: str, rows: int | None, p: float,
     train, test = {}, {}
     truth = None
     for party, table in data.tables.items():
-        frame = pd.DataFrame(np.asarray(table.features, dtype=np.float64), columns=list(table.feature_names))
+        frame = (table.features.reset_index(drop=True).copy() if isinstance(table.features, pd.DataFrame)
+                 else pd.DataFrame(np.asarray(table.features, dtype=np.float64), columns=list(table.feature_names)))
         frame.insert(0, "row_id", table.ids)
         if table.labels is not None:
             labels = table.labels if data.task == "regression" else np.asarray(data.classes)[table.labels]
@@ -114,6 +116,7 @@ def run(cases: tuple[tuple[str, int, str, int | None, int], ...], coverages: tup
             for seed in seeds:
                 folder = work / f"{name}-{p}-{seed}"
                 folder.mkdir(parents=True)
+                began = time.perf_counter()
                 train, test, truth, task = party_files(name, parties, split, rows, p, seed, folder)
                 frames, patterns = score_three_ways(train, test, epochs, seed, folder, next(iter(train)), party_dropout)
                 for pattern in ["all", *sorted(set(patterns))]:
@@ -125,6 +128,7 @@ def run(cases: tuple[tuple[str, int, str, int | None, int], ...], coverages: tup
                         key, value = metric(task, subset, frames[way])
                         values[f"coverage.{name}.p{round(p * 100)}.{way}.{pattern}.{key}"].append(value)
                     values[f"coverage.{name}.p{round(p * 100)}.rows.{pattern}"].append(float(len(subset)))
+                print(f"  {name} p={p:g} seed {seed}: {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
     figures: dict[str, Any] = {k: float(np.mean(v)) for k, v in values.items()}
     figures.update({f"{k}.seed_spread": float(np.max(v) - np.min(v)) for k, v in values.items() if len(v) > 1})
     for key in [k for k in list(figures) if ".every_row.all." in k and not k.endswith("seed_spread")]:
