@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -54,13 +54,7 @@ class Alignment:
 
     def patterns(self, parties: tuple[str, ...], positions: np.ndarray) -> np.ndarray:
         """Per agreed position, the parties that hold it, joined by ``+`` in ``parties``' order (``bank+shop``)."""
-        code = np.zeros(len(positions), dtype=np.int64)
-        for i, party in enumerate(parties):
-            code |= self.held(party, positions).astype(np.int64) << i
-        names = np.empty(len(positions), dtype=object)
-        for value in np.unique(code):
-            names[code == value] = "+".join(p for i, p in enumerate(parties) if value >> i & 1)
-        return names
+        return pattern_names(parties, [self.held(p, positions) for p in parties], len(positions))
 
     def held(self, party: str, positions: np.ndarray) -> np.ndarray:
         """Which of the agreed ``positions`` party ``party`` holds (a boolean mask over them)."""
@@ -77,6 +71,17 @@ class Alignment:
 
 
 Aligner = Callable[[Mapping[str, PartyTable], str], Alignment]
+
+
+def pattern_names(parties: Sequence[str], held: Sequence[np.ndarray], rows: int) -> np.ndarray:
+    """Per row, the parties that hold it (``held``: a mask per party), joined by ``+`` in ``parties``' order."""
+    code = np.zeros(rows, dtype=np.int64)
+    for i, mask in enumerate(held):
+        code |= np.asarray(mask, dtype=np.int64) << i
+    names = np.empty(rows, dtype=object)
+    for value in np.unique(code):
+        names[code == value] = "+".join(p for i, p in enumerate(parties) if value >> i & 1)
+    return names
 
 
 def align_plaintext(tables: Mapping[str, PartyTable], active: str) -> Alignment:

@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from securevfl.data.labels import CLASSIFICATION, REGRESSION
+from securevfl.data.scenario import pattern_names
 from securevfl.deploy.federation_file import Federation
 from securevfl.deploy.links import data_party_order
 from securevfl.deploy.plan import MAX_CLASSES, MAX_FEATURES, PartyShape, local_scenario
@@ -729,9 +730,8 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
 
 def _parties(session: _Session, rows: np.ndarray, present: dict[str, np.ndarray]) -> list[str]:
     """Per scored row, the parties whose parts scored it (``bank+shop``): every row's answer says so."""
-    names = [session.active, *session.peers]
     held = [np.ones(len(rows), dtype=bool), *(present[p] for p in session.peers)]
-    return ["+".join(n for n, h in zip(names, row, strict=True) if h) for row in zip(*held, strict=True)]
+    return list(pattern_names([session.active, *session.peers], held, len(rows)))
 
 
 def _answer(session: _Session, job: ScoringJob, held: np.ndarray, scores: np.ndarray | None,

@@ -166,10 +166,8 @@ class Method(ABC, Generic[OptionsT]):
                 able = ", ".join(n for n in method_names() if method_class(n).supports_category_embeddings)
                 raise ConfigError(f"{self.name} cannot learn category embeddings (party {embedded[0]!r} asked for "
                                   f"them with embed / --embed-categories); these methods can: {able}")
-        if scenario.alignment.partial and not (self.partial_rows or self.standalone):
-            able = ", ".join(n for n in method_names() if method_class(n).partial_rows)
-            raise ConfigError(f"{self.name} cannot use rows some party does not hold: keep to the rows every party "
-                              f"holds (leave out --every-row: require_all_parties), or use a method that can: {able}")
+        if scenario.alignment.partial:
+            self.check_partial_rows()
         if scenario.task == REGRESSION:
             if not self.supports_objectives:
                 raise ConfigError(f"{self.name} does not support regression; these methods do: {_objective_methods()}")
@@ -178,6 +176,13 @@ class Method(ABC, Generic[OptionsT]):
             if "label-dp" in self.config.defenses:
                 raise ConfigError("label-dp (randomised response) applies to class labels, not to a regression target")
         return self.roles(scenario)
+
+    def check_partial_rows(self) -> None:
+        """Refuse, in one line, rows some party does not hold where this method cannot use them."""
+        if not (self.partial_rows or self.standalone):
+            able = ", ".join(n for n in method_names() if method_class(n).partial_rows)
+            raise ConfigError(f"{self.name} cannot use rows some party does not hold: keep to the rows every party "
+                              f"holds (leave out --every-row: require_all_parties), or use a method that can: {able}")
 
     def plan(self, scenario: Scenario) -> Any:
         """What the method derives from ``scenario`` before it builds roles (None by default: nothing).

@@ -168,6 +168,7 @@ class Deployed:
         self.plan: dict[str, Any] = {}
         self.watch: PartyWatch | None = None
         self.link: Any = None
+        self.stats: dict[str, dict[str, int]] = {}  # the links' counters, taken as they close
 
     @property
     def data_parties(self) -> tuple[str, ...]:
@@ -245,5 +246,5 @@ class Deployed:
     def done(self, message: str, rows: int, **fields: Any) -> float:
         """The party's last event (wall time, rows, bytes it sent); ``message`` may use ``{wall_s}``."""
         wall_s = self.elapsed()
-        log_done(self.name, message.format(wall_s=wall_s), wall_s, rows, getattr(self, "stats", None), **fields)
+        log_done(self.name, message.format(wall_s=wall_s), wall_s, rows, self.stats, **fields)
         return wall_s

@@ -44,7 +44,7 @@ from securevfl.deploy.scoring import check_part, scoring_plan_role, standalone_r
 from securevfl.deploy.threads import ThreadChoice
 from securevfl.errors import ConfigError, DataError, ModelError
 from securevfl.federation.meter import MeterSnapshot
-from securevfl.methods import create_method, method_class, method_names
+from securevfl.methods import create_method
 from securevfl.methods.engine.loop import SavedSide, score_side
 from securevfl.methods.engine.split import SideRole
 from securevfl.model.saving import check_savable, train_config_from
@@ -293,10 +293,7 @@ class ScoreRun:
 def _check_partial(local: _Scoring) -> None:
     """Rows some party does not hold are scored only by a model trained for them (one line otherwise)."""
     method = local.method
-    if not method.partial_rows:
-        able = ", ".join(n for n in method_names() if method_class(n).partial_rows)
-        raise ConfigError(f"{method.name} cannot use rows some party does not hold: keep to the rows every party "
-                          f"holds (leave out --every-row: require_all_parties), or use a method that can: {able}")
+    method.check_partial_rows()
     if method.config.require_all_parties:
         raise ModelError(f"the {method.name} model was trained on the rows every party holds only: it cannot score "
                          "rows some party does not hold (train it with --every-row, or score the rows every party "
