@@ -6,6 +6,9 @@ and the shop and the clinic about 70 % each, each its own draw.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +120,32 @@ def test_the_absent_embeddings_are_trained(trained):
     weights = [f for f in (model / "bank").iterdir() if f.suffix == ".safetensors" and "weights" in f.name]
     tensors = {k: v for f in weights for k, v in safetensors.numpy.load_file(f).items() if "absent" in k}
     assert tensors and all(np.abs(v).sum() > 0 for v in tensors.values()), sorted(tensors)
+
+
+def test_rows_no_passive_party_holds_are_scored_by_the_active_partys_own_head(files, trained, tmp_path):
+    """The bank-alone rows come from the bank's head on its own embedding: the absent embeddings take no part."""
+    import shutil
+
+    import safetensors.numpy
+
+    _, model = trained
+    data = {p: str(files[p]) for p in PARTIES}
+    before = securevfl.predict(model, data=data, require_all_parties=False, device="cpu").set_index("customer_id")
+    changed = tmp_path / "changed"
+    shutil.copytree(model, changed)
+    manifest = json.loads((changed / "bank" / "manifest.json").read_text())
+    for name in manifest["files"]:
+        f = changed / "bank" / name
+        if f.suffix == ".safetensors":
+            tensors = safetensors.numpy.load_file(f)
+            safetensors.numpy.save_file({k: (v + 1.0 if "absent" in k else v) for k, v in tensors.items()}, f)
+            manifest["files"][name] = hashlib.sha256(f.read_bytes()).hexdigest()  # re-sealed by the test
+    (changed / "bank" / "manifest.json").write_text(json.dumps(manifest))
+    after = securevfl.predict(changed, data=data, require_all_parties=False, device="cpu").set_index("customer_id")
+    alone, partial = before.parties == "bank", ~before.parties.isin(["bank", "+".join(PARTIES)])
+    assert alone.sum() > 5 and partial.sum() > 5
+    np.testing.assert_allclose(after.proba_yes[alone], before.proba_yes[alone], atol=1e-7, rtol=0)
+    assert not np.allclose(after.proba_yes[partial], before.proba_yes[partial], atol=1e-4)
 
 
 def test_partial_rows_are_refused_in_one_line_where_the_model_cannot_score_them(files, tmp_path):

@@ -203,6 +203,11 @@ class SplitActive(PartySide):
         absent = AbsentEmbeddings(self.passives, method.embedding_width()).to(ctx.device)
         self.state.modules["absent"] = absent
         params += list(absent.parameters())
+        if own is not None and not self.config.require_all_parties:
+            own_width = method.combined_width(self, True) - method.combined_width(self, False)
+            alone = method.top(self, own_width).to(ctx.device)
+            self.state.modules["alone"] = alone
+            params += list(alone.parameters())
         self.state.optimizers["model"] = torch.optim.Adam(params, lr=self.config.lr)
         if self._dropout_rate():
             self.state.generators["party_dropout"] = party_generator(self.config.seed, f"{self.name}/party-dropout")
@@ -243,10 +248,18 @@ class SplitActive(PartySide):
         """``--party-dropout`` where the model is trained for rows some party does not hold, else 0."""
         return 0.0 if self.config.require_all_parties else self.config.party_dropout
 
-    def _forward(self, parts: list[torch.Tensor], X: torch.Tensor) -> torch.Tensor:
-        own = self.state.modules.get("bottom")
-        inputs = ([own(X)] if own is not None else []) + parts
-        return self.state.modules["top"](self.method.combine(self, inputs))
+    def _forward(self, parts: list[torch.Tensor], X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The top model's outputs, and the active-alone head's (None: no such head) from the same embedding."""
+        own, alone = self.state.modules.get("bottom"), self.state.modules.get("alone")
+        mine = own(X) if own is not None else None
+        outputs = self.state.modules["top"](self.method.combine(self, ([] if mine is None else [mine]) + parts))
+        return outputs, (alone(mine) if alone is not None and mine is not None else None)
+
+    def _loss(self, parts: list[torch.Tensor], X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The method's loss of the combined model, plus the active-alone head's on the same rows."""
+        outputs, alone = self._forward(parts, X)
+        loss = self.method.loss(self, outputs, y)
+        return loss if alone is None else loss + self.method.loss(self, alone, y)
 
     def train_batch(self, ctx: PartyContext, batch: np.ndarray) -> tuple[Losses, int]:
         method, opt = self.method, self.state.optimizers["model"]
@@ -258,7 +271,7 @@ class SplitActive(PartySide):
             dropped = self._dropped(len(batch))
             parts = [self._filled(p, leaf, held.get(p), len(batch), None if dropped is None else dropped[i])
                      for i, (p, leaf) in enumerate(zip(self.passives, leaves, strict=True))]
-            loss = method.loss(self, self._forward(parts, self.X[batch]), self.y[batch])
+            loss = self._loss(parts, self.X[batch], self.y[batch])
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -272,7 +285,7 @@ class SplitActive(PartySide):
             with ctx.meter.compute():
                 for _ in range(method.local_steps() - 1):
                     opt.zero_grad()
-                    method.loss(self, self._forward(stale, self.X[batch]), self.y[batch]).backward()
+                    self._loss(stale, self.X[batch], self.y[batch]).backward()
                     opt.step()
         return {"loss": value}, len(batch)
 
@@ -283,7 +296,13 @@ class SplitActive(PartySide):
             parts = [self._filled(p, self.method.decode(self, m, p, _count(held.get(p), len(X)), phase)
                                   .to(self.device), held.get(p), len(X))
                      for p, m in zip(self.passives, received, strict=True)]
-            return Evaluation(self.objective.predictions(self._forward(parts, as_tensor(X, ctx.device))))
+            outputs, alone = self._forward(parts, as_tensor(X, ctx.device))
+            if alone is not None and held:  # rows no passive party holds: the active-alone head
+                nobody = ~np.logical_or.reduce([held.get(p, np.ones(len(X), dtype=bool)) for p in self.passives])
+                if nobody.any():
+                    outputs[torch.as_tensor(nobody, device=outputs.device)] = alone[
+                        torch.as_tensor(nobody, device=alone.device)]
+            return Evaluation(self.objective.predictions(outputs))
 
     def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> ActiveOutcome:
         assert evaluation is not None and self.data.y_test is not None
