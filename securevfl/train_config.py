@@ -81,12 +81,13 @@ class TrainConfig:
         default_factory=dict, flag="--defense", repeat=True,
         help="NAME=STRENGTH (repeatable): grad-noise=S, grad-sparsify=R, label-dp=EPS.")
     require_all_parties: bool = setting(
-        True, job=True, off_flag="--every-row",
-        help="Use every row of the active party, each passive party's part where it holds the row (a method that "
-             "can: securevfl methods; in one process), not only the rows every party holds (require_all_parties).")
+        False, job=True,
+        help="Use only the rows every party holds (the intersection), as before issue 44. By default a method "
+             "that can (securevfl methods) uses every row of the active party, each passive party's part where it "
+             "holds the row, and its model scores rows some party does not hold; the others use the intersection.")
     party_dropout: float = setting(
         0.1, job=True, rule=number(0, 1, open_high=True),
-        help="With --every-row, split-learning methods: the chance that a passive party's embedding of a training "
+        help="Split-learning methods trained on every row: the chance that a passive party's embedding of a training "
              "row is replaced by its learned 'absent' embedding, so that the model scores rows some party does "
              "not hold well.")
     class_weight: str = setting(

@@ -34,10 +34,10 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def trained(files, tmp_path_factory):
-    """SplitNN trained on every row of the bank (``require_all_parties=False``), its model saved."""
+    """SplitNN trained on every row of the bank (the default), its model saved."""
     model = tmp_path_factory.mktemp("model") / "splitnn"
     report = securevfl.train("splitnn", data_files={p: str(files[p]) for p in PARTIES}, epochs=8,
-                             require_all_parties=False, model_dir=model, **COMMON)
+                             model_dir=model, **COMMON)
     return report, model
 
 
@@ -67,7 +67,8 @@ def test_the_covering_alignment_holds_every_active_row_and_each_peer_its_own():
         assert alignment.patterns(("a", "b"), np.arange(4)).tolist() == ["a+b" if h else "a" for h in held]
     full = {**table, "b": PartyTable(name="b", ids=table["a"].ids[::-1].copy(), features=np.zeros((4, 1)),
                                      feature_names=("y",))}
-    assert not create_aligner("psi", cover=True)(full, "a").present  # every row held: today's intersection
+    every = create_aligner("psi", cover=True)(full, "a")  # every row held: the keyed order still (as deployed)
+    assert not every.partial and table["a"].ids[every.aligned["a"]].tolist() == ordered
 
 
 def test_training_on_every_row_reports_each_coverage_pattern(files, trained):
@@ -80,8 +81,9 @@ def test_training_on_every_row_reports_each_coverage_pattern(files, trained):
     assert {"bank+shop+clinic", "bank+shop", "bank+clinic"} <= set(coverage)
     assert sum(e["rows"] for e in coverage.values()) == len(ids) > 0.2 * len(pd.read_csv(files["bank"])) - 2
     assert coverage["bank+shop+clinic"]["accuracy"] > 0.85
-    intersection = securevfl.train("splitnn", data_files={p: str(files[p]) for p in PARTIES}, epochs=2, **COMMON)
-    assert "coverage" not in intersection.metrics  # the default: the rows every party holds
+    intersection = securevfl.train("splitnn", data_files={p: str(files[p]) for p in PARTIES}, epochs=2,
+                                   require_all_parties=True, **COMMON)
+    assert "coverage" not in intersection.metrics  # the rows every party holds: one pattern
     assert len(intersection.test_predictions["ids"]) < len(ids)
 
 
@@ -90,11 +92,11 @@ def test_every_row_of_the_active_file_is_scored_with_the_parties_that_hold_it(fi
     holders = _holders(files)
     wanted = pd.read_csv(files["bank"]).customer_id.sample(120, random_state=0)
     new = rows_of(files, tmp_path / "new", wanted)
-    frame = securevfl.predict(model, data=new, require_all_parties=False, device="cpu")
+    frame = securevfl.predict(model, data=new, device="cpu")  # a model trained on every row: every row, by default
     assert sorted(frame.customer_id) == sorted(wanted)
     assert frame.parties.tolist() == [_pattern(holders, i) for i in frame.customer_id]
     assert set(frame.parties) > {"bank+shop+clinic"}
-    only = securevfl.predict(model, data=new, device="cpu")  # the rows every party holds, as before
+    only = securevfl.predict(model, data=new, require_all_parties=True, device="cpu")  # the intersection
     assert "parties" not in only.columns
     assert sorted(only.customer_id) == sorted(i for i in wanted if _pattern(holders, i) == "+".join(PARTIES))
     both = frame.set_index("customer_id").loc[only.customer_id]
@@ -150,14 +152,32 @@ def test_rows_no_passive_party_holds_are_scored_by_the_active_partys_own_head(fi
 def test_partial_rows_are_refused_in_one_line_where_the_model_cannot_score_them(files, tmp_path):
     data = {p: str(files[p]) for p in PARTIES}
     easter = tmp_path / "easter"
-    securevfl.train("easter", data_files=data, epochs=1, require_all_parties=False, model_dir=easter, **COMMON)
-    with pytest.raises(ConfigError, match="easter cannot use rows some party does not hold.*--every-row"):
+    securevfl.train("easter", data_files=data, epochs=1, model_dir=easter, **COMMON)  # the intersection: it can't
+    with pytest.raises(ConfigError, match="easter cannot use rows some party does not hold.*--require-all-parties"):
         securevfl.predict(easter, data=data, require_all_parties=False, device="cpu")
-    assert len(securevfl.predict(easter, data=data, device="cpu")) > 0  # the rows every party holds
+    shared = set.intersection(*_holders(files).values())
+    frame = securevfl.predict(easter, data=data, device="cpu")  # by default: the rows every party holds
+    assert set(frame.customer_id) == shared and "parties" not in frame
     splitnn = tmp_path / "splitnn"
-    securevfl.train("splitnn", data_files=data, epochs=1, model_dir=splitnn, **COMMON)  # not trained for it
+    securevfl.train("splitnn", data_files=data, epochs=1, model_dir=splitnn, require_all_parties=True, **COMMON)
     with pytest.raises(ModelError, match="cannot score rows some party does not hold"):
         securevfl.predict(splitnn, data=data, require_all_parties=False, device="cpu")
+    assert set(securevfl.predict(splitnn, data=data, device="cpu").customer_id) == shared  # follows the model
+
+
+def test_by_default_a_capable_method_trains_and_scores_every_row_and_the_switch_keeps_the_intersection(
+        files, tmp_path):
+    from securevfl.cli import main
+
+    data = [a for p in PARTIES for a in ("--data", f"{p}={files[p]}")]
+    common = ["--id-column", "customer_id", "--label-column", "churn", "--device", "cpu", "--epochs", "1"]
+    bank = pd.read_csv(files["bank"])
+    for switch, scored in (([], len(bank)), (["--require-all-parties"], len(set.intersection(*_holders(files).values())))):
+        model, out = tmp_path / f"model{len(switch)}", tmp_path / f"p{len(switch)}.csv"
+        assert main(["train", "--method", "splitnn", *common, *data, "--model-dir", str(model), *switch]) == 0
+        assert main(["predict", "--model-dir", str(model), "--out", str(out), "--device", "cpu", *data]) == 0
+        frame = pd.read_csv(out)
+        assert len(frame) == scored and ("parties" in frame) == (not switch)
 
 
 def test_the_predict_command_counts_rows_per_coverage(files, trained, tmp_path, capsys):
@@ -166,7 +186,7 @@ def test_the_predict_command_counts_rows_per_coverage(files, trained, tmp_path, 
     _, model = trained
     out, report = tmp_path / "p.csv", tmp_path / "score.json"
     args = ["predict", "--model-dir", str(model), "--out", str(out), "--report", str(report),
-            "--every-row", "--device", "cpu",
+            "--device", "cpu",
             *[a for p in PARTIES for a in ("--data", f"{p}={files[p]}")]]
     assert main(args) == 0
     printed = capsys.readouterr().out

@@ -54,7 +54,7 @@ def _predict(
         run = api_values(_SCORING_RUN_SETTINGS, values)
         scored = score(model, files, id_column=run["id_column"], exchange_rows=values["exchange_rows"],
                        device=run["device"], alignment=run["alignment"],
-                       require_all_parties=run["require_all_parties"], progress=progress)
+                       require_all_parties=run["require_all_parties"] or None, progress=progress)
     write_text(out, scored.predictions.to_csv(index=False))
     table = Table(title=f"{model.method}: {scored.rows['scored']:,} rows scored in {scored.wall_s:.1f} s")
     table.add_column("party")
@@ -69,6 +69,12 @@ def _predict(
         for pattern, n in sorted(scored.coverage.items(), key=lambda kv: -kv[1]):
             patterns.add_row(pattern, f"{n:,}")
         console.print(patterns)
+    left = scored.rows[model.active] - scored.rows["scored"]
+    if left > 0:
+        why = ("--require-all-parties" if run["require_all_parties"] else
+               f"the {model.method} model scores only them (securevfl methods: the methods that score every row)")
+        console.print(f"{left:,} rows of {model.active}'s file not scored: some party does not hold them ({why})",
+                      highlight=False)
     for key, value in scored.metrics.items():
         if isinstance(value, float):
             console.print(f"{key}: {value:.4f}", highlight=False)

@@ -106,7 +106,8 @@ def align_plaintext(tables: Mapping[str, PartyTable], active: str) -> Alignment:
 def align_plaintext_covering(tables: Mapping[str, PartyTable], active: str) -> Alignment:
     """:func:`align_plaintext` over every row of the active party (each passive party matched with it alone).
 
-    Where every passive party holds every row of the active party, this is :func:`align_plaintext`.
+    The agreed order is :func:`covering_order`'s even where every passive party holds every row (as
+    deployed, where no party learns that the others do).
     """
     own = {v: i for i, v in enumerate(tables[active].ids)}
     pairs = {}
@@ -114,8 +115,6 @@ def align_plaintext_covering(tables: Mapping[str, PartyTable], active: str) -> A
         if name != active:
             matched = [(own[v], i) for i, v in enumerate(t.ids) if v in own]
             pairs[name] = (np.array([a for a, _ in matched], np.int64), np.array([b for _, b in matched], np.int64))
-    if all(len(a) == len(own) for a, _ in pairs.values()):
-        return align_plaintext(tables, active)
     return covering_alignment(tables, active, pairs, "plaintext (simulation, PSI skipped), every active row")
 
 

@@ -5,8 +5,8 @@ party, then the N-party alignment message. Every party sorts its aligned rows by
 (normalised) IDs, as the threaded run does, and sends the active party a SHA-256 digest of that
 ordered list so a mismatch stops the run (:mod:`securevfl.deploy.party` describes the phases).
 
-**Every row** (``cover``: ``--every-row``, partial coverage): no N-party step. The agreed positions
-are the active party's rows in :func:`~securevfl.data.scenario.covering_order` (a hash keyed by a
+**Every row** (``cover``: the default where the method can; partial coverage): no N-party step. The
+agreed positions are the active party's rows in :func:`~securevfl.data.scenario.covering_order` (a hash keyed by a
 digest of its whole ID list), and the active party sends each passive party the positions of the
 rows their pairwise PSI matched, in that pair's agreed order. A passive party learns the positions of
 its own shared rows in an order that says nothing about the active party's other IDs (their count

@@ -182,7 +182,7 @@ class Method(ABC, Generic[OptionsT]):
         if not (self.partial_rows or self.standalone):
             able = ", ".join(n for n in method_names() if method_class(n).partial_rows)
             raise ConfigError(f"{self.name} cannot use rows some party does not hold: keep to the rows every party "
-                              f"holds (leave out --every-row: require_all_parties), or use a method that can: {able}")
+                              f"holds (--require-all-parties), or use a method that can: {able}")
 
     def plan(self, scenario: Scenario) -> Any:
         """What the method derives from ``scenario`` before it builds roles (None by default: nothing).

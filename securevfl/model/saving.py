@@ -145,6 +145,7 @@ def train_config_from(settings: Mapping[str, Any], where: str) -> TrainConfig:
     values = dict(settings)
     if "patience" in values and "early_stopping" not in values:  # saved before the setting took its one name
         values["early_stopping"] = values.pop("patience")
+    values.setdefault("require_all_parties", True)  # saved before issue 44: trained on the rows every party held
     if not set(values) <= known:
         raise ModelError(f"{where}: the saved training settings are malformed")
     check_saved_sizes(values, where)

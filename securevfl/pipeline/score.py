@@ -3,11 +3,11 @@
 Every party of the model reads its own new file with the column spec of its training, checks it
 against its saved schema (a missing trained column, or a column of another type, is refused before
 any work), applies its saved preprocessing (an unseen category or a blank is encoded as in
-training, never an error), and the parties align their IDs with the same ECDH PSI as training:
-only the intersection is scored. In one process the aligner runs over every table
+training, never an error), and the parties align their IDs with the same ECDH PSI as training. In one process the aligner runs over every table
 (``securevfl predict``, :func:`securevfl.predict`); deployed (``securevfl party --predict``) the
 set-up runs over the links (:mod:`securevfl.deploy.scoring`: PSI, then each passive party's shape
-and model fingerprint, then the plan: every aligned row scored). The sides are rebuilt from the
+and model fingerprint, then the plan: every aligned row scored). A model trained on every row (issue
+44) scores every row of the active party's file, each with the parties that hold it. The sides are rebuilt from the
 saved parts and score the aligned rows through the test evaluation's protocol
 (:func:`~securevfl.methods.engine.loop.score_side`), so the same privacy layer protects scoring as
 training (EASTER's embeddings summed under its ``secagg``; hetero-lr's partial scores encrypted
@@ -109,6 +109,8 @@ class _Scoring:
     labels: np.ndarray | None = None
     fingerprint: str = ""
     encoded_width: int = 0
+    #: Every row of the active party scored (:meth:`ScoreRun._cover`), set at set-up.
+    cover: bool = False
 
 
 @dataclass
@@ -118,9 +120,11 @@ class ScoreRun:
     ``model``: the saved model, or its folder (one process: every part; deployed: this party's part
     under ``DIR/<party>/``). ``exchange_rows``: rows scored per exchange. ``id_column``: the new
     files' ID column (default: training's). ``alignment``: psi, or plaintext (simulation only).
-    ``require_all_parties`` (default): score only the rows every party holds; ``False``: every row of
-    the active party's file, each passive party's part where it holds the row (in one process; a
-    method that cannot refuses such rows in one line: ``securevfl methods``).
+    ``require_all_parties``: ``None`` (default) follows the model — every row of the active party's
+    file, each passive party's part where it holds the row, for a model trained on every row; the rows
+    every party holds otherwise; ``True``: the rows every party holds; ``False``: every row, and a
+    model that cannot score rows some party does not hold is refused in one line
+    (``securevfl methods``).
     """
 
     model: SavedModel | str | Path | None
@@ -128,7 +132,7 @@ class ScoreRun:
     exchange_rows: int = EXCHANGE_ROWS
     id_column: str | None = None
     alignment: str = "psi"
-    require_all_parties: bool = True
+    require_all_parties: bool | None = None
     phase = "predict"
 
     # ------------------------------------------------------------------ prepare
@@ -207,8 +211,8 @@ class ScoreRun:
 
     def setup(self, session: InProcess | Deployed, local: _Scoring) -> Scenario:
         """Who shares which new rows: the aligner (one process), PSI and the plan (one party), or every row alone."""
+        local.cover = cover = self._cover(local)
         if isinstance(session, Deployed) and not local.standalone:
-            cover = not self.require_all_parties
             if session.kind == "helper":
                 return session.setup(helper_plan_role(session.federation, cover), table=None, classes=())
             n_classes = 1 if local.task == REGRESSION else len(local.classes)
@@ -219,8 +223,7 @@ class ScoreRun:
                 _check_partial(local)
         else:
             aligned = (align_none(local.tables, local.active) if local.standalone  # every row, in file order
-                       else create_aligner(self.alignment, cover=not self.require_all_parties)(local.tables,
-                                                                                               local.active))
+                       else create_aligner(self.alignment, cover=cover)(local.tables, local.active))
             size = len(aligned.aligned[local.active])
             _nothing_shared(size)
             if aligned.partial:
@@ -268,7 +271,7 @@ class ScoreRun:
             id_name = self._id_name(session)
             predictions, metrics = active_predictions(local.tables[local.active].ids, rows, outcome.value.scores,
                                                       local.labels, local.task, local.classes, id_name,
-                                                      None if self.require_all_parties else patterns)
+                                                      patterns if local.cover else None)
         if isinstance(session, InProcess):
             assert predictions is not None
             counts = {p: t.n_rows for p, t in local.tables.items()}
@@ -276,6 +279,14 @@ class ScoreRun:
         assert session.alignment is not None
         return DeployedScoring(session.name, session.alignment, predictions=predictions, metrics=metrics, rows=size,
                                snapshots=outcome.snapshots, missing_costs=outcome.missing)
+
+    def _cover(self, local: _Scoring) -> bool:
+        """Whether every row of the active party is scored (see the class docstring); refusals in one line."""
+        if self.require_all_parties or local.standalone:
+            return False
+        if self.require_all_parties is None:  # follow the model (a helper: the job's method, as every party does)
+            return bool(local.method.partial_rows and not local.method.config.require_all_parties)
+        return True  # asked for: a model that cannot is refused where some row lacks a party (_check_partial)
 
     def _id_name(self, session: InProcess | Deployed) -> str:
         if isinstance(session, Deployed):
@@ -296,8 +307,8 @@ def _check_partial(local: _Scoring) -> None:
     method.check_partial_rows()
     if method.config.require_all_parties:
         raise ModelError(f"the {method.name} model was trained on the rows every party holds only: it cannot score "
-                         "rows some party does not hold (train it with --every-row, or score the rows every party "
-                         "holds: leave out --every-row)")
+                         "rows some party does not hold (train it without --require-all-parties, or score the rows "
+                         "every party holds: --require-all-parties)")
 
 
 def _nothing_shared(size: int) -> None:
@@ -337,12 +348,14 @@ def _read_rows(local: _Scoring, party: str, part: Any, encoder: Any, path: str |
 
 def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_column: str | None = None,
           exchange_rows: int = EXCHANGE_ROWS, device: str = "auto", alignment: str = "psi",
-          require_all_parties: bool = True, progress: Callable[..., None] | None = None) -> Scored:
+          require_all_parties: bool | None = None, progress: Callable[..., None] | None = None) -> Scored:
     """Score the rows of the parties' new files (``data``: party -> file) with a saved model, in one process.
 
-    ``require_all_parties`` (default): the rows every party holds; ``False``: every row of the active
-    party's file, each scored with the parts of the parties that hold it (the ``parties`` column). A
-    standalone model takes the active party's file alone (``{active: file}``) and scores all its rows.
+    A model trained on every row (the default where the method can) scores every row of the active
+    party's file, each with the parts of the parties that hold it (the ``parties`` column); another
+    scores the rows every party holds. ``require_all_parties``: ``True`` keeps to the rows every party
+    holds; ``False`` insists on every row (a model that cannot is refused). A standalone model takes
+    the active party's file alone (``{active: file}``) and scores all its rows.
     """
     from securevfl.pipeline import run
 
@@ -353,7 +366,7 @@ def score(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_
 
 def predict(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, id_column: str | None = None,
             exchange_rows: int = EXCHANGE_ROWS, device: str = "auto",
-            require_all_parties: bool = True) -> pd.DataFrame:
+            require_all_parties: bool | None = None) -> pd.DataFrame:
     """The predictions of a saved model for the rows of the parties' new files (see :func:`score`).
 
     ``frame.attrs["metrics"]`` holds the metrics when the active party's file has the label column.
@@ -378,7 +391,7 @@ def run_deployed_scoring(federation: Federation, name: str, data: str | Path | N
     from securevfl.pipeline import run
 
     mode = ScoreRun(model_dir, {name: data} if data is not None else {}, exchange_rows=exchange_rows,
-                    require_all_parties=federation.job.run.train.require_all_parties)
+                    require_all_parties=federation.job.run.train.require_all_parties or None)
     return run(mode, OneParty(federation, name, device, progress, transport, threads))  # type: ignore[no-any-return]
 
 
