@@ -171,8 +171,8 @@ def test_by_default_a_capable_method_trains_and_scores_every_row_and_the_switch_
 
     data = [a for p in PARTIES for a in ("--data", f"{p}={files[p]}")]
     common = ["--id-column", "customer_id", "--label-column", "churn", "--device", "cpu", "--epochs", "1"]
-    bank = pd.read_csv(files["bank"])
-    for switch, scored in (([], len(bank)), (["--require-all-parties"], len(set.intersection(*_holders(files).values())))):
+    every, shared = len(pd.read_csv(files["bank"])), len(set.intersection(*_holders(files).values()))
+    for switch, scored in (([], every), (["--require-all-parties"], shared)):
         model, out = tmp_path / f"model{len(switch)}", tmp_path / f"p{len(switch)}.csv"
         assert main(["train", "--method", "splitnn", *common, *data, "--model-dir", str(model), *switch]) == 0
         assert main(["predict", "--model-dir", str(model), "--out", str(out), "--device", "cpu", *data]) == 0

@@ -92,9 +92,10 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
               cover: bool = False) -> Callable[[PartyContext], dict[str, Any]]:
     """PSI, then shapes in and the plan out (see the module docstring).
 
-    ``cover`` (the default where the method can; not with ``--require-all-parties``): the agreed positions are every row of the active party, each passive
-    party holding those PSI matched (:func:`~securevfl.deploy.alignment.psi_role`); a passive party's
-    shape then gives the rows it holds, and every party fits its preprocessing on its own training rows.
+    ``cover`` (the default where the method can; not with ``--require-all-parties``): the agreed
+    positions are every row of the active party, each passive party holding those PSI matched
+    (:func:`~securevfl.deploy.alignment.psi_role`); a passive party's shape then gives the rows it
+    holds, and every party fits its preprocessing on its own training rows.
     """
     job = federation.job
 

@@ -3,12 +3,13 @@
 Every party of the model reads its own new file with the column spec of its training, checks it
 against its saved schema (a missing trained column, or a column of another type, is refused before
 any work), applies its saved preprocessing (an unseen category or a blank is encoded as in
-training, never an error), and the parties align their IDs with the same ECDH PSI as training. In one process the aligner runs over every table
-(``securevfl predict``, :func:`securevfl.predict`); deployed (``securevfl party --predict``) the
-set-up runs over the links (:mod:`securevfl.deploy.scoring`: PSI, then each passive party's shape
-and model fingerprint, then the plan: every aligned row scored). A model trained on every row (issue
-44) scores every row of the active party's file, each with the parties that hold it. The sides are rebuilt from the
-saved parts and score the aligned rows through the test evaluation's protocol
+training, never an error), and the parties align their IDs with the same ECDH PSI as training.
+In one process the aligner runs over every table (``securevfl predict``, :func:`securevfl.predict`);
+deployed (``securevfl party --predict``) the set-up runs over the links
+(:mod:`securevfl.deploy.scoring`: PSI, then each passive party's shape and model fingerprint, then
+the plan: every aligned row scored). A model trained on every row (issue 44) scores every row of the
+active party's file, each with the parties that hold it. The sides are rebuilt from the saved parts
+and score the aligned rows through the test evaluation's protocol
 (:func:`~securevfl.methods.engine.loop.score_side`), so the same privacy layer protects scoring as
 training (EASTER's embeddings summed under its ``secagg``; hetero-lr's partial scores encrypted
 under the arbiter's fresh key). Only the active party writes predictions, in its file's row order.
