@@ -70,7 +70,8 @@ def splitnn_comparison(args: argparse.Namespace, console: Console) -> list[dict[
                 if method == "splitnn":
                     r = securevfl.train("splitnn", aligned=n, seed=seed, epochs=args.max_epochs, batch_size=8,
                                         early_stopping=10, val_fraction=0.1, min_improvement=args.min_improvement,
-                                        options=PAPER_SPLITNN, **common)
+                                        options=PAPER_SPLITNN, require_all_parties=True,  # the paper's: aligned rows
+                                        **common)
                     stopping = r.extra["early_stopping"]
                     trained = stopping["stopped_after_epoch"] or args.max_epochs
                     epochs.append(trained)

@@ -19,11 +19,16 @@ PARTIES = ("bank", "shop", "clinic")
 
 
 def train_served_model(out: Path) -> tuple[Path, dict[str, Path]]:
-    """A SplitNN model trained in one process on the organisations' tables, and every party's table."""
+    """A SplitNN model trained in one process on the organisations' tables, and every party's table.
+
+    Trained on the rows every party holds (``require_all_parties``): these tests serve the intersection;
+    tests/test_coverage.py and tests/test_serving_outage.py serve a model trained on every row.
+    """
     files = write_tables(organisation_frames(7, keep=0.9, categories={"bank": "tier"}), out)
     model = out / "model"
     securevfl.train("splitnn", data_files={p: str(files[p]) for p in PARTIES}, id_column="customer_id",
-                    label_column="churn", epochs=2, batch_size=64, seed=0, device="cpu", model_dir=model)
+                    label_column="churn", epochs=2, batch_size=64, seed=0, device="cpu", model_dir=model,
+                    require_all_parties=True)
     return model, files
 
 

@@ -60,7 +60,8 @@ def _attacked(method, scenario, names=ATTACKS):
 
 
 def test_splitnn_leaks_labels_and_features():
-    report = securevfl.train("splitnn", epochs=4, alignment="plaintext", attacks=ATTACKS)
+    # plain SplitNN (no party dropout: a dropped row's gradient is zero, which blurs the norm attack: 0.78)
+    report = securevfl.train("splitnn", epochs=4, alignment="plaintext", attacks=ATTACKS, require_all_parties=True)
     results = {r["attack"]: r for r in report.privacy}
     assert results["label-norm"]["value"] > 0.8  # measured 0.93 at 5 epochs
     assert results["label-cosine"]["value"] > 0.95  # measured 1.00: the two classes' gradients are opposite

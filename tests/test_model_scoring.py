@@ -147,12 +147,15 @@ def test_new_categories_blanks_and_rows_outside_the_intersection_are_handled(tmp
     bank = pd.read_csv(new["bank"]).drop(columns=["churn"])  # no labels: no metrics
     extra = pd.DataFrame({"customer_id": ["zz-1", "zz-2"], **{c: [0.5, 0.6] for c in bank.columns[1:]}})
     pd.concat([bank, extra]).to_csv(new["bank"], index=False)
-    scored = score(tmp_path / "model", new, device="cpu")
+    scored = score(tmp_path / "model", new, device="cpu")  # every row of the bank's file (trained on every row)
     shared = set(bank.customer_id) & set(shop.customer_id) & set(pd.read_csv(new["clinic"]).customer_id)
-    assert set(scored.predictions.customer_id) == shared
-    assert "zz-1" not in set(scored.predictions.customer_id) and scored.rows["bank"] == len(bank) + 2
-    assert scored.metrics == {} and scored.rows["scored"] == len(shared)
+    assert set(scored.predictions.customer_id) == {*bank.customer_id, "zz-1", "zz-2"}
+    who = scored.predictions.set_index("customer_id").parties
+    assert who["zz-1"] == "bank" and set(who[list(shared)]) == {"bank+shop+clinic"}
+    assert scored.metrics == {} and scored.rows["scored"] == scored.rows["bank"] == len(bank) + 2
     assert np.isfinite(probabilities(scored.predictions)).all()
+    only = score(tmp_path / "model", new, device="cpu", require_all_parties=True)  # the rows every party holds
+    assert set(only.predictions.customer_id) == shared and only.rows["scored"] == len(shared)
 
 
 def test_a_regression_model_predicts_values_on_the_training_scale(tmp_path, files):
@@ -169,7 +172,7 @@ def test_a_regression_model_predicts_values_on_the_training_scale(tmp_path, file
     expected = dict(zip(report.test_predictions["ids"], report.test_predictions["scores"], strict=True))
     np.testing.assert_allclose(predictions.prediction, [expected[i] for i in predictions.customer_id], atol=1e-6)
     assert predictions.attrs["metrics"]["rmse"] == pytest.approx(report.metrics["rmse"], abs=1e-9)
-    assert list(predictions.columns) == ["customer_id", "prediction"]
+    assert list(predictions.columns) == ["customer_id", "prediction", "parties"]
 
 
 # ------------------------------------------------------------------ refusals, before any work
@@ -302,7 +305,7 @@ def test_train_then_predict_from_the_command_line(tmp_path, files):
                                  *[a for p in PARTIES for a in ("--data", f"{p}={files[p]}")]])
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(out)
-    assert list(frame.columns) == ["customer_id", "prediction", "proba_no", "proba_yes"]
+    assert list(frame.columns) == ["customer_id", "prediction", "proba_no", "proba_yes", "parties"]
     written = json.loads((tmp_path / "score.json").read_text())
     assert written["rows"]["scored"] == len(frame) and 0.5 < written["metrics"]["accuracy"] <= 1.0
 

@@ -126,7 +126,7 @@ def test_splitnn_rejects_bad_network_options():
 
 def test_paper_splitnn_early_stops_and_evaluates_the_best_weights():
     kw = dict(preset="apcvfl-paper", aligned=100, seed=0, batch_size=16, lr=0.01, early_stopping=2, val_fraction=0.1,
-              options=PAPER_NET, device="cpu", alignment="plaintext")
+              options=PAPER_NET, device="cpu", alignment="plaintext", require_all_parties=True)  # the aligned rows
     stopped = securevfl.train("splitnn", "breast-cancer", epochs=30, **kw)
     info = stopped.extra["early_stopping"]
     val = [h["val_loss"] for h in stopped.history]

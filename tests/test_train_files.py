@@ -33,13 +33,17 @@ def party_files(tmp_path):
 
 def test_train_from_party_files_runs_psi_and_reports_it(party_files):
     paths, expected = party_files
-    report = securevfl.train("splitnn", data_files={k: str(v) for k, v in paths.items()},
-                             id_column="customer_id", label_column="churn", epochs=5)
+    files = {k: str(v) for k, v in paths.items()}
+    report = securevfl.train("splitnn", data_files=files, id_column="customer_id", label_column="churn", epochs=5)
     assert report.cost["alignment"]["intersection_size"] == expected
-    assert report.parties["bank"]["aligned"] == report.parties["shop"]["aligned"] == expected
-    assert report.parties["bank"]["unaligned"] == 250 - expected
+    assert report.parties["bank"]["aligned"] == 250 and report.parties["bank"]["unaligned"] == 0  # every row
+    assert report.parties["shop"]["aligned"] == expected
     assert report.cost["crypto_s"]["psi.blind"] > 0
     assert report.metrics["accuracy"] > 0.6
+    shared = securevfl.train("splitnn", data_files=files, id_column="customer_id", label_column="churn", epochs=1,
+                             require_all_parties=True)
+    assert shared.parties["bank"]["aligned"] == shared.parties["shop"]["aligned"] == expected
+    assert shared.parties["bank"]["unaligned"] == 250 - expected
 
 
 def test_cli_train_with_data_files(party_files, tmp_path):

@@ -92,6 +92,7 @@ class Local(Method[NoOptions]):
     summary = "active party alone on its own features (baseline)"
     uses_engine = True
     standalone = True
+    partial_rows = True  # trains on every row of the active party (the others' files take no part)
     supports_objectives = True
     supports_category_embeddings = True
 

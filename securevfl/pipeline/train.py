@@ -143,7 +143,7 @@ class TrainRun:
     def setup(self, session: InProcess | Deployed, local: _Training) -> Scenario:
         """Every table aligned and split (one process), or PSI and the plan over the links (one party)."""
         method = local.method
-        cover = (method.partial_rows or method.standalone) and not local.config.train.require_all_parties
+        cover = method.partial_rows and not local.config.train.require_all_parties
         if isinstance(session, Deployed):
             federation = session.federation
             if local.table is None:

@@ -200,7 +200,8 @@ class SplitActive(PartySide):
         if own is not None:
             self.state.modules["bottom"] = own
             params += list(own.parameters())
-        absent = AbsentEmbeddings(self.passives, method.embedding_width()).to(ctx.device)
+        passive_width = method.combined_width(self, False) // max(1, len(self.passives))  # each passive's embedding
+        absent = AbsentEmbeddings(self.passives, passive_width).to(ctx.device)
         self.state.modules["absent"] = absent
         params += list(absent.parameters())
         if own is not None and not self.config.require_all_parties:
