@@ -109,8 +109,7 @@ class LaserVFL(SplitMethod[LaserVFLOptions]):
     """One head per block at the active party, task-sampled subsets of the blocks each row has, head ensemble."""
 
     name = "laser-vfl"
-    summary = ("LASER-VFL (Valdeira et al., ICLR 2025): a head per party trained on sampled subsets of the "
-               "parties holding each row; scores any row from the parties that hold it")
+    summary = "LASER-VFL: a head per party, task-sampled subsets of the parties holding each row, head ensemble"
     Options = LaserVFLOptions
     partial_rows = True
 
@@ -170,7 +169,7 @@ class LaserActive(SplitActive):
 
     def _blocks(self, received: list[torch.Tensor], held: dict[str, np.ndarray], X: torch.Tensor,
                 rows: int) -> tuple[torch.Tensor, np.ndarray]:
-        """Every block's representations of ``rows`` rows (blocks, rows, width; zeros where absent) and which are there."""
+        """Every block's representations (blocks, rows, width; zeros where absent) and which rows have it."""
         parts, there = [], []
         own = self.state.modules.get("bottom")
         if own is not None:
