@@ -151,8 +151,8 @@ class LaserActive(SplitActive):
     def build(self, ctx: PartyContext) -> None:
         method = self.method
         own = method.bottom(self).to(ctx.device) if self.data.n_features else None
-        self.blocks = ((self.name,) if own is not None else ()) + self.passives
-        heads = LaserHeads([method.head(self, b) for b in self.blocks]).to(ctx.device)
+        blocks = ((self.name,) if own is not None else ()) + self.passives
+        heads = LaserHeads([method.head(self, b) for b in blocks]).to(ctx.device)
         self.state.modules["heads"] = heads
         params = list(heads.parameters())
         if own is not None:
