@@ -1,4 +1,4 @@
-"""Every customer scored: held-out rows per coverage pattern, `--every-row` against what users build by hand.
+"""Every customer scored: held-out rows per coverage pattern, `--every-row` against hand-built models and LASER-VFL.
 
     PYTHONPATH=. .venv/bin/python benchmarks/coverage.py --quick --out out/coverage_quick.json   # about a minute
     PYTHONPATH=. .venv/bin/python benchmarks/coverage.py --out out/coverage.json
@@ -6,18 +6,18 @@
 Each dataset is cut over its parties (the partitioner's columns and held-out rows); each passive party
 then holds each row, training and held-out alike, with probability ``p`` (its own draw), the active
 party every row. Per dataset, ``p`` and seed it trains on the training rows and scores the held-out
-rows three ways:
+rows four ways:
 
 * ``every_row``: SplitNN with ``--every-row`` (one model: absent embeddings, party dropout);
 * ``stitched``: SplitNN on the rows every party holds, and the active party's ``local`` model for the
   other rows — what a user of an all-parties-only toolkit (FATE, SecretFlow) stitches by hand;
-* ``local``: the active party's own model on its own columns (trained on all its rows),
+* ``local``: the active party's own model on its own columns (trained on all its rows);
+* ``laser_vfl``: LASER-VFL (``laser-vfl``, the issue's named peer) with ``--every-row``: trained on every
+  row, each row scored by the heads of the parties that hold it,
 
 and reports AUC (binary), accuracy (multi-class) or RMSE (regression) per pattern (which parties hold
-the row) and over all rows, and the ratio of every_row to the better of the two others. LASER-VFL,
-the issue's named peer, is not implemented yet: the comparison here is with the two baselines a user
-has today. Keys: ``coverage.<dataset>.p<percent>.<way>.<pattern>.<metric>`` (means over the seeds; the
-pattern ``all`` is every held-out row) and ``coverage.<dataset>.p<percent>.all.ratio_vs_best_baseline``.
+the row) and over all rows. Keys: ``coverage.<dataset>.p<percent>.<way>.<pattern>.<metric>`` (means
+over the seeds; the pattern ``all`` is every held-out row), and the ratios of :func:`ratios`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from securevfl.data import DatasetOptions, PartitionSpec, load_dataset, partitio
 FULL = (("adult", 3, "random", 20_000, 10), ("california-housing", 2, "random", None, 30),
         ("mnist-5k", 4, "strips", None, 10))
 QUICK = (("breast-cancer", 3, "random", None, 20), ("california-housing", 2, "random", 4000, 30))
-WAYS = ("every_row", "stitched", "local")
+WAYS = ("every_row", "stitched", "local", "laser_vfl")
 
 
 def party_files(name: str, parties: int, split: str, rows: int | None, p: float, seed: int,
@@ -75,15 +75,15 @@ def party_files(name: str, parties: int, split: str, rows: int | None, p: float,
     return train, test, truth, data.task
 
 
-def score_three_ways(train: dict[str, Path], test: dict[str, Path], epochs: int, seed: int, work: Path,
-                     active: str, party_dropout: float | None = None) -> tuple[dict[str, pd.DataFrame], pd.Series]:
+def score_ways(train: dict[str, Path], test: dict[str, Path], epochs: int, seed: int, work: Path,
+               active: str, party_dropout: float | None = None) -> tuple[dict[str, pd.DataFrame], pd.Series]:
     """Each way's held-out predictions (indexed by ID), and each row's coverage pattern."""
     common = {"data_files": {p: str(f) for p, f in train.items()}, "id_column": "row_id", "label_column": "label",
               "epochs": epochs, "device": "cpu", "seed": seed, "batch_size": 64}
     new = {p: str(f) for p, f in test.items()}
     frames = {}
     for way, method, require_all in (("every_row", "splitnn", False), ("all_parties", "splitnn", True),
-                                     ("local", "local", False)):
+                                     ("local", "local", False), ("laser_vfl", "laser-vfl", False)):
         extra = {"party_dropout": party_dropout} if way == "every_row" and party_dropout is not None else {}
         securevfl.train(method, model_dir=work / way, require_all_parties=require_all, **common, **extra)
         data = {active: new[active]} if method == "local" else new
@@ -118,7 +118,7 @@ def run(cases: tuple[tuple[str, int, str, int | None, int], ...], coverages: tup
                 folder.mkdir(parents=True)
                 began = time.perf_counter()
                 train, test, truth, task = party_files(name, parties, split, rows, p, seed, folder)
-                frames, patterns = score_three_ways(train, test, epochs, seed, folder, next(iter(train)), party_dropout)
+                frames, patterns = score_ways(train, test, epochs, seed, folder, next(iter(train)), party_dropout)
                 for pattern in ["all", *sorted(set(patterns))]:
                     rows_of = truth.index if pattern == "all" else patterns.index[patterns == pattern]
                     subset = truth.loc[rows_of]
@@ -131,18 +131,31 @@ def run(cases: tuple[tuple[str, int, str, int | None, int], ...], coverages: tup
                 print(f"  {name} p={p:g} seed {seed}: {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
     figures: dict[str, Any] = {k: float(np.mean(v)) for k, v in values.items()}
     figures.update({f"{k}.seed_spread": float(np.max(v) - np.min(v)) for k, v in values.items() if len(v) > 1})
-    for key in [k for k in list(figures) if ".every_row.all." in k and not k.endswith("seed_spread")]:
-        kind = key.rsplit(".", 1)[1]
-        others = [figures[key.replace(".every_row.", f".{w}.")] for w in ("stitched", "local")]
-        best = min(others) if kind == "rmse" else max(others)
-        prefix = key.split(".every_row.")[0]
-        figures[f"{prefix}.all.ratio_vs_best_baseline"] = (best / figures[key]) if kind == "rmse" else (
-            figures[key] / best)
+    figures.update(ratios(figures))
     return figures
 
 
+def ratios(figures: dict[str, Any]) -> dict[str, float]:
+    """Over all held-out rows, per dataset and coverage: every_row against the others (> 1: every_row better).
+
+    ``coverage.<dataset>.p<percent>.all.ratio_vs_best_baseline``: every_row over the better of stitched and
+    local; ``coverage.<dataset>.p<percent>.all.ratio_vs_laser_vfl``: every_row over laser_vfl. For RMSE
+    (lower is better) each ratio is inverted (the other's over every_row's).
+    """
+    out: dict[str, float] = {}
+    for key in [k for k in figures if ".every_row.all." in k and not k.endswith("seed_spread")]:
+        kind = key.rsplit(".", 1)[1]
+        prefix = key.split(".every_row.")[0]
+        others = [figures[key.replace(".every_row.", f".{w}.")] for w in ("stitched", "local")]
+        best = min(others) if kind == "rmse" else max(others)
+        laser = figures[key.replace(".every_row.", ".laser_vfl.")]
+        for name, other in (("ratio_vs_best_baseline", best), ("ratio_vs_laser_vfl", laser)):
+            out[f"{prefix}.all.{name}"] = (other / figures[key]) if kind == "rmse" else (figures[key] / other)
+    return out
+
+
 def print_table(figures: dict[str, Any]) -> None:
-    """Per dataset and coverage: one line per pattern, the three ways side by side."""
+    """Per dataset and coverage: one line per pattern, the four ways side by side."""
     rows: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
     for key, value in figures.items():
         parts = key.split(".")
@@ -155,6 +168,8 @@ def print_table(figures: dict[str, Any]) -> None:
     for key, value in figures.items():
         if key.endswith("ratio_vs_best_baseline"):
             print(f"{key}: {value:.3f} (every_row over the better of stitched and local; > 1: every_row better)")
+        elif key.endswith("ratio_vs_laser_vfl"):
+            print(f"{key}: {value:.3f} (every_row over laser_vfl; > 1: every_row better)")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -276,8 +276,11 @@ def test_the_coverage_benchmark_reports_every_way_on_every_pattern(tmp_path):
     with script_module(ROOT / "benchmarks" / "coverage.py", "coverage_benchmark") as bench:
         figures = bench.main(["--quick", "--coverages", "0.5", "--out", str(out)])
     assert json.loads(out.read_text()) == pytest.approx(figures)
-    for way in ("every_row", "stitched", "local"):
+    for way in ("every_row", "stitched", "local", "laser_vfl"):
         assert 0.5 < figures[f"coverage.breast-cancer.p50.{way}.all.auc"] <= 1
         assert figures[f"coverage.california-housing.p50.{way}.all.rmse"] > 0
     assert "coverage.breast-cancer.p50.every_row.active.auc" in figures  # rows no passive party holds: scored
-    assert figures["coverage.breast-cancer.p50.all.ratio_vs_best_baseline"] > 0
+    assert "coverage.breast-cancer.p50.laser_vfl.active.auc" in figures
+    for ratio in ("ratio_vs_best_baseline", "ratio_vs_laser_vfl"):
+        assert figures[f"coverage.breast-cancer.p50.all.{ratio}"] > 0
+        assert figures[f"coverage.california-housing.p50.all.{ratio}"] > 0
