@@ -25,7 +25,9 @@ from securevfl.federation.transport import InProcessTransport
 
 PASSIVES = ("shop", "clinic")
 IDS = {"shop": ["c1", "c2", "c3"], "clinic": ["c2", "c3", "c4"]}
-TIMEOUT_S = 0.3
+TIMEOUT_S = 0.6
+
+pytestmark = pytest.mark.timebound  # deadlines of a fraction of a second: run alone (make test)
 
 
 class _Side:
@@ -158,3 +160,21 @@ def test_a_receive_with_a_deadline_times_out_and_leaves_the_message_for_the_next
     assert a.poll("b", 0.5)
     a.discard("b")
     assert a.take("b", 0.0) is None
+
+
+def test_killing_a_passive_party_during_serve_fails_no_request_and_its_restart_takes_it_back(tmp_path):
+    """Three `party --serve` processes, a model trained on every row, clinic SIGKILLed under load, then restarted."""
+    from script_module import ROOT, script_module
+
+    with script_module(ROOT / "tools" / "serving_outage.py", "serving_outage") as tool:
+        run = tool.run_outage(tmp_path, rows=400, before_s=2.0, down_s=2.0, after_s=2.0, how="kill")
+    phases = run["phases"]
+    assert run["failed"] == 0 and run["sent"] > 50, run["errors"]
+    assert all(phases[p]["requests"] > 5 for p in phases), phases
+    assert run["health_during"]["status"] == "degraded" and "clinic" in run["health_during"]["left_out"]
+    assert phases["outage"]["with_party"] < 0.05  # scored with shop's part alone (and the absent embedding)
+    assert phases["after"]["with_party"] > 0.95  # the restarted clinic set up again and back in every answer
+    assert '{"clinic": "down"}' in run["left_out_seen"]
+    assert run["exit_codes"] == {"bank": 0, "shop": 0, "clinic": 0}
+    log = (tmp_path / "bank.log").read_text()
+    assert log.count("clinic is left out of scoring") == 1 and "clinic takes part in scoring again" in log
