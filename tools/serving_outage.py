@@ -192,6 +192,7 @@ def _wait(url: str, procs: dict[str, subprocess.Popen[bytes]], logs: dict[str, P
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """The command line: run the outage, print (and with --out write) its figures as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--party", default="clinic")
