@@ -6,7 +6,8 @@ on a local HTTP endpoint (``--listen``, loopback by default) with a JSON body
 ``{"rows": [{"<id column>": "c0042"}, ...]}``; a row may also carry the active party's own
 feature values (every column its model was trained on), which then replace its table's. The
 answer is ``{"predictions": [{"<id column>": ..., "prediction": ..., "proba_<class>": ...}],
-"not_scored": [ids some party does not hold]}``; ``GET /health`` says whether the parties are up.
+"not_scored": [ids some party does not hold]}`` (and ``"left_out"``, below); ``GET /health`` says whether
+the parties are up.
 
 **Setup, once** (over the same mutually authenticated links as training, job fingerprint marked
 ``phase = serve``): every passive party announces the fingerprint of its part (parts of two models
@@ -21,12 +22,45 @@ of those rows, and the parties run the method's evaluation protocol on them
 (:meth:`~securevfl.methods.engine.loop.PartySide.evaluate`, as batch scoring does), so the privacy
 layer of training protects each request too (EASTER's embeddings summed under its ``secagg``).
 
+**A passive party down or late** (issue 44): each passive party has ``--party-timeout`` seconds
+(:attr:`ServeSettings.party_timeout_s`, default 0.5) for its lookup answer (TAG_BLINDED), then again
+for its evaluation message (collected by the serving loop with :meth:`Channel.poll` before the
+method's evaluation runs, for a method whose evaluation is one message per passive party:
+``PartySide.leave_out``); a party that misses it, or whose links are down
+(:meth:`Channel.peer_status`), is left out of the batch. A model trained on every row
+(``_Session.every_row``) scores the batch's rows without it (its ``present`` all False, so its
+absent embedding stands in; the side is told it is ``silent``); a model trained on the rows every
+party holds scores none of the batch's rows (``not_scored``). Each answer of such a batch has
+``"left_out": {"<party>": "down" | "late" | "joining"}``; ``/health`` says
+``{"status": "degraded", "left_out": ...}``; ServeMetrics counts it (``peer_up``, ``peer_outages``,
+``left_out``); the log has one ``peer-down`` and one ``peer-back`` event per outage.
+
+*In step.* The REQUEST, BLINDED and ROWS messages of a batch carry its number (a passive party
+checks that ROWS is its REQUEST's batch; the active party that an answer is the batch it asked).
+A party left out at the lookup still gets the batch's ROWS (no rows, ``evaluate: false``) so its
+loop (REQUEST -> BLINDED -> ROWS -> evaluation) never desynchronises. After a batch it was late
+for, it is sent a sync marker (TAG_REQUEST ``{"sync": n}``) and asked nothing more until it echoes
+it (TAG_BLINDED ``{"synced": n}``); on a FIFO link everything it sent before the echo is an answer
+to a batch it missed, dropped unread — a late answer is never taken for a later batch's.
+
+*Back.* A party whose links come back (the same process) is resynchronised the same way. A new
+process of it (a restart: another transport session, which the gRPC transport accepts only for a
+serving session's passive parties in a full mesh, ``GrpcTransport(replaceable=...)``) is set up
+again alone — HELLO with the session's salt, its new INDEX, WIDTHS — then sent a sync marker, which
+it echoes once its side is built; it is asked again from then on. Limits: a method whose evaluation
+is not one message per passive party (EASTER, hetero-lr, SecureBoost) leaves a party out only at
+the lookup (its evaluation has no deadline) and cannot take a restarted party back; in a star
+federation a passive party that stops still stops the service.
+
 **What each party learns** — as PSI on the request: a passive party learns which of **its own**
 customers are scored (the positions it must score) and how many IDs were asked, never an ID it
 does not hold; the active party learns which requested IDs every party holds. As with any scoring
 service (FATE-Serving's guest), the active party can ask about any ID it likes: membership of a
 chosen ID in a peer's table is what it can learn, one request at a time, and the peers see every
-request's size. The index reveals to the active party only the number of each peer's rows.
+request's size. The index reveals to the active party only the number of each peer's rows. A
+passive party that misses a deadline learns nothing new: for that batch it is told no rows to score
+(it knew it was late), and a sync marker carries nothing; the others see the same messages as in
+any batch. A restarted passive party's new index is under a fresh key and a new random order.
 """
 
 from __future__ import annotations
