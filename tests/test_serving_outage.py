@@ -178,3 +178,44 @@ def test_killing_a_passive_party_during_serve_fails_no_request_and_its_restart_t
     assert run["exit_codes"] == {"bank": 0, "shop": 0, "clinic": 0}
     log = (tmp_path / "bank.log").read_text()
     assert log.count("clinic is left out of scoring") == 1 and "clinic takes part in scoring again" in log
+
+
+def test_the_transport_takes_a_new_process_of_a_replaceable_peer_and_keeps_its_abort_to_its_own_link():
+    """A serving session's passive party: its ABORT fails only its link; a new process of it replaces the old one."""
+    from securevfl.federation.grpc_transport import GrpcTransport, NetworkSettings, PeerLostError
+    from securevfl.federation.loopback import free_port
+    from securevfl.federation.transport import Envelope
+
+    fast = NetworkSettings(peer_timeout_s=6, heartbeat_s=0.2, connect_timeout_s=6, reconnect_backoff_s=0.05,
+                           max_backoff_s=0.3)
+    addresses = {n: f"127.0.0.1:{free_port()}" for n in ("a", "b")}
+    options = {"tls": None, "insecure": True, "fingerprint": "f", "settings": fast}
+    never = threading.Event()
+    a = GrpcTransport("a", addresses, replaceable=("b",), **options).start()
+    b = GrpcTransport("b", addresses, **options).start()
+    b2 = None
+    try:
+        a.wait_ready(), b.wait_ready()
+        a.send(Envelope("a", "b", "t", 1, b"one"))
+        assert b.recv("b", "a", never, timeout=5).payload == b"one"
+        assert a.peer_status("b").up and a.peer_status("b").epoch == 0
+        b.abort("b stopped: SIGTERM")  # its process ends with an ABORT: only what comes from b fails at a
+        with pytest.raises(PeerLostError, match="b stopped"):
+            a.recv("a", "b", never, timeout=5)
+        assert a.abort_reason is None and not a.peer_status("b").up
+        b.close()
+        b2 = GrpcTransport("b", addresses, **options).start()  # a new process of b: another session id
+        b2.wait_ready()
+        deadline = time.monotonic() + 10
+        while not (a.peer_status("b").up and a.peer_status("b").epoch == 1) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert a.peer_status("b").up and a.peer_status("b").epoch == 1
+        a.send(Envelope("a", "b", "t", 1, b"two"))  # numbered afresh: the new process gets it, and only it
+        assert b2.recv("b", "a", never, timeout=5).payload == b"two"
+        b2.send(Envelope("b", "a", "t", 1, b"three"))
+        assert a.recv("a", "b", never, timeout=5).payload == b"three"
+        a.finish("a"), b2.finish("b")
+    finally:
+        for t in (a, b2):
+            if t is not None:
+                t.close()
