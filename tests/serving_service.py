@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import urllib.error
@@ -13,6 +14,7 @@ from deployed_threads import one_torch_thread
 from org_tables import organisation_frames, write_tables
 
 import securevfl
+from securevfl.deploy.serving_limits import ServeSettings
 from securevfl.pipeline.serve import run_serving_party
 
 PARTIES = ("bank", "shop", "clinic")
@@ -32,11 +34,23 @@ def train_served_model(out: Path) -> tuple[Path, dict[str, Path]]:
     return model, files
 
 
+#: The active party's deadline for each passive party here, unless a test sets another: every party runs in a
+#: thread of the test process (one GIL), where a fraction of a second measures the machine's load, not a peer.
+IN_THREADS_PARTY_TIMEOUT_S = 30.0
+
+
 class Service:
-    """Every party's ``run_serving_party`` in a thread; ``url`` once the active party is ready."""
+    """Every party's ``run_serving_party`` in a thread; ``url`` once the active party is ready.
+
+    The active party's ``party_timeout_s``, left at its default, is :data:`IN_THREADS_PARTY_TIMEOUT_S`.
+    """
 
     def __init__(self, federation: Any, model: Path, files: dict[str, Path],
                  parties: tuple[str, ...] | None = None, settings: dict[str, Any] | None = None) -> None:
+        settings = dict(settings or {})
+        active = settings.get(federation.active) or ServeSettings()
+        if active.party_timeout_s == ServeSettings().party_timeout_s:
+            settings[federation.active] = dataclasses.replace(active, party_timeout_s=IN_THREADS_PARTY_TIMEOUT_S)
         self.federation = federation
         self.stop, self.ready = threading.Event(), threading.Event()
         self.url = ""

@@ -24,7 +24,7 @@ _log = logging.getLogger(__name__)
 def open_transport(federation: Federation, name: str, phase: str = "train", watch: PartyWatch | None = None) -> Any:
     """Start this party's gRPC transport (TLS material checked first) and wait for every handshake.
 
-    ``phase``: ``train`` or ``predict`` (part of the job fingerprint every peer must match); ``watch``:
+    ``phase``: ``train``, ``predict`` or ``serve`` (part of the job fingerprint every peer must match); ``watch``:
     reports a peer that keeps this party waiting, and each link that comes up.
     """
     from securevfl.deploy.certs import load_tls_material
@@ -42,7 +42,8 @@ def open_transport(federation: Federation, name: str, phase: str = "train", watc
     transport = GrpcTransport(name, ordered_addresses(federation), tls=tls, fingerprint=digest, job=job,
                               settings=federation.limits, insecure=federation.insecure,
                               differences=functools.partial(job_mismatch, here=name),
-                              hub=federation.active if federation.topology == "star" else None)
+                              hub=federation.active if federation.topology == "star" else None,
+                              replaceable=serving_replaceable(federation, name) if phase == "serve" else ())
     transport.start()
     # star: a party without an address dials the active party (the messages between two such are relayed)
     addresses = {p: a or f"no address: it dials {federation.active}" for p, a in ordered_addresses(federation).items()}
@@ -77,6 +78,18 @@ def party_links(federation: Federation, name: str, transport: Any = None, phase:
     finally:
         if own:
             transport.close()
+
+
+def serving_replaceable(federation: Federation, name: str) -> tuple[str, ...]:
+    """The peers of ``name`` in a serving session whose failure or restart is theirs alone: the passive data parties.
+
+    The active party scores without a passive party that is down and takes a restarted one back
+    (:mod:`securevfl.deploy.serving`); a passive party goes on serving when another one stops. Full
+    mesh only: in a star the hub relays between the others, and a restarted one is not taken back.
+    """
+    if federation.topology == "star":
+        return ()
+    return tuple(p for p in data_party_order(federation)[1:] if p != name)
 
 
 def ordered_addresses(federation: Federation) -> dict[str, str | None]:

@@ -6,7 +6,8 @@ on a local HTTP endpoint (``--listen``, loopback by default) with a JSON body
 ``{"rows": [{"<id column>": "c0042"}, ...]}``; a row may also carry the active party's own
 feature values (every column its model was trained on), which then replace its table's. The
 answer is ``{"predictions": [{"<id column>": ..., "prediction": ..., "proba_<class>": ...}],
-"not_scored": [ids some party does not hold]}``; ``GET /health`` says whether the parties are up.
+"not_scored": [ids some party does not hold]}`` (and ``"left_out"``, below); ``GET /health`` says whether
+the parties are up.
 
 **Setup, once** (over the same mutually authenticated links as training, job fingerprint marked
 ``phase = serve``): every passive party announces the fingerprint of its part (parts of two models
@@ -21,12 +22,45 @@ of those rows, and the parties run the method's evaluation protocol on them
 (:meth:`~securevfl.methods.engine.loop.PartySide.evaluate`, as batch scoring does), so the privacy
 layer of training protects each request too (EASTER's embeddings summed under its ``secagg``).
 
+**A passive party down or late** (issue 44): each passive party has ``--party-timeout`` seconds
+(:attr:`ServeSettings.party_timeout_s`, default 0.5) for its lookup answer (TAG_BLINDED), then again
+for its evaluation message (collected by the serving loop with :meth:`Channel.poll` before the
+method's evaluation runs, for a method whose evaluation is one message per passive party:
+``PartySide.leave_out``); a party that misses it, or whose links are down
+(:meth:`Channel.peer_status`), is left out of the batch. A model trained on every row
+(``_Session.every_row``) scores the batch's rows without it (its ``present`` all False, so its
+absent embedding stands in; the side is told it is ``silent``); a model trained on the rows every
+party holds scores none of the batch's rows (``not_scored``). Each answer of such a batch has
+``"left_out": {"<party>": "down" | "late" | "joining"}``; ``/health`` says
+``{"status": "degraded", "left_out": ...}``; ServeMetrics counts it (``peer_up``, ``peer_outages``,
+``left_out``); the log has one ``peer-down`` and one ``peer-back`` event per outage.
+
+*In step.* The REQUEST, BLINDED and ROWS messages of a batch carry its number (a passive party
+checks that ROWS is its REQUEST's batch; the active party that an answer is the batch it asked).
+A party left out at the lookup still gets the batch's ROWS (no rows, ``evaluate: false``) so its
+loop (REQUEST -> BLINDED -> ROWS -> evaluation) never desynchronises. After a batch it was late
+for, it is sent a sync marker (TAG_REQUEST ``{"sync": n}``) and asked nothing more until it echoes
+it (TAG_BLINDED ``{"synced": n}``); on a FIFO link everything it sent before the echo is an answer
+to a batch it missed, dropped unread — a late answer is never taken for a later batch's.
+
+*Back.* A party whose links come back (the same process) is resynchronised the same way. A new
+process of it (a restart: another transport session, which the gRPC transport accepts only for a
+serving session's passive parties in a full mesh, ``GrpcTransport(replaceable=...)``) is set up
+again alone — HELLO with the session's salt, its new INDEX, WIDTHS — then sent a sync marker, which
+it echoes once its side is built; it is asked again from then on. Limits: a method whose evaluation
+is not one message per passive party (EASTER, hetero-lr, SecureBoost) leaves a party out only at
+the lookup (its evaluation has no deadline) and cannot take a restarted party back; in a star
+federation a passive party that stops still stops the service.
+
 **What each party learns** — as PSI on the request: a passive party learns which of **its own**
 customers are scored (the positions it must score) and how many IDs were asked, never an ID it
 does not hold; the active party learns which requested IDs every party holds. As with any scoring
 service (FATE-Serving's guest), the active party can ask about any ID it likes: membership of a
 chosen ID in a peer's table is what it can learn, one request at a time, and the peers see every
-request's size. The index reveals to the active party only the number of each peer's rows.
+request's size. The index reveals to the active party only the number of each peer's rows. A
+passive party that misses a deadline learns nothing new: for that batch it is told no rows to score
+(it knew it was late), and a sync marker carries nothing; the others see the same messages as in
+any batch. A restarted passive party's new index is under a fresh key and a new random order.
 """
 
 from __future__ import annotations
@@ -60,7 +94,16 @@ from securevfl.deploy.serving_http import (
     ServeMetrics,
 )
 from securevfl.deploy.serving_limits import BudgetRefused, MembershipBudget, ServeSettings
-from securevfl.errors import ConfigError, DataError, Interrupted, ModelError, ProtocolError, SecureVFLError
+from securevfl.errors import (
+    ConfigError,
+    DataError,
+    Interrupted,
+    ModelError,
+    PeerFinishedError,
+    PeerTimeoutError,
+    ProtocolError,
+    SecureVFLError,
+)
 from securevfl.federation.runtime import PartyContext
 
 TAG_HELLO = "deploy.serve.hello"
@@ -325,17 +368,18 @@ def passive_role(model: ServingModel, fingerprint: str, build_side: SideBuilder,
         ctx.send(ctx.active, TAG_INDEX, {"model": fingerprint, "width": int(model.X.shape[1]),
                                          "index": index.tobytes()})
         _build_announced(ctx, model, build_side)
+        _warm_up(model, index, key)
         log_event(_log, ctx.name, "serve", "budget", f"membership budget: {settings.ids_per_minute or 'no limit'} "
                   f"IDs per minute, {settings.ids_per_session or 'no limit'} per session",
                   ids_per_minute=settings.ids_per_minute, ids_per_session=settings.ids_per_session)
         started = time.perf_counter()
         while (message := _next_request(ctx)) is not None:
             ctx.stage = "serve: request"
-            asked, sizes = _lookup_request(message, ctx.active)
+            asked, sizes, number = _lookup_request(message, ctx.active)
             summary.requests += 1
             admitted, refused = _admit(budget, sizes)
             answer: dict[str, Any] = {"refused": [i for i, why in enumerate(refused) if why], "reason": None,
-                                      "retry_after_s": None}
+                                      "retry_after_s": None, "batch": number}
             if answer["refused"]:
                 reason, retry = next(why for why in refused if why)
                 answer.update(reason=reason, retry_after_s=retry)
@@ -346,7 +390,7 @@ def passive_role(model: ServingModel, fingerprint: str, build_side: SideBuilder,
                 answer["points"] = _blind(asked[admitted], key).tobytes() if admitted.any() else b""
             ctx.send(ctx.active, TAG_BLINDED, answer)
             positions, evaluate = _rows_message(ctx.recv(ctx.active, TAG_ROWS), ctx.active, int(admitted.sum()),
-                                                len(order), ctx.name)
+                                                len(order), ctx.name, number)
             if evaluate:  # its part in the batch, even of none of its rows (a model trained on every row)
                 model.side.evaluate(ctx, model.X[order[positions]], VALIDATE)
                 summary.rows_scored += len(positions)
@@ -359,14 +403,26 @@ def passive_role(model: ServingModel, fingerprint: str, build_side: SideBuilder,
     return role
 
 
-def _rows_message(message: Any, sender: str, looked_up: int, index_rows: int, me: str) -> tuple[np.ndarray, bool]:
-    """The rows of this party's index the active party scores in a batch, and whether the batch is evaluated.
+def _warm_up(model: ServingModel, index: np.ndarray, key: Any) -> None:
+    """The first lookup's and evaluation's one-off costs paid now, so that the first request meets its deadline."""
+    if len(index):
+        _blind(index[:1], key)
+        if len(model.X) and model.side.takes_part:
+            model.side.own_outputs(model.X[:1])
+
+
+def _rows_message(message: Any, sender: str, looked_up: int, index_rows: int, me: str,
+                  number: int) -> tuple[np.ndarray, bool]:
+    """The rows of this party's index the active party scores in batch ``number``, and whether it is evaluated here.
 
     With a model trained on every row the batch is always evaluated (of none of this party's rows,
-    possibly), so that a peer learns nothing of how many rows the active party scores without it.
+    possibly), so that a peer learns nothing of how many rows the active party scores without it;
+    unless this party was left out of the batch (its lookup answer came too late).
     """
-    if not isinstance(message, dict) or set(message) != {"positions", "evaluate"}:
+    if not isinstance(message, dict) or set(message) != {"positions", "evaluate", "batch"}:
         raise ProtocolError(f"malformed rows message from {sender}")
+    if message["batch"] != number:
+        raise ProtocolError(f"{sender} sent the rows of batch {message['batch']!r} in batch {number}")
     positions, evaluate = message["positions"], message["evaluate"]
     if not isinstance(positions, np.ndarray) or positions.dtype != np.int64 or positions.ndim != 1 \
             or len(positions) > looked_up or (len(positions) and (
@@ -377,16 +433,18 @@ def _rows_message(message: Any, sender: str, looked_up: int, index_rows: int, me
     return positions, evaluate
 
 
-def _lookup_request(message: Any, sender: str) -> tuple[np.ndarray, list[int]]:
-    """A batch of lookups as sent: its points, and the size of each request in it (checked)."""
-    if not isinstance(message, dict) or set(message) != {"points", "sizes"} or not isinstance(message["sizes"], list):
+def _lookup_request(message: Any, sender: str) -> tuple[np.ndarray, list[int], int]:
+    """A batch of lookups as sent: its points, the size of each request in it, and the batch's number (checked)."""
+    if not isinstance(message, dict) or set(message) != {"points", "sizes", "batch"} \
+            or not isinstance(message["sizes"], list) or not isinstance(message["batch"], int) \
+            or isinstance(message["batch"], bool):
         raise ProtocolError(f"malformed lookup request from {sender}")
     asked = _points(message["points"], sender, MAX_BATCH_IDS, "request")
     sizes = message["sizes"]
     if len(sizes) > len(asked) or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes) \
             or sum(sizes) != len(asked):
         raise ProtocolError(f"{sender} sent request sizes that do not add up to its {len(asked)} IDs")
-    return asked, sizes
+    return asked, sizes, message["batch"]
 
 
 def _admit(budget: MembershipBudget, sizes: list[int]) -> tuple[np.ndarray, list[tuple[str, float | None] | None]]:
@@ -407,13 +465,21 @@ def _admit(budget: MembershipBudget, sizes: list[int]) -> tuple[np.ndarray, list
 
 
 def _next_request(ctx: PartyContext) -> Any:
-    """The active party's next request to this party (idle ticks skipped); None once it stops the service."""
+    """The active party's next request to this party (idle ticks skipped); None once it stops the service.
+
+    A sync marker (``{"sync": n}``, sent after a batch this party answered too late) is echoed at once
+    (``{"synced": n}``): the active party drops what this party sent before the echo.
+    """
     while True:
         ctx.stage = IDLE_STAGE
         message = ctx.recv(ctx.active, TAG_REQUEST)
         if message == "stop":
             return None
-        if message != "idle":
+        if isinstance(message, dict) and set(message) == {"sync"}:
+            if not isinstance(message["sync"], int) or isinstance(message["sync"], bool):
+                raise ProtocolError(f"malformed sync marker from {ctx.active}")
+            ctx.send(ctx.active, TAG_BLINDED, {"synced": message["sync"]})
+        elif message != "idle":
             return message
 
 
@@ -479,12 +545,30 @@ class _PeerIndex:
     positions: dict[bytes, int]
 
 
+#: A passive party's state at the active party: it takes part in scoring (``up``), or is left out of
+#: every batch because its links are ``down``, it missed a deadline and its late answers are still
+#: on their way (``late``), or a new process of it is being set up (``joining``).
+UP, DOWN, LATE, JOINING = "up", "down", "late", "joining"
+
+
+@dataclass
+class _Peer:
+    """A passive party as the active party's serving loop sees it."""
+
+    index: _PeerIndex | None
+    state: str = UP
+    epoch: int = 0  # the process of it (the transport's PeerStatus.epoch) that sent ``index``
+    sync: int = 0  # late: the marker it echoes after its last late answer
+    hello: bool = False  # joining: the session's salt went to its new process
+    since: float = 0.0  # time.monotonic() when it went out of scoring
+
+
 @dataclass
 class _Session:
     """What the active party's role holds for the whole session (built at set-up)."""
 
     model: ServingModel
-    peers: dict[str, _PeerIndex]
+    peers: dict[str, _Peer]
     helpers: tuple[str, ...]
     key: Any
     salt: bytes
@@ -495,6 +579,15 @@ class _Session:
     active: str = ""
     #: Every row the active party holds is scored, each peer's part where it holds it (a model trained for it).
     every_row: bool = False
+    #: Seconds each passive party has for its lookup answer, then for its evaluation message.
+    timeout_s: float = 0.5
+    #: The method's evaluation can leave a passive party out (one message from each, collected here with
+    #: the deadline), and a restarted passive party can be set up again alone.
+    leave_out: bool = False
+    fingerprint: str = ""
+    inputs: dict[str, Any] = field(default_factory=dict)  # the WIDTHS message every party built its side for
+    batches: int = 0  # batches sent to the passive parties (each message of a batch carries its number)
+    syncs: int = 0  # sync markers sent to late passive parties
 
 
 def _next_batch(jobs: RequestQueue, first: ScoringJob, wait_s: float,
@@ -527,6 +620,22 @@ def _claim(job: ScoringJob) -> bool:
     return not job.cancelled and job.answer.set_running_or_notify_cancel()
 
 
+def _peer_index(ctx: PartyContext, key: Any, p: str, message: Any, fingerprint: str) -> tuple[int, _PeerIndex]:
+    """A passive party's set-up message, checked: its encoded width and its index raised to this party's key."""
+    if not isinstance(message, dict) or set(message) != {"model", "width", "index"}:
+        raise ProtocolError(f"malformed serving index from {p}")
+    width = _widths({p: message["width"]}, p, (p,))[p]
+    if message["model"] != fingerprint:
+        raise ModelError(f"{p} holds a part of another model: every party must serve with its part of "
+                         "one saved model")
+    points = _points(message["index"], p, MAX_INDEX_ROWS, "ID index")
+    with ctx.meter.crypto("serve.index"):
+        both = _blind(points, key, workers=None)
+    log_event(_log, ctx.name, "serve", "index", f"serving index of {p}: {len(both)} IDs", peer=p,
+              peer_rows=len(both))
+    return width, _PeerIndex({bytes(row): i for i, row in enumerate(both)})
+
+
 def active_role(model: ServingModel, fingerprint: str, jobs: RequestQueue,
                  federation: Federation, classes: tuple[str, ...], task: str, build_side: SideBuilder,
                  ready: Callable[[], None], idle_s: float, settings: ServeSettings,
@@ -542,31 +651,23 @@ def active_role(model: ServingModel, fingerprint: str, jobs: RequestQueue,
         n_classes = 1 if task == REGRESSION else len(classes)
         for p in ctx.passives:
             ctx.send(p, TAG_HELLO, {"salt": salt})
-        peers: dict[str, _PeerIndex] = {}
+        peers: dict[str, _Peer] = {}
         widths = {ctx.name: int(model.X.shape[1])}
         for p in ctx.passives:
-            message = ctx.recv(p, TAG_INDEX)
-            if not isinstance(message, dict) or set(message) != {"model", "width", "index"}:
-                raise ProtocolError(f"malformed serving index from {p}")
-            widths[p] = _widths({p: message["width"]}, p, (p,))[p]
-            if message["model"] != fingerprint:
-                raise ModelError(f"{p} holds a part of another model: every party must serve with its part of "
-                                 "one saved model")
-            points = _points(message["index"], p, MAX_INDEX_ROWS, "ID index")
-            with ctx.meter.crypto("serve.index"):
-                both = _blind(points, key, workers=None)
-            peers[p] = _PeerIndex({bytes(row): i for i, row in enumerate(both)})
-            log_event(_log, ctx.name, "serve", "index", f"serving index of {p}: {len(both)} IDs", peer=p,
-                      peer_rows=len(both))
+            epoch = ctx.channel.peer_status(p).epoch
+            widths[p], index = _peer_index(ctx, key, p, ctx.recv(p, TAG_INDEX), fingerprint)
+            peers[p] = _Peer(index, epoch=epoch)
+            metrics.peer_up.labels(p).set(1)
         helpers = tuple(p for p in ctx.peers if p not in ctx.passives)
+        inputs = {"widths": widths, "n_classes": n_classes, "task": task}
         for p in (*ctx.passives, *helpers):  # every party builds its side for the same model inputs (as a plan says)
-            ctx.send(p, TAG_WIDTHS, {"widths": widths, "n_classes": n_classes, "task": task})
+            ctx.send(p, TAG_WIDTHS, inputs)
         model.side = build_side(widths, n_classes, task)
         prepare_scoring_side(ctx, model.side, model.saved)
         side = model.side
         every_row = bool(side.method.partial_rows and not side.config.require_all_parties)
         session = _Session(model, peers, helpers, key, salt, classes, task, federation.job.id_column, metrics,
-                           ctx.name, every_row)
+                           ctx.name, every_row, settings.party_timeout_s, bool(side.leave_out), fingerprint, inputs)
         ready()
         started = time.perf_counter()
         last = time.monotonic()
@@ -579,9 +680,9 @@ def active_role(model: ServingModel, fingerprint: str, jobs: RequestQueue,
             except Interrupted:  # SIGINT / SIGTERM while idle: the service ends, the peers stop cleanly
                 break
             except queue.Empty:
+                _refresh(ctx, session)  # a peer down, back, late or restarted: known before the next request
                 if time.monotonic() - last >= idle_s:  # tell the peers this party is alive
-                    for p in ctx.peers:
-                        ctx.send(p, TAG_REQUEST, "idle")
+                    _tell(ctx, session, "idle")
                     last = time.monotonic()
                 continue
             if job is None:
@@ -605,20 +706,152 @@ def active_role(model: ServingModel, fingerprint: str, jobs: RequestQueue,
                       f"{sum(j.n_rows for j in batch)} rows scored in {latency:.1f} ms",
                       requests=len(batch), rows=scored, asked=sum(j.n_rows for j in batch),
                       latency_ms=round(latency, 3))
-        for p in ctx.peers:
-            ctx.send(p, TAG_REQUEST, "stop")
+        _tell(ctx, session, "stop")
         summary.wall_s = time.perf_counter() - started
         return summary
 
     return role
 
 
-def _lookups(ctx: PartyContext, session: _Session, batch: list[ScoringJob],
-             ids: list[str]) -> tuple[dict[str, np.ndarray], list[BudgetRefused | None]]:
-    """Each passive party's index positions of ``ids``, and per request the first refusal of a passive party.
+def _tell(ctx: PartyContext, session: _Session, word: str) -> None:
+    """``idle`` or ``stop`` to every helper and every passive party in step with this one (not down, not joining)."""
+    for p in session.helpers:
+        ctx.send(p, TAG_REQUEST, word)
+    for p, peer in session.peers.items():
+        if peer.state in (UP, LATE):
+            try:
+                ctx.send(p, TAG_REQUEST, word)
+            except SecureVFLError as exc:
+                _down_or_raise(ctx, session, p, exc)
 
-    A position is -1 where the party does not hold the ID or did not look it up; a refusal is None
-    where every party looked the request up.
+
+# ------------------------------------------------------------------ a passive party down, late, back, restarted
+
+
+def _lost(ctx: PartyContext, p: str, exc: BaseException) -> bool:
+    """Whether ``exc`` (raised sending to or receiving from ``p``) means that ``p`` is down: its links say so."""
+    return isinstance(exc, (PeerFinishedError, ProtocolError, ConnectionError)) and not ctx.channel.peer_status(p).up
+
+
+def _down_or_raise(ctx: PartyContext, session: _Session, p: str, exc: BaseException) -> None:
+    """``p`` goes out of scoring as down if ``exc`` says it is lost; anything else (a live peer's fault) is raised."""
+    if not _lost(ctx, p, exc):
+        raise exc
+    _out(session, p, DOWN, f"its links are down ({type(exc).__name__})")
+
+
+def _out(session: _Session, p: str, state: str, why: str) -> None:
+    """Take ``p`` out of scoring (``down``, ``late``, ``joining``): logged and counted once per outage."""
+    peer = session.peers[p]
+    if peer.state == UP:
+        peer.since = time.monotonic()
+        session.metrics.peer_outages.labels(p).inc()
+        session.metrics.peer_up.labels(p).set(0)
+        log_event(_log, session.active, "serve", "peer-down", f"{p} is left out of scoring: {why}",
+                  level=logging.WARNING, peer=p, reason=state)
+    elif peer.state != state:
+        log_event(_log, session.active, "serve", "peer-state", f"{p}, out of scoring, is now {state}: {why}",
+                  level=logging.INFO, peer=p, reason=state)
+    peer.state = state
+    session.metrics.out[p] = state
+
+
+def _back(session: _Session, p: str) -> None:
+    """``p`` takes part in scoring again."""
+    peer = session.peers[p]
+    peer.state = UP
+    session.metrics.peer_up.labels(p).set(1)
+    session.metrics.out.pop(p, None)
+    outage = time.monotonic() - peer.since
+    log_event(_log, session.active, "serve", "peer-back", f"{p} takes part in scoring again after {outage:.1f} s "
+              "out", peer=p, outage_s=round(outage, 3))
+
+
+def _resync(ctx: PartyContext, session: _Session, p: str, why: str) -> None:
+    """``p`` is late: a sync marker goes after what it was sent, and it is back once it echoes the marker.
+
+    Whatever it sends before the echo (its answers to the batches it missed) is dropped unread.
+    """
+    session.syncs += 1
+    session.peers[p].sync = session.syncs
+    _out(session, p, LATE, why)
+    try:
+        ctx.send(p, TAG_REQUEST, {"sync": session.syncs})
+    except SecureVFLError as exc:
+        _down_or_raise(ctx, session, p, exc)
+
+
+def _refresh(ctx: PartyContext, session: _Session) -> None:
+    """Each passive party's state brought up to date with its links: down, late answers drained, a restart set up.
+
+    Never waits: what has not arrived yet is looked at again before the next batch.
+    """
+    for p, peer in session.peers.items():
+        status = ctx.channel.peer_status(p)
+        if status.epoch != peer.epoch:  # a new process of it: set up again, alone, before it is asked anything
+            ctx.channel.discard(p)
+            peer.epoch, peer.index, peer.hello = status.epoch, None, False
+            _out(session, p, JOINING, "a new process of it connected" + (
+                "" if session.leave_out else f" (a {session.model.side.method.name} model cannot take it back: "
+                                             "restart the service)"))
+        if not status.up:
+            if peer.state != JOINING:
+                _out(session, p, DOWN, "its links are down")
+            continue
+        try:
+            if peer.state == DOWN:  # the same process, reachable again: what it owes first
+                _resync(ctx, session, p, "reachable again; its late answers are dropped first")
+            if peer.state == LATE:
+                _drain(ctx, session, p)
+            elif peer.state == JOINING and session.leave_out:
+                _join(ctx, session, p)
+        except SecureVFLError as exc:
+            _down_or_raise(ctx, session, p, exc)
+
+
+def _drain(ctx: PartyContext, session: _Session, p: str) -> None:
+    """Drop what a late ``p`` sent so far; back in scoring once its echo of the sync marker is here."""
+    peer = session.peers[p]
+    while (message := ctx.channel.take(p, 0.0)) is not None:
+        tag, value = message
+        if tag == TAG_BLINDED and isinstance(value, dict) and value.get("synced") == peer.sync:
+            _back(session, p)
+            return
+
+
+def _join(ctx: PartyContext, session: _Session, p: str) -> None:
+    """A restarted ``p``: the session's salt, its new index, the model inputs (as at set-up), then a sync marker.
+
+    It is back once it echoes the marker: its side is built by then, and the next request meets its deadline.
+    """
+    peer = session.peers[p]
+    if not peer.hello:
+        ctx.send(p, TAG_HELLO, {"salt": session.salt})
+        peer.hello = True
+        return
+    message = ctx.channel.take(p, 0.0)
+    if message is None:
+        return
+    tag, value = message
+    if tag != TAG_INDEX:
+        raise ProtocolError(f"the new process of {p} sent {tag!r} before its serving index")
+    width, index = _peer_index(ctx, session.key, p, value, session.fingerprint)
+    if width != session.inputs["widths"][p]:
+        raise ModelError(f"the new process of {p} serves a part of encoded width {width}, the one before "
+                         f"{session.inputs['widths'][p]}: every party must serve with its part of one saved model")
+    ctx.send(p, TAG_WIDTHS, session.inputs)
+    peer.index = index
+    _resync(ctx, session, p, "set up again; back once its side is built (it echoes a sync marker)")
+
+
+def _lookups(ctx: PartyContext, session: _Session, batch: list[ScoringJob], ids: list[str], number: int,
+             out: dict[str, str]) -> tuple[dict[str, np.ndarray], list[BudgetRefused | None], list[str]]:
+    """Each passive party's index positions of ``ids``, per request the first refusal, and the parties asked.
+
+    Only the parties in scoring are asked; each has ``session.timeout_s`` to answer (else it is left
+    out of the batch, in ``out`` with the reason, and has no positions). A position is -1 where the
+    party does not hold the ID or did not look it up; a refusal is None where every party looked the
+    request up.
 
     The IDs go out as ``H(q)^{a r}``, ``r`` fresh for this batch (so a peer cannot link an ID asked in
     two batches), and the peer's ``H(q)^{a r b}`` comes back to ``H(q)^{ab}`` with ``r``'s inverse.
@@ -629,17 +862,35 @@ def _lookups(ctx: PartyContext, session: _Session, batch: list[ScoringJob],
     with ctx.meter.crypto("serve.blind"):
         fresh, inverse = rerandomizing_pair(base=session.key)  # H(q)^{a r} in one multiplication
         asked = _hash_blind(ids, session.salt, fresh).tobytes()
-    for p in session.peers:
-        ctx.send(p, TAG_REQUEST, {"points": asked, "sizes": sizes})
+    sent: list[str] = []
+    for p, peer in session.peers.items():
+        if peer.state == UP:
+            try:
+                ctx.send(p, TAG_REQUEST, {"points": asked, "sizes": sizes, "batch": number})
+                sent.append(p)
+            except SecureVFLError as exc:
+                _down_or_raise(ctx, session, p, exc)
+                out[p] = DOWN
     positions: dict[str, np.ndarray] = {}
     refused: list[BudgetRefused | None] = [None] * len(batch)
     starts = np.cumsum([0, *sizes])
-    for p, index in session.peers.items():
+    deadline = time.monotonic() + session.timeout_s
+    for p in sent:
         t0 = time.perf_counter()
-        answer = ctx.recv(p, TAG_BLINDED)
-        session.metrics.peer_seconds.labels(p).observe(time.perf_counter() - t0)
+        try:
+            answer = ctx.recv(p, TAG_BLINDED, timeout=max(0.0, deadline - time.monotonic()))
+        except PeerTimeoutError:
+            _out(session, p, LATE, f"no lookup answer within {session.timeout_s:g} s")
+            out[p] = LATE
+            continue
+        except SecureVFLError as exc:
+            _down_or_raise(ctx, session, p, exc)
+            out[p] = DOWN
+            continue
+        finally:
+            session.metrics.peer_seconds.labels(p).observe(time.perf_counter() - t0)
         looked_up = np.ones(len(ids), dtype=bool)
-        for j in _refused_requests(answer, p, len(batch)):
+        for j in _refused_requests(answer, p, len(batch), number):
             looked_up[starts[j]:starts[j + 1]] = False
             refused[j] = refused[j] or BudgetRefused(p, answer["reason"], answer["retry_after_s"])
             session.metrics.refusals.labels(p).inc()
@@ -647,18 +898,21 @@ def _lookups(ctx: PartyContext, session: _Session, batch: list[ScoringJob],
         if len(both) != looked_up.sum():
             raise ProtocolError(f"{p} answered {len(both)} of the {int(looked_up.sum())} IDs it looked up")
         found = np.full(len(ids), -1, np.int64)
-        if len(both):
+        index = session.peers[p].index
+        if len(both) and index is not None:
             with ctx.meter.crypto("serve.blind"):
                 both = _blind(both, inverse)
             found[looked_up] = [index.positions.get(bytes(row), -1) for row in both]
         positions[p] = found
-    return positions, refused
+    return positions, refused, sent
 
 
-def _refused_requests(message: Any, sender: str, n_requests: int) -> list[int]:
-    """The requests a passive party's lookup answer says it refused (its answer checked)."""
-    if not isinstance(message, dict) or set(message) != {"points", "refused", "reason", "retry_after_s"}:
+def _refused_requests(message: Any, sender: str, n_requests: int, number: int) -> list[int]:
+    """The requests a passive party's lookup answer says it refused (its answer checked, of batch ``number``)."""
+    if not isinstance(message, dict) or set(message) != {"points", "refused", "reason", "retry_after_s", "batch"}:
         raise ProtocolError(f"malformed lookup answer from {sender}")
+    if message["batch"] != number:  # in step: a late answer is drained before the party is asked again
+        raise ProtocolError(f"{sender} answered batch {message['batch']!r} when asked batch {number}")
     refused, reason, retry = message["refused"], message["reason"], message["retry_after_s"]
     if not isinstance(refused, list) or not all(isinstance(j, int) and 0 <= j < n_requests for j in refused) \
             or len(set(refused)) != len(refused) or bool(refused) != isinstance(reason, str) \
@@ -668,49 +922,106 @@ def _refused_requests(message: Any, sender: str, n_requests: int) -> list[int]:
     return refused
 
 
+def _collect(ctx: PartyContext, session: _Session, told: list[str], out: dict[str, str]) -> set[str]:
+    """The evaluation message of each party in ``told``, waited for ``session.timeout_s`` (kept for the evaluation).
+
+    Returns the parties whose message did not come in time (each now late, or down: in ``out``).
+    """
+    missing: set[str] = set()
+    deadline = time.monotonic() + session.timeout_s
+    for p in told:
+        try:
+            here = ctx.channel.poll(p, max(0.0, deadline - time.monotonic()))
+        except SecureVFLError as exc:
+            _down_or_raise(ctx, session, p, exc)
+            out[p] = DOWN
+            missing.add(p)
+            continue
+        if not here:
+            missing.add(p)
+            out[p] = LATE
+            _resync(ctx, session, p, f"no evaluation message within {session.timeout_s:g} s")
+    return missing
+
+
 def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) -> int:
     """One exchange for a batch of requests; each request gets its own answer. Returns the rows scored.
 
-    Blinded lookups at every passive party, then the method's evaluation of the rows every party holds.
+    Blinded lookups at every passive party in scoring, then the method's evaluation of the rows
+    every party holds (a model trained on every row: every row the active party holds, each passive
+    party's part where it holds the row and answered in time). A passive party left out of the batch
+    (down, late, joining) is named in each answer's ``left_out``.
 
     A helper learns only the number of rows scored (it takes part in their evaluation).
     """
     from securevfl.methods.engine.loop import VALIDATE
 
+    _refresh(ctx, session)
+    session.batches += 1
+    number = session.batches
+    out = {p: peer.state for p, peer in session.peers.items() if peer.state != UP}
     ids = [item for job in batch for item in job.ids]
     held = np.concatenate([job.own for job in batch])
     refused: list[BudgetRefused | None] = [None] * len(batch)
     positions: dict[str, np.ndarray] = {}
+    sent: list[str] = []
     if session.peers:
-        positions, refused = _lookups(ctx, session, batch, ids)
+        positions, refused, sent = _lookups(ctx, session, batch, ids, number, out)
         if session.every_row:  # the rows the active party holds, of the requests no peer refused
             starts = np.cumsum([0, *[job.n_rows for job in batch]])
             for j, refusal in enumerate(refused):
                 if refusal is not None:
                     held[starts[j]:starts[j + 1]] = False
+        elif out:  # a model that needs every party's part: none of this batch's rows
+            held[:] = False
         else:
             for found in positions.values():
                 held &= found >= 0
     rows = np.flatnonzero(held)
-    for p in session.peers:  # positions in the peer's index: only of IDs it looked up and holds
-        mine = positions[p][rows]
-        ctx.send(p, TAG_ROWS, {"positions": mine[mine >= 0].astype(np.int64),
-                               "evaluate": bool(session.every_row or len(rows))})
+    evaluate = bool(session.every_row or len(rows))
+    told: list[str] = []
+    for p in sent:  # positions in the peer's index: only of IDs it looked up and holds; none for a party left out
+        answered = p in positions
+        mine = positions[p][rows] if answered else np.zeros(0, np.int64)
+        try:
+            ctx.send(p, TAG_ROWS, {"positions": mine[mine >= 0].astype(np.int64), "batch": number,
+                                   "evaluate": evaluate and answered})
+        except SecureVFLError as exc:
+            _down_or_raise(ctx, session, p, exc)
+            out[p] = DOWN
+            continue
+        if answered and evaluate:
+            told.append(p)
+        elif session.peers[p].state == LATE:  # its late lookup answer, then the marker's echo
+            _resync(ctx, session, p, f"no lookup answer within {session.timeout_s:g} s")
+    silent = {p for p in session.peers if p not in told}
+    if evaluate and session.leave_out:
+        silent |= _collect(ctx, session, told, out)
+        if not session.every_row and silent:  # a model that needs every party's part: none of the rows
+            for p in told:
+                ctx.channel.discard(p)
+            held[:] = False
+            rows = rows[:0]
+            evaluate = False
     for p in session.helpers:
         ctx.send(p, TAG_REQUEST, int(len(rows)))
     scores = None
-    present = {p: positions[p][rows] >= 0 for p in session.peers}
-    if len(rows) or session.every_row:
+    none = np.zeros(len(rows), dtype=bool)
+    present = {p: none if p in silent else positions[p][rows] >= 0 for p in session.peers}
+    if evaluate:
         X = np.concatenate([job.X for job in batch]) if len(batch) > 1 else batch[0].X
         side = session.model.side
         side.present = present if session.every_row else None
+        side.silent = frozenset(silent) if session.leave_out else frozenset()
         try:
             scores = side.evaluate(ctx, X[rows], VALIDATE).scores
         finally:
-            side.present = None
+            side.present, side.silent = None, frozenset()
     session.metrics.batch_rows.observe(len(ids))
     session.metrics.rows.labels("scored").inc(len(rows))
     session.metrics.rows.labels("not_scored").inc(len(ids) - len(rows))
+    for p, reason in out.items():
+        session.metrics.left_out.labels(p, reason).inc()
     parties = _parties(session, rows, present)
     start = begin = 0  # the request's first row in the batch, and its first scored row
     for job, refusal in zip(batch, refused):
@@ -721,7 +1032,7 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
         else:
             try:
                 job.answer.set_result(_answer(session, job, mine, None if scores is None else
-                                              scores[begin:begin + scored], parties[begin:begin + scored]))
+                                              scores[begin:begin + scored], parties[begin:begin + scored], out))
             except Exception as exc:  # noqa: BLE001 - one request's answer failing is that request's error
                 job.answer.set_exception(exc)
         start, begin = start + job.n_rows, begin + scored
@@ -735,8 +1046,11 @@ def _parties(session: _Session, rows: np.ndarray, present: dict[str, np.ndarray]
 
 
 def _answer(session: _Session, job: ScoringJob, held: np.ndarray, scores: np.ndarray | None,
-            parties: list[str]) -> dict[str, Any]:
-    """One request's answer: its scored rows' predictions (with the active party's warnings), the rest named."""
+            parties: list[str], left_out: Mapping[str, str]) -> dict[str, Any]:
+    """One request's answer: its scored rows' predictions (with the active party's warnings), the rest named.
+
+    ``left_out``: the passive parties left out of its batch, with why (in the answer only when some were).
+    """
     from securevfl.model.scoring import prediction_records
 
     predictions: list[dict[str, Any]] = []
@@ -749,7 +1063,10 @@ def _answer(session: _Session, job: ScoringJob, held: np.ndarray, scores: np.nda
             row["warnings"] = job.warnings[i]
             for note in job.warnings[i]:
                 session.metrics.warnings.labels(note.split(":")[0].replace(" ", "_")).inc()
-    return {"predictions": predictions, "not_scored": [job.ids[i] for i in np.flatnonzero(~held)]}
+    answer: dict[str, Any] = {"predictions": predictions, "not_scored": [job.ids[i] for i in np.flatnonzero(~held)]}
+    if left_out:
+        answer["left_out"] = dict(left_out)
+    return answer
 
 
 def listen_address(listen: str) -> tuple[str, int]:

@@ -217,6 +217,14 @@ class ServeMetrics:
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384),
                                     registry=self.registry)
         self.queued = Gauge(f"{ns}_queued_requests", "Requests waiting to be scored", registry=self.registry)
+        self.peer_up = Gauge(f"{ns}_peer_up", "1 while a passive party takes part in scoring, 0 while it is left "
+                             "out (down, late or rejoining)", ["peer"], registry=self.registry)
+        self.peer_outages = Counter(f"{ns}_peer_outages", "Times a passive party went out of scoring (down, late "
+                                    "or restarted)", ["peer"], registry=self.registry)
+        self.left_out = Counter(f"{ns}_left_out_batches", "Batches scored without a passive party, by reason "
+                                "(down, late, joining)", ["peer", "reason"], registry=self.registry)
+        #: The passive parties left out of scoring now (party -> reason), kept by the serving role for /health.
+        self.out: dict[str, str] = {}
 
     def exposition(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -247,7 +255,9 @@ def read_token(path: Path) -> bytes:
 class ScoringApp:
     """``POST /score``, ``GET /health`` and ``GET /metrics``.
 
-    ``/health`` says only whether the service is up: what an unauthenticated caller may know.
+    ``/health`` says only whether the service is up: what an unauthenticated caller may know; while
+    a passive party is left out of scoring it says ``{"status": "degraded", "left_out": {party:
+    reason}}`` (still 200: the service answers, without that party's part).
     ``prepare(rows)`` turns a request's rows into a :class:`ScoringJob` (or raises RequestError);
     ``submit(job)`` queues it (or raises queue.Full); ``status()`` is the service's state.
     """
@@ -263,7 +273,9 @@ class ScoringApp:
             return
         path, method = scope.get("path", ""), scope.get("method", "")
         if path == "/health" and method == "GET":
-            await _reply(send, 200, {"status": self.status()})
+            status, out = self.status(), dict(self.metrics.out)
+            await _reply(send, 200, {"status": "degraded", "left_out": out} if status == "ok" and out
+                         else {"status": status})
         elif path in ("/score", "/metrics") and not self._authorised(scope):
             self._refused("unauthorized", 401, "no valid bearer token")
             await _reply(send, 401, {"error": "a valid bearer token is needed (Authorization: Bearer ...)"},

@@ -30,7 +30,9 @@ class ServeSettings:
     with ``Retry-After``); requests arriving within ``batch_wait_ms`` of each other are scored
     together, up to ``max_batch_rows`` rows; a client must send its request within
     ``client_timeout_s``; ``request_timeout_s`` bounds one request's wait for its answer;
-    ``max_connections`` open connections (beyond: the longest-idle one is closed).
+    ``max_connections`` open connections (beyond: the longest-idle one is closed). Each passive
+    party has ``party_timeout_s`` to answer its part of a batch (its lookup answer, then its evaluation
+    message), else it is left out of that batch (:mod:`securevfl.deploy.serving`).
 
     Membership budget (a passive party): at most ``ids_per_minute`` looked-up IDs per minute (a
     token bucket of that size refilled continuously) and ``ids_per_session`` in all; 0 means no limit.
@@ -57,6 +59,10 @@ class ServeSettings:
                                        help="Seconds one request may wait for its answer.")
     max_connections: int = setting(1024, cli=False, rule=integer(1, 1_000_000),
                                    help="Open connections; beyond, the longest-idle one is closed.")
+    party_timeout_s: float = setting(0.5, flag="--party-timeout", rule=number(0.01, 600),
+                                     help="With --serve at the active party: seconds each passive party has to "
+                                          "answer its part of a batch (its lookup, then its evaluation message); a "
+                                          "party later than that, or down, is left out of the batch.")
     ids_per_minute: int = setting(6000, flag="--max-ids-per-minute", rule=integer(0, 10**12),
                                   help="With --serve at a passive party: the IDs the active party may look up per "
                                        "minute (0: no limit).")

@@ -46,7 +46,7 @@ from securevfl.errors import (
 from securevfl.federation import codec
 from securevfl.federation.cooperative import CooperativeTransport
 from securevfl.federation.meter import Meter
-from securevfl.federation.transport import Envelope, InProcessTransport, Transport
+from securevfl.federation.transport import Envelope, InProcessTransport, PeerStatus, Transport
 
 T = TypeVar("T")
 
@@ -71,6 +71,7 @@ class Channel:
         self._recv_timeout = recv_timeout
         self.waiting_for: tuple[str, str] | None = None  # (peer, tag) of the receive in progress
         self.waiting_since = 0.0  # time.monotonic() when that receive began (a watcher reports long waits)
+        self._held: dict[str, Envelope] = {}  # per peer, the message poll() took and the next receive returns
 
     def _payload(self, value: Any) -> bytes | codec.Parcel:
         with self._meter.serialize():
@@ -106,13 +107,59 @@ class Channel:
         return PeerTimeoutError(src, self.party, timeout, f"{self.party} waited {timeout:g} s for {tag!r} from {src} "
                                                            "(receive timeout)")
 
-    def recv(self, src: str, tag: str) -> Any:
-        """Receive the next message from ``src``; it must carry ``tag`` (else ProtocolError)."""
+    def recv(self, src: str, tag: str, timeout: float | None = None) -> Any:
+        """Receive the next message from ``src``; it must carry ``tag`` (else ProtocolError).
+
+        ``timeout``: seconds this one receive may wait, instead of the channel's receive timeout (a
+        deadline for one message: :class:`PeerTimeoutError` after it, the message, if it comes later,
+        left for the next receive).
+        """
+        return self._decoded(self._next(src, tag, timeout), src, tag)
+
+    def poll(self, src: str, timeout: float) -> bool:
+        """Whether a message from ``src`` is here within ``timeout`` seconds (0: now); kept for the next receive.
+
+        Transport failures (a lost peer) are raised as by :meth:`recv`; a peer that merely has not sent
+        yet is ``False``. Over a network or threaded transport (the cooperative one of one process has
+        no timeouts: it waits for the message).
+        """
+        if src in self._held:
+            return True
+        try:
+            self._held[src] = self._next(src, "a message", timeout)
+        except PeerTimeoutError:
+            return False
+        return True
+
+    def take(self, src: str, timeout: float) -> tuple[str, Any] | None:
+        """The next message from ``src`` whatever its tag, as (tag, value), or None if none comes within ``timeout``.
+
+        For a party that must skip what a peer sent late (a serving session's stale answers).
+        """
+        if not self.poll(src, timeout):
+            return None
+        envelope = self._held.pop(src)
+        return envelope.tag, self._decoded(envelope, src, envelope.tag)
+
+    def discard(self, src: str) -> None:
+        """Drop the message :meth:`poll` kept from ``src`` (if any)."""
+        self._held.pop(src, None)
+
+    def peer_status(self, src: str) -> PeerStatus:
+        """Whether ``src`` is reachable now, and which process of it (:meth:`Transport.peer_status`)."""
+        return self._transport.peer_status(src)
+
+    def _next(self, src: str, tag: str, timeout: float | None) -> Envelope:
+        """The next envelope from ``src`` (the one :meth:`poll` kept first), waiting at most ``timeout`` s."""
+        held = self._held.pop(src, None)
+        if held is not None:
+            return held
         self.waiting_since = time.monotonic()
         self.waiting_for = (src, tag)
         try:
             with self._meter.waiting():
-                envelope = self._transport.recv(self.party, src, self._abort, self._recv_timeout)
+                return self._transport.recv(self.party, src, self._abort,
+                                            self._recv_timeout if timeout is None else max(0.0, timeout))
         except PeerFinishedError as exc:
             raise PeerFinishedError(src, self.party, f"{self.party} waits for {tag!r} from {src}, "
                                     f"but {src}'s role finished without sending it") from exc
@@ -122,6 +169,8 @@ class Channel:
             raise DeadlockError(self.party, src, f"{self.party} waits for {tag!r} from {src}, but {exc}") from exc
         finally:
             self.waiting_for = None
+
+    def _decoded(self, envelope: Envelope, src: str, tag: str) -> Any:
         if envelope.tag != tag:
             raise ProtocolError(
                 f"{self.party} expected {tag!r} from {src} but received {envelope.tag!r}"
@@ -167,8 +216,8 @@ class PartyContext:
     def send(self, dst: str, tag: str, value: Any) -> int:
         return self.channel.send(dst, tag, value)
 
-    def recv(self, src: str, tag: str) -> Any:
-        return self.channel.recv(src, tag)
+    def recv(self, src: str, tag: str, timeout: float | None = None) -> Any:
+        return self.channel.recv(src, tag, timeout)
 
     def broadcast(self, dsts: Sequence[str], tag: str, value: Any) -> None:
         self.channel.broadcast(dsts, tag, value)

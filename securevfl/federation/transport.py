@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -35,6 +36,17 @@ class Envelope:
     def size(self) -> int:
         """The bytes this message is on the wire."""
         return payload_size(self.payload)
+
+
+@dataclass(frozen=True)
+class PeerStatus:
+    """What a transport knows of one peer now (:meth:`Transport.peer_status`)."""
+
+    #: Its links carry messages now (a network transport: both directions connected, nothing failed).
+    up: bool = True
+    #: How many times a new process of the peer replaced the one before (0: the first one), where the
+    #: transport accepts that (a serving session's passive parties, :mod:`~securevfl.federation.grpc_transport`).
+    epoch: int = 0
 
 
 class Transport(ABC):
@@ -64,6 +76,10 @@ class Transport(ABC):
         A peer still waiting for a message from it then fails at once, with a message naming it,
         instead of waiting forever (the "finished peer" contract).
         """
+
+    def peer_status(self, peer: str) -> PeerStatus:
+        """Whether ``peer`` is reachable now, and which process of it (in one process: always up, the first)."""
+        return PeerStatus()
 
     def abort(self, reason: str) -> None:  # noqa: B027 - optional hook, deliberately not abstract
         """Tell the peers that this process's party failed (network transports; threads share an event)."""
@@ -104,12 +120,13 @@ class InProcessTransport(Transport):
 
     def recv(self, dst: str, src: str, abort: threading.Event, timeout: float | None = None) -> Envelope:
         link = self._link(src, dst)
-        waited = 0.0
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if abort.is_set():
                 raise RunAborted(f"{dst} stopped waiting for {src}: the run was aborted")
+            wait = self._POLL_S if deadline is None else max(0.0, min(self._POLL_S, deadline - time.monotonic()))
             try:
-                return link.get(timeout=self._POLL_S)
+                return link.get(timeout=wait) if wait > 0 else link.get_nowait()
             except queue.Empty:
                 # A role's sends happen before it is marked finished, so once it is, an empty link stays empty.
                 if self._has_finished(src):
@@ -117,6 +134,6 @@ class InProcessTransport(Transport):
                         return link.get_nowait()
                     except queue.Empty:
                         raise PeerFinishedError(src, dst) from None
-                waited += self._POLL_S
-                if timeout is not None and waited >= timeout:
+                if deadline is not None and time.monotonic() >= deadline:
+                    assert timeout is not None
                     raise PeerTimeoutError(src, dst, timeout) from None

@@ -20,6 +20,15 @@ class PeerLostError(ProtocolError):
         super().__init__(detail)
 
 
+class PeerRestartedError(PeerLostError):
+    """A new process of a peer answered on a link (it expects frames the one before acknowledged).
+
+    Fatal for the link: its frames were meant for the process before. Where the party's transport takes
+    a restarted peer back (``GrpcTransport(replaceable=...)``), the new process's own HELLO replaces the
+    link; elsewhere the run fails, naming the peer.
+    """
+
+
 class LinkRefusedError(SecureVFLError, ConnectionError):
     """A peer refused the link (wrong party, job mismatch) or its TLS handshake failed."""
 

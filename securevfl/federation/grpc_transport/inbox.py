@@ -16,7 +16,9 @@ the sender, told by gRPC, names it too and tells the receiver in an ABORT on a f
 HELLO. The first frame carries the job fingerprint; a mismatch is refused with the keys that
 differ, before any data frame. It also carries the sending process's random session id: a
 reconnect repeats it, and a HELLO with another id while a link from that party was accepted (a
-second process of the party: a batch ``--predict`` next to a running ``--serve``) is refused.
+second process of the party: a batch ``--predict`` next to a running ``--serve``) is refused,
+except from a peer the transport was told is *replaceable* (a serving session's passive party
+restarted): that process replaces the one before, its link starting afresh.
 
 Bounds. What one party can make another hold is bounded per link: the sender keeps at most
 ``send_window_mb`` unacknowledged; the receiver holds at most ``recv_buffer_mb`` (default
@@ -43,7 +45,7 @@ import grpc
 
 from securevfl.errors import ProtocolError
 from securevfl.federation import frames as fr
-from securevfl.federation.grpc_transport.errors import _Refusal
+from securevfl.federation.grpc_transport.errors import PeerLostError, _Refusal
 from securevfl.federation.grpc_transport.wire import _MIB, ACK_EVERY_BYTES, ACK_EVERY_FRAMES, RELAY, frame_limit
 from securevfl.federation.network import NetworkSettings, TlsCredentials
 from securevfl.federation.transport import Envelope
@@ -92,6 +94,7 @@ class _Receiver:
     _differences: Callable[[Any, Any], list[str]] | None
     _cond: threading.Condition
     _inboxes: dict[str, _Inbox]
+    replaceable: frozenset[str]
 
     def _accept_hello(self, inbox: _Inbox, hello: fr.Frame, context: Any = None) -> tuple[int, int, Any]:
         """Start a new generation of ``inbox`` for an accepted HELLO.
@@ -148,7 +151,13 @@ class _Receiver:
                 inbox.session = hello.session
             if hello.session == inbox.session:
                 return ""
+            if hello.src in self.replaceable:  # a serving session takes a restarted passive party back
+                self._replace_peer(hello.src, hello.session)
+                return ""
         return f"another process of {hello.src} (another session) is connected to {self.party}"
+
+    def _replace_peer(self, peer: str, session: str) -> None:
+        raise NotImplementedError  # :class:`~.transport.GrpcTransport`
 
     def _on_frame(self, src: str, inbox: _Inbox, frame: fr.Frame,
                   queue_ack: Callable[[bytes], None] | None = None) -> bytes | None:
@@ -162,6 +171,11 @@ class _Receiver:
                 return self._queued(self._ack(inbox, force=True), queue_ack)
         if kind == fr.Kind.ABORT:
             with self._cond:
+                if src in self.replaceable:  # its failure is its own: only what comes from it fails
+                    if inbox.error is None:
+                        inbox.error = PeerLostError(src, self.party, f"{src} stopped: {frame.text}")
+                    self._cond.notify_all()
+                    return None
                 self.abort_reason = self.abort_reason or f"{src} aborted the run: {frame.text}"
                 if self.is_hub:  # the hub tells the other parties at once (after this frame, outside the lock)
                     inbox.relayed.append((RELAY + "abort", 0, f"{src} aborted the run: {frame.text}".encode()))

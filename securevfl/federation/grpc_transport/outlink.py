@@ -35,7 +35,7 @@ import grpc
 
 from securevfl.errors import PeerTimeoutError, ProtocolError, SecureVFLError
 from securevfl.federation import frames as fr
-from securevfl.federation.grpc_transport.errors import LinkRefusedError, LinkStats, PeerLostError
+from securevfl.federation.grpc_transport.errors import LinkRefusedError, LinkStats, PeerLostError, PeerRestartedError
 from securevfl.federation.grpc_transport.wire import _METHOD, _MIB
 
 if TYPE_CHECKING:
@@ -363,6 +363,10 @@ class _OutLink:
         frame = fr.decode_frame(data, max_chunk=4096)
         with self.cond:
             if frame.kind == fr.Kind.HELLO_ACK:
+                if frame.seq < self.acked:  # it expects frames it acknowledged: another process of the peer
+                    raise PeerRestartedError(self.peer, self.owner.party, (
+                        f"{self.owner.party}: a new process of {self.peer} answered at {self.address} (it expects "
+                        f"frame {frame.seq}; the one before acknowledged {self.acked}): {self.peer} restarted"))
                 self._acknowledge(frame.seq)
                 if frame.seq > self.next_seq:
                     raise ProtocolError(f"{self.peer} acknowledged frame {frame.seq - 1}, never sent")

@@ -15,7 +15,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent import futures
 from typing import Any
 
@@ -29,7 +29,7 @@ from securevfl.federation.grpc_transport.server import STREAMS_PER_PEER, _Servic
 from securevfl.federation.grpc_transport.star import _Pair, _PullLink, _RelayLink
 from securevfl.federation.grpc_transport.wire import _RELAY_BUNDLE, _SERVICE, _grpc_limit, relay_tag
 from securevfl.federation.network import NetworkSettings, TlsCredentials, is_loopback
-from securevfl.federation.transport import Envelope, Transport
+from securevfl.federation.transport import Envelope, PeerStatus, Transport
 
 
 class GrpcTransport(_Servicer, Transport):
@@ -38,7 +38,8 @@ class GrpcTransport(_Servicer, Transport):
     def __init__(self, party: str, addresses: Mapping[str, str | None], *, tls: TlsCredentials | None,
                  fingerprint: str = "", job: Mapping[str, Any] | None = None,
                  settings: NetworkSettings | None = None, insecure: bool = False,
-                 differences: Callable[[Any, Any], list[str]] | None = None, hub: str | None = None) -> None:
+                 differences: Callable[[Any, Any], list[str]] | None = None, hub: str | None = None,
+                 replaceable: Collection[str] = ()) -> None:
         if hub is not None and (hub not in addresses or not addresses[hub]):
             raise ConfigError(f"the hub {hub!r} of a star federation needs an address; parties are {sorted(addresses)}")
         if party not in addresses or (hub is None and not addresses[party]):
@@ -52,6 +53,15 @@ class GrpcTransport(_Servicer, Transport):
         self.party = party
         self.addresses = {p: a or "" for p, a in addresses.items()}
         self.peers = tuple(p for p in addresses if p != party)
+        wrong = sorted(set(replaceable) - set(self.peers))
+        if wrong or (replaceable and hub is not None):
+            raise ConfigError(f"replaceable peers must be peers of {party} in a full mesh; got {sorted(replaceable)}"
+                              + (" in a star federation" if hub is not None else f" (not peers: {wrong})"))
+        #: Peers whose failure is theirs alone (a serving session's passive parties): their ABORT or a lost
+        #: link fails only what this party receives from them, and a new process of one (another session id)
+        #: replaces the one before (its link starts afresh; :attr:`PeerStatus.epoch` counts the processes).
+        self.replaceable = frozenset(replaceable)
+        self._epochs: dict[str, int] = dict.fromkeys(self.peers, 0)
         #: Star topology: the one party that listens (the active party); None in a full mesh.
         self.hub = hub
         self.is_hub = hub == party
@@ -194,10 +204,12 @@ class GrpcTransport(_Servicer, Transport):
         timeout = self.settings.peer_timeout_s
         if self.abort_reason is None:
             deadline = time.monotonic() + timeout
-            for link in self._links.values():
-                link.drain(max(0.0, deadline - time.monotonic()))
+            for peer, link in self._links.items():
+                if not self._gone(peer):  # a replaceable peer that is down takes nothing more
+                    link.drain(max(0.0, deadline - time.monotonic()))
             with self._cond:  # peers may still need our acknowledgements of their last frames
-                while (self.abort_reason is None and not all(i.finished or i.error for i in self._inboxes.values())
+                while (self.abort_reason is None and not all(i.finished or i.error or self._gone(p)
+                                                             for p, i in self._inboxes.items())
                        and (time.monotonic() < deadline or self.is_hub and self._spokes_alive(timeout))):
                     self._cond.wait(0.05)  # the hub relays for the other parties until they finish
             if self.is_hub:  # what it forwarded meanwhile, and its FIN to a party that another left waiting
@@ -219,6 +231,48 @@ class GrpcTransport(_Servicer, Transport):
             pull.close()
         if self._server is not None:
             self._server.stop(grace=0.5).wait(2)
+
+    def _gone(self, peer: str) -> bool:
+        """A replaceable peer whose links are down: nothing is waited for from it or delivered to it on closing."""
+        return peer in self.replaceable and not self.peer_status(peer).up
+
+    def peer_status(self, peer: str) -> PeerStatus:
+        """Whether ``peer``'s links are up, and which process of it this party talks to.
+
+        Up: both directions connected (its stream to this party heard within the peer timeout, this
+        party's stream to it handshaken), neither failed nor finished; the epoch counts its replaced
+        processes.
+        """
+        inbox, link = self._inboxes.get(peer), self._links.get(peer)
+        if inbox is None or link is None:
+            raise ProtocolError(f"{peer!r} is not a peer of {self.party}; peers are {list(self.peers)}")
+        with self._cond:
+            heard = time.monotonic() - max(inbox.last_seen, self.started_at) <= self.settings.peer_timeout_s
+            up = (inbox.hello_seen and heard and inbox.error is None and not inbox.finished
+                  and link.error is None and getattr(link, "handshaken", 0) >= 0)
+            return PeerStatus(up, self._epochs[peer])
+
+    def _replace_peer(self, peer: str, session: str) -> None:
+        """A new process of replaceable ``peer`` (session id ``session``) replaces the one before.
+
+        Its inbox and this party's link to it start afresh (what the process before sent or was sent
+        is dropped); the caller holds ``_cond``.
+        """
+        inbox = self._inboxes[peer]
+        inbox.envelopes.clear()
+        inbox.relayed.clear()
+        inbox.expected = inbox.unacked_frames = inbox.unacked_bytes = inbox.queued_bytes = 0
+        inbox.finished, inbox.error, inbox.reassembly, inbox.session = False, None, None, session
+        inbox.last_seen = time.monotonic()
+        self._epochs[peer] += 1
+        old = self._links[peer]
+        link = _OutLink(self, peer, self.addresses[peer])
+        link.stats.reconnects = old.stats.reconnects + 1
+        self._links[peer] = link
+        link.start()
+        old.begin_close()
+        threading.Thread(target=old.close, name=f"close-{self.party}->{peer}", daemon=True).start()
+        self._cond.notify_all()
 
     def _spokes_alive(self, timeout: float) -> bool:
         now = time.monotonic()
@@ -264,7 +318,6 @@ class GrpcTransport(_Servicer, Transport):
         inbox = self._inboxes.get(src)
         if inbox is None:
             raise ProtocolError(f"no link {src}->{dst}; peers are {list(self.peers)}")
-        link = self._links[src]
         carrier = self._inboxes[self.hub] if src in self._relayed and self.hub is not None else inbox
         started = time.monotonic()
         peer_timeout = self.settings.peer_timeout_s
@@ -283,6 +336,7 @@ class GrpcTransport(_Servicer, Transport):
                     raise RunAborted(self.abort_reason)
                 if inbox.finished:
                     raise PeerFinishedError(src, dst)
+                link = self._links[src]  # a new process of a replaceable peer gets a new link
                 if link.error is not None:
                     raise link.error
                 if carrier.error is not None:  # relayed: the hub's link failed, or the hub tampered
@@ -296,7 +350,7 @@ class GrpcTransport(_Servicer, Transport):
                     raise PeerTimeoutError(src, dst, timeout, f"{dst} waited {timeout:g} s for a message from {src}"
                                            + (f" (relayed by {self.hub}: {src} sent none, or {self.hub} withholds it)"
                                               if src in self._relayed else ""))
-                self._cond.wait(0.1)
+                self._cond.wait(0.1 if timeout is None else min(0.1, max(0.001, started + timeout - now)))
 
     def _silent(self, src: str, limit: float) -> PeerLostError:
         """Nothing arrived on the link that carries ``src``'s messages: ``src``'s own, or (relayed) the hub's."""

@@ -166,10 +166,18 @@ class PartySide(ABC):
         #: While :meth:`evaluate` runs at the active party under partial coverage: each passive party's
         #: mask over the rows being evaluated (None: every party holds every row).
         self.present: dict[str, np.ndarray] | None = None
+        #: While :meth:`evaluate` runs at the active party of a side that can :attr:`leave_out` a passive
+        #: party: the passive parties that send nothing for this evaluation (serving: each missed its
+        #: deadline, or is down), scored as holding none of the rows (their absent embedding).
+        self.silent: frozenset[str] = frozenset()
         self._defense_generator: torch.Generator | None = None
 
     #: False for a party that only contributes at set-up (TabNet-CT's guests send raw features).
     takes_part: bool = True
+    #: The active side's evaluation is one message from each passive party and no set-up messages, and it
+    #: scores without a :attr:`silent` one: serving may leave a passive party out of an evaluation,
+    #: collect each message itself with a deadline, and take a restarted passive party back.
+    leave_out: bool = False
     #: True where the active side may report no loss for an epoch (hetero-lr without loss monitoring):
     #: such an epoch's history entry holds no loss (by default its loss is 0.0).
     loss_optional: bool = False

@@ -189,6 +189,7 @@ class SplitActive(PartySide):
     """The active party: own bottom (if it holds features), decode, combine, top model, loss."""
 
     method: SplitMethod[Any]
+    leave_out = True
 
     def build(self, ctx: PartyContext) -> None:
         method = self.method
@@ -234,6 +235,12 @@ class SplitActive(PartySide):
         index = torch.as_tensor(np.flatnonzero(keep), device=part.device)
         take = torch.as_tensor(np.flatnonzero(keep[held]), device=part.device)
         return full.index_put((index,), part[take])
+
+    def _absent(self, p: str, rows: int) -> torch.Tensor:
+        """Passive party ``p``'s absent embedding for each of ``rows`` rows (it sent nothing)."""
+        module = self.state.modules["absent"]
+        assert isinstance(module, AbsentEmbeddings)
+        return module.embeddings[p].unsqueeze(0).expand(rows, -1)
 
     def _dropped(self, rows: int) -> np.ndarray | None:
         """Party-wise dropout: per passive party and row, whether its embedding is left out of this training step."""
@@ -291,10 +298,13 @@ class SplitActive(PartySide):
         return {"loss": value}, len(batch)
 
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation:
-        held = self.present or {}
-        received = [ctx.recv(p, self.tag(phase, EMBEDDING)) for p in self.passives]
+        held = dict(self.present or {})
+        for p in self.silent:  # left out (serving): it sends nothing, its absent embedding stands in
+            held[p] = np.zeros(len(X), dtype=bool)
+        received = [None if p in self.silent else ctx.recv(p, self.tag(phase, EMBEDDING)) for p in self.passives]
         with ctx.meter.compute(), torch.no_grad():
-            parts = [self._filled(p, self.method.decode(self, m, p, _count(held.get(p), len(X)), phase)
+            parts = [self._absent(p, len(X)) if m is None else
+                     self._filled(p, self.method.decode(self, m, p, _count(held.get(p), len(X)), phase)
                                   .to(self.device), held.get(p), len(X))
                      for p, m in zip(self.passives, received, strict=True)]
             outputs, alone = self._forward(parts, as_tensor(X, ctx.device))
