@@ -1,4 +1,4 @@
-"""Every customer scored: held-out rows per coverage pattern, `--every-row` against hand-built models and LASER-VFL.
+"""Every customer scored: held-out rows per coverage pattern, the default against hand-built models and LASER-VFL.
 
     PYTHONPATH=. .venv/bin/python benchmarks/coverage.py --quick --out out/coverage_quick.json   # about a minute
     PYTHONPATH=. .venv/bin/python benchmarks/coverage.py --out out/coverage.json
@@ -8,11 +8,13 @@ then holds each row, training and held-out alike, with probability ``p`` (its ow
 party every row. Per dataset, ``p`` and seed it trains on the training rows and scores the held-out
 rows four ways:
 
-* ``every_row``: SplitNN with ``--every-row`` (one model: absent embeddings, party dropout);
-* ``stitched``: SplitNN on the rows every party holds, and the active party's ``local`` model for the
-  other rows — what a user of an all-parties-only toolkit (FATE, SecretFlow) stitches by hand;
+* ``every_row``: SplitNN as it trains by default, on every row (one model: absent embeddings, party
+  dropout, the active party's own head);
+* ``stitched``: SplitNN on the rows every party holds (``--require-all-parties``), and the active
+  party's ``local`` model for the other rows — what a user of an all-parties-only toolkit (FATE,
+  SecretFlow) stitches by hand;
 * ``local``: the active party's own model on its own columns (trained on all its rows);
-* ``laser_vfl``: LASER-VFL (``laser-vfl``, the issue's named peer) with ``--every-row``: trained on every
+* ``laser_vfl``: LASER-VFL (``laser-vfl``, the issue's named peer), by default: trained on every
   row, each row scored by the heads of the parties that hold it,
 
 and reports AUC (binary), accuracy (multi-class) or RMSE (regression) per pattern (which parties hold

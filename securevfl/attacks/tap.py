@@ -54,8 +54,8 @@ class _TappedChannel:
     def broadcast(self, dsts: Sequence[str], tag: str, value: Any) -> None:
         self._inner.broadcast(dsts, tag, value)
 
-    def recv(self, src: str, tag: str) -> Any:
-        value = self._inner.recv(src, tag)
+    def recv(self, src: str, tag: str, timeout: float | None = None) -> Any:
+        value = self._inner.recv(src, tag, timeout)
         self._tap.observations.append(Observation(src, tag, value))
         return value
 

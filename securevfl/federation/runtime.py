@@ -217,7 +217,7 @@ class PartyContext:
         return self.channel.send(dst, tag, value)
 
     def recv(self, src: str, tag: str, timeout: float | None = None) -> Any:
-        return self.channel.recv(src, tag, timeout)
+        return self.channel.recv(src, tag) if timeout is None else self.channel.recv(src, tag, timeout)
 
     def broadcast(self, dsts: Sequence[str], tag: str, value: Any) -> None:
         self.channel.broadcast(dsts, tag, value)
