@@ -78,8 +78,13 @@ def party_files(name: str, parties: int, split: str, rows: int | None, p: float,
 
 
 def score_ways(train: dict[str, Path], test: dict[str, Path], epochs: int, seed: int, work: Path,
-               active: str, party_dropout: float | None = None) -> tuple[dict[str, pd.DataFrame], pd.Series]:
-    """Each way's held-out predictions (indexed by ID), and each row's coverage pattern."""
+               active: str, party_dropout: float | None = None,
+               seconds: dict[str, float] | None = None) -> tuple[dict[str, pd.DataFrame], pd.Series]:
+    """Each way's held-out predictions (indexed by ID), and each row's coverage pattern.
+
+    ``seconds``: filled with each trained model's training wall time (``all_parties``: SplitNN on the
+    intersection, today's SplitNN).
+    """
     common = {"data_files": {p: str(f) for p, f in train.items()}, "id_column": "row_id", "label_column": "label",
               "epochs": epochs, "device": "cpu", "seed": seed, "batch_size": 64}
     new = {p: str(f) for p, f in test.items()}
@@ -87,7 +92,10 @@ def score_ways(train: dict[str, Path], test: dict[str, Path], epochs: int, seed:
     for way, method, require_all in (("every_row", "splitnn", False), ("all_parties", "splitnn", True),
                                      ("local", "local", False), ("laser_vfl", "laser-vfl", False)):
         extra = {"party_dropout": party_dropout} if way == "every_row" and party_dropout is not None else {}
+        began = time.perf_counter()
         securevfl.train(method, model_dir=work / way, require_all_parties=require_all, **common, **extra)
+        if seconds is not None:
+            seconds[way] = time.perf_counter() - began
         data = {active: new[active]} if method == "local" else new
         frames[way] = securevfl.predict(work / way, data=data, require_all_parties=require_all,
                                         device="cpu").set_index("row_id")
@@ -120,7 +128,11 @@ def run(cases: tuple[tuple[str, int, str, int | None, int], ...], coverages: tup
                 folder.mkdir(parents=True)
                 began = time.perf_counter()
                 train, test, truth, task = party_files(name, parties, split, rows, p, seed, folder)
-                frames, patterns = score_ways(train, test, epochs, seed, folder, next(iter(train)), party_dropout)
+                seconds: dict[str, float] = {}
+                frames, patterns = score_ways(train, test, epochs, seed, folder, next(iter(train)), party_dropout,
+                                              seconds)
+                for way, spent in seconds.items():
+                    values[f"coverage.{name}.p{round(p * 100)}.{way}.train_s"].append(spent)
                 for pattern in ["all", *sorted(set(patterns))]:
                     rows_of = truth.index if pattern == "all" else patterns.index[patterns == pattern]
                     subset = truth.loc[rows_of]
@@ -140,11 +152,16 @@ def run(cases: tuple[tuple[str, int, str, int | None, int], ...], coverages: tup
 def ratios(figures: dict[str, Any]) -> dict[str, float]:
     """Over all held-out rows, per dataset and coverage: every_row against the others (> 1: every_row better).
 
+    ``coverage.<dataset>.p<percent>.train_time_ratio_vs_splitnn``: every_row's training wall time over
+    SplitNN's on the intersection (at p = 1.0: the cost of training for partial rows on full coverage).
     ``coverage.<dataset>.p<percent>.all.ratio_vs_best_baseline``: every_row over the better of stitched and
     local; ``coverage.<dataset>.p<percent>.all.ratio_vs_laser_vfl``: every_row over laser_vfl. For RMSE
     (lower is better) each ratio is inverted (the other's over every_row's).
     """
     out: dict[str, float] = {}
+    for key in [k for k in figures if k.endswith(".every_row.train_s")]:  # today's SplitNN: on the intersection
+        out[key.replace(".every_row.train_s", ".train_time_ratio_vs_splitnn")] = (
+            figures[key] / figures[key.replace(".every_row.", ".all_parties.")])
     for key in [k for k in figures if ".every_row.all." in k and not k.endswith("seed_spread")]:
         kind = key.rsplit(".", 1)[1]
         prefix = key.split(".every_row.")[0]
@@ -172,6 +189,8 @@ def print_table(figures: dict[str, Any]) -> None:
             print(f"{key}: {value:.3f} (every_row over the better of stitched and local; > 1: every_row better)")
         elif key.endswith("ratio_vs_laser_vfl"):
             print(f"{key}: {value:.3f} (every_row over laser_vfl; > 1: every_row better)")
+        elif key.endswith("train_time_ratio_vs_splitnn"):
+            print(f"{key}: {value:.2f} (every_row's training time over SplitNN's on the intersection)")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
