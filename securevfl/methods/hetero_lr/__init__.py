@@ -81,7 +81,7 @@ from securevfl.methods.hetero_lr.protocol import (
     output_scores,
     send_masked,
 )
-from securevfl.methods.hetero_lr.scoring import arbiter_data, scoring_roles
+from securevfl.methods.hetero_lr.scoring import absent_count, arbiter_data, scoring_roles
 from securevfl.methods.hetero_lr.sides import ActiveSide, ArbiterSide, HeteroRole, PassiveSide, Settings
 from securevfl.privacy.paillier import PaillierPrivateKey, PaillierPublicKey
 from securevfl.privacy.paillier.ring_masks import RandBelow
@@ -96,6 +96,7 @@ class HeteroLR(Method[HeteroLROptions]):
     Options = HeteroLROptions
     uses_engine = True  # every data party keeps its θ_k; scoring a saved model: :mod:`.scoring`
     supports_objectives = True  # regression as vertical linear regression; no class weights (see __init__)
+    partial_rows = True  # every row of the active party: a passive party's score left out where it lacks the row
     randbelow: RandBelow | None = None  # tests may inject a deterministic mask source
     keypair: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None  # tests may inject a pre-generated key
 
@@ -124,7 +125,9 @@ class HeteroLR(Method[HeteroLROptions]):
         datas = {p: scenario.party_data(p) for p in passives}
         weights = [active.n_features + int(self.options.fit_intercept)] + [datas[p].n_features for p in passives]
         n_rows = len(active.X_train)
-        check_batch_size(self.config.batch_size, len(split_rows(n_rows, self.config)[0]), max(weights))
+        # the active party also holds one absent bias per passive party under partial coverage (only it knows)
+        check_batch_size(self.config.batch_size, len(split_rows(n_rows, self.config)[0]),
+                         max(weights[0] + absent_count(active, passives), *weights[1:]))
         settings = Settings(self.options, min_rows=max(weights) + 1,
                             monitor_loss=self.options.monitor_loss and len(passives) == 1, randbelow=self.randbelow)
         roles: dict[str, Role] = {p: HeteroRole(PassiveSide(self, datas[p], settings)) for p in passives}
