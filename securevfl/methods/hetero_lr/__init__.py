@@ -28,6 +28,13 @@ active party (the gradient is X_kᵀ e / B, so the passive parties scale by 1 in
 monitored loss uses [[u]] and [[u²]] the same way). The active party maps predictions back to the
 target's scale.
 
+Every row of the active party (the default; ``--require-all-parties`` keeps to the intersection): a
+passive party computes, encrypts and receives over its own rows of each batch only; its partial score
+is left out (0) of the rows it does not hold, in training and scoring alike, and the active party adds
+one learned absent bias per passive party there (indicator columns of its own design matrix). A party
+whose share of a batch's encrypted residuals is no larger than its weight count takes no step on it
+(a masked zero to the arbiter instead). docs/hetero_lr.md, "Rows a passive party does not hold".
+
 Training's own test evaluation follows FATE: each passive party sends its plaintext partial scores
 X_k θ_k for the test rows to the active party, which adds them up and applies the sigmoid. See
 docs/hetero_lr.md for what each party learns and the collusion caveats.
