@@ -207,3 +207,36 @@ def test_a_passive_party_receives_and_computes_over_its_own_rows_only(partial_ru
     widths = {EncryptedTensor.from_bytes(codec.decode(e.payload), backend).shape
               for e in log if e.src == scenario.active and e.dst == ARBITER and e.tag == MASKED_GRADIENT}
     assert widths == {(active.n_features + 1 + len(scenario.passives),)}  # intercept, columns, absent biases
+
+
+def test_every_row_deployed_with_the_arbiter_matches_one_process(files, tmp_path):
+    """Three data parties and the arbiter (``data = false``) over loopback links, in threads, against one process:
+    the same test metrics on every pattern; the deployed model scores every row with the same parties column."""
+    from deployed_threads import in_threads, loopback_federation_file, run_parties_in_threads
+
+    from securevfl.deploy.federation_file import load_federation
+    from securevfl.pipeline.score import run_deployed_scoring
+
+    job = ('method = "hetero-lr"\nepochs = 2\nbatch_size = 64\nseed = 0\n'
+           'id_column = "customer_id"\nlabel_column = "churn"')
+    path = loopback_federation_file(tmp_path, [*PARTIES, ARBITER], "bank", job,
+                                    f"[job.options]\nkey_bits = {MIN_TEST_KEY_BITS}\ninsecure_allow_small_key = true")
+    path.write_text(path.read_text().replace(f"[parties.{ARBITER}]\n", f"[parties.{ARBITER}]\ndata = false\n"))
+    fed = load_federation(path)
+    data = {p: str(files[p]) for p in PARTIES}
+    results = run_parties_in_threads(fed, {**data, ARBITER: None}, model_dir=tmp_path / "model")
+    local = securevfl.train("hetero-lr", data_files=data, epochs=2, batch_size=64, options=SMALL_KEY, **COMMON)
+    report = results["bank"].report
+    assert report.metrics["coverage"].keys() == local.metrics["coverage"].keys()
+    assert report.metrics["accuracy"] == pytest.approx(local.metrics["accuracy"], abs=1e-9)
+    for pattern, entry in local.metrics["coverage"].items():
+        assert report.metrics["coverage"][pattern] == pytest.approx(entry, abs=1e-9), pattern
+    holders = _holders(files)
+    new = rows_of(files, tmp_path / "new", pd.read_csv(files["bank"]).customer_id.sample(90, random_state=1))
+    scored = in_threads(lambda p: run_deployed_scoring(fed, p, new.get(p), tmp_path / "model" if p in new else None,
+                                                       exchange_rows=40, device="cpu"), tuple(fed.parties))
+    frame = scored["bank"].predictions
+    assert len(frame) == 90 and frame.parties.tolist() == [_pattern(holders, i) for i in frame.customer_id]
+    in_process = securevfl.predict(tmp_path / "model", data=new, device="cpu")
+    both = in_process.set_index("customer_id").loc[frame.customer_id]
+    np.testing.assert_allclose(probabilities(frame), probabilities(both), atol=1e-6, rtol=0)
