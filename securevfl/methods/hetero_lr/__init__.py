@@ -28,6 +28,13 @@ active party (the gradient is X_kᵀ e / B, so the passive parties scale by 1 in
 monitored loss uses [[u]] and [[u²]] the same way). The active party maps predictions back to the
 target's scale.
 
+Every row of the active party (the default; ``--require-all-parties`` keeps to the intersection): a
+passive party computes, encrypts and receives over its own rows of each batch only; its partial score
+is left out (0) of the rows it does not hold, in training and scoring alike, and the active party adds
+one learned absent bias per passive party there (indicator columns of its own design matrix). A party
+whose share of a batch's encrypted residuals is no larger than its weight count takes no step on it
+(a masked zero to the arbiter instead). docs/hetero_lr.md, "Rows a passive party does not hold".
+
 Training's own test evaluation follows FATE: each passive party sends its plaintext partial scores
 X_k θ_k for the test rows to the active party, which adds them up and applies the sigmoid. See
 docs/hetero_lr.md for what each party learns and the collusion caveats.
@@ -81,7 +88,7 @@ from securevfl.methods.hetero_lr.protocol import (
     output_scores,
     send_masked,
 )
-from securevfl.methods.hetero_lr.scoring import arbiter_data, scoring_roles
+from securevfl.methods.hetero_lr.scoring import absent_count, arbiter_data, scoring_roles
 from securevfl.methods.hetero_lr.sides import ActiveSide, ArbiterSide, HeteroRole, PassiveSide, Settings
 from securevfl.privacy.paillier import PaillierPrivateKey, PaillierPublicKey
 from securevfl.privacy.paillier.ring_masks import RandBelow
@@ -96,6 +103,7 @@ class HeteroLR(Method[HeteroLROptions]):
     Options = HeteroLROptions
     uses_engine = True  # every data party keeps its θ_k; scoring a saved model: :mod:`.scoring`
     supports_objectives = True  # regression as vertical linear regression; no class weights (see __init__)
+    partial_rows = True  # every row of the active party: a passive party's score left out where it lacks the row
     randbelow: RandBelow | None = None  # tests may inject a deterministic mask source
     keypair: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None  # tests may inject a pre-generated key
 
@@ -124,7 +132,9 @@ class HeteroLR(Method[HeteroLROptions]):
         datas = {p: scenario.party_data(p) for p in passives}
         weights = [active.n_features + int(self.options.fit_intercept)] + [datas[p].n_features for p in passives]
         n_rows = len(active.X_train)
-        check_batch_size(self.config.batch_size, len(split_rows(n_rows, self.config)[0]), max(weights))
+        # the active party also holds one absent bias per passive party under partial coverage (only it knows)
+        check_batch_size(self.config.batch_size, len(split_rows(n_rows, self.config)[0]),
+                         max(weights[0] + absent_count(active, passives), *weights[1:]))
         settings = Settings(self.options, min_rows=max(weights) + 1,
                             monitor_loss=self.options.monitor_loss and len(passives) == 1, randbelow=self.randbelow)
         roles: dict[str, Role] = {p: HeteroRole(PassiveSide(self, datas[p], settings)) for p in passives}

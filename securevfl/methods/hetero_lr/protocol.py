@@ -38,6 +38,9 @@ MASKED_LOSS = "hetero-lr.train.masked_loss"
 TEST_SCORE = "hetero-lr.test.score"
 #: The module name of a party's saved weights θ_k (:class:`Theta`).
 THETA = "theta"
+#: The module name of the active party's absent biases (one per passive party, :class:`Theta`): trained on
+#: every row (``require_all_parties`` off), added where that passive party does not hold the row.
+ABSENT = "absent"
 
 #: The arbiter's key pair (tests pass a small one in).
 KeyPair = tuple[PaillierPublicKey, PaillierPrivateKey]
@@ -146,6 +149,47 @@ def residual_scale(task: str) -> float:
     return 1.0 if task == REGRESSION else 4.0
 
 
+def can_step(rows: int, weights: int) -> bool:
+    """Whether a party may take its gradient over ``rows`` encrypted residuals: more rows than weights.
+
+    With no more rows than weights the gradient's equations could be solved for the residuals
+    (:mod:`.batches`); under partial coverage a party's share of a batch can be that small, and the
+    party then takes no step on the batch (it asks the arbiter to decrypt a masked zero instead).
+    """
+    return rows > weights
+
+
+def encrypted_zero(backend: PaillierBackend, shape: tuple[int, ...], scale_bits: int) -> EncryptedTensor:
+    """Fresh encryptions of zero: a request the arbiter cannot tell from a real one (after the mask)."""
+    return backend.encrypt(np.zeros(shape), frac_bits=scale_bits)
+
+
+def spread(backend: PaillierBackend, parts: list[tuple[EncryptedTensor, np.ndarray]], rows: int,
+           frac_bits: int) -> EncryptedTensor:
+    """Σ_k [[u_k]] over ``rows`` rows, each ``(tensor, held)`` covering the rows of its mask ``held``, in order.
+
+    A row no part covers gets a fresh encryption of zero (its passive parties' partial scores left out).
+    """
+    cells = np.empty(rows, dtype=object)
+    filled = np.zeros(rows, dtype=bool)
+    for tensor, held in parts:
+        where = np.flatnonzero(held)
+        values = tensor.ciphertexts.ravel()
+        first = ~filled[where]
+        cells[where[first]] = values[first]
+        again = where[~first]
+        if len(again):
+            summed = backend.add_raw(cells[again].tolist(), values[~first].tolist())
+            for i, c in zip(again, summed, strict=True):
+                cells[i] = c
+        filled[where] = True
+    if not filled.all():
+        zeros = encrypted_zero(backend, (int((~filled).sum()),), frac_bits)
+        for i, c in zip(np.flatnonzero(~filled), zeros.ciphertexts.ravel(), strict=True):
+            cells[i] = c
+    return EncryptedTensor(backend, cells, shape=(rows,), scale_bits=frac_bits)
+
+
 def send_masked(ctx: PartyContext, tag: str, tensor: EncryptedTensor, randbelow: RandBelow | None,
                 reply: str = UNMASKED) -> np.ndarray:
     """Mask ``tensor`` uniformly in Z_n, have the arbiter decrypt it, unmask: the plaintext values.
@@ -186,6 +230,8 @@ def decrypt_masked(ctx: PartyContext, backend: PaillierBackend, party: str, tag:
     ctx.send(party, reply, [int(r) for r in residues])
 
 
-__all__ = ["ARBITER", "ENC_SCORE", "LOG2", "MASKED_GRADIENT", "MASKED_LOSS", "PUBLIC_KEY", "RESIDUAL", "TEST_SCORE",
+__all__ = ["ABSENT", "ARBITER", "ENC_SCORE", "LOG2",
+           "MASKED_GRADIENT", "MASKED_LOSS", "PUBLIC_KEY", "RESIDUAL", "TEST_SCORE",
            "THETA", "UNMASKED", "HeteroLROptions", "Theta", "decrypt_masked", "design_matrix", "l2_mask",
-           "make_backend", "output_scores", "receive_key", "residual_scale", "send_masked"]
+           "make_backend", "output_scores", "receive_key", "residual_scale", "send_masked", "can_step",
+           "encrypted_zero", "spread"]

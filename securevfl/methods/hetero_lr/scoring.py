@@ -43,9 +43,10 @@ from securevfl.errors import ProtocolError
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import Method, Role
 from securevfl.methods.engine.kept import ScoringSide
-from securevfl.methods.engine.loop import Evaluation
+from securevfl.methods.engine.loop import Evaluation, SavedSide
 from securevfl.methods.engine.split import side_role
 from securevfl.methods.hetero_lr.protocol import (
+    ABSENT,
     PUBLIC_KEY,
     THETA,
     HeteroLROptions,
@@ -57,6 +58,7 @@ from securevfl.methods.hetero_lr.protocol import (
     output_scores,
     receive_key,
     send_masked,
+    spread,
 )
 from securevfl.privacy.paillier import (
     EncryptedTensor,
@@ -95,31 +97,70 @@ def send_partial(ctx: PartyContext, backend: PaillierBackend, frac_bits: int, u:
     ctx.send(ctx.active, tag, wire)
 
 
+def received_scores(ctx: PartyContext, backend: PaillierBackend, party: str, rows: int, frac_bits: int,
+                    tag: str) -> EncryptedTensor:
+    """``party``'s [[u_k]], checked: one unpacked ciphertext per row it scores, at ``frac_bits``."""
+    wire = ctx.recv(party, tag)
+    if not isinstance(wire, bytes):
+        raise ProtocolError(f"{party} sent malformed partial scores (expected ciphertext bytes)")
+    with ctx.meter.serialize():
+        score = EncryptedTensor.from_bytes(wire, backend)
+    if score.is_packed or score.shape != (rows,) or score.scale_bits != frac_bits:
+        raise ProtocolError(f"{party} sent partial scores of shape {score.shape} at {score.scale_bits} "
+                            f"fraction bits; the batch has {rows} rows at {frac_bits}")
+    return score
+
+
 def encrypted_sum(ctx: PartyContext, backend: PaillierBackend, passives: tuple[str, ...], rows: int, frac_bits: int,
-                  tag: str) -> EncryptedTensor:
-    """Σ_k [[u_k]] over the passive parties' messages, each checked: one ciphertext per row, unpacked."""
+                  tag: str, present: dict[str, np.ndarray] | None = None) -> EncryptedTensor:
+    """Σ_k [[u_k]] over the passive parties' messages, each checked: one ciphertext per row, unpacked.
+
+    ``present`` (partial coverage): which of the ``rows`` each passive party holds and scored; its score is
+    left out of the others (a row no passive party holds gets a fresh encryption of zero).
+    """
+    if not passives:
+        raise ProtocolError("hetero-lr scores with at least one passive party")
+    if present is not None:
+        masks = {p: present.get(p, np.ones(rows, dtype=bool)) for p in passives}
+        parts = [(received_scores(ctx, backend, p, int(masks[p].sum()), frac_bits, tag), masks[p]) for p in passives]
+        with ctx.meter.crypto("paillier.add"):
+            return spread(backend, parts, rows, frac_bits)
     total: EncryptedTensor | None = None
     for p in passives:
-        wire = ctx.recv(p, tag)
-        if not isinstance(wire, bytes):
-            raise ProtocolError(f"{p} sent malformed partial scores (expected ciphertext bytes)")
-        with ctx.meter.serialize():
-            score = EncryptedTensor.from_bytes(wire, backend)
-        if score.is_packed or score.shape != (rows,) or score.scale_bits != frac_bits:
-            raise ProtocolError(f"{p} sent partial scores of shape {score.shape} at {score.scale_bits} "
-                                f"fraction bits; the batch has {rows} rows at {frac_bits}")
+        score = received_scores(ctx, backend, p, rows, frac_bits, tag)
         with ctx.meter.crypto("paillier.add"):
             total = score if total is None else total + score
-    if total is None:
-        raise ProtocolError("hetero-lr scores with at least one passive party")
+    assert total is not None
     return total
 
 
 def passive_scores(ctx: PartyContext, backend: PaillierBackend, passives: tuple[str, ...], rows: int,
-                   frac_bits: int, randbelow: RandBelow | None, tags: JointScoreTags) -> np.ndarray:
-    """The active party's step: Σ_k u_k of the passive parties, decrypted by the arbiter behind a uniform mask."""
-    total = encrypted_sum(ctx, backend, passives, rows, frac_bits, tags.partial)
+                   frac_bits: int, randbelow: RandBelow | None, tags: JointScoreTags,
+                   present: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """The active party's step: Σ_k u_k of the passive parties, decrypted by the arbiter behind a uniform mask.
+
+    ``present``: see :func:`encrypted_sum`; the arbiter decrypts one value per row either way.
+    """
+    total = encrypted_sum(ctx, backend, passives, rows, frac_bits, tags.partial, present)
     return send_masked(ctx, tags.masked, total, randbelow, reply=tags.unmasked)
+
+
+def absent_count(active: PartyData, passives: tuple[str, ...]) -> int:
+    """How many absent biases the active party trains: one per passive party where some does not hold some row.
+
+    Only the active party knows (``active.coverage``); at full coverage there are none, and the protocol is
+    the one of the rows every party holds, message for message.
+    """
+    return 0 if active.coverage is None else len(passives)
+
+
+def absent_bias(bias: np.ndarray, passives: tuple[str, ...], present: dict[str, np.ndarray], rows: int) -> np.ndarray:
+    """Per row, the sum of the absent biases of the passive parties that do not hold it (0 without biases)."""
+    total = np.zeros(rows)
+    for p, b in zip(passives, bias, strict=False):
+        if p in present:
+            total = total + b * ~present[p]
+    return total
 
 
 class _DataScorer(ScoringSide):
@@ -174,12 +215,26 @@ class ActiveScorer(_DataScorer):
         super().__init__(method, data, options, passives, intercept=options.fit_intercept)
         self.randbelow = randbelow
 
+    def load_saved(self, saved: SavedSide) -> None:
+        """Load θ (and the absent biases, where the model was trained on every row and keeps them)."""
+        if ABSENT in saved.weights:
+            self.state.modules[ABSENT] = Theta(np.zeros(len(self.passives)))
+        super().load_saved(saved)
+
+    def bias(self) -> np.ndarray:
+        """The saved absent biases, one per passive party (empty: none saved)."""
+        module = self.state.modules.get(ABSENT)
+        return module.values() if isinstance(module, Theta) else np.zeros(0)
+
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation | None:
         assert self.backend is not None
+        present = self.present
         passive_sum = passive_scores(ctx, self.backend, self.passives, len(X), self.options.frac_bits,
-                                     self.randbelow, SCORING)
+                                     self.randbelow, SCORING, present)
         with ctx.meter.compute():
             logits = self.partial(X) + passive_sum
+            if present is not None:  # rows a passive party does not hold: its score left out, its absent bias in
+                logits = logits + absent_bias(self.bias(), self.passives, present, len(X))
             scores = output_scores(self.objective, logits)
         self.scored(len(X))
         return Evaluation(scores)
@@ -235,6 +290,7 @@ def scoring_roles(method: Method[Any], scenario: Scenario, options: HeteroLROpti
     return roles
 
 
-__all__ = ["MASKED_SCORE", "SCORE_PARTIAL", "SCORE_UNMASKED", "SCORING", "VALIDATION", "ActiveScorer",
+__all__ = ["absent_bias", "absent_count", "received_scores",
+           "MASKED_SCORE", "SCORE_PARTIAL", "SCORE_UNMASKED", "SCORING", "VALIDATION", "ActiveScorer",
            "ArbiterScorer", "JointScoreTags", "PassiveScorer", "arbiter_data", "encrypted_sum", "passive_scores",
            "scoring_roles", "send_partial"]

@@ -28,6 +28,7 @@ from securevfl.methods.base import ActiveOutcome, Method, batch_plan
 from securevfl.methods.engine.loop import TEST, EngineRecord, Evaluation, Losses, PartySide, run_side
 from securevfl.methods.engine.split import SideRole
 from securevfl.methods.hetero_lr.protocol import (
+    ABSENT,
     ARBITER,
     ENC_SCORE,
     LOG2,
@@ -40,16 +41,19 @@ from securevfl.methods.hetero_lr.protocol import (
     HeteroLROptions,
     KeyPair,
     Theta,
+    can_step,
     decrypt_masked,
     design_matrix,
+    encrypted_zero,
     l2_mask,
     make_backend,
     output_scores,
     receive_key,
     residual_scale,
     send_masked,
+    spread,
 )
-from securevfl.methods.hetero_lr.scoring import VALIDATION, passive_scores, send_partial
+from securevfl.methods.hetero_lr.scoring import VALIDATION, absent_bias, absent_count, passive_scores, send_partial
 from securevfl.privacy.paillier import (
     EncryptedTensor,
     PaillierBackend,
@@ -76,10 +80,22 @@ class Settings:
     randbelow: RandBelow | None = None
 
 
+def skip_step(ctx: PartyContext, backend: PaillierBackend, width: int, options: HeteroLROptions,
+              randbelow: RandBelow | None) -> None:
+    """No step on this batch: the arbiter decrypts a masked zero of the gradient's size and scale instead."""
+    with ctx.meter.crypto("paillier.encrypt"):
+        zero = encrypted_zero(backend, (width,), 2 * options.frac_bits)
+    send_masked(ctx, MASKED_GRADIENT, zero, randbelow)
+
+
 def gradient(ctx: PartyContext, X_batch: np.ndarray, residual: EncryptedTensor, options: HeteroLROptions,
-             randbelow: RandBelow | None, scale: float) -> np.ndarray:
-    """The gradient X_bᵀ d / B from [[e]] = [[scale · d]], decrypted through the arbiter behind a mask."""
-    weights = X_batch.T / (scale * len(X_batch))
+             randbelow: RandBelow | None, scale: float, rows: int | None = None) -> np.ndarray:
+    """The gradient X_bᵀ d / B from [[e]] = [[scale · d]], decrypted through the arbiter behind a mask.
+
+    ``rows``: the batch's size B (default: the rows of ``X_batch``; a passive party under partial
+    coverage holds fewer of the batch's rows, and its gradient still averages over B).
+    """
+    weights = X_batch.T / (scale * (len(X_batch) if rows is None else rows))
     with ctx.meter.crypto("paillier.matmul"):
         encrypted = residual.rmatmul(weights, frac_bits=options.frac_bits)
     return send_masked(ctx, MASKED_GRADIENT, encrypted, randbelow)
@@ -133,7 +149,7 @@ class PassiveSide(DataSide):
 
     def train_batch(self, ctx: PartyContext, batch: Batch) -> None:
         assert self.backend is not None
-        options, idx = self.options, batch.rows
+        options, idx = self.options, self.data.own_rows("train", batch.rows)  # its rows of the batch (all, or held)
         theta = self.module.values()
         with ctx.meter.compute():
             u = self.X[idx] @ theta
@@ -148,7 +164,14 @@ class PassiveSide(DataSide):
             residual = EncryptedTensor.from_bytes(wire, self.backend)
         if residual.shape != (len(idx),):
             raise DataError(f"residual for {residual.shape} rows, batch has {len(idx)}")
-        grad = gradient(ctx, self.X[idx], residual, options, self.settings.randbelow, residual_scale(self.data.task))
+        if not can_step(len(idx), self.X.shape[1]):  # too few of its rows in the batch: they could be solved for
+            skip_step(ctx, self.backend, self.X.shape[1], options, self.settings.randbelow)
+            return
+        scale = residual_scale(self.data.task)
+        if len(idx) == len(batch.rows):  # it holds every row of the batch
+            grad = gradient(ctx, self.X[idx], residual, options, self.settings.randbelow, scale)
+        else:  # its rows of the batch; the gradient still averages over the batch's B rows
+            grad = gradient(ctx, self.X[idx], residual, options, self.settings.randbelow, scale, rows=len(batch.rows))
         with ctx.meter.compute():
             theta = theta - options.lr * (grad + options.l2 * theta)
         self.module.assign(theta)
@@ -182,7 +205,9 @@ class ActiveSide(DataSide):
     """The active party: labels stay here; forms [[4d]], updates its own weights, predicts.
 
     ``passives`` are the engine's partners (the passive data parties and the arbiter);
-    :attr:`data_passives` the passive data parties alone.
+    :attr:`data_passives` the passive data parties alone. Under partial coverage it also holds one absent
+    bias per passive party (module :data:`ABSENT`), added to a row's score where that party does not hold
+    the row: the weights of indicator columns ("party k absent") of its own.
     """
 
     loss_optional = True  # without loss monitoring an epoch reports no loss
@@ -192,6 +217,7 @@ class ActiveSide(DataSide):
         super().__init__(method, data, settings, (*data_passives, ARBITER))
         self.data_passives = data_passives
         self.intercept = settings.options.fit_intercept
+        self.n_absent = absent_count(data, data_passives)
         self._loss_sum: EncryptedTensor | None = None
         self._loss_plain = 0.0
 
@@ -204,70 +230,133 @@ class ActiveSide(DataSide):
         self.shift = (self.objective.targets(y).numpy().astype(np.float64) if self.objective.regression
                       else 2.0 * (2.0 * np.asarray(y, dtype=np.float64) - 1.0))
         self.reg = l2_mask(self.X.shape[1], self.intercept)
+        # per agreed training position and passive party: 1 where the party does not hold the row
+        self.A = np.zeros((len(self.X), self.n_absent))
+        if self.n_absent:
+            self.state.modules[ABSENT] = Theta(np.zeros(self.n_absent))
+            coverage = self.data.coverage
+            for k, p in enumerate(self.data_passives):
+                if coverage is not None and p in coverage.train:
+                    self.A[:, k] = ~coverage.train[p]
+
+    def bias(self) -> np.ndarray:
+        """The absent biases, one per passive party (empty where the model keeps to the rows every party holds)."""
+        module = self.state.modules.get(ABSENT)
+        return module.values() if isinstance(module, Theta) else np.zeros(0)
 
     def train_batch(self, ctx: PartyContext, batch: Batch) -> tuple[Losses, int] | None:
         assert self.backend is not None
         options, idx, randbelow = self.options, batch.rows, self.settings.randbelow
-        regression, shift = self.objective.regression, self.shift
-        theta = self.module.values()
+        shift = self.shift
+        held = self.data.peer_masks("train", idx)  # None: every passive party holds every row
+        masks = {p: np.ones(len(idx), dtype=bool) if held is None or p not in held else held[p]
+                 for p in self.data_passives}
+        theta, bias = self.module.values(), self.bias()
         with ctx.meter.compute():
             u = self.X[idx] @ theta
+            if held is not None and self.n_absent:
+                u = u + self.A[idx] @ bias
         messages = [ctx.recv(p, ENC_SCORE) for p in self.data_passives]
         with ctx.meter.serialize():
             scores = [EncryptedTensor.from_bytes(m["score"], self.backend) for m in messages]
-        for s in scores:
-            if s.shape != (len(idx),):
-                raise DataError(f"partial scores for {s.shape} rows, batch has {len(idx)}")
+        for p, s in zip(self.data_passives, scores, strict=True):
+            rows = int(masks[p].sum())
+            if s.shape != (rows,):
+                raise DataError(f"partial scores of {p} for {s.shape} rows, it holds {rows} of the batch")
         with ctx.meter.crypto("paillier.add"):
-            residual = scores[0]
-            for s in scores[1:]:
-                residual = residual + s
+            if held is None:
+                residual = scores[0]
+                for s in scores[1:]:
+                    residual = residual + s
+            else:  # a passive party's score is left out of the rows it does not hold
+                residual = spread(self.backend, [(s, masks[p]) for p, s in zip(self.data_passives, scores,
+                                                                               strict=True)],
+                                  len(idx), options.frac_bits)
             residual = residual + (u - shift[idx])
         with ctx.meter.crypto("paillier.rerandomize"):
             residual = residual.rerandomize()
-        with ctx.meter.serialize():
-            wire = residual.to_bytes()
-        ctx.broadcast(self.data_passives, RESIDUAL, wire)
-        if self.settings.monitor_loss:
+        if held is None:
             with ctx.meter.serialize():
-                square = EncryptedTensor.from_bytes(messages[0]["square"], self.backend)
+                wire = residual.to_bytes()
+            ctx.broadcast(self.data_passives, RESIDUAL, wire)
+        else:  # each passive party gets the residual of its own rows only
+            for p in self.data_passives:
+                with ctx.meter.serialize():
+                    wire = residual[masks[p]].to_bytes()
+                ctx.send(p, RESIDUAL, wire)
+        if self.settings.monitor_loss:
+            self._monitor(ctx, messages[0]["square"], scores[0], u, shift[idx],
+                          None if held is None else masks[self.data_passives[0]])
+        width = len(theta) + self.n_absent
+        covered = len(idx) if held is None else int(np.logical_or.reduce(list(masks.values())).sum())
+        if covered and not can_step(covered, width):  # too few encrypted rows: the passive sums could be solved for
+            skip_step(ctx, self.backend, width, options, randbelow)
+        else:
+            X_batch = np.hstack([self.X[idx], self.A[idx]]) if self.n_absent else self.X[idx]
+            grad = gradient(ctx, X_batch, residual, options, randbelow, residual_scale(self.data.task))
             with ctx.meter.compute():
-                plain, weights = (_plain_squared_terms(u, shift[idx]) if regression
-                                  else _plain_loss_terms(u, shift[idx] / 2.0))
-            with ctx.meter.crypto("paillier.matmul"):
-                batch_loss = scores[0].matmul(weights, frac_bits=options.frac_bits)
-                batch_loss = batch_loss + square.matmul(np.full(len(idx), 0.5 if regression else 0.125),
-                                                        frac_bits=options.frac_bits)
-            with ctx.meter.crypto("paillier.add"):
-                self._loss_sum = batch_loss if self._loss_sum is None else self._loss_sum + batch_loss
-            self._loss_plain += plain
-        grad = gradient(ctx, self.X[idx], residual, options, randbelow, residual_scale(self.data.task))
-        with ctx.meter.compute():
-            theta = theta - options.lr * (grad + options.l2 * self.reg * theta)
-        self.module.assign(theta)
+                theta = theta - options.lr * (grad[:len(theta)] + options.l2 * self.reg * theta)
+                bias = bias - options.lr * grad[len(theta):]  # not regularised, as the intercept
+            self.module.assign(theta)
+            if self.n_absent:
+                self.state.modules[ABSENT].assign(bias)  # type: ignore[operator]
         if not batch.last:
             return None
         loss_sum, loss_plain = self._loss_sum, self._loss_plain
         self._loss_sum, self._loss_plain = None, 0.0
-        if loss_sum is None:  # not monitored: the epoch's history holds no loss
+        if not self.settings.monitor_loss:  # not monitored: the epoch's history holds no loss
             return None
+        if loss_sum is None:  # the passive party held none of the epoch's rows: its part is zero
+            loss_sum = encrypted_zero(self.backend, (), 2 * options.frac_bits)
         encrypted_part = float(send_masked(ctx, MASKED_LOSS, loss_sum, randbelow))
         return {"loss": (loss_plain + encrypted_part) / len(self.rows)}, 1
 
+    def _monitor(self, ctx: PartyContext, square_wire: bytes, score: EncryptedTensor, u: np.ndarray, target: np.ndarray,
+                 held: np.ndarray | None) -> None:
+        """Add the batch's loss: in the clear what the active party knows, encrypted the passive party's part.
+
+        ``held``: the rows the (one) passive party holds (None: all); elsewhere its score is left out.
+        """
+        assert self.backend is not None
+        options, regression = self.options, self.objective.regression
+        with ctx.meter.serialize():
+            square = EncryptedTensor.from_bytes(square_wire, self.backend)
+        with ctx.meter.compute():
+            plain, weights = (_plain_squared_terms(u, target) if regression else _plain_loss_terms(u, target / 2.0))
+        self._loss_plain += plain
+        rows = len(u) if held is None else int(held.sum())
+        if not rows:
+            return
+        with ctx.meter.crypto("paillier.matmul"):
+            batch_loss = score.matmul(weights if held is None else weights[held], frac_bits=options.frac_bits)
+            batch_loss = batch_loss + square.matmul(np.full(rows, 0.5 if regression else 0.125),
+                                                    frac_bits=options.frac_bits)
+        with ctx.meter.crypto("paillier.add"):
+            self._loss_sum = batch_loss if self._loss_sum is None else self._loss_sum + batch_loss
+
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation:
         assert self.backend is not None
+        present = self.present
         if phase == TEST:  # FATE's inference: each passive party's plaintext partial scores
             partial = [np.asarray(ctx.recv(p, TEST_SCORE), dtype=np.float64) for p in self.data_passives]
             with ctx.meter.compute():
                 logits = self.partial(X)
-                for u_passive in partial:
-                    logits = logits + u_passive
+                for p, u_passive in zip(self.data_passives, partial, strict=True):
+                    if present is None or p not in present:
+                        logits = logits + u_passive
+                    else:
+                        if u_passive.shape != (int(present[p].sum()),):
+                            raise DataError(f"{p} sent test scores of shape {u_passive.shape}; it holds "
+                                            f"{int(present[p].sum())} of the rows")
+                        logits[present[p]] += u_passive
         else:  # validation rows: scored as a saved model scores new rows (the passive parties' sum only)
             passive_sum = passive_scores(ctx, self.backend, self.data_passives, len(X), self.options.frac_bits,
-                                         self.settings.randbelow, VALIDATION)
+                                         self.settings.randbelow, VALIDATION, present)
             with ctx.meter.compute():
                 logits = self.partial(X) + passive_sum
         with ctx.meter.compute():
+            if present is not None:
+                logits = logits + absent_bias(self.bias(), self.data_passives, present, len(X))
             return Evaluation(output_scores(self.objective, logits))
 
     def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> ActiveOutcome:
@@ -278,6 +367,8 @@ class ActiveSide(DataSide):
                                "loss_monitored": self.settings.monitor_loss,
                                "mask": "uniform in Z_n (perfect hiding)",
                                "active_weights": self.module.values().tolist()}}
+        if self.n_absent:
+            extra["hetero_lr"]["absent_bias"] = dict(zip(self.data_passives, self.bias().tolist(), strict=True))
         return ActiveOutcome(y_true=np.asarray(self.data.y_test), scores=evaluation.scores, history=record.history,
                              extra={**extra, **record.extra()})
 
