@@ -270,3 +270,32 @@ def test_the_reloaded_model_reproduces_the_test_predictions_on_every_pattern(fil
     np.testing.assert_allclose(got, list(scores.values()), atol=1e-12, rtol=0)
     assert (frame.parties != "+".join(PARTIES)).sum() > 10  # the oracle covers partial rows too
     assert roc_auc_score(held["y_true"], held["scores"][:, 1]) == pytest.approx(report.metrics["auc"])
+
+
+def test_every_row_deployed_over_three_parties_matches_one_process(files, trained, tmp_path):
+    """Three parties over loopback links (in threads), Paillier on: the same metrics on every pattern as in one
+    process (the trees are XGBoost's whatever each party's secret permutation); the deployed
+    model scores every row deployed as in one process, with the same parties column."""
+    from deployed_threads import in_threads, loopback_federation, run_parties_in_threads
+
+    from securevfl.pipeline.score import run_deployed_scoring
+
+    report, _ = trained
+    job = ('method = "secureboost"\nseed = 0\nid_column = "customer_id"\nlabel_column = "churn"\n'
+           'require_all_parties = false')
+    options = "[job.options]\nkey_bits = 512\ninsecure_allow_small_key = true\ntrees = 5\nmax_depth = 3"
+    fed = loopback_federation(tmp_path, list(PARTIES), "bank", job, options)
+    model = tmp_path / "model"
+    results = run_parties_in_threads(fed, {p: str(files[p]) for p in PARTIES}, model_dir=model)
+    deployed = results["bank"].report
+    assert deployed.metrics["coverage"].keys() == report.metrics["coverage"].keys()
+    assert deployed.metrics["auc"] == pytest.approx(report.metrics["auc"], abs=1e-12)
+    for pattern, entry in report.metrics["coverage"].items():
+        assert deployed.metrics["coverage"][pattern] == pytest.approx(entry, abs=1e-12), pattern
+    new = rows_of(files, tmp_path / "new", pd.read_csv(files["bank"]).customer_id.sample(90, random_state=1))
+    scored = in_threads(lambda p: run_deployed_scoring(fed, p, new[p], model, device="cpu", exchange_rows=40),
+                        PARTIES)
+    frame = scored["bank"].predictions
+    assert len(frame) == 90 and frame.parties.tolist() == _pattern(files, frame.customer_id)
+    local = securevfl.predict(model, data=new, device="cpu").set_index("customer_id").loc[frame.customer_id]
+    np.testing.assert_allclose(probabilities(frame), probabilities(local), atol=1e-12, rtol=0)
