@@ -102,6 +102,7 @@ def score_ways(train: dict[str, Path], test: dict[str, Path], options: dict[str,
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run every coverage and seed; print and (``--out``) write the means per way and pattern."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="breast-cancer")
     parser.add_argument("--parties", type=int, default=3)
