@@ -112,9 +112,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--trees", type=int, default=30)
     parser.add_argument("--max-depth", type=int, default=4)
     parser.add_argument("--local-epochs", type=int, default=20)
+    parser.add_argument("--no-shuffle", action="store_true",
+                        help="candidates in feature order (ties of equal gain broken alike in every run)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    options = {"encrypt": False, "trees": args.trees, "max_depth": args.max_depth}
+    options = {"encrypt": False, "trees": args.trees, "max_depth": args.max_depth, "shuffle": not args.no_shuffle}
     figures: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for p in args.p:
