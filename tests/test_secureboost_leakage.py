@@ -392,10 +392,13 @@ def test_the_active_party_gets_split_ids_and_row_bits_never_a_passive_feature_or
         trainer = run.passive_trainers[passive]
         for f, v in zip(table["feature"].tolist(), thresholds.tolist(), strict=True):
             assert v in trainer.bins.cuts[f]
-    # The active party's part: its own lookup table (its own cut points) and, per node, owner and record only.
+    # The active party's part: its own lookup table (its own cut points) and, per node, owner and record only
+    # (and the side of the rows the owner lacks: its own decision).
     saved = run.saved(run.active).weights
     assert set(saved) == {"trees", "splits"}
-    assert set(saved["trees"]) == {"left", "right", "owner", "record", "value", "roots", "output", "base_margin"}
+    assert set(saved["trees"]) == {"left", "right", "owner", "record", "value", "roots", "output", "base_margin",
+                                   "absent_left"}
+    assert not saved["trees"]["absent_left"].any()  # every party holds every row: nothing absent to send left
     owner, record = saved["trees"]["owner"].numpy(), saved["trees"]["record"].numpy()
     own = saved["splits"]
     assert len(own["feature"]) == int((owner == 0).sum()) > 0

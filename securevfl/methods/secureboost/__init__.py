@@ -21,8 +21,11 @@ from securevfl.methods.secureboost.protocol import KeyPair, active_role, passive
 
 
 def candidate_limit(data: PartyData, options: SecureBoostOptions) -> int:
-    """The most split candidates a party can have: (max_bins − 1) per feature, twice with missing values."""
-    return data.n_features * (options.max_bins - 1) * 2
+    """The most split candidates a party can have: (max_bins − 1) per feature, twice with missing values.
+
+    One more per feature where it does not hold every row (:func:`.histogram.candidates_of`).
+    """
+    return data.n_features * ((options.max_bins - 1) * 2 + 1)
 
 
 @register_method
@@ -34,6 +37,7 @@ class SecureBoost(Method[SecureBoostOptions]):
     supports_objectives = True  # binary, multi-class and regression (its own losses: XGBoost's)
     supports_early_stopping = True
     saves_outside_engine = True
+    partial_rows = True  # a row a passive party does not hold follows a learned default direction at its splits
     keypair: KeyPair | None = None  # tests may inject a pre-generated key pair
     shuffle_seed: int | None = None  # tests may fix the passive parties' candidate permutations
 

@@ -52,8 +52,9 @@ class FeatureBins:
         return out
 
     def threshold(self, feature: int, bin_index: int) -> float:
-        """The value of the split "bin <= ``bin_index``": ``x <= cuts[bin_index]`` goes left."""
-        return float(self.cuts[feature][bin_index])
+        """The value of the split "bin <= ``bin_index``": ``x <= cuts[bin_index]`` goes left (the last bin: +inf)."""
+        cuts = self.cuts[feature]
+        return float(cuts[bin_index]) if bin_index < len(cuts) else float("inf")
 
 
 def numeric(X: np.ndarray, what: str) -> np.ndarray:

@@ -36,14 +36,21 @@ def plain_histograms(values: np.ndarray, bins: np.ndarray, width: int, node_rows
     return out
 
 
-def candidates_of(n_bins: Sequence[int], has_missing: Sequence[bool]) -> list[Candidate]:
-    """Every split candidate of a party: per feature, "bin <= b" for b < n_bins − 1, and its missing-left twin."""
+def candidates_of(n_bins: Sequence[int], has_missing: Sequence[bool], absent: bool = False) -> list[Candidate]:
+    """Every split candidate of a party: per feature, "bin <= b" for b < n_bins − 1, and its missing-left twin.
+
+    ``absent`` (a passive party that does not hold some training rows): per feature also "bin <=
+    n_bins − 1", every row it holds left (XGBoost's last forward split, "present left, missing right",
+    which parts the rows it holds from those it does not).
+    """
     out: list[Candidate] = []
     for f, (nb, missing) in enumerate(zip(n_bins, has_missing, strict=True)):
         for b in range(nb - 1):
             out.append((f, b, False))
             if missing:
                 out.append((f, b, True))
+        if absent:
+            out.append((f, nb - 1, False))
     return out
 
 

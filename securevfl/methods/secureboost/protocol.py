@@ -183,6 +183,10 @@ class PassiveTrainer:
         self.walk_bins = self.bins.transform(X_walk)
         self.n_walk = len(X_walk)
         self.has_missing = _has_missing(np.asarray(data.X_train, dtype=np.float64))
+        coverage = data.coverage
+        #: whether it does not hold some training rows (partial coverage): a candidate per feature more
+        self.partial = bool(coverage is not None and data.name in coverage.train
+                            and not coverage.train[data.name].all())
         self.recorder = SplitRecorder()
         self.shuffle = np.random.default_rng(shuffle_seed if shuffle_seed is not None else secrets.randbits(128))
         self.n: int | None = None
@@ -236,7 +240,7 @@ class PassiveTrainer:
             raise ProtocolError(f"{ctx.active} sent a malformed packing layout for tree {tree + 1}")
         features = _feature_subset(self.bins.n_features, options.colsample, self.config.seed, ctx.name, tree)
         n_bins = [len(self.bins.cuts[f]) + 1 for f in range(self.bins.n_features)]
-        every = candidates_of(n_bins, self.has_missing)
+        every = candidates_of(n_bins, self.has_missing, absent=self.partial)
         chosen = set(features.tolist())
         candidates = [c for c in every if c[0] in chosen]
         if options.shuffle:
@@ -322,12 +326,32 @@ class PassiveTrainer:
         fitted_nodes = node_of[tree.rows]
         for node, rows, candidate in zip(nodes.tolist(), node_rows, chosen.tolist(), strict=True):
             feature, bin_index, missing_left = tree.candidates[candidate]
-            bin_index, missing_left = lowest_equivalent(self.walk_bins[tree.rows[fitted_nodes == node], feature],
-                                                        bin_index, missing_left, self.bins.missing_bin)
+            node_bins = self.walk_bins[tree.rows[fitted_nodes == node]]
+            bin_index, missing_left = lowest_equivalent(node_bins[:, feature], bin_index, missing_left,
+                                                        self.bins.missing_bin)
+            if self.partial and not missing_left:
+                feature, bin_index = self._first_of_equal(tree, node_bins, feature, bin_index)
             records.append(self.recorder.add(feature, self.bins.threshold(feature, bin_index), missing_left, tree.tree))
             left = goes_left(self.walk_bins[rows], feature, bin_index, missing_left, self.bins.missing_bin)
             masks.append(np.packbits(left).tobytes())
         ctx.send(ctx.active, LEFT_ROWS, {"records": np.array(records, dtype=np.int64), "left": masks})
+
+    def _first_of_equal(self, tree: _PassiveTree, node_bins: np.ndarray, feature: int,
+                        bin_index: int) -> tuple[int, int]:
+        """A split sending every row of the node it holds left (those it does not hold right), on its first feature.
+
+        Every feature without missing values in the node parts its rows so (equal gains): XGBoost keeps the
+        lowest feature, each at its lowest equivalent bin; so does the owner, whatever the secret permutation.
+        """
+        missing = self.bins.missing_bin
+        column = node_bins[:, feature].astype(np.int64)
+        if len(column) == 0 or (column == missing).any() or int(column.max()) > bin_index:
+            return feature, bin_index  # not such a split
+        for f in sorted({c[0] for c in tree.candidates}):
+            values = node_bins[:, f].astype(np.int64)
+            if f < feature and not (values == missing).any():
+                return f, int(values.max())
+        return feature, bin_index
 
     def close(self) -> None:
         if self.hist is not None:
@@ -371,6 +395,7 @@ class _Node:
     sample: np.ndarray  # positions (into the tree's fitted rows) of its rows
     total: np.ndarray  # exact (G, H) in fixed point
     candidates: dict[int, np.ndarray] = field(default_factory=dict)  # party index -> (count, 2) left sums
+    absent: dict[int, np.ndarray] = field(default_factory=dict)  # party index -> (G, H) of its rows it does not hold
 
 
 @dataclass
@@ -449,6 +474,18 @@ class ActiveTrainer:
         X_walk = _walk_rows(data)
         self.n_walk = len(X_walk)
         self.fit_rows, self.val_rows = split_rows(self.n_train, config)
+        #: per passive party that does not hold every row (partial coverage): which walked rows it holds
+        self.held: dict[str, np.ndarray] = {}
+        train_masks = data.peer_masks("train", np.arange(self.n_train))
+        test_masks = data.peer_masks("test", np.arange(self.n_walk - self.n_train))
+        if train_masks is not None and test_masks is not None:
+            for party in passives:
+                if party in train_masks:
+                    mask = np.concatenate([train_masks[party], test_masks[party]]).astype(bool)
+                    if not mask.all():
+                        self.held[party] = mask
+        #: a held walked row's index among the party's own walked rows (its training rows, then its test rows)
+        self.walk_of = {p: np.cumsum(mask) - 1 for p, mask in self.held.items()}
         self.bins = fit_bins(np.asarray(data.X_train, dtype=np.float64), options.max_bins)
         self.walk_bins = self.bins.transform(X_walk)
         n_bins = [len(c) + 1 for c in self.bins.cuts]
@@ -562,15 +599,20 @@ class ActiveTrainer:
         root = self.forest.start_tree(output)
         node_of = np.full(self.n_walk, root, dtype=np.int64)
         sample_node = np.full(len(rows), root, dtype=np.int64)
-        nodes = {root: _Node(root, 0, np.arange(len(rows)), gh.sum(axis=0))}
+        # per passive party index that does not hold every fitted row: which of them it holds
+        held_fit = {i: self.held[p][rows] for i, p in enumerate(self.passives, start=1)
+                    if p in passives and p in self.held}
+        nodes = {root: self._node(root, 0, np.arange(len(rows)), gh, held_fit)}
         frontier = [root] if self._splittable(nodes[root]) else []
         compute = list(frontier)
         derive: dict[int, tuple[int, int]] = {}  # node -> (parent, computed sibling)
         while frontier:
-            if passives:
-                # node ids relative to the tree's root: nothing on the wire counts the nodes of earlier trees
-                ctx.broadcast(passives, ASSIGN, {"node_of": (node_of - root).astype(np.int32),
-                                                 "compute": np.array(compute, dtype=np.int32) - root})
+            for peer in passives:
+                # node ids relative to the tree's root: nothing on the wire counts the nodes of earlier trees;
+                # a party that does not hold every row is told the nodes of its own rows only
+                own = node_of if peer not in self.held else node_of[self.held[peer]]
+                ctx.send(peer, ASSIGN, {"node_of": (own - root).astype(np.int32),
+                                         "compute": np.array(compute, dtype=np.int32) - root})
             self._candidate_sums(nodes, compute, gh, sample_bins, own_candidates, passives, layout)
             for node, (parent, sibling) in derive.items():
                 for party, sums in nodes[sibling].candidates.items():
@@ -579,8 +621,8 @@ class ActiveTrainer:
             split_rows = dict(zip(decisions, rows_by_node(node_of, list(decisions)), strict=True))  # one sort a level
             lefts = self._apply_splits(decisions, passives, split_rows, own_candidates, root)
             next_frontier, compute, derive = [], [], {}
-            for node, (party, _, record) in decisions.items():
-                left_child, right_child = self.forest.split(node, party, record)
+            for node, (party, _, record, absent_left) in decisions.items():
+                left_child, right_child = self.forest.split(node, party, record, absent_left)
                 self.owners[(ctx.name, *self.passives)[party]] += 1
                 mask_rows = split_rows[node]
                 left_rows = mask_rows[lefts[node]]
@@ -591,7 +633,7 @@ class ActiveTrainer:
                 children = []
                 for child, members in ((left_child, parent_sample[in_left]), (right_child, parent_sample[~in_left])):
                     sample_node[members] = child
-                    nodes[child] = _Node(child, nodes[node].depth + 1, members, gh[members].sum(axis=0))
+                    nodes[child] = self._node(child, nodes[node].depth + 1, members, gh, held_fit)
                     children.append(child)
                 splittable = [c for c in children if self._splittable(nodes[c])]
                 if not splittable:
@@ -619,6 +661,12 @@ class ActiveTrainer:
         self.counts["trees"] += 1
         return node_of, np.asarray(self.forest.value)
 
+    @staticmethod
+    def _node(node: int, depth: int, sample: np.ndarray, gh: np.ndarray, held_fit: dict[int, np.ndarray]) -> _Node:
+        """A node of ``sample``'s rows: its exact sums, and per party of ``held_fit`` those of its rows it lacks."""
+        absent = {i: gh[sample[~mask[sample]]].sum(axis=0) for i, mask in held_fit.items()}
+        return _Node(node, depth, sample, gh[sample].sum(axis=0), absent=absent)
+
     def _splittable(self, node: _Node) -> bool:
         """Whether a node may still split: above the depth limit, two rows, room for two children's hessian."""
         hessian = float(node.total[1]) / self._scale
@@ -626,26 +674,47 @@ class ActiveTrainer:
                 and hessian >= 2 * self.options.min_child_weight)
 
     def _send_gradients(self, tree: int, rows: np.ndarray, gh: np.ndarray, layout: DigitLayout, frac: int) -> None:
+        """Each passive party gets the gradients of the fitted rows it holds (every one, where it holds every row)."""
         ctx, options = self.ctx, self.options
-        message: dict[str, Any] = {"tree": tree, "rows": rows.astype(np.int32), "digit_bits": layout.digit_bits,
-                                   "per_ciphertext": max(1, layout.digits // 2)}
-        if self.backend is None:
-            message["gradients"] = gh
-        else:
+        layout_info = {"tree": tree, "digit_bits": layout.digit_bits, "per_ciphertext": max(1, layout.digits // 2)}
+        # the rows some passive party holds (a row none holds is never encrypted), as positions into ``rows``
+        wanted = np.ones(len(rows), dtype=bool)
+        if self.held and all(p in self.held for p in self.passives):
+            wanted = np.logical_or.reduce([self.held[p][rows] for p in self.passives])
+        index = np.flatnonzero(wanted)
+        parts: list[list[Any]] = []
+        if self.backend is not None:
             n = self.backend.public_key.n
             started = time.perf_counter()
             with ctx.meter.crypto("paillier.encrypt"):
-                plaintexts = ([pack_pairs(gh[:, 0], gh[:, 1], layout.digit_bits, n)] if options.packing
-                              else [[int(v) % n for v in gh[:, c].tolist()] for c in (0, 1)])
+                chosen = gh[index]
+                plaintexts = ([pack_pairs(chosen[:, 0], chosen[:, 1], layout.digit_bits, n)] if options.packing
+                              else [[int(v) % n for v in chosen[:, c].tolist()] for c in (0, 1)])
                 if self.ahead is not None and isinstance(self.backend, FastBackend):
                     parts = [self.backend.encrypt_with(p, self.ahead.take(len(p))) for p in plaintexts]
                 else:
                     parts = [self.backend.encrypt_raw(p) for p in plaintexts]
             self.timing.encrypt += time.perf_counter() - started
             self.counts["encryptions"] += sum(len(p) for p in parts)
-            with ctx.meter.serialize():
-                message["gradients"] = [to_wire(p, ciphertext_bytes(n)) for p in parts]
-        ctx.broadcast(self.passives, TREE, message)
+        slot = np.full(len(rows), -1, dtype=np.int64)
+        slot[index] = np.arange(len(index))
+        wire: bytes | list[bytes] | None = None  # the whole message, serialised once for parties holding every row
+        for party in self.passives:
+            mine = np.arange(len(rows)) if party not in self.held else np.flatnonzero(self.held[party][rows])
+            own_rows = rows[mine] if party not in self.held else self.walk_of[party][rows[mine]]
+            message: dict[str, Any] = {**layout_info, "rows": own_rows.astype(np.int32)}
+            if self.backend is None:
+                message["gradients"] = gh[mine]
+            elif party not in self.held and wire is not None:
+                message["gradients"] = wire
+            else:
+                width = ciphertext_bytes(self.backend.public_key.n)
+                with ctx.meter.serialize():
+                    picked = slot[mine].tolist()
+                    message["gradients"] = [to_wire([p[i] for i in picked], width) for p in parts]
+                if party not in self.held:
+                    wire = message["gradients"]
+            ctx.send(party, TREE, message)
         if self.ahead is not None and tree + 1 < self.options.trees * self.objective.trees_per_round:
             self.ahead.start(len(rows) * (1 if options.packing else 2))  # the next tree's factors, while waiting
 
@@ -720,12 +789,19 @@ class ActiveTrainer:
         self.timing.decrypt += time.perf_counter() - started
         return out
 
-    def _best_splits(self, frontier: list[_Node], frac: int) -> dict[int, tuple[int, int, int]]:
-        """Per node with a split of positive gain: (party index, candidate index, -1 record until applied)."""
+    def _best_splits(self, frontier: list[_Node], frac: int) -> dict[int, tuple[int, int, int, bool]]:
+        """Per node with a split of positive gain: (party, candidate, -1 record until applied, absent rows left).
+
+        The last: whether the rows the owner does not hold go left.
+        For a passive party that does not hold some of the node's rows, each of its candidates is tried with
+        those rows on either side (their sums ``node.absent``: XGBoost's sparsity-aware split finding, the
+        missing side being the rows it does not hold); right first, so a node without such rows sends them
+        right (XGBoost's default).
+        """
         options = self.options
         scale = float(2**frac)
         lam, mcw = options.l2, options.min_child_weight
-        out: dict[int, tuple[int, int, int]] = {}
+        out: dict[int, tuple[int, int, int, bool]] = {}
         started = time.perf_counter()
         with self.ctx.meter.compute():
             for node in frontier:
@@ -736,6 +812,8 @@ class ActiveTrainer:
                     sums = node.candidates[party]
                     if not len(sums):
                         continue
+                    if party in node.absent:  # the rows it does not hold right, then left
+                        sums = np.concatenate([sums, sums + node.absent[party]])
                     gl, hl = sums[:, 0] / scale, sums[:, 1] / scale
                     gr, hr = G - gl, H - hl
                     gain = gl * gl / (hl + lam) + gr * gr / (hr + lam) - parent
@@ -744,35 +822,39 @@ class ActiveTrainer:
                     if gain[i] > best[0]:
                         best = (float(gain[i]), party, i)
                 if best[1] >= 0 and best[0] > options.min_split_gain and best[0] > 1e-12 * max(1.0, abs(parent)):
-                    out[node.node] = (best[1], best[2], -1)
+                    count = len(node.candidates[best[1]])
+                    out[node.node] = (best[1], best[2] % count, -1, best[2] >= count)
         self.timing.split_finding += time.perf_counter() - started
         return out
 
-    def _apply_splits(self, decisions: dict[int, tuple[int, int, int]], passives: Sequence[str],
+    def _apply_splits(self, decisions: dict[int, tuple[int, int, int, bool]], passives: Sequence[str],
                       split_rows: dict[int, np.ndarray], own_candidates: list[Candidate],
                       root: int) -> dict[int, np.ndarray]:
-        """Tell each owner its splits; the rows going left of each split node (of ``split_rows[node]``, ascending)."""
+        """Tell each owner its splits; the rows going left of each split node (of ``split_rows[node]``, ascending).
+
+        An owner answers for the rows it holds; the rows it does not hold go the way the active party decided.
+        """
         ctx = self.ctx
         lefts: dict[int, np.ndarray] = {}
         for index, party in enumerate(self.passives, start=1):
             if party not in passives:
                 continue
-            mine = sorted(node for node, (p, _, _) in decisions.items() if p == index)
+            mine = sorted(node for node, (p, _, _, _) in decisions.items() if p == index)
             ctx.send(party, SPLIT, {"nodes": np.array(mine, dtype=np.int64) - root,
                                     "candidates": np.array([decisions[k][1] for k in mine], dtype=np.int64)})
-        for node, (owner, candidate, _) in decisions.items():
+        for node, (owner, candidate, _, _) in decisions.items():
             if owner != 0:
                 continue
             feature, bin_index, missing_left = own_candidates[candidate]
             record = self.recorder.add(feature, self.bins.threshold(feature, bin_index), missing_left,
                                        len(self.forest.roots) - 1)
-            decisions[node] = (0, candidate, record)
+            decisions[node] = (0, candidate, record, False)
             rows = split_rows[node]
             lefts[node] = goes_left(self.walk_bins[rows], feature, bin_index, missing_left, self.bins.missing_bin)
         for index, party in enumerate(self.passives, start=1):
             if party not in passives:
                 continue
-            mine = sorted(node for node, (p, _, _) in decisions.items() if p == index)
+            mine = sorted(node for node, (p, _, _, _) in decisions.items() if p == index)
             started = time.perf_counter()
             reply = ctx.recv(party, LEFT_ROWS)
             self.timing.waiting += time.perf_counter() - started
@@ -782,10 +864,15 @@ class ActiveTrainer:
                 raise ProtocolError(f"{party} answered {len(mine)} splits with a malformed {LEFT_ROWS}")
             for node, record, mask in zip(mine, records.tolist(), masks, strict=True):
                 rows = split_rows[node]
-                if not isinstance(mask, bytes) or len(mask) != -(-len(rows) // 8):
-                    raise ProtocolError(f"{party} sent the left rows of a node of {len(rows)} rows malformed")
-                lefts[node] = np.unpackbits(np.frombuffer(mask, dtype=np.uint8), count=len(rows)).astype(bool)
-                decisions[node] = (index, decisions[node][1], int(record))
+                absent_left = decisions[node][3]
+                held = self.held[party][rows] if party in self.held else np.ones(len(rows), dtype=bool)
+                count = int(held.sum())
+                if not isinstance(mask, bytes) or len(mask) != -(-count // 8):
+                    raise ProtocolError(f"{party} sent the left rows of a node of {count} rows malformed")
+                left = np.full(len(rows), absent_left, dtype=bool)
+                left[held] = np.unpackbits(np.frombuffer(mask, dtype=np.uint8), count=count).astype(bool)
+                lefts[node] = left
+                decisions[node] = (index, decisions[node][1], int(record), absent_left)
         return lefts
 
     def close(self) -> None:

@@ -8,6 +8,10 @@ goes (:data:`QUERY`); the owner answers one bit per pair from its own columns (:
 After the deepest level it sends :data:`QUERY` with ``done``. The margin is the base margin plus the
 reached leaves' weights; the scores are the objective's (probabilities, or values).
 
+A row a passive party does not hold (partial coverage: :attr:`PartySide.present`) is never asked
+about: at that party's nodes the active party sends it the way the tree's ``absent_left`` says (the
+default direction learned in training), so the party is asked about its own rows only.
+
 What each party learns: the **active party** which way each scored row goes at each passive node it
 reaches (the instance space of the nodes, as in training), never a feature or threshold; a
 **passive party** which of its own records each scored row reaches (its records' rows), never a
@@ -16,6 +20,7 @@ leaf weight, another party's split, or a score.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -45,6 +50,7 @@ class _Scorer(ScoringSide):
             raise ModelError(f"{self.name}'s saved part holds no secureboost lookup table")
         self.state.modules[SPLITS] = SplitTable.shaped_like(saved.weights[SPLITS])
         if TREES in saved.weights:
+            saved = replace(saved, weights={**saved.weights, TREES: TreeArrays.with_defaults(saved.weights[TREES])})
             self.state.modules[TREES] = TreeArrays.shaped_like(saved.weights[TREES])
         super().load_saved(saved)
 
@@ -103,10 +109,14 @@ class ActiveScorer(_Scorer):
         owner, record = trees.array("owner"), trees.array("record")
         roots, output = trees.array("roots"), trees.array("output")
         base = trees.array("base_margin")
+        absent_left = trees.array("absent_left").astype(bool)
         rows = len(X)
         current = np.tile(roots, (rows, 1))  # (rows, trees): each row's node in each tree
         row_of = np.repeat(np.arange(rows), len(roots)).reshape(rows, len(roots))
         table = self.table()
+        present = self.present or {}
+        held = {p: np.asarray(present[p], dtype=bool) for p in self.parties[1:] if p in present}
+        own_row = {p: np.cumsum(mask) - 1 for p, mask in held.items()}  # a held row's index in the party's batch
         while True:
             owners = owner[current]
             inner = owners != LEAF
@@ -115,11 +125,17 @@ class ActiveScorer(_Scorer):
             go_left = np.zeros(current.shape, dtype=bool)
             for index, party in enumerate(self.parties):
                 at = inner & (owners == index)
-                queried_rows, queried_records = row_of[at], record[current[at]]
                 if index == 0:
                     with ctx.meter.compute():
-                        go_left[at] = table.go_left(X, queried_rows, queried_records)
+                        go_left[at] = table.go_left(X, row_of[at], record[current[at]])
                     continue
+                if party in held:  # rows it does not hold take the node's learned default direction
+                    absent = at & ~held[party][row_of]
+                    go_left[absent] = absent_left[current[absent]]
+                    at = at & ~absent
+                queried_rows, queried_records = row_of[at], record[current[at]]
+                if party in held:
+                    queried_rows = own_row[party][queried_rows]
                 ctx.send(party, QUERY, {"rows": queried_rows.astype(np.int32),
                                         "records": queried_records.astype(np.int32)})
                 answer = ctx.recv(party, ANSWER)

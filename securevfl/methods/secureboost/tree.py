@@ -1,7 +1,9 @@
 """What each party keeps of a SecureBoost model, and the joint walk of its trees.
 
 The active party keeps the trees' structure — per node its children, the *owner* party of its split
-and the owner's record id, or its leaf weight — and the lookup table of its own splits. A passive
+and the owner's record id, the side of the rows the owner does not hold (``absent_left``: the
+default direction it learned, partial coverage), or its leaf weight — and the lookup table of its
+own splits. A passive
 party keeps only its own lookup table: per record the feature, the threshold and the side of missing
 values (SecureBoost's lookup table, Cheng et al. 2021, Fig. 2). Nobody holds another party's
 threshold; the active party never learns which feature a passive record splits on.
@@ -69,12 +71,23 @@ class SplitTable(_Buffers):
 class TreeArrays(_Buffers):
     """Every tree's nodes, concatenated: children (or :data:`LEAF`), owner party, record, leaf weight.
 
-    ``roots[t]`` is tree t's root node and ``output[t]`` the output column it adds to.
+    ``roots[t]`` is tree t's root node and ``output[t]`` the output column it adds to; ``absent_left[k]``
+    whether a row the owner of node k does not hold goes left there (0 at the active party's nodes and
+    where training had every row: XGBoost's default, right). A model saved before it had no
+    ``absent_left``: every such row goes right (:meth:`with_defaults`).
     """
 
     fields = (("left", torch.int64), ("right", torch.int64), ("owner", torch.int64), ("record", torch.int64),
               ("value", torch.float64), ("roots", torch.int64), ("output", torch.int64),
-              ("base_margin", torch.float64))
+              ("base_margin", torch.float64), ("absent_left", torch.int64))
+
+    @staticmethod
+    def with_defaults(weights: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Saved trees with ``absent_left`` (zeros, one per node) where a model saved before it lacks it."""
+        out = dict(weights)
+        if "absent_left" not in out and "left" in out:
+            out["absent_left"] = torch.zeros(tuple(out["left"].shape), dtype=torch.int64)
+        return out
 
 
 class TreeBuilder:
@@ -88,6 +101,7 @@ class TreeBuilder:
         self.value: list[float] = []
         self.roots: list[int] = []
         self.output: list[int] = []
+        self.absent_left: list[int] = []
 
     def new_node(self) -> int:
         self.left.append(LEAF)
@@ -95,6 +109,7 @@ class TreeBuilder:
         self.owner.append(LEAF)
         self.record.append(LEAF)
         self.value.append(0.0)
+        self.absent_left.append(0)
         return len(self.left) - 1
 
     def start_tree(self, output: int) -> int:
@@ -103,10 +118,11 @@ class TreeBuilder:
         self.output.append(output)
         return root
 
-    def split(self, node: int, owner: int, record: int) -> tuple[int, int]:
+    def split(self, node: int, owner: int, record: int, absent_left: bool = False) -> tuple[int, int]:
         left, right = self.new_node(), self.new_node()
         self.left[node], self.right[node] = left, right
         self.owner[node], self.record[node] = owner, record
+        self.absent_left[node] = int(absent_left)
         return left, right
 
     def truncate(self, trees: int) -> None:
@@ -114,7 +130,7 @@ class TreeBuilder:
         if trees >= len(self.roots):
             return
         end = self.roots[trees]
-        for name in ("left", "right", "owner", "record", "value"):
+        for name in ("left", "right", "owner", "record", "value", "absent_left"):
             del getattr(self, name)[end:]
         del self.roots[trees:]
         del self.output[trees:]
@@ -123,7 +139,8 @@ class TreeBuilder:
         return TreeArrays({"left": np.array(self.left), "right": np.array(self.right),
                            "owner": np.array(self.owner), "record": np.array(self.record),
                            "value": np.array(self.value), "roots": np.array(self.roots),
-                           "output": np.array(self.output), "base_margin": np.asarray(base_margin)})
+                           "output": np.array(self.output), "base_margin": np.asarray(base_margin),
+                           "absent_left": np.array(self.absent_left, dtype=np.int64)})
 
 
 class SplitRecorder:
