@@ -63,7 +63,10 @@ def methods(
         own = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in cls.run_defaults.items())
         if own:
             out.print(Text(f"where not given: {own}", style="dim"))
-        if not (cls.partial_rows or cls.standalone):
+        if cls.partial_rows and not cls.standalone:
+            out.print(Text("rows some party does not hold: trained on and scored, each row with the parties that hold "
+                           "it (the default; --require-all-parties: the rows every party holds)", style="dim"))
+        elif not (cls.partial_rows or cls.standalone):
             out.print(Text("rows some party does not hold: refused (it trains and scores the rows every party holds)",
                            style="dim"))
         rows = list(option_rows(cls.Options))
