@@ -29,6 +29,7 @@ from securevfl.settings import (
     holds_tuple,
     info_of,
     integer,
+    number,
     setting,
     settings_of,
     text,
@@ -78,9 +79,22 @@ class ScoringSettings:
     exchange_rows: int = setting(4096, rule=integer(1, 10_000_000),
                                  help="Rows scored per exchange between the parties (every party cuts the same "
                                       "batches; training's batch is --batch-size).")
+    #: ``None``: :data:`BATCH_PARTY_TIMEOUT_S` for ``party --predict``, serving's own 0.5 s for ``party --serve``
+    #: (one flag for both: :class:`~securevfl.deploy.serving_limits.ServeSettings` declares serving's).
+    party_timeout_s: float | None = setting(
+        None, flag="--party-timeout", rule=number(0.01, 86400, optional=True),
+        help="Seconds a passive party has to be reachable (--predict, default 30: a model trained on every row "
+             "scores without a party later than that; another model fails naming it) or to answer its part of a "
+             "batch (--serve, default 0.5).")
 
     def __post_init__(self) -> None:
         check_declared(self)
+
+
+#: How long the active party of a deployed batch scoring waits for a passive party's link (``--party-timeout``):
+#: the parties of one job are started together, by hand or by a scheduler, within seconds; 30 s is the links'
+#: own peer timeout, and half their 60 s connect timeout, past which the scoring would fail anyway.
+BATCH_PARTY_TIMEOUT_S = 30.0
 
 
 #: Every setting of a run, in declaration order.
@@ -146,4 +160,4 @@ def _plain(s: Setting, value: Any) -> Any:
     return value
 
 
-__all__ = ["RUN_SETTINGS", "RunConfig", "ScoringSettings", "run_config"]
+__all__ = ["BATCH_PARTY_TIMEOUT_S", "RUN_SETTINGS", "RunConfig", "ScoringSettings", "run_config"]

@@ -170,6 +170,8 @@ def _launch(
                               f"with securevfl party --predict --as {fed.active} (or securevfl predict)")
         for name in fed.parties:  # a helper (data = false) scores with no part: no --model-dir
             extra[name] += ["--predict", "--exchange-rows", str(exchange_rows)] + (
+                ["--party-timeout", str(values["party_timeout_s"])] if values["party_timeout_s"] is not None
+                else []) + (
                 ["--model-dir", str(model_dir)] if name in files else [])
         extra[fed.active] += ["--out", str(out or DEFAULT_PREDICTIONS)]
     elif model_dir is not None:

@@ -185,8 +185,10 @@ def _party(
     if serve:
         _check_serve_options(out, checkpoint_dir, predict)
         choice = _start_threads(fed, as_, threads)
-        settings = _serve_settings(fed, as_, serve_tls, serve_client_ca,
-                                   {s.name: values[s.name] for s in _SERVE_SETTINGS})
+        declared = {s.name: values[s.name] for s in _SERVE_SETTINGS}
+        if values["party_timeout_s"] is not None:
+            declared["party_timeout_s"] = values["party_timeout_s"]
+        settings = _serve_settings(fed, as_, serve_tls, serve_client_ca, declared)
         with stop_on_signals(as_):
             _serve_party(fed, as_, data, model_dir, listen, device, choice, settings)
         return
@@ -194,8 +196,11 @@ def _party(
         check_predict_options(fed, as_, out, checkpoint_dir)
         choice = _start_threads(fed, as_, threads)
         with stop_on_signals(as_):
-            _score_party(fed, as_, data, model_dir, out, report, device, values["exchange_rows"], choice)
+            _score_party(fed, as_, data, model_dir, out, report, device, values["exchange_rows"], choice,
+                         values["party_timeout_s"])
         return
+    if "party_timeout_s" in given:
+        raise ConfigError("--party-timeout is for --predict and --serve")
     if out is not None:
         raise ConfigError("--out is for --predict (the training writes --report and, with --model-dir, the model)")
     choice = _start_threads(fed, as_, threads)
@@ -220,7 +225,8 @@ def _own_columns(columns: Any, given: set[str], base: Any) -> Any:
 _COLUMN_SETTINGS = [s for s in cli_settings() if s.path[:-1] == ("dataset_options", "columns")]
 _RUN_SETTINGS = [*cli_settings(["device", "checkpoint_dir", "resume", "checkpoint_overwrite", "model_dir",
                                 "overwrite_model", "positive_class"]), *_COLUMN_SETTINGS]
-_SERVE_SETTINGS = [s for s in settings_of(ServeSettings) if s.info.cli]
+#: Serving's --party-timeout is ScoringSettings's (one flag, for --predict and --serve alike).
+_SERVE_SETTINGS = [s for s in settings_of(ServeSettings) if s.info.cli and s.name != "party_timeout_s"]
 
 party_command = with_party_logging(_party)
 settings_command(party_command, [*_RUN_SETTINGS, *settings_of(ScoringSettings), *_SERVE_SETTINGS],
@@ -306,7 +312,8 @@ DEFAULT_PREDICTIONS = Path("out/predictions.csv")
 
 
 def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, out: Path | None,
-                 report: Path | None, device: str, exchange_rows: int, threads: Any = None) -> None:
+                 report: Path | None, device: str, exchange_rows: int, threads: Any = None,
+                 party_timeout_s: float | None = None) -> None:
     with heavy_imports():
         from securevfl.pipeline.placement import OneParty
         from securevfl.pipeline.score import run_deployed_scoring
@@ -314,7 +321,9 @@ def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, 
     place = OneParty(fed, as_)
     helper = place.kind == "helper"
     result = run_deployed_scoring(fed, as_, data, None if helper else model_dir, exchange_rows=exchange_rows,
-                                  device=device, threads=threads)
+                                  device=device, threads=threads, party_timeout_s=party_timeout_s)
+    for peer, reason in sorted(result.left_out.items()):
+        console.print(f"left out: {peer} ({reason})", highlight=False)
     for peer, reason in sorted(result.missing_costs.items()):
         _event(as_, "cost", "missing_costs", f"the costs of {peer} are missing: {reason}", logging.WARNING,
                peer=peer)
@@ -333,7 +342,8 @@ def _score_party(fed: Any, as_: str, data: Path | None, model_dir: Path | None, 
         body = {"party": as_, "kind": "predict", "role": place.kind,
                 "scored_rows": result.rows, "wall_s": result.wall_s, "metrics": result.metrics,
                 "compute_s": snap.compute_s if snap else None, "crypto_s": snap.crypto_s if snap else None,
-                "bytes_sent": dict(snap.bytes) if snap else {}, "missing_costs": result.missing_costs}
+                "bytes_sent": dict(snap.bytes) if snap else {}, "missing_costs": result.missing_costs,
+                "left_out": result.left_out}
         atomic.write_text(json_path, json.dumps(body, indent=2, default=float))
         console.print(f"report: {json_path}")
 

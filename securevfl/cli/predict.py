@@ -87,7 +87,9 @@ def _predict(
 predict_command = _predict
 #: The run settings that scoring reads (the rest is the saved model's), from their one declaration.
 _SCORING_RUN_SETTINGS = cli_settings(["id_column", "device", "alignment", "require_all_parties"])
-settings_command(predict_command, [*_SCORING_RUN_SETTINGS, *settings_of(ScoringSettings)],
+#: --party-timeout is for deployed parties (one process has every party).
+_ONE_PROCESS_SCORING = [s for s in settings_of(ScoringSettings) if s.name != "party_timeout_s"]
+settings_command(predict_command, [*_SCORING_RUN_SETTINGS, *_ONE_PROCESS_SCORING],
                  before=list(inspect.signature(_predict).parameters.values())[:-1])
 
 

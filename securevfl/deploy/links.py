@@ -12,20 +12,38 @@ import functools
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from securevfl.deploy.federation_file import Federation, check_tls_paths, job_fingerprint, job_mismatch
 from securevfl.deploy.progress import PartyWatch, log_event
+from securevfl.federation.grpc_transport.errors import PeerLostError
 from securevfl.federation.network import TlsCredentials
 
 _log = logging.getLogger(__name__)
 
 
-def open_transport(federation: Federation, name: str, phase: str = "train", watch: PartyWatch | None = None) -> Any:
+@dataclass(frozen=True)
+class Absence:
+    """How a batch scoring's links treat a passive party that is not up (``party --predict --party-timeout``).
+
+    The active party waits ``timeout_s`` for each passive data party's link. ``refusal``: why the model
+    cannot score without a party (one line then names it); ``None``: the party is left out
+    (:meth:`GrpcTransport.leave_out`) and every row is scored without its part; a passive party then
+    waits for the active party's link only (the active party tells it who takes part).
+    """
+
+    timeout_s: float
+    refusal: str | None = None
+
+
+def open_transport(federation: Federation, name: str, phase: str = "train", watch: PartyWatch | None = None,
+                   absence: Absence | None = None) -> Any:
     """Start this party's gRPC transport (TLS material checked first) and wait for every handshake.
 
     ``phase``: ``train``, ``predict`` or ``serve`` (part of the job fingerprint every peer must match); ``watch``:
-    reports a peer that keeps this party waiting, and each link that comes up.
+    reports a peer that keeps this party waiting, and each link that comes up; ``absence``: a passive party
+    not up in time (see :class:`Absence`).
     """
     from securevfl.deploy.certs import load_tls_material
     from securevfl.federation.certificates import verify_party_certificate
@@ -49,27 +67,63 @@ def open_transport(federation: Federation, name: str, phase: str = "train", watc
     addresses = {p: a or f"no address: it dials {federation.active}" for p, a in ordered_addresses(federation).items()}
     try:
         with watch.connecting(transport, addresses) if watch is not None else contextlib.nullcontext():
-            transport.wait_ready()
+            waited = _wait(transport, federation, name, absence)
     except BaseException as exc:
         transport.abort(f"{name} could not set up its links: {exc}")
         transport.close()
         raise
     security = "plaintext, loopback" if federation.insecure else "mutual TLS"
     for peer in getattr(transport, "peers", ()):
+        if peer not in waited:
+            continue  # left out, or (a passive party) another passive party the active party will name
         log_event(_log, name, "connect", "link_up", f"link to {peer} up ({security})", peer=peer,
                   address=addresses.get(peer))
     return transport
 
 
+def _wait(transport: Any, federation: Federation, name: str, absence: Absence | None) -> tuple[str, ...]:
+    """Wait for the handshakes: every peer's, or (``absence``) as :class:`Absence` says; returns whose."""
+    peers = tuple(getattr(transport, "peers", ()))
+    if absence is None:
+        transport.wait_ready()
+        return peers
+    passives = data_party_order(federation)[1:]
+    if name != federation.active:  # the active party says who takes part; the others may never come
+        if absence.refusal:
+            transport.wait_ready()
+            return peers
+        waited = (federation.active, *helper_parties(federation))
+        transport.wait_ready(peers=waited)
+        return waited
+    missing = transport.unready(passives, absence.timeout_s)
+    if missing:
+        why = f"not reachable within {absence.timeout_s:g} s (--party-timeout)"
+        names = ", ".join(missing)
+        if absence.refusal is not None:
+            raise PeerLostError(missing[0], name, f"{names} {'is' if len(missing) == 1 else 'are'} {why}, and "
+                                                  f"{absence.refusal}")
+        if federation.topology == "star":
+            raise PeerLostError(missing[0], name, f"{names} {'is' if len(missing) == 1 else 'are'} {why}; leaving a "
+                                                  "party out of batch scoring needs a full-mesh federation (this "
+                                                  "one is a star)")
+        for peer in missing:
+            transport.leave_out(peer, why)
+            log_event(_log, name, "connect", "left_out", f"scoring without {peer}: {why}; every row is scored "
+                      f"without its part (the parties column lacks {peer})", level=logging.WARNING, peer=peer,
+                      reason=why)
+    transport.wait_ready()  # the helpers, and the passive parties that are up
+    return tuple(p for p in peers if p not in missing)
+
+
 @contextmanager
 def party_links(federation: Federation, name: str, transport: Any = None, phase: str = "train",
-                watch: PartyWatch | None = None) -> Iterator[Any]:
+                watch: PartyWatch | None = None, absence: Absence | None = None) -> Iterator[Any]:
     """The links of party ``name`` for one run, opened here unless given, and closed here if opened here.
 
     On any failure every peer is told at once (ABORT with the reason), so they stop now, not at a timeout.
     """
     own = transport is None
-    transport = transport or open_transport(federation, name, phase, watch)
+    transport = transport or open_transport(federation, name, phase, watch, absence)
     try:
         yield transport
     except BaseException as exc:

@@ -81,8 +81,9 @@ def scoring_plan_role(table: Any, size_check: Callable[..., Any], fingerprint: s
         own = PartyShape(table.n_rows, len(rows), encoded_width)
         if not ctx.is_active:
             ctx.send(ctx.active, TAG_PART, {"shape": own.to_wire(), "model": fingerprint})
-            plan = parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, (ctx.active, *ctx.passives), size,
-                              partial=cover)
+            # every data party's shape: one left out (absent, batch scoring) holds no row
+            plan = parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, data_party_order(federation),
+                              size, partial=cover)
             if len(plan["train"]) or plan["shapes"][ctx.name] != own:
                 raise ProtocolError(f"the scoring plan from {ctx.active} does not score every shared row of "
                                     f"{ctx.name} as it announced them")
@@ -101,6 +102,10 @@ def scoring_plan_role(table: Any, size_check: Callable[..., Any], fingerprint: s
                                  "with its part of one saved model")
             held = int(present[p].sum()) if p in present else size
             shapes[p] = PartyShape.from_wire(message["shape"], p, aligned=held, rows=result.peer_sizes.get(p))
+        for p in data_party_order(federation)[1:]:
+            if p not in shapes:  # left out (not up within --party-timeout): it holds none of the rows
+                shapes[p] = PartyShape(0, 0, 0)
+                present[p] = np.zeros(size, dtype=bool)
         plan = {"train": np.zeros(0, np.int64), "test": np.arange(size, dtype=np.int64), "task": task,
                 "n_classes": n_classes, "shapes": {n: s.to_wire() for n, s in shapes.items()}}
         # helpers (hetero-lr's arbiter) learn the plan too: the number of rows every party scores

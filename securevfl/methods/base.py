@@ -124,6 +124,9 @@ class Method(ABC, Generic[OptionsT]):
     #: Whether it trains on and scores rows some passive party does not hold (partial coverage: the
     #: absent party's part left out, the model trained for it); the others use the rows every party holds.
     partial_rows: ClassVar[bool] = False
+    #: Whether a model trained on every row scores without a passive party that is down (its active side
+    #: can :attr:`~securevfl.methods.engine.loop.PartySide.leave_out` one): batch scoring's ``--party-timeout``.
+    leaves_out_parties: ClassVar[bool] = False
     #: Settings of the run (:class:`TrainConfig` field names) this method defaults differently where the
     #: user gives none: a method whose baseline needs another learning rate or early stopping to be fair.
     #: Applied by :func:`with_method_defaults` (the API, the CLI and ``[job]``); a given value always wins.

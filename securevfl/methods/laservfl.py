@@ -253,10 +253,13 @@ class LaserActive(SplitActive):
         return ensemble
 
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation:
-        held = self.present or {}
-        received = [ctx.recv(p, self.tag(phase, EMBEDDING)) for p in self.passives]
+        held = dict(self.present or {})
+        for p in self.silent:  # left out: it sends nothing and holds none of the rows
+            held[p] = np.zeros(len(X), dtype=bool)
+        received = [None if p in self.silent else ctx.recv(p, self.tag(phase, EMBEDDING)) for p in self.passives]
         with ctx.meter.compute(), torch.no_grad():
-            parts = [self.method.decode(self, m, p, _count(held.get(p), len(X)), phase).to(self.device)
+            parts = [torch.zeros((0, self.method.embedding_width()), device=self.device) if m is None else
+                     self.method.decode(self, m, p, _count(held.get(p), len(X)), phase).to(self.device)
                      for p, m in zip(self.passives, received, strict=True)]
             blocks, there = self._blocks(parts, held, as_tensor(X, ctx.device), len(X))
             return Evaluation(self.predictions(blocks, there))

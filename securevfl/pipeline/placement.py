@@ -20,7 +20,7 @@ from securevfl.data.scenario import Scenario
 from securevfl.deploy.alignment import LocalAlignment, unaligned_rows
 from securevfl.deploy.costs import with_cost_exchange
 from securevfl.deploy.federation_file import Federation
-from securevfl.deploy.links import data_party_order, helper_parties, party_links
+from securevfl.deploy.links import Absence, data_party_order, helper_parties, party_links
 from securevfl.deploy.party import check_roles, log_done, log_start
 from securevfl.deploy.plan import local_scenario
 from securevfl.deploy.progress import PartyWatch
@@ -169,10 +169,13 @@ class Deployed:
         self.watch: PartyWatch | None = None
         self.link: Any = None
         self.stats: dict[str, dict[str, int]] = {}  # the links' counters, taken as they close
+        #: Passive parties left out of this run (batch scoring: not up within --party-timeout), with why.
+        self.left_out: dict[str, str] = {}
 
     @property
     def data_parties(self) -> tuple[str, ...]:
-        return data_party_order(self.federation)
+        """The data parties that take part (the federation's, less any :attr:`left_out`)."""
+        return tuple(p for p in data_party_order(self.federation) if p not in self.left_out)
 
     @property
     def parties(self) -> tuple[str, ...]:
@@ -181,20 +184,46 @@ class Deployed:
 
     @contextmanager
     def connect(self, label: str, rows: int | None, *, links: bool = True,
-                quiet_stages: tuple[str, ...] = ()) -> Iterator[Deployed]:
-        """Log the start, then open the party's links (``links=False``: a party alone, in memory)."""
+                quiet_stages: tuple[str, ...] = (), absence: Absence | None = None) -> Iterator[Deployed]:
+        """Log the start, then open the party's links (``links=False``: a party alone, in memory).
+
+        ``absence`` (batch scoring): a passive party not up in time is left out, or fails the run
+        (:class:`~securevfl.deploy.links.Absence`); the active party then tells every other party who is left out.
+        """
         from securevfl.federation.transport import InProcessTransport
 
         log_start(self.federation, self.name, label, rows, self.threads)
         watch = PartyWatch(self.name, quiet_stages=quiet_stages)
         opened: Any = (party_links(self.federation, self.name, self.placement.transport, phase=self.mode,
-                                   watch=watch) if links else nullcontext(InProcessTransport([self.name])))
+                                   watch=watch, absence=absence) if links
+                       else nullcontext(InProcessTransport([self.name])))
         with watch, opened as link:
             self.watch, self.link = watch, link
             try:
+                if absence is not None and absence.refusal is None:
+                    self._agree_roster()
                 yield self
             finally:
                 self.stats = link.link_stats() if hasattr(link, "link_stats") else {}
+
+    def _agree_roster(self) -> None:
+        """The active party tells every other party which passive parties it left out (none, mostly)."""
+        from securevfl.deploy.roster import roster_role
+
+        assert self.watch is not None
+        left = dict(getattr(self.link, "left_out", {})) if self.kind == "active" else {}
+        peers = (*data_party_order(self.federation), *helper_parties(self.federation))
+        present = tuple(p for p in peers if p not in left)
+        role = roster_role(self.federation, left)
+        self.left_out, _ = runtime.run_party(self.watch.role(role, "plan"), name=self.name,
+                                             active=self.federation.active, parties=present,
+                                             passives=tuple(p for p in data_party_order(self.federation)[1:]
+                                                            if p not in left),
+                                             transport=self.link, finish=False,
+                                             recv_timeout=self.federation.limits.recv_timeout_s)
+        for peer, reason in self.left_out.items():
+            if self.kind != "active":
+                self.link.leave_out(peer, reason)
 
     def setup(self, role: Role, *, table: Any, classes: tuple[str, ...]) -> Scenario:
         """Run the set-up role (PSI, then the plan; a helper: the plan) and build the party's scenario."""
@@ -223,6 +252,8 @@ class Deployed:
         assert self.watch is not None
         if check:
             check_roles(self.federation.job.method, roles, tuple(self.federation.parties))
+        if parties is None and self.left_out:
+            parties = tuple(p for p in roles if p not in self.left_out)
         if on_start is not None:
             on_start()
         role = roles[self.name]

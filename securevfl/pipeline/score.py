@@ -38,6 +38,7 @@ from securevfl.data.preprocess import EncodedColumns
 from securevfl.data.scenario import Scenario, align_none
 from securevfl.deploy.alignment import LocalAlignment
 from securevfl.deploy.federation_file import Federation
+from securevfl.deploy.links import Absence
 from securevfl.deploy.party import method_and_config
 from securevfl.deploy.plan import helper_plan_role
 from securevfl.deploy.progress import log_event
@@ -57,7 +58,7 @@ from securevfl.model.scoring import (
 )
 from securevfl.model.store import read_part
 from securevfl.pipeline.placement import Deployed, EveryParty, InProcess, OneParty, Outcome
-from securevfl.run_config import ScoringSettings
+from securevfl.run_config import BATCH_PARTY_TIMEOUT_S, ScoringSettings
 
 _log = logging.getLogger(__name__)
 #: Rows scored per exchange unless told otherwise (``--exchange-rows``).
@@ -88,6 +89,8 @@ class DeployedScoring:
     snapshots: dict[str, MeterSnapshot] = field(default_factory=dict)
     missing_costs: dict[str, str] = field(default_factory=dict)
     wall_s: float = 0.0
+    #: Passive parties left out (not up within ``--party-timeout``), with why; every row scored without them.
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -134,6 +137,8 @@ class ScoreRun:
     id_column: str | None = None
     alignment: str = "psi"
     require_all_parties: bool | None = None
+    #: Deployed: seconds the active party waits for each passive party's link (None: BATCH_PARTY_TIMEOUT_S).
+    party_timeout_s: float | None = None
     phase = "predict"
 
     # ------------------------------------------------------------------ prepare
@@ -206,7 +211,17 @@ class ScoreRun:
             session.progress = both
             return session.connect("predict, alone", None, links=False)
         table = local.tables.get(session.name)
-        return session.connect("predict", table.n_rows if table is not None else None)
+        return session.connect("predict", table.n_rows if table is not None else None, absence=self._absence(local))
+
+    def _absence(self, local: _Scoring) -> Absence:
+        """A passive party not up within the party timeout: left out (a model trained on every row), else a failure."""
+        timeout = BATCH_PARTY_TIMEOUT_S if self.party_timeout_s is None else self.party_timeout_s
+        method = local.method
+        if self._cover(local) and method.leaves_out_parties:
+            return Absence(timeout)
+        why = ("it was trained on the rows every party holds only" if self._cover(local) is False
+               and method.partial_rows else "it needs every party's part")
+        return Absence(timeout, f"the {method.name} model cannot score without its part ({why})")
 
     # ------------------------------------------------------------------ set up
 
@@ -250,7 +265,11 @@ class ScoreRun:
                 raise ModelError(f"{local.method.name} cannot score a saved model")
             # a helper (hetero-lr's arbiter) holds nothing of the model: it scores with fresh keys, no part
             saved = local.saved.get(party, SavedSide({}))
-            roles[party] = functools.partial(score_side, side=role.side, saved=saved, batch_rows=self.exchange_rows)
+            silent = frozenset(getattr(session, "left_out", {})) if party == local.active else frozenset()
+            if silent and not role.side.leave_out:
+                raise ModelError(f"the {local.method.name} model cannot score without {', '.join(sorted(silent))}")
+            roles[party] = functools.partial(score_side, side=role.side, saved=saved, batch_rows=self.exchange_rows,
+                                             silent=silent)
         if isinstance(session, InProcess):
             return session.execute(roles, active=local.active, passives=scenario.passives, seed=local.seed)
         if local.standalone:
@@ -279,7 +298,8 @@ class ScoreRun:
             return Scored(predictions, metrics, {**counts, "scored": size}, session.elapsed(), coverage)
         assert session.alignment is not None
         return DeployedScoring(session.name, session.alignment, predictions=predictions, metrics=metrics, rows=size,
-                               snapshots=outcome.snapshots, missing_costs=outcome.missing)
+                               snapshots=outcome.snapshots, missing_costs=outcome.missing,
+                               left_out=dict(session.left_out))
 
     def _cover(self, local: _Scoring) -> bool:
         """Whether every row of the active party is scored (see the class docstring); refusals in one line."""
@@ -381,18 +401,23 @@ def predict(model: SavedModel | str | Path, data: Mapping[str, str | Path], *, i
 def run_deployed_scoring(federation: Federation, name: str, data: str | Path | None, model_dir: str | Path | None, *,
                          exchange_rows: int = EXCHANGE_ROWS, device: str = "auto",
                          progress: Callable[..., None] | None = None, transport: Any = None,
-                         threads: int | ThreadChoice | None = None) -> DeployedScoring:
+                         threads: int | ThreadChoice | None = None,
+                         party_timeout_s: float | None = None) -> DeployedScoring:
     """Score party ``name``'s new ``data`` with its own part under ``model_dir``, with its peers, to the end.
 
     A helper (``data = false``: hetero-lr's arbiter) takes neither: it holds no part of the model,
     receives the plan (the number of rows to score) and runs its scoring role (the arbiter: fresh keys).
     ``threads``: torch's threads in this process, as for training
-    (:func:`~securevfl.pipeline.train.run_deployed_party`).
+    (:func:`~securevfl.pipeline.train.run_deployed_party`). ``party_timeout_s``: how long the active party
+    waits for each passive party (default :data:`~securevfl.run_config.BATCH_PARTY_TIMEOUT_S`); a model
+    trained on every row scores every row without one that is not up by then (``left_out`` says which, and
+    why), another model fails naming it.
     """
     from securevfl.pipeline import run
 
     mode = ScoreRun(model_dir, {name: data} if data is not None else {}, exchange_rows=exchange_rows,
-                    require_all_parties=federation.job.run.train.require_all_parties or None)
+                    require_all_parties=federation.job.run.train.require_all_parties or None,
+                    party_timeout_s=party_timeout_s)
     return run(mode, OneParty(federation, name, device, progress, transport, threads))  # type: ignore[no-any-return]
 
 

@@ -95,6 +95,7 @@ class _Receiver:
     _cond: threading.Condition
     _inboxes: dict[str, _Inbox]
     replaceable: frozenset[str]
+    left_out: dict[str, str]
 
     def _accept_hello(self, inbox: _Inbox, hello: fr.Frame, context: Any = None) -> tuple[int, int, Any]:
         """Start a new generation of ``inbox`` for an accepted HELLO.
@@ -122,6 +123,8 @@ class _Receiver:
             return f"this is {self.party}, not {hello.dst}"
         if hello.src not in self._inboxes:
             return f"{hello.src!r} is not a party of this federation ({', '.join(self.peers)})"
+        if hello.src in self.left_out:
+            return f"{self.party} left {hello.src} out of this run: {self.left_out[hello.src]}"
         if self.tls is not None and context is not None:  # a client checked the server's name in the TLS handshake
             identities = [i.decode("utf-8", "replace") for i in (context.peer_identities() or [])]
             if hello.src not in identities:

@@ -61,6 +61,8 @@ class GrpcTransport(_Servicer, Transport):
         #: link fails only what this party receives from them, and a new process of one (another session id)
         #: replaces the one before (its link starts afresh; :attr:`PeerStatus.epoch` counts the processes).
         self.replaceable = frozenset(replaceable)
+        #: Peers this party left out of the run (:meth:`leave_out`), with why: no link, no message, no wait.
+        self.left_out: dict[str, str] = {}
         self._epochs: dict[str, int] = dict.fromkeys(self.peers, 0)
         #: Star topology: the one party that listens (the active party); None in a full mesh.
         self.hub = hub
@@ -157,12 +159,15 @@ class GrpcTransport(_Servicer, Transport):
         pull.start()
         return self
 
-    def wait_ready(self, timeout: float | None = None) -> None:
-        """Block until every outgoing link completed its handshake; raise the first link failure."""
+    def wait_ready(self, timeout: float | None = None, peers: Collection[str] | None = None) -> None:
+        """Block until every outgoing link completed its handshake; raise the first link failure.
+
+        ``peers``: only the links to these (default: every peer not :attr:`left_out`).
+        """
         limit = self.settings.connect_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + limit
         for peer, link in self._links.items():
-            if peer in self._relayed:
+            if peer in self._relayed or peer in self.left_out or (peers is not None and peer not in peers):
                 continue
             with link.cond:
                 while link.handshaken < 0 and link.error is None:
@@ -184,7 +189,7 @@ class GrpcTransport(_Servicer, Transport):
                     link.cond.wait(min(left, 0.1))
                 if link.error is not None:
                     raise link.error
-        for peer in self._pulls:  # star: the hub's stream to this party is up too
+        for peer in self._pulls if peers is None or self.hub in peers else ():  # star: the hub's stream to us too
             inbox = self._inboxes[peer]
             with self._cond:
                 while not inbox.hello_seen and inbox.error is None:
@@ -198,6 +203,39 @@ class GrpcTransport(_Servicer, Transport):
                     self._cond.wait(0.1)
                 if inbox.error is not None:
                     raise inbox.error
+
+    def unready(self, peers: Collection[str], timeout: float) -> list[str]:
+        """The ``peers`` whose links are not up within ``timeout`` seconds in all (a failed link counts as not up).
+
+        A refused link (another job, a rejected certificate) is raised, as by :meth:`wait_ready`.
+        """
+        deadline = time.monotonic() + timeout
+        missing = []
+        for peer in peers:
+            try:
+                self.wait_ready(max(0.0, deadline - time.monotonic()), peers=(peer,))
+            except PeerLostError:
+                missing.append(peer)
+        return missing
+
+    def leave_out(self, peer: str, reason: str) -> None:
+        """Go on without ``peer`` (full mesh): its link stops, nothing is sent to it, received from it or waited for.
+
+        A process of it that connects later is refused with ``reason``, so it stops at once, saying why.
+        """
+        if self.hub is not None:
+            raise ConfigError(f"{self.party} cannot leave {peer} out of a star federation's run (full mesh only)")
+        link = self._links.get(peer)
+        if link is None:
+            raise ProtocolError(f"{peer!r} is not a peer of {self.party}; peers are {list(self.peers)}")
+        with self._cond:
+            self.left_out[peer] = reason
+            inbox = self._inboxes[peer]
+            if inbox.error is None:
+                inbox.error = PeerLostError(peer, self.party, f"{self.party} left {peer} out: {reason}")
+            self._cond.notify_all()
+        link.abort(f"{self.party} left {peer} out of this run: {reason}")  # a process of it already connected
+        threading.Thread(target=link.close, name=f"close-{self.party}->{peer}", daemon=True).start()
 
     def close(self) -> None:
         """Deliver what is queued (bounded by the peer timeout), wait for peers to finish, stop."""
@@ -234,7 +272,7 @@ class GrpcTransport(_Servicer, Transport):
 
     def _gone(self, peer: str) -> bool:
         """A replaceable peer whose links are down: nothing is waited for from it or delivered to it on closing."""
-        return peer in self.replaceable and not self.peer_status(peer).up
+        return peer in self.left_out or peer in self.replaceable and not self.peer_status(peer).up
 
     def peer_status(self, peer: str) -> PeerStatus:
         """Whether ``peer``'s links are up, and which process of it this party talks to.
@@ -288,6 +326,8 @@ class GrpcTransport(_Servicer, Transport):
         if envelope.src != self.party:
             raise ProtocolError(f"{self.party} cannot send as {envelope.src}")
         link = self._links.get(envelope.dst)
+        if envelope.dst in self.left_out:
+            raise ProtocolError(f"{self.party} left {envelope.dst} out of this run: nothing is sent to it")
         if link is None:
             raise ProtocolError(f"no link {envelope.src}->{envelope.dst}; peers are {list(self.peers)}")
         if not isinstance(envelope.payload, bytes):
@@ -302,15 +342,17 @@ class GrpcTransport(_Servicer, Transport):
             self._fin_to_spokes()
             return
         for peer in sorted(self._links, key=lambda p: p not in self._relayed):  # relayed FINs first, on the hub link
-            self._links[peer].finish()
+            if peer not in self.left_out:
+                self._links[peer].finish()
 
     def abort(self, reason: str) -> None:
         """Tell every peer that this party failed, so they stop at once."""
         with self._cond:
             self.abort_reason = self.abort_reason or reason
             self._cond.notify_all()
-        for link in self._links.values():
-            link.abort(reason)
+        for peer, link in self._links.items():
+            if peer not in self.left_out:
+                link.abort(reason)
 
     def recv(self, dst: str, src: str, abort: threading.Event, timeout: float | None = None) -> Envelope:
         if dst != self.party:

@@ -442,7 +442,8 @@ def prepare_scoring_side(ctx: PartyContext, side: PartySide, saved: SavedSide) -
     return True
 
 
-def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows: int) -> Evaluation | None:
+def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows: int,
+               silent: frozenset[str] = frozenset()) -> Evaluation | None:
     """Score this party's scoring rows (``side.data.X_test``) with a saved side; the active party returns them.
 
     The side is built for scoring (:meth:`PartySide.build_for_scoring`: by default as for training,
@@ -450,13 +451,15 @@ def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows:
     rows go through :meth:`PartySide.evaluate` — the evaluation protocol of the validation rows,
     privacy layer and all (the test evaluation's may add extras about the training rows, such as
     TabVFL's latent quality) — ``batch_rows`` at a time (every party cuts the same batches: the row
-    count is agreed).
+    count is agreed). ``silent`` (the active side of a model that can :attr:`~PartySide.leave_out`): the
+    passive parties left out of the whole scoring, which send nothing (their absent embedding stands in).
     """
     if batch_rows < 1:
         raise ConfigError(f"the scoring batch size must be at least 1, got {batch_rows}")
     if not prepare_scoring_side(ctx, side, saved):  # it contributed at set-up only (raw columns)
         return None
     total = side.data.positions("test")
+    side.silent = silent
     parts: list[Evaluation] = []
     for start in range(0, total, batch_rows):
         ctx.stage = f"score rows {start + 1}-{min(start + batch_rows, total)} of {total}"

@@ -90,6 +90,7 @@ class SplitMethod(Method[OptionsT]):
 
     uses_engine = True
     partial_rows = True
+    leaves_out_parties = True
     supports_defenses = True
     supports_objectives = True
     supports_category_embeddings = True

@@ -1,0 +1,109 @@
+"""Batch scoring over processes without a passive party that is down (issue 44 item 2: ``--party-timeout``).
+
+Three parties on loopback links, in threads; the clinic is never started. A model trained on every row
+scores every row of the bank's file without it; a model that needs every party's part fails in one line
+naming it; a process of a left-out party that connects later is refused, saying why.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from deployed_threads import in_threads, loopback_federation, one_torch_thread
+from net_helpers import free_port
+from org_tables import organisation_frames, probabilities, rows_of, write_tables
+
+import securevfl
+from securevfl.errors import SecureVFLError
+
+PARTIES = ("bank", "shop", "clinic")
+UP = ("bank", "shop")
+COMMON = {"id_column": "customer_id", "label_column": "churn", "device": "cpu", "seed": 0}
+JOB = 'method = "splitnn"\nid_column = "customer_id"\nlabel_column = "churn"'
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """SplitNN trained on every row of the bank (the default), its parts saved; the three files."""
+    frames = organisation_frames(5, keep=0.7)
+    frames["bank"] = organisation_frames(5, keep=1.0)["bank"]
+    files = write_tables(frames, tmp_path_factory.mktemp("outage"))
+    model = tmp_path_factory.mktemp("model") / "splitnn"
+    with one_torch_thread():
+        securevfl.train("splitnn", data_files={p: str(files[p]) for p in PARTIES}, epochs=2, model_dir=model,
+                        **COMMON)
+    return files, model
+
+
+def test_every_row_is_scored_without_a_passive_party_that_is_down(trained, tmp_path):
+    from securevfl.pipeline.score import run_deployed_scoring
+
+    files, model = trained
+    fed = loopback_federation(tmp_path, list(PARTIES), "bank", JOB)
+    new = rows_of(files, tmp_path / "new", pd.read_csv(files["bank"]).customer_id.sample(80, random_state=3))
+    started = time.monotonic()
+    with one_torch_thread():
+        scored = in_threads(lambda p: run_deployed_scoring(fed, p, new[p], model, device="cpu", exchange_rows=30,
+                                                           party_timeout_s=2.0), UP, timeout=90)
+    assert time.monotonic() - started < 60
+    bank = scored["bank"]
+    assert set(bank.left_out) == {"clinic"} and "2 s" in bank.left_out["clinic"]
+    assert scored["shop"].left_out == bank.left_out
+    frame = bank.predictions
+    assert frame is not None and len(frame) == 80 == bank.rows
+    assert not frame.parties.str.contains("clinic").any()
+    shop = set(pd.read_csv(new["shop"]).customer_id)
+    assert frame.parties.tolist() == ["bank+shop" if i in shop else "bank" for i in frame.customer_id]
+    # the oracle: one process, the clinic holding none of the rows (one customer the bank does not have)
+    empty = tmp_path / "clinic-none.csv"
+    pd.read_csv(new["clinic"]).head(1).assign(customer_id="nobody-at-the-bank").to_csv(empty, index=False)
+    alone = securevfl.predict(model, data={**new, "clinic": empty}, device="cpu").set_index("customer_id")
+    np.testing.assert_allclose(probabilities(frame), probabilities(alone.loc[frame.customer_id]), atol=1e-6, rtol=0)
+
+
+def test_a_model_of_the_rows_every_party_holds_fails_naming_the_party_that_is_down(trained, tmp_path):
+    from securevfl.pipeline.score import run_deployed_scoring
+
+    files, model = trained
+    fed = loopback_federation(tmp_path, list(PARTIES), "bank", JOB + "\nrequire_all_parties = true")
+    new = rows_of(files, tmp_path / "new", pd.read_csv(files["bank"]).customer_id.head(40))
+    errors = {}
+
+    def one(party: str) -> None:
+        try:
+            run_deployed_scoring(fed, party, new[party], model, device="cpu", party_timeout_s=1.0)
+        except SecureVFLError as exc:
+            errors[party] = exc
+
+    with one_torch_thread():
+        in_threads(one, UP, timeout=90)
+    message = str(errors["bank"])
+    assert "\n" not in message and "clinic is not reachable within 1 s (--party-timeout)" in message
+    assert "cannot score without its part" in message
+    assert "shop" in errors  # told at once by the bank's ABORT
+
+
+def test_a_left_out_party_that_comes_later_is_refused_saying_why():
+    from securevfl.federation.grpc_transport import GrpcTransport
+    from securevfl.federation.network import NetworkSettings
+
+    addresses = {p: f"127.0.0.1:{free_port()}" for p in ("bank", "clinic")}
+    settings = NetworkSettings(connect_timeout_s=10, peer_timeout_s=5, heartbeat_s=0.5)
+    bank = GrpcTransport("bank", addresses, tls=None, insecure=True, settings=settings).start()
+    late = None
+    try:
+        assert bank.unready(["clinic"], 0.5) == ["clinic"]
+        bank.leave_out("clinic", "not reachable within 0.5 s (--party-timeout)")
+        late = GrpcTransport("clinic", addresses, tls=None, insecure=True, settings=settings).start()
+        started = time.monotonic()
+        with pytest.raises(SecureVFLError, match="bank left clinic out of this run: not reachable within 0.5 s"):
+            late.wait_ready()
+        assert time.monotonic() - started < 8
+    finally:
+        if late is not None:
+            late.abort("test over")
+            late.close()
+        bank.close()
