@@ -71,6 +71,7 @@ class AggVFL(AggregateMethod[AggVFLOptions]):
     name = "aggvfl"
     summary = "Agg-VFL: per-party local models, logits averaged by a fixed top (optional secure sum)"
     Options = AggVFLOptions
+    partial_rows = True
 
     def plan(self, scenario: Scenario) -> AggregatePlan:
         """The shared plan, with every party's ``local_steps``; refuses a configuration that reveals a peer."""
