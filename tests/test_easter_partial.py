@@ -200,3 +200,32 @@ def test_the_masked_zero_path_with_every_row_held_equals_full_coverage(files, me
     assert scenario.party_data("shop").coverage is not None  # the partial path: told which rows are summed
     np.testing.assert_array_equal(after.scores, before.scores)
     assert after.history == before.history
+
+
+def test_every_row_deployed_matches_one_process_and_scores_every_row(files, tmp_path):
+    """EASTER (dh) deployed over loopback links in threads: the one-process test predictions on every pattern;
+    the deployed model scores every row with its parties."""
+    from deployed_threads import in_threads, loopback_federation, one_torch_thread, run_parties_in_threads
+
+    from securevfl.pipeline.score import run_deployed_scoring
+
+    job = ('method = "easter"\nepochs = 2\nbatch_size = 64\nseed = 0\nid_column = "customer_id"\n'
+           'label_column = "churn"\n[job.options]\nembedding_size = 16')
+    fed = loopback_federation(tmp_path, list(PARTIES), "bank", job)
+    with one_torch_thread():
+        results = run_parties_in_threads(fed, {p: str(files[p]) for p in PARTIES}, model_dir=tmp_path / "model")
+        local = securevfl.train("easter", data_files={p: str(files[p]) for p in PARTIES}, epochs=2, batch_size=64,
+                                options=SMALL, **COMMON)
+    report = results["bank"].report
+    assert report.metrics["coverage"].keys() == local.metrics["coverage"].keys()
+    for pattern, entry in local.metrics["coverage"].items():
+        assert report.metrics["coverage"][pattern] == pytest.approx(entry, abs=1e-9), pattern
+    holders = _holders(files)
+    new = rows_of(files, tmp_path / "new", pd.read_csv(files["bank"]).customer_id.sample(90, random_state=1))
+    scored = in_threads(lambda p: run_deployed_scoring(fed, p, new[p], tmp_path / "model", device="cpu",
+                                                       exchange_rows=40), PARTIES)
+    frame = scored["bank"].predictions
+    assert len(frame) == 90 and frame.parties.tolist() == [_pattern(holders, i) for i in frame.customer_id]
+    in_process = securevfl.predict(tmp_path / "model", data=new, device="cpu")
+    both = in_process.set_index("customer_id").loc[frame.customer_id]
+    np.testing.assert_allclose(probabilities(frame), probabilities(both), atol=1e-6, rtol=0)
