@@ -41,6 +41,12 @@ user may accept the leak explicitly with ``allow_peer_reveal=true``; the run the
 warning in its report and on the console. The same holds for the summed gradients of
 ``embed_grad=all``.
 
+**Rows a passive party does not hold** (every row of the active party, the default): a passive party
+contributes a full-batch vector with an exact zero on the rows it does not hold, so the scheme masks
+every row; E of a row is the mean over the parties summed on it (K per row); a row is summed only over
+two or more passive parties (three with a featureless active party), else its holders send a zero for
+it too; each passive party receives E of its summed rows only (``engine.aggregate``, docs/easter.md).
+
 Dropouts (``drop_prob``) are simulated: each round, every passive party vanishes with that
 probability (seeded, at most as many as the scheme can recover); a dropped party skips the
 batch, and the others' global embedding is the mean over the parties that took part.
