@@ -151,12 +151,12 @@ def test_rows_no_passive_party_holds_are_scored_by_the_active_partys_own_head(fi
 
 def test_partial_rows_are_refused_in_one_line_where_the_model_cannot_score_them(files, tmp_path):
     data = {p: str(files[p]) for p in PARTIES}
-    easter = tmp_path / "easter"
-    securevfl.train("easter", data_files=data, epochs=1, model_dir=easter, **COMMON)  # the intersection: it can't
-    with pytest.raises(ConfigError, match="easter cannot use rows some party does not hold.*--require-all-parties"):
-        securevfl.predict(easter, data=data, require_all_parties=False, device="cpu")
+    tabvfl = tmp_path / "tabvfl"
+    securevfl.train("tabvfl", data_files=data, epochs=1, model_dir=tabvfl, **COMMON)  # the intersection: it can't
+    with pytest.raises(ConfigError, match="tabvfl cannot use rows some party does not hold.*--require-all-parties"):
+        securevfl.predict(tabvfl, data=data, require_all_parties=False, device="cpu")
     shared = set.intersection(*_holders(files).values())
-    frame = securevfl.predict(easter, data=data, device="cpu")  # by default: the rows every party holds
+    frame = securevfl.predict(tabvfl, data=data, device="cpu")  # by default: the rows every party holds
     assert set(frame.customer_id) == shared and "parties" not in frame
     splitnn = tmp_path / "splitnn"
     securevfl.train("splitnn", data_files=data, epochs=1, model_dir=splitnn, require_all_parties=True, **COMMON)

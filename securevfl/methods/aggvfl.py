@@ -23,6 +23,10 @@ constant) to every passive party, so a passive party learns the sum of the *othe
 with two passive parties and a featureless active party that is the other party's logits, and
 ``secagg`` other than ``none`` then refuses the configuration unless ``allow_peer_reveal=true``
 (:mod:`securevfl.methods.engine.peer_reveal`).
+
+Every row of the active party (the default): as EASTER, a masked zero for a row a passive party does not
+hold, the mean over the parties summed on each row, and each passive party the gradient of its summed
+rows only (docs/easter.md, "Rows a passive party does not hold").
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class AggVFL(AggregateMethod[AggVFLOptions]):
     name = "aggvfl"
     summary = "Agg-VFL: per-party local models, logits averaged by a fixed top (optional secure sum)"
     Options = AggVFLOptions
+    partial_rows = True
 
     def plan(self, scenario: Scenario) -> AggregatePlan:
         """The shared plan, with every party's ``local_steps``; refuses a configuration that reveals a peer."""

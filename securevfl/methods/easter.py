@@ -41,6 +41,12 @@ user may accept the leak explicitly with ``allow_peer_reveal=true``; the run the
 warning in its report and on the console. The same holds for the summed gradients of
 ``embed_grad=all``.
 
+**Rows a passive party does not hold** (every row of the active party, the default): a passive party
+contributes a full-batch vector with an exact zero on the rows it does not hold, so the scheme masks
+every row; E of a row is the mean over the parties summed on it (K per row); a row is summed only over
+two or more passive parties (three with a featureless active party), else its holders send a zero for
+it too; each passive party receives E of its summed rows only (``engine.aggregate``, docs/easter.md).
+
 Dropouts (``drop_prob``) are simulated: each round, every passive party vanishes with that
 probability (seeded, at most as many as the scheme can recover); a dropped party skips the
 batch, and the others' global embedding is the mean over the parties that took part.
@@ -59,8 +65,15 @@ from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
 from securevfl.eval import task_metrics
 from securevfl.methods.base import n_batches, register_method
-from securevfl.methods.engine import Evaluation, peer_reveal
-from securevfl.methods.engine.aggregate import AggregateActive, AggregateMethod, AggregatePlan, AggregationOptions
+from securevfl.methods.engine import Evaluation, PartySide, peer_reveal
+from securevfl.methods.engine.aggregate import (
+    AggregateActive,
+    AggregateMethod,
+    AggregatePlan,
+    AggregationOptions,
+    ensemble_scores,
+    scored_rows,
+)
 from securevfl.networks.zoo import (
     LocalModel,
 )
@@ -132,6 +145,7 @@ class Easter(AggregateMethod[EasterOptions]):
     summary = "EASTER: per-party heterogeneous models on a DH-securely aggregated global embedding"
     Options = EasterOptions
     per_party_loss = True
+    partial_rows = True
 
     def plan(self, scenario: Scenario) -> AggregatePlan:
         """The shared plan, with the dropouts a round may draw; refuses a configuration that reveals a peer."""
@@ -150,6 +164,9 @@ class Easter(AggregateMethod[EasterOptions]):
         assert isinstance(model, LocalModel)
         return model.decide(global_value)
 
+    def contribution_width(self, side: PartySide) -> int:
+        return self.options.embedding_size
+
     def embed_grad_all(self) -> bool:
         return self.options.embed_grad == "all"
 
@@ -164,10 +181,10 @@ class Easter(AggregateMethod[EasterOptions]):
         o, config, y = self.options, self.config, side.data.y_test
         assert y is not None
         task = side.data.task
-        party_metrics = {p: task_metrics(task, y, s) for p, s in evaluation.per_party.items()}
+        party_metrics = {p: task_metrics(task, *scored_rows(y, s)) for p, s in evaluation.per_party.items()}
         mean_metrics = {key: float(np.mean([m[key] for m in party_metrics.values()]))
                         for key in next(iter(party_metrics.values()))}
-        ensemble = np.mean(list(evaluation.per_party.values()), axis=0)
+        ensemble = ensemble_scores(list(evaluation.per_party.values()), evaluation.scores)
         raw_drops = sum(_raw_drops(side.plan.passives, o.drop_prob, config.seed, ep, b)
                         for ep in range(config.epochs) for b in range(n_batches(len(side.rows), config.batch_size)))
         stats = side.agg.stats

@@ -23,7 +23,7 @@ gradients; with per-party losses every party's test predictions are scored.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -36,6 +36,7 @@ from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, predict_scores
+from securevfl.methods.engine import peer_reveal
 from securevfl.methods.engine.loop import TRAIN, EngineRecord, Evaluation, Losses, PartySide, agreed_batches
 from securevfl.methods.engine.split import checked_tensor, side_role
 from securevfl.networks.zoo import (
@@ -62,6 +63,8 @@ LOGITS = "logits"
 GRADIENT = "gradient"
 EMBED_GRAD = "embed_grad"
 SCORES = "scores"
+#: Partial coverage: which of its rows of the round a passive party contributes (the others: a masked zero).
+ROWS = "rows"
 #: What an attack on a party can see besides its messages (``ctx.observe``): the sum the active party
 #: learns in each round, and a passive party's own contribution.
 OBSERVED_SUM, OBSERVED_CONTRIBUTION = "aggregate.sum", "aggregate.contribution"
@@ -204,6 +207,20 @@ class AggregateMethod(Method[AggregationOptionsT]):
     def check_round(self, survivors: int, active_contributes: bool) -> None:
         """Refuse a round whose structure would reveal a party's contribution (no-op by default)."""
 
+    def contribution_width(self, side: PartySide) -> int:
+        """The width of a party's contribution (Agg-VFL: the logits; EASTER: the embedding)."""
+        return side.data.n_classes
+
+    def summable(self, active_contributes: bool, counts: np.ndarray) -> np.ndarray:
+        """Partial coverage: per row, whether its passive contributions are summed (``peer_reveal.summable_rows``)."""
+        o = self.options
+        return peer_reveal.summable_rows(o.secagg, active_contributes, counts, o.allow_peer_reveal)
+
+    def check_rows(self, active_contributes: bool, counts: np.ndarray) -> None:
+        """Partial coverage: refuse a round some row of which was summed over too few passive parties."""
+        o = self.options
+        peer_reveal.refuse_rows(self.name, o.secagg, active_contributes, counts, o.allow_peer_reveal)
+
     def report(self, side: AggregateActive, evaluation: Evaluation) -> dict[str, Any]:
         """Method-specific report entries (``side.agg.stats`` has the aggregation's counters)."""
         return {}
@@ -224,6 +241,8 @@ class _AggregateSide(PartySide):
                  passives: tuple[str, ...] = ()) -> None:
         super().__init__(method, data, passives, plan)
         self.model: nn.Module | None = None
+        #: Partial coverage, at a passive party while it evaluates: its mask over the positions evaluated.
+        self.held: np.ndarray | None = None
 
     def local_steps(self) -> int:
         """Optimiser steps this party makes per round on the same batch (shared loss only).
@@ -245,15 +264,46 @@ class _AggregateSide(PartySide):
         for b, rows in enumerate(agreed_batches(self.rows, self.config, epoch)):
             yield rows, self.method.dropped(self.plan, epoch, b)
 
+    def evaluate_positions(self, ctx: PartyContext, split: str, positions: np.ndarray,
+                           phase: str) -> Evaluation | None:
+        """:meth:`PartySide.evaluate_positions`; a passive party keeps its mask over ``positions`` meanwhile."""
+        coverage = self.data.coverage
+        if coverage is not None and self.data.name in coverage.train:
+            self.held = coverage.split(split)[self.data.name][positions]
+        try:
+            return super().evaluate_positions(ctx, split, positions, phase)
+        finally:
+            self.held = None
+
 
 class AggregatePassive(_AggregateSide):
-    """A passive party: contribute to the sum; learn from the broadcast gradient or from its own loss."""
+    """A passive party: contribute to the sum; learn from the broadcast gradient or from its own loss.
+
+    Under partial coverage it contributes a vector of the round's full size: its values on the rows
+    it holds that the active party says are summed, an exact zero elsewhere (a masked zero once the
+    scheme masks it), and it receives the global value, or the gradient, of those rows only.
+    """
 
     def build(self, ctx: PartyContext) -> None:
         self._build_model(ctx)
         self.agg = self.plan.scheme.passive()
         ctx.stage = "secagg setup"
         self.agg.setup(ctx)
+
+    def _summed(self, ctx: PartyContext, phase: str, held: np.ndarray) -> np.ndarray:
+        """Which of its rows of the round (``held``: its mask over the round's positions) are summed."""
+        keep = ctx.recv(ctx.active, self.tag(phase, ROWS))
+        if not isinstance(keep, np.ndarray) or keep.dtype != np.bool_ or keep.shape != (int(held.sum()),):
+            raise ProtocolError(f"{ctx.active} sent a malformed row selection")
+        return keep
+
+    def _spread(self, values: np.ndarray, held: np.ndarray | None, keep: np.ndarray | None) -> np.ndarray:
+        """``values`` (of the summed rows) at their positions in the round, exact zeros elsewhere."""
+        if held is None or keep is None:
+            return values
+        full = np.zeros((len(held), self.method.contribution_width(self)), dtype=np.float64)
+        full[np.flatnonzero(held)[keep]] = values
+        return full
 
     def train_batch(self, ctx: PartyContext, batch: tuple[np.ndarray, frozenset[str]]) -> None:
         idx, dropped = batch
@@ -263,49 +313,65 @@ class AggregatePassive(_AggregateSide):
             for _ in range(2 if method.embed_grad_all() else 1):
                 self.agg.drop(ctx)
             return
+        held = keep = None
+        rows = idx
+        if self.data.coverage is not None:  # partial coverage: its rows of the batch that are summed
+            held = self.data.coverage.train[self.data.name][idx]
+            keep = self._summed(ctx, TRAIN, held)
+            rows = self.data.own_rows("train", idx)[keep]
         with ctx.meter.compute():
-            e = method.contribution(model, self.X[idx])
+            e = method.contribution(model, self.X[rows])
             e_np = e.detach().cpu().numpy().astype(np.float64)
-        ctx.observe(OBSERVED_CONTRIBUTION, e_np)
-        self.agg.contribute(ctx, e_np)
+            sent = self._spread(e_np, held, keep)
+        ctx.observe(OBSERVED_CONTRIBUTION, sent)
+        self.agg.contribute(ctx, sent)
+        if held is not None and not len(rows):  # none of its rows summed: nothing comes back
+            if method.embed_grad_all():
+                self.agg.contribute(ctx, self._spread(e_np, held, keep))
+            return
         if not method.per_party_loss:
-            grad = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, GRADIENT)), ctx.active, len(idx), "gradient")
+            grad = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, GRADIENT)), ctx.active, len(rows), "gradient")
             with ctx.meter.compute():
                 grad = grad.to(self.device)
                 for step in range(self.local_steps()):
                     if step:  # a local update: the fresh contribution, the stale gradient
-                        e = method.contribution(model, self.X[idx])
+                        e = method.contribution(model, self.X[rows])
                     opt.zero_grad()
                     e.backward(grad)
                     opt.step()
             return
-        E, k = _global_message(ctx.recv(ctx.active, self.tag(TRAIN, GLOBAL)), ctx.active, len(idx))
+        E, k = _global_message(ctx.recv(ctx.active, self.tag(TRAIN, GLOBAL)), ctx.active, len(rows))
         with ctx.meter.compute():
             E = E.to(self.device).requires_grad_(True)
             logits = method.head(model, E)
         ctx.send(ctx.active, self.tag(TRAIN, LOGITS), logits.detach())
-        grad = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, GRADIENT)), ctx.active, len(idx), "gradient")
+        grad = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, GRADIENT)), ctx.active, len(rows), "gradient")
         with ctx.meter.compute():
             opt.zero_grad()
             logits.backward(grad.to(self.device))
             grad_E = E.grad
         assert grad_E is not None  # the head's logits depend on E
         if method.embed_grad_all():
-            self.agg.contribute(ctx, grad_E.cpu().numpy().astype(np.float64))
-            grad_E = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, EMBED_GRAD)), ctx.active, len(idx),
+            self.agg.contribute(ctx, self._spread(grad_E.cpu().numpy().astype(np.float64), held, keep))
+            grad_E = checked_tensor(ctx.recv(ctx.active, self.tag(TRAIN, EMBED_GRAD)), ctx.active, len(rows),
                                     "summed gradient").to(self.device)
         with ctx.meter.compute():
             e.backward(grad_E / k)
             opt.step()
 
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> None:
-        model = self.model
+        model, held = self.model, self.held
         assert model is not None
+        keep = None
+        if held is not None:  # partial coverage: X holds its rows of the positions; the summed ones
+            keep = self._summed(ctx, phase, held)
+            X = X[keep]
         with ctx.meter.compute(), torch.no_grad():
             e = self.method.contribution(model, as_tensor(X, ctx.device)).cpu().numpy().astype(np.float64)
-        ctx.observe(OBSERVED_CONTRIBUTION, e)
-        self.agg.contribute(ctx, e)
-        if self.method.per_party_loss:
+            sent = self._spread(e, held, keep)
+        ctx.observe(OBSERVED_CONTRIBUTION, sent)
+        self.agg.contribute(ctx, sent)
+        if self.method.per_party_loss and (held is None or len(X)):
             E, _ = _global_message(ctx.recv(ctx.active, self.tag(phase, GLOBAL)), ctx.active, len(X))
             with ctx.meter.compute(), torch.no_grad():
                 outputs = self.method.head(model, E.to(ctx.device))
@@ -315,15 +381,32 @@ class AggregatePassive(_AggregateSide):
                 scores = outputs.cpu().numpy().astype(np.float64) if regression else predict_scores(outputs)
             ctx.send(ctx.active, self.tag(phase, SCORES), scores)
 
-
     def own_outputs(self, X: np.ndarray) -> np.ndarray | None:
         assert self.model is not None
         with torch.no_grad():
             return self.method.contribution(self.model, as_tensor(X, self.device)).cpu().numpy().astype(np.float64)
 
 
+@dataclass(frozen=True)
+class _Round:
+    """Partial coverage, at the active party: who is summed on which rows of a round.
+
+    ``summed``: per passive party, its mask over the round's rows (held, taking part and summable);
+    ``counts``: the parties in each row's mean (the active party included where it contributes).
+    """
+
+    summed: dict[str, np.ndarray]
+    counts: np.ndarray
+
+
 class AggregateActive(_AggregateSide):
-    """The active party: its own contribution, the aggregation, the loss (shared or one per party)."""
+    """The active party: its own contribution, the aggregation, the loss (shared or one per party).
+
+    Under partial coverage the global value of a row is the mean over the parties summed on it
+    (K per row: the active party, where it contributes, and each passive party that holds the row, takes
+    part and is summed there, see :meth:`AggregateMethod.summable`); each passive party is told which of
+    its rows are summed and receives the global value (or gradient) of those rows only.
+    """
 
     def build(self, ctx: PartyContext) -> None:
         self._build_model(ctx)
@@ -332,55 +415,108 @@ class AggregateActive(_AggregateSide):
         ctx.stage = "secagg setup"
         self.agg.setup(ctx, self.passives)
 
-    def _global(self, ctx: PartyContext, own: torch.Tensor | None, dropped: frozenset[str]
-                ) -> tuple[torch.Tensor, int, tuple[str, ...]]:
-        """S (float32, on the device) and K for one round; refuses a round that would reveal a party."""
+    def _plan_round(self, ctx: PartyContext, phase: str, held: Mapping[str, np.ndarray] | None, rows: int,
+                    dropped: frozenset[str], own: bool) -> _Round | None:
+        """Partial coverage: each passive party's summed rows, sent to it (its rows only); None: full coverage."""
+        if held is None:
+            return None
+        every = np.ones(rows, dtype=bool)
+        taking = {p: held.get(p, every) & (p not in dropped) for p in self.passives}
+        count = _counts(taking.values(), rows)
+        ok = self.method.summable(own, count)
+        summed = {p: taking[p] & ok for p in self.passives}
+        for p in self.passives:
+            if p not in dropped:
+                ctx.send(p, self.tag(phase, ROWS), summed[p][held.get(p, every)])
+        counts = _counts(summed.values(), rows) + int(own)
+        return _Round(summed, counts)
+
+    def _global(self, ctx: PartyContext, own: torch.Tensor | None, dropped: frozenset[str],
+                plan: _Round | None = None) -> tuple[torch.Tensor, int, tuple[str, ...], _Round | None]:
+        """S (float32, on the device), K and the round's plan as summed; refuses a round that would reveal a party.
+
+        Under partial coverage the plan keeps the passive parties actually summed (a real dropout, which
+        the scheme recovers from, leaves fewer than planned), and every row is checked.
+        """
         result = self.agg.aggregate(ctx, dropped)
         ctx.observe(OBSERVED_SUM, result.total)  # what the active party learns: the sum, nothing finer
-        self.method.check_round(len(result.survivors), own is not None)
+        if plan is None:
+            self.method.check_round(len(result.survivors), own is not None)
+        else:
+            summed = {p: m if p in result.survivors else np.zeros_like(m) for p, m in plan.summed.items()}
+            counts = _counts(summed.values(), len(plan.counts))
+            self.method.check_rows(own is not None, counts)
+            plan = _Round(summed, counts + int(own is not None))
         k = len(result.survivors) + (1 if own is not None else 0)
         with ctx.meter.compute():
             S = torch.as_tensor(result.total, dtype=torch.float32, device=self.device)
-        return S, k, tuple(p for p in self.passives if p not in dropped)
+        return S, k, tuple(p for p in self.passives if p not in dropped), plan
+
+    def _mean(self, S: torch.Tensor, own: torch.Tensor | None, k: int, plan: _Round | None) -> torch.Tensor:
+        """The global value: (S + own) / K, K per row under partial coverage (a row nobody is summed on: 0)."""
+        total = S + own if own is not None else S
+        if plan is None:
+            return total / k
+        K = torch.as_tensor(np.maximum(plan.counts, 1), dtype=total.dtype, device=total.device)
+        return total / K.unsqueeze(1)
 
     def train_batch(self, ctx: PartyContext, batch: tuple[np.ndarray, frozenset[str]]) -> tuple[Losses, int]:
         idx, dropped = batch
-        model, opt = self.model, self.state.optimizers.get("model")
+        model = self.model
         own = None
         if model is not None:
             with ctx.meter.compute():
                 own = self.method.contribution(model, self.X[idx])
-        S, k, alive = self._global(ctx, own, dropped)
+        plan = self._plan_round(ctx, TRAIN, self.data.peer_masks("train", idx), len(idx), dropped, own is not None)
+        S, k, alive, plan = self._global(ctx, own, dropped, plan)
         if not self.method.per_party_loss:
-            with ctx.meter.compute():
-                S.requires_grad_(True)
-                loss = self.objective.loss((S + own) / k if own is not None else S / k, self.y[idx])
-                if opt is not None:
-                    opt.zero_grad()
-                loss.backward()
-                if opt is not None:
-                    opt.step()
-            assert S.grad is not None
+            return self._shared_loss(ctx, idx, own, S, k, alive, plan), len(idx)
+        return self._per_party_losses(ctx, idx, own, S, k, alive, dropped, plan), len(idx)
+
+    def _shared_loss(self, ctx: PartyContext, idx: np.ndarray, own: torch.Tensor | None, S: torch.Tensor, k: int,
+                     alive: tuple[str, ...], plan: _Round | None) -> dict[str, float]:
+        model, opt = self.model, self.state.optimizers.get("model")
+        valid = slice(None) if plan is None else torch.as_tensor(plan.counts > 0, device=self.device)
+        with ctx.meter.compute():
+            S.requires_grad_(True)
+            loss = self.objective.loss(self._mean(S, own, k, plan)[valid], self.y[idx][valid])
+            if opt is not None:
+                opt.zero_grad()
+            loss.backward()
+            if opt is not None:
+                opt.step()
+        assert S.grad is not None
+        if plan is None:
             ctx.broadcast(alive, self.tag(TRAIN, GRADIENT), self.defend(S.grad))  # = dL/dc_k, equal for all
-            if model is not None and opt is not None and self.local_steps() > 1:
-                stale = S.detach()  # local updates of the own model against this round's passive sum
-                with ctx.meter.compute():
-                    for _ in range(self.local_steps() - 1):
-                        opt.zero_grad()
-                        self.objective.loss((stale + self.method.contribution(model, self.X[idx])) / k,
-                                            self.y[idx]).backward()
-                        opt.step()
-            return {"loss": float(loss.detach())}, len(idx)
-        return self._per_party_losses(ctx, idx, own, S, k, alive, dropped), len(idx)
+        else:
+            for p in alive:
+                if plan.summed[p].any():
+                    ctx.send(p, self.tag(TRAIN, GRADIENT), self.defend(S.grad[torch.as_tensor(plan.summed[p])]))
+        if model is not None and opt is not None and self.local_steps() > 1:
+            stale = S.detach()  # local updates of the own model against this round's passive sum
+            with ctx.meter.compute():
+                for _ in range(self.local_steps() - 1):
+                    opt.zero_grad()
+                    self.objective.loss(self._mean(stale, self.method.contribution(model, self.X[idx]), k, plan)[valid],
+                                        self.y[idx][valid]).backward()
+                    opt.step()
+        return {"loss": float(loss.detach())}
 
     def _per_party_losses(self, ctx: PartyContext, idx: np.ndarray, own: torch.Tensor | None, S: torch.Tensor,
-                          k: int, alive: tuple[str, ...], dropped: frozenset[str]) -> dict[str, float]:
+                          k: int, alive: tuple[str, ...], dropped: frozenset[str],
+                          plan: _Round | None) -> dict[str, float]:
         method, model, opt = self.method, self.model, self.state.optimizers.get("model")
         every_loss = method.embed_grad_all()
         y = self.y[idx]
         with ctx.meter.compute():
-            E = (S + own) / k if own is not None else S / k
-        ctx.broadcast(alive, self.tag(TRAIN, GLOBAL), {"E": E.detach(), "k": k})
+            E = self._mean(S, own, k, plan)
+        if plan is None:
+            ctx.broadcast(alive, self.tag(TRAIN, GLOBAL), {"E": E.detach(), "k": k})
+            rows: dict[str, Any] = dict.fromkeys(alive, slice(None))
+        else:  # each passive party the global value of its summed rows only
+            rows = {p: torch.as_tensor(plan.summed[p]) for p in alive if plan.summed[p].any()}
+            for p, r in rows.items():
+                ctx.send(p, self.tag(TRAIN, GLOBAL), {"E": E.detach()[r], "k": k})
         losses: dict[str, float] = {}
         if model is not None and opt is not None:
             with ctx.meter.compute():
@@ -391,11 +527,11 @@ class AggregateActive(_AggregateSide):
                 if not every_loss:
                     opt.step()
             losses[ctx.name] = float(own_loss.detach())
-        for p in alive:
-            logits = checked_tensor(ctx.recv(p, self.tag(TRAIN, LOGITS)), p, len(idx), "logits")
+        for p, r in rows.items():
+            logits = checked_tensor(ctx.recv(p, self.tag(TRAIN, LOGITS)), p, len(y[r]), "logits")
             with ctx.meter.compute():
                 leaf = logits.to(self.device).requires_grad_(True)
-                loss = self.objective.loss(leaf, y)
+                loss = self.objective.loss(leaf, y[r])
                 loss.backward()
             losses[p] = float(loss.detach())
             assert leaf.grad is not None
@@ -407,10 +543,15 @@ class AggregateActive(_AggregateSide):
                 if model is not None:
                     assert E_in.grad is not None  # own_loss.backward() reached the detached E_in
                     G = G + E_in.grad
-            ctx.broadcast(alive, self.tag(TRAIN, EMBED_GRAD), self.defend(G))
+            if plan is None:
+                ctx.broadcast(alive, self.tag(TRAIN, EMBED_GRAD), self.defend(G))
+            else:
+                for p, r in rows.items():
+                    ctx.send(p, self.tag(TRAIN, EMBED_GRAD), self.defend(G[r]))
             if own is not None and opt is not None:
                 with ctx.meter.compute():
-                    own.backward(G / k)
+                    own.backward(G / k if plan is None else
+                                 G / torch.as_tensor(plan.counts, dtype=G.dtype, device=G.device).unsqueeze(1))
                     opt.step()
         return losses
 
@@ -420,22 +561,40 @@ class AggregateActive(_AggregateSide):
         if model is not None:
             with ctx.meter.compute(), torch.no_grad():
                 own = method.contribution(model, as_tensor(X, ctx.device))
-        S, k, _ = self._global(ctx, own, frozenset())
+        plan = self._plan_round(ctx, phase, self.present, len(X), frozenset(), own is not None)
+        S, k, _, plan = self._global(ctx, own, frozenset(), plan)
         with ctx.meter.compute(), torch.no_grad():
-            G = (S + own) / k if own is not None else S / k
+            G = self._mean(S, own, k, plan)
         if not method.per_party_loss:
             return Evaluation(self.objective.predictions(G))
-        ctx.broadcast(self.passives, self.tag(phase, GLOBAL), {"E": G, "k": k})
+        if plan is None:
+            ctx.broadcast(self.passives, self.tag(phase, GLOBAL), {"E": G, "k": k})
+            rows: dict[str, np.ndarray] = {p: np.ones(len(X), dtype=bool) for p in self.passives}
+        else:
+            rows = {p: plan.summed[p] for p in self.passives if plan.summed[p].any()}
+            for p, r in rows.items():
+                ctx.send(p, self.tag(phase, GLOBAL), {"E": G[torch.as_tensor(r)], "k": k})
         per_party: dict[str, np.ndarray] = {}
         if model is not None:
             with ctx.meter.compute(), torch.no_grad():
                 per_party[ctx.name] = self.objective.predictions(method.head(model, G))
-        for p in self.passives:
+        for p, r in rows.items():
+            n = int(r.sum())
             scores = np.asarray(ctx.recv(p, self.tag(phase, SCORES)))
-            if scores.shape != (len(X), self.data.n_classes) or not np.issubdtype(scores.dtype, np.floating):
+            if scores.shape != (n, self.data.n_classes) or not np.issubdtype(scores.dtype, np.floating):
                 raise ProtocolError(f"{p} sent malformed test scores of shape {scores.shape}")
-            per_party[p] = self.objective.predictions(torch.as_tensor(scores)) if self.objective.regression else scores
-        ensemble: np.ndarray = np.mean(list(per_party.values()), axis=0)
+            got = self.objective.predictions(torch.as_tensor(scores)) if self.objective.regression else scores
+            if plan is None:
+                per_party[p] = got
+            else:  # the rows it did not score: NaN (left out of its metrics and of the ensemble)
+                full = np.full((len(X), *got.shape[1:]), np.nan)
+                full[r] = got
+                per_party[p] = full
+        if plan is None:
+            ensemble: np.ndarray = np.mean(list(per_party.values()), axis=0)
+        else:
+            ensemble = ensemble_scores(list(per_party.values()), self.objective.predictions(torch.zeros(
+                (len(X), self.data.n_classes), device=self.device)))
         # the active party's own model when it has one, else the ensemble (EASTER's headline is the mean)
         return Evaluation(per_party.get(ctx.name, ensemble), per_party)
 
@@ -443,6 +602,35 @@ class AggregateActive(_AggregateSide):
         y = self.data.y_test
         assert evaluation is not None and y is not None
         return ActiveOutcome(y_true=y, scores=evaluation.scores,
-                             per_party={p: (y, s) for p, s in evaluation.per_party.items()},
+                             per_party={p: scored_rows(y, s) for p, s in evaluation.per_party.items()},
                              history=record.history,
                              extra={**self.method.report(self, evaluation), **record.extra()})
+
+
+def _counts(masks: Iterable[np.ndarray], rows: int) -> np.ndarray:
+    """Per row, how many of ``masks`` hold it."""
+    total = np.zeros(rows, dtype=np.int64)
+    for mask in masks:
+        total += mask
+    return total
+
+
+def ensemble_scores(parts: list[np.ndarray], fallback: np.ndarray) -> np.ndarray:
+    """Per row, the mean of the parts that scored it (NaN: not scored); ``fallback`` where none did."""
+    if not parts:
+        return fallback
+    if not any(np.isnan(part).any() for part in parts):
+        return np.mean(parts, axis=0)  # every part scored every row (full coverage): as before
+    stacked = np.stack(parts)
+    scored = ~np.isnan(stacked)
+    counts = scored.sum(axis=0)
+    total = np.where(scored, stacked, 0.0).sum(axis=0)
+    return np.where(counts > 0, total / np.maximum(counts, 1), fallback)
+
+
+def scored_rows(y: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The labels and scores of the rows a party scored (partial coverage leaves NaN on the others)."""
+    if not np.issubdtype(scores.dtype, np.floating) or not np.isnan(scores).any():
+        return y, scores
+    rows = ~np.isnan(scores.reshape(len(scores), -1)).any(axis=1)
+    return y[rows], scores[rows]
