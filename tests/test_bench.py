@@ -14,7 +14,7 @@ from securevfl.cli import main
 from securevfl.errors import ConfigError
 from securevfl.federation.meter import NetworkModel, critical_path
 
-SECTIONS = ("primitives", "methods", "scaling", "network", "predict", "secureboost", "environment")
+SECTIONS = ("primitives", "methods", "scaling", "network", "predict", "secureboost", "coverage", "environment")
 
 
 @pytest.fixture(scope="module")

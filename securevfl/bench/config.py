@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from securevfl.bench.coverage import BREAST_CANCER, QUICK, Case
 from securevfl.errors import ConfigError
 from securevfl.federation.meter import NetworkModel
 
-SECTIONS = ("primitives", "methods", "scaling", "network", "predict", "secureboost", "environment")
+SECTIONS = ("primitives", "methods", "scaling", "network", "predict", "secureboost", "coverage", "environment")
 PRIVACY = ("none", "dh", "pairwise", "paillier")
 #: Named links (both ends of the 10-1000 Mbit/s, 1-100 ms range the network section sweeps, and between).
 NETWORK_PRESETS: dict[str, NetworkModel] = {
@@ -51,6 +52,10 @@ class Sizes:
     secureboost_max_bins: int = 32
     secureboost_workers: int = 2  # processes per party (tiny: 1, no worker processes)
     secureboost_rate_scale: float = 0.5  # work of the per-operation rate measurements
+    # the coverage section (securevfl.bench.coverage): (dataset, parties, split, rows kept, epochs) x p x seed
+    coverage_cases: tuple[Case, ...] = (BREAST_CANCER,)
+    coverage_coverages: tuple[float, ...] = (1.0, 0.5)  # each passive party's chance of holding a row
+    coverage_seeds: tuple[int, ...] = (0,)
 
 
 SIZES: dict[str, Sizes] = {
@@ -58,7 +63,8 @@ SIZES: dict[str, Sizes] = {
                   epochs=1, paillier_batches=(2, 4), paillier_rounds=1, wire_epochs=0, predict_rows=2_000,
                   serving_rows=500, serving_duration_s=0.5,
                   secureboost_rows=400, secureboost_trees=2, secureboost_depth=2, secureboost_plain_rows=100,
-                  secureboost_features=4, secureboost_max_bins=8, secureboost_workers=1, secureboost_rate_scale=0.05),
+                  secureboost_features=4, secureboost_max_bins=8, secureboost_workers=1, secureboost_rate_scale=0.05,
+                  coverage_cases=(("breast-cancer", 3, "random", None, 2),), coverage_coverages=(0.5,)),
     "quick": Sizes(repeats=3, psi_sizes=(2_000, 10_000), psi_scaling_sizes=(1_000, 5_000), paillier_scale=1,
                    mask_repeats=50, epochs=4, paillier_batches=(16, 64, 128), paillier_rounds=2, wire_epochs=5,
                    method_rounds=2, predict_rows=20_000),
@@ -67,7 +73,7 @@ SIZES: dict[str, Sizes] = {
                   paillier_rounds=3, wire_epochs=8, method_rounds=3, predict_rows=200_000, serving_rows=20_000,
                   serving_duration_s=5.0, serving_nowait=True, secureboost_rows=20_000,
                   secureboost_trees=3, secureboost_depth=4, secureboost_plain_rows=2_000, secureboost_features=20,
-                  secureboost_rate_scale=1.0),
+                  secureboost_rate_scale=1.0, coverage_cases=QUICK),
 }
 DEFAULT_PARTIES = {"tiny": (2, 3), "quick": (2, 4, 8), "full": (2, 4, 6, 8, 10)}
 DEFAULT_METHODS = ("splitnn", "easter", "aggvfl")

@@ -426,6 +426,55 @@ def secureboost(data: Mapping[str, Any], path: Path) -> str:
     return _save(fig, path)
 
 
+def coverage(data: Mapping[str, Any], path: Path) -> str:
+    """Section 4d: per dataset and p, every way over all held-out rows and over the rows only the active party holds.
+
+    Bars: the mean over the seeds; error bars: the seeds' minimum to maximum (none with one seed).
+    """
+    from securevfl.bench.coverage import WAYS, way_rows
+
+    rows = way_rows(data["figures"])
+    samples = data.get("samples", {})
+    panels = list(dict.fromkeys((name, p) for name, p, _, _ in rows))
+    fig = MplFigure(figsize=(4.6 * max(1, min(len(panels), 3)), 3.8 * ((len(panels) + 2) // 3 or 1)))
+    axes = np.atleast_1d(fig.subplots((len(panels) + 2) // 3 or 1, max(1, min(len(panels), 3)))).ravel()
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    width = 0.8 / len(WAYS)
+    for ax, (name, p) in zip(axes, panels):
+        # "all", then the pattern of one party (the active party alone: no passive party holds the row)
+        groups = [(pattern, kind) for n, q, pattern, kind in rows if (n, q) == (name, p)
+                  and (pattern == "all" or "+" not in pattern)]
+        kind = groups[0][1] if groups else ""
+        for i, way in enumerate(WAYS):
+            xs, heights, low, high = [], [], [], []
+            for g, (pattern, k) in enumerate(groups):
+                value = rows[(name, p, pattern, k)].get(way)
+                if value is None:
+                    continue
+                seeds = samples.get(f"coverage.{name}.{p}.{way}.{pattern}.{k}", [value])
+                xs.append(g + (i - (len(WAYS) - 1) / 2) * width)
+                heights.append(value)
+                low.append(value - min(seeds))
+                high.append(max(seeds) - value)
+            if xs:
+                ax.bar(xs, heights, width, yerr=[low, high] if max(low + high) > 0 else None, capsize=2,
+                       label=way, color=f"C{i}")
+        ax.set_xticks(range(len(groups)), ["all rows" if g == "all" else f"{g} alone" for g, _ in groups])
+        values = [v for g, k in groups for v in rows[(name, p, g, k)].values()]
+        if values:  # the differences are small: start the axis near the lowest bar
+            lo, hi = min(values), max(values)
+            pad = max((hi - lo) * 0.5, 0.01 * hi, 1e-3)
+            ax.set_ylim(max(0.0, lo - pad), hi + pad)
+        better = "lower is better" if kind == "rmse" else "higher is better"
+        ax.set_ylabel(f"{kind} ({better})" if kind else "")
+        ax.set_title(f"{name}, p = {int(p[1:]) / 100:g}", fontsize=10)
+    if panels:
+        _legend_outside(axes[len(panels) - 1])
+    fig.suptitle("Every customer scored: held-out rows, each way")
+    return _save(fig, path)
+
+
 def load(samples: Sequence[Mapping[str, Any]], cores: int, threshold: float, path: Path) -> str:
     """Section 5: the load average per core at the start and after every section."""
     fig = MplFigure(figsize=(7, 4))

@@ -3,9 +3,10 @@
 Order: the environment first (load at the start), then primitives, methods, scaling (which reuses
 section 1's PSI timings), network (which re-prices section 2's runs, no new runs), predict (batch
 scoring against its floor, then a few cells of online scoring under load), secureboost (training
-against the straightforward protocol, its crypto floor and XGBoost), and the environment again at
-the end (load at the end, the warning). The load average is also sampled between sections for the
-environment's figure.
+against the straightforward protocol, its crypto floor and XGBoost), coverage (every customer
+scored: held-out rows per coverage pattern, four ways), and the environment again at the end (load
+at the end, the warning). The load average is also sampled between sections for the environment's
+figure.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from securevfl.bench import coverage as coverage_bench
 from securevfl.bench import environment, methods, network, plots, predict, primitives, report, scaling, wire
 from securevfl.bench import secureboost as secureboost_bench
 from securevfl.bench import serving as serving_bench
@@ -40,7 +42,7 @@ def run_bench(config: BenchConfig, out: str | Path, *, progress: Progress | None
     out_dir.mkdir(parents=True, exist_ok=True)
     progress = progress or _quiet
     started = time.perf_counter()
-    active = [s for s in ("primitives", "methods", "scaling", "network", "predict", "secureboost")
+    active = [s for s in ("primitives", "methods", "scaling", "network", "predict", "secureboost", "coverage")
               if s in config.sections]
     total = len(active) + 1
     done = 0
@@ -144,6 +146,15 @@ def run_bench(config: BenchConfig, out: str | Path, *, progress: Progress | None
                                       "next to its crypto floor"})
         results.sections.append(sec)
         finish_section("secureboost")
+    if "coverage" in active:
+        cov = coverage_bench.measure(coverage_bench.from_sizes(sizes), lambda text: tick("coverage: " + text.strip()))
+        record(coverage_bench.figures(cov))
+        sec = coverage_bench.section(cov)
+        sec.images.append({"file": plots.coverage(cov, out_dir / "bench_coverage.png"),
+                           "caption": "Every customer scored: each way over all held-out rows and over the rows "
+                                      "only the active party holds, per dataset and p"})
+        results.sections.append(sec)
+        finish_section("coverage")
     results.environment = environment.finish(env, load_samples)
     results.sections.append(_environment_section(results.environment, out_dir))
     results.headline = report.headline(results)

@@ -55,7 +55,7 @@ def bench_command(
     latency_ms: float | None = typer.Option(None, help="A custom link: latency, ms (with --bandwidth-mbps)."),
     dataset: str = typer.Option("breast-cancer", help="Dataset of the method runs."),
     device: str = typer.Option("auto", help="Model compute: auto (CUDA when present), cpu, cuda[:N]."),
-    sections: str = typer.Option("primitives,methods,scaling,network,predict,secureboost,environment",
+    sections: str = typer.Option("primitives,methods,scaling,network,predict,secureboost,coverage,environment",
                                  help="Sections to run."),
     out: Path = typer.Option(Path("out/bench"), help="Folder for report.md, report.html, results.json, *.png."),
     quiet: bool = typer.Option(False, help="No progress bar."),
