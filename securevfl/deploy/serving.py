@@ -665,7 +665,8 @@ def active_role(model: ServingModel, fingerprint: str, jobs: RequestQueue,
         model.side = build_side(widths, n_classes, task)
         prepare_scoring_side(ctx, model.side, model.saved)
         side = model.side
-        every_row = bool(side.method.partial_rows and not side.config.require_all_parties)
+        every_row = bool(side.method.partial_rows and side.method.serves_partial_rows
+                         and not side.config.require_all_parties)
         session = _Session(model, peers, helpers, key, salt, classes, task, federation.job.id_column, metrics,
                            ctx.name, every_row, settings.party_timeout_s, bool(side.leave_out), fingerprint, inputs)
         ready()

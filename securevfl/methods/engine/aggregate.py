@@ -157,6 +157,7 @@ class AggregateMethod(Method[AggregationOptionsT]):
     supports_category_embeddings = True
 
     per_party_loss: ClassVar[bool] = False
+    serves_partial_rows = False  # the serving protocol does not run the partial round (Method.serves_partial_rows)
 
     def plan(self, scenario: Scenario) -> AggregatePlan:
         """The scheme, checked for the passive parties, and every party's architecture from the zoo.
