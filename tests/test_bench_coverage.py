@@ -73,3 +73,38 @@ def test_the_section_is_in_the_default_run_with_its_sizes():
     assert coverage.from_sizes(SIZES["full"]).cases == coverage.QUICK  # benchmarks/coverage.py --quick
     with pytest.raises(ConfigError):
         coverage.CoverageBench(coverages=(0.0,))
+
+
+def test_another_method_has_its_own_keys_and_no_laser_vfl_way():
+    h = "coverage.hetero-lr.adult.p80"
+    values = {f"{h}.every_row.train_s": [6.0], f"{h}.all_parties.train_s": [3.0], f"{h}.local.train_s": [1.0],
+              f"{h}.every_row.all.auc": [0.88], f"{h}.stitched.all.auc": [0.87], f"{h}.local.all.auc": [0.85],
+              f"{h}.rows.all": [985.0]}
+    figures = coverage.summarise(values)
+    assert figures[f"{h}.all.ratio_vs_best_baseline"] == pytest.approx(0.88 / 0.87)
+    assert figures[f"{h}.train_time_ratio_vs_splitnn"] == pytest.approx(2.0)
+    assert f"{h}.all.ratio_vs_laser_vfl" not in figures  # no laser_vfl way: no ratio
+    assert coverage.way_rows(figures) == {("hetero-lr.adult", "p80", "all", "auc"):
+                                          {"every_row": 0.88, "stitched": 0.87, "local": 0.85}}
+    row = coverage.table_rows(figures)[0]
+    assert row[:5] == ["hetero-lr.adult", "0.8", "all", "auc", "985"] and row[8] == "-" and row[10] == "-"
+    coverage.print_table(figures)  # the ways measured only
+
+
+def test_the_method_choice_its_options_and_the_cases():
+    assert coverage.label("splitnn", "adult") == "adult" and coverage.label("easter", "digits") == "easter.digits"
+    assert coverage.ways_of("splitnn") == coverage.WAYS and "laser_vfl" not in coverage.ways_of("secureboost")
+    assert {"splitnn", "easter", "hetero-lr", "secureboost"} <= set(coverage.capable_methods())
+    assert "local" not in coverage.capable_methods()
+    assert coverage.method_options("hetero-lr") == {"key_bits": "1024", "insecure_allow_small_key": "true"}
+    assert coverage.method_options("hetero-lr", {"key_bits": "2048"}) == {"key_bits": "2048"}
+    assert coverage.method_options("secureboost", {"trees": "5"})["trees"] == "5"
+    assert coverage.select_cases(quick=True) == coverage.QUICK
+    assert coverage.select_cases(["adult"], rows=4000) == (("adult", 3, "random", 4000, 10),)
+    assert coverage.select_cases(["california-housing"], quick=True)[0][3] == 4000  # the run's size first
+    assert coverage.select_cases(["digits", "breast-cancer"], rows=0, epochs=3) == (
+        ("digits", 4, "strips", None, 3), ("breast-cancer", 3, "random", None, 3))
+    with pytest.raises(ConfigError):
+        coverage.select_cases(["nope"])
+    with pytest.raises(ConfigError):
+        coverage.CoverageBench(method="local")

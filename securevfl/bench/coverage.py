@@ -4,24 +4,27 @@ Shared by ``benchmarks/coverage.py`` (the full benchmark) and the ``coverage`` s
 ``securevfl bench``. Each dataset is cut over its parties (the partitioner's columns and held-out
 rows); each passive party then holds each row, training and held-out alike, with probability ``p``
 (its own draw), the active party every row. Per dataset, ``p`` and seed it trains on the training
-rows and scores the held-out rows four ways:
+rows and scores the held-out rows four ways, for one method that trains on partial rows (``method``,
+default SplitNN; any of :func:`capable_methods`):
 
-* ``every_row``: SplitNN as it trains by default, on every row (one model: absent embeddings, party
-  dropout, the active party's own head);
-* ``stitched``: SplitNN on the rows every party holds (``--require-all-parties``), and the active
+* ``every_row``: the method as it trains by default, on every row (SplitNN: one model with absent
+  embeddings, party dropout, the active party's own head);
+* ``stitched``: the method on the rows every party holds (``--require-all-parties``), and the active
   party's ``local`` model for the other rows — what a user of an all-parties-only toolkit (FATE,
   SecretFlow) stitches by hand;
 * ``local``: the active party's own model on its own columns (trained on all its rows);
 * ``laser_vfl``: LASER-VFL (``laser-vfl``, the issue's named peer), by default: trained on every
-  row, each row scored by the heads of the parties that hold it,
+  row, each row scored by the heads of the parties that hold it — only where the method is a
+  split-learning one (:data:`LASER_PEERS`); for the others the way is left out,
 
 and reports AUC (binary), accuracy (multi-class) or RMSE (regression) per pattern (which parties hold
 the row) and over all rows. Keys: ``coverage.<dataset>.p<percent>.<way>.<pattern>.<metric>`` (means
-over the seeds; the pattern ``all`` is every held-out row), and the ratios of :func:`ratios`:
-``coverage.<dataset>.p<percent>.all.ratio_vs_best_baseline`` (every_row over the better of stitched
-and local), ``...all.ratio_vs_laser_vfl`` (every_row over laser_vfl; both > 1: every_row better, RMSE
-inverted) and ``...train_time_ratio_vs_splitnn`` (every_row's training time over SplitNN's on the
-intersection).
+over the seeds; the pattern ``all`` is every held-out row) for SplitNN, and
+``coverage.<method>.<dataset>.p<percent>...`` for any other method (:func:`label`); the ratios of
+:func:`ratios`: ``coverage.<dataset>.p<percent>.all.ratio_vs_best_baseline`` (every_row over the
+better of stitched and local), ``...all.ratio_vs_laser_vfl`` (every_row over laser_vfl, where it
+ran; both > 1: every_row better, RMSE inverted) and ``...train_time_ratio_vs_splitnn`` (every_row's
+training time over the method's on the intersection: today's SplitNN for the default method).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +54,21 @@ FULL: tuple[Case, ...] = (("adult", 3, "random", 20_000, 10), ("california-housi
                           ("mnist-5k", 4, "strips", None, 10))
 #: ``benchmarks/coverage.py --quick`` (and the ``full`` size of the bench section).
 QUICK: tuple[Case, ...] = (BREAST_CANCER, ("california-housing", 2, "random", 4000, 30))
+#: Further cases ``--datasets`` can name: digits over 4 parties (as EASTER's figures in docs/easter.md).
+EXTRA: tuple[Case, ...] = (("digits", 4, "strips", None, 10),)
 WAYS = ("every_row", "stitched", "local", "laser_vfl")
+DEFAULT_METHOD = "splitnn"
+#: The split-learning methods LASER-VFL (itself split learning) is a peer of: the ``laser_vfl`` way runs for these.
+LASER_PEERS = ("splitnn", "pyvertical", "cvfl")
+#: A method's options where ``--option`` gives none: test-sized keys and no encryption where the key
+#: changes only the time, not the model (hetero-lr: fixed point at 32 fraction bits; secureboost: the
+#: same trees as with Paillier, tests/test_secureboost.py).
+BENCH_OPTIONS: dict[str, dict[str, str]] = {
+    "hetero-lr": {"key_bits": "1024"},
+    "secureboost": {"encrypt": "false", "trees": "30", "max_depth": "4"},
+}
+#: Methods that take no ``epochs`` or ``batch_size`` (secureboost: trees, from its options).
+NO_EPOCHS = ("secureboost",)
 #: Metrics where lower is better (the ratios are inverted for them).
 LOWER_IS_BETTER = ("rmse",)
 
@@ -64,16 +81,69 @@ class CoverageBench:
     coverages: tuple[float, ...] = (1.0, 0.5)
     seeds: tuple[int, ...] = (0,)
     party_dropout: float | None = None  # the every-row model's --party-dropout (None: its own default)
+    method: str = DEFAULT_METHOD  # every_row's and all_parties' method (any of capable_methods())
+    options: Mapping[str, str] = field(default_factory=dict)  # its options, over BENCH_OPTIONS
+    batch_size: int = 64  # of every way that trains in epochs
 
     def __post_init__(self) -> None:
         from securevfl.errors import ConfigError
 
+        if self.method != DEFAULT_METHOD and self.method not in capable_methods():
+            raise ConfigError(f"coverage bench: method {self.method!r} does not train on partial rows (or cannot "
+                              f"save a model); these do: {', '.join(capable_methods())}")
         if not self.cases or not self.coverages or not self.seeds:
             raise ConfigError("coverage bench: at least one case, one coverage and one seed")
         if any(not 0.0 < p <= 1.0 for p in self.coverages):
             raise ConfigError(f"coverage bench: each coverage p must be in (0, 1], got {self.coverages}")
         if any(parties < 2 or epochs < 1 for _, parties, _, _, epochs in self.cases):
             raise ConfigError("coverage bench: each case needs >= 2 parties and >= 1 epoch")
+
+
+def capable_methods() -> list[str]:
+    """The methods the benchmark measures: trained on partial rows, saved and scored (not the active party's alone)."""
+    from securevfl.methods.base import method_class, method_names
+
+    return [n for n in method_names() if (c := method_class(n)).partial_rows and not c.standalone
+            and not c.cannot_save]
+
+
+def method_options(method: str, given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``method``'s options in the benchmark: :data:`BENCH_OPTIONS`, then ``given`` over them.
+
+    hetero-lr: a key under 2048 bits comes with ``insecure_allow_small_key`` (test-sized keys).
+    """
+    options = {**BENCH_OPTIONS.get(method, {}), **(given or {})}
+    if method == "hetero-lr" and int(options.get("key_bits", 2048)) < 2048:
+        options.setdefault("insecure_allow_small_key", "true")
+    return options
+
+
+def label(method: str, dataset: str) -> str:
+    """A case's key part: the dataset, prefixed with the method where it is not the default."""
+    return dataset if method == DEFAULT_METHOD else f"{method}.{dataset}"
+
+
+def select_cases(names: list[str] | None = None, *, quick: bool = False, rows: int | None = None,
+                 epochs: int | None = None) -> tuple[Case, ...]:
+    """The cases ``benchmarks/coverage.py`` runs: ``names`` (None: :data:`QUICK` or :data:`FULL`).
+
+    A name is a dataset of the run's size first (``quick``: :data:`QUICK`, else :data:`FULL`), then of
+    the other size, then of :data:`EXTRA`; ``rows`` (0: all) and ``epochs`` replace every case's.
+    """
+    from securevfl.errors import ConfigError
+
+    ordered = (*(QUICK if quick else FULL), *(FULL if quick else QUICK), *EXTRA)
+    known = {c[0]: c for c in reversed(ordered)}  # the first of a name wins
+    if names is None:
+        cases = QUICK if quick else FULL
+    else:
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ConfigError(f"coverage bench: unknown dataset(s) {', '.join(unknown)}; known: "
+                              f"{', '.join(sorted(known))}")
+        cases = tuple(known[n] for n in names)
+    return tuple((name, parties, split, (rows or None) if rows is not None else kept,
+                  epochs if epochs is not None else runs) for name, parties, split, kept, runs in cases)
 
 
 def from_sizes(sizes: Any, *, party_dropout: float | None = None) -> CoverageBench:
@@ -121,36 +191,48 @@ def party_files(name: str, parties: int, split: str, rows: int | None, p: float,
     return train, test, truth, data.task
 
 
-def score_ways(train: dict[str, Path], test: dict[str, Path], epochs: int, seed: int, work: Path,
-               active: str, party_dropout: float | None = None,
-               seconds: dict[str, float] | None = None) -> tuple[dict[str, pd.DataFrame], pd.Series]:
-    """Each way's held-out predictions (indexed by ID), and each row's coverage pattern.
+def ways_of(method: str) -> tuple[str, ...]:
+    """The ways measured for ``method``: :data:`WAYS`, less ``laser_vfl`` unless it is a split-learning method."""
+    return tuple(w for w in WAYS if w != "laser_vfl" or method in LASER_PEERS)
 
-    ``seconds``: filled with each trained model's training wall time (``all_parties``: SplitNN on the
-    intersection, today's SplitNN).
+
+def score_ways(train: dict[str, Path], test: dict[str, Path], epochs: int, seed: int, work: Path,
+               active: str, party_dropout: float | None = None, seconds: dict[str, float] | None = None, *,
+               method: str = DEFAULT_METHOD, options: Mapping[str, str] | None = None,
+               batch_size: int = 64) -> tuple[dict[str, pd.DataFrame], pd.Series]:
+    """Each way's held-out predictions (indexed by ID; the ways of :func:`ways_of`), and each row's coverage pattern.
+
+    ``seconds``: filled with each trained model's training wall time (``all_parties``: ``method`` on
+    the intersection; SplitNN: today's SplitNN). ``options``: ``method``'s (:func:`method_options`).
     """
     import securevfl
 
     common: dict[str, Any] = {"data_files": {p: str(f) for p, f in train.items()}, "id_column": "row_id",
-                              "label_column": "label", "epochs": epochs, "device": "cpu", "seed": seed,
-                              "batch_size": 64}
+                              "label_column": "label", "device": "cpu", "seed": seed}
     new = {p: str(f) for p, f in test.items()}
     frames: dict[str, pd.DataFrame] = {}
-    for way, method, require_all in (("every_row", "splitnn", False), ("all_parties", "splitnn", True),
-                                     ("local", "local", False), ("laser_vfl", "laser-vfl", False)):
-        extra = {"party_dropout": party_dropout} if way == "every_row" and party_dropout is not None else {}
+    trained = [("every_row", method, False), ("all_parties", method, True), ("local", "local", False),
+               ("laser_vfl", "laser-vfl", False)]
+    for way, name, require_all in [t for t in trained if t[0] in ("all_parties", *ways_of(method))]:
+        extra: dict[str, Any] = {} if name in NO_EPOCHS else {"epochs": epochs, "batch_size": batch_size}
+        if name == method and options:
+            extra["options"] = dict(options)
+        if way == "every_row" and party_dropout is not None:
+            extra["party_dropout"] = party_dropout
         began = time.perf_counter()
-        securevfl.train(method, model_dir=work / way, require_all_parties=require_all, **common, **extra)
+        securevfl.train(name, model_dir=work / way, require_all_parties=require_all, **common, **extra)
         if seconds is not None:
             seconds[way] = time.perf_counter() - began
-        data = {active: new[active]} if method == "local" else new
+        data = {active: new[active]} if name == "local" else new
         frames[way] = securevfl.predict(work / way, data=data, require_all_parties=require_all,
                                         device="cpu").set_index("row_id")
     stitched = frames["local"].copy()
     columns = [c for c in stitched.columns if c in frames["all_parties"].columns]  # not `parties`
+    # local's float32 scores take the other model's (float64 for hetero-lr, secureboost, easter)
+    stitched = stitched.astype({c: np.float64 for c in columns if stitched[c].dtype.kind == "f"})
     stitched.loc[frames["all_parties"].index, columns] = frames["all_parties"][columns]
     frames["stitched"] = stitched
-    return {w: frames[w] for w in WAYS}, frames["every_row"].parties
+    return {w: frames[w] for w in ways_of(method)}, frames["every_row"].parties
 
 
 def metric(task: str, truth: pd.Series, frame: pd.DataFrame) -> tuple[str, float]:
@@ -171,33 +253,35 @@ def _stderr(text: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------- runs
-def collect(cases: tuple[Case, ...], coverages: tuple[float, ...], seeds: tuple[int, ...], work: Path,
-            party_dropout: float | None = None, tick: Tick | None = None) -> dict[str, list[float]]:
+def collect(bench: CoverageBench, work: Path, tick: Tick | None = None) -> dict[str, list[float]]:
     """Every case x coverage x seed: each key's value per seed (``tick``: a line after each seed, default stderr)."""
     tick = tick or _stderr
     values: dict[str, list[float]] = defaultdict(list)
-    for name, parties, split, rows, epochs in cases:
-        for p in coverages:
-            for seed in seeds:
+    options = method_options(bench.method, bench.options)
+    for name, parties, split, rows, epochs in bench.cases:
+        for p in bench.coverages:
+            prefix = f"coverage.{label(bench.method, name)}.p{round(p * 100)}"
+            for seed in bench.seeds:
                 folder = work / f"{name}-{p}-{seed}"
                 folder.mkdir(parents=True)
                 began = time.perf_counter()
                 train, test, truth, task = party_files(name, parties, split, rows, p, seed, folder)
                 seconds: dict[str, float] = {}
-                frames, patterns = score_ways(train, test, epochs, seed, folder, next(iter(train)), party_dropout,
-                                              seconds)
+                frames, patterns = score_ways(train, test, epochs, seed, folder, next(iter(train)),
+                                              bench.party_dropout, seconds, method=bench.method, options=options,
+                                              batch_size=bench.batch_size)
                 for way, spent in seconds.items():
-                    values[f"coverage.{name}.p{round(p * 100)}.{way}.train_s"].append(spent)
+                    values[f"{prefix}.{way}.train_s"].append(spent)
                 for pattern in ["all", *sorted(set(patterns))]:
                     rows_of = truth.index if pattern == "all" else patterns.index[patterns == pattern]
                     subset = truth.loc[rows_of]
                     if len(subset) < 5 or (task != "regression" and subset.nunique() < 2):
                         continue
-                    for way in WAYS:
-                        key, value = metric(task, subset, frames[way])
-                        values[f"coverage.{name}.p{round(p * 100)}.{way}.{pattern}.{key}"].append(value)
-                    values[f"coverage.{name}.p{round(p * 100)}.rows.{pattern}"].append(float(len(subset)))
-                tick(f"  {name} p={p:g} seed {seed}: {time.perf_counter() - began:.0f} s")
+                    for way, frame in frames.items():
+                        key, value = metric(task, subset, frame)
+                        values[f"{prefix}.{way}.{pattern}.{key}"].append(value)
+                    values[f"{prefix}.rows.{pattern}"].append(float(len(subset)))
+                tick(f"  {label(bench.method, name)} p={p:g} seed {seed}: {time.perf_counter() - began:.0f} s")
     return dict(values)
 
 
@@ -209,34 +293,37 @@ def summarise(values: Mapping[str, list[float]]) -> dict[str, Any]:
     return figures
 
 
-def run(cases: tuple[Case, ...], coverages: tuple[float, ...], seeds: tuple[int, ...], work: Path,
-        party_dropout: float | None = None, tick: Tick | None = None) -> dict[str, Any]:
+def run(bench: CoverageBench, work: Path, tick: Tick | None = None) -> dict[str, Any]:
     """Every case x coverage x seed; the figures (means over the seeds) and the seed spreads."""
-    return summarise(collect(cases, coverages, seeds, work, party_dropout, tick))
+    return summarise(collect(bench, work, tick))
 
 
 def ratios(figures: Mapping[str, Any]) -> dict[str, float]:
     """Over all held-out rows, per dataset and coverage: every_row against the others (> 1: every_row better).
 
     ``coverage.<dataset>.p<percent>.train_time_ratio_vs_splitnn``: every_row's training wall time over
-    SplitNN's on the intersection (at p = 1.0: the cost of training for partial rows on full coverage).
-    ``coverage.<dataset>.p<percent>.all.ratio_vs_best_baseline``: every_row over the better of stitched and
-    local; ``coverage.<dataset>.p<percent>.all.ratio_vs_laser_vfl``: every_row over laser_vfl. For RMSE
-    (lower is better) each ratio is inverted (the other's over every_row's).
+    the method's on the intersection (SplitNN: today's SplitNN; at p = 1.0: the cost of training for
+    partial rows on full coverage). ``coverage.<dataset>.p<percent>.all.ratio_vs_best_baseline``:
+    every_row over the better of stitched and local; ``coverage.<dataset>.p<percent>.all.ratio_vs_laser_vfl``:
+    every_row over laser_vfl (only where laser_vfl ran). For RMSE (lower is better) each ratio is
+    inverted (the other's over every_row's). A ratio whose figures are missing is left out.
     """
     out: dict[str, float] = {}
-    for key in [k for k in figures if k.endswith(".every_row.train_s")]:  # today's SplitNN: on the intersection
-        out[key.replace(".every_row.train_s", ".train_time_ratio_vs_splitnn")] = (
-            figures[key] / figures[key.replace(".every_row.", ".all_parties.")])
+    for key in [k for k in figures if k.endswith(".every_row.train_s")]:  # on the intersection: all_parties
+        intersection = figures.get(key.replace(".every_row.", ".all_parties."))
+        if intersection:
+            out[key.replace(".every_row.train_s", ".train_time_ratio_vs_splitnn")] = figures[key] / intersection
     for key in [k for k in figures if ".every_row.all." in k and not k.endswith("seed_spread")]:
         kind = key.rsplit(".", 1)[1]
         prefix = key.split(".every_row.")[0]
-        others = [figures[key.replace(".every_row.", f".{w}.")] for w in ("stitched", "local")]
-        best = min(others) if kind in LOWER_IS_BETTER else max(others)
-        laser = figures[key.replace(".every_row.", ".laser_vfl.")]
+        others = [figures.get(key.replace(".every_row.", f".{w}.")) for w in ("stitched", "local")]
+        present = [o for o in others if o is not None]
+        best = (min(present) if kind in LOWER_IS_BETTER else max(present)) if present else None
+        laser = figures.get(key.replace(".every_row.", ".laser_vfl."))
         for name, other in (("ratio_vs_best_baseline", best), ("ratio_vs_laser_vfl", laser)):
-            out[f"{prefix}.all.{name}"] = ((other / figures[key]) if kind in LOWER_IS_BETTER
-                                           else (figures[key] / other))
+            if other is not None:
+                out[f"{prefix}.all.{name}"] = ((other / figures[key]) if kind in LOWER_IS_BETTER
+                                               else (figures[key] / other))
     return out
 
 
@@ -244,8 +331,7 @@ def measure(bench: CoverageBench, tick: Tick | None = None) -> dict[str, Any]:
     """Every case of ``bench``: the figures (as ``benchmarks/coverage.py`` writes them) and each key's seeds."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="securevfl-bench-coverage-") as work:
-        values = collect(bench.cases, bench.coverages, bench.seeds, Path(work), bench.party_dropout,
-                         tick or (lambda _: None))
+        values = collect(bench, Path(work), tick or (lambda _: None))
     return {"figures": summarise(values), "samples": values, "config": asdict(bench),
             "wall_s": time.perf_counter() - started}
 
@@ -255,18 +341,21 @@ RATIO_LINES = {
     "ratio_vs_best_baseline": "{key}: {value:.3f} (every_row over the better of stitched and local; > 1: every_row "
                               "better)",
     "ratio_vs_laser_vfl": "{key}: {value:.3f} (every_row over laser_vfl; > 1: every_row better)",
-    "train_time_ratio_vs_splitnn": "{key}: {value:.2f} (every_row's training time over SplitNN's on the "
+    "train_time_ratio_vs_splitnn": "{key}: {value:.2f} (every_row's training time over the method's on the "
                                    "intersection)",
 }
 
 
 def way_rows(figures: Mapping[str, Any]) -> dict[tuple[str, str, str, str], dict[str, float]]:
-    """(dataset, p<percent>, pattern, metric) -> way -> value, in the figures' order."""
+    """(dataset, p<percent>, pattern, metric) -> way -> value, in the figures' order.
+
+    The dataset is the key's case part (:func:`label`): ``<method>.<dataset>`` for a method not the default.
+    """
     rows: dict[tuple[str, str, str, str], dict[str, float]] = defaultdict(dict)
     for key, value in figures.items():
         parts = key.split(".")
-        if len(parts) == 6 and parts[3] in WAYS:
-            _, name, p, way, pattern, kind = parts
+        if parts[0] == "coverage" and len(parts) in (6, 7) and parts[-3] in WAYS and parts[-4].startswith("p"):
+            name, (p, way, pattern, kind) = ".".join(parts[1:-4]), parts[-4:]
             rows[(name, p, pattern, kind)][way] = value
     return dict(rows)
 
@@ -282,11 +371,13 @@ def ratio_lines(figures: Mapping[str, Any]) -> list[str]:
 
 
 def print_table(figures: dict[str, Any]) -> None:
-    """Per dataset and coverage: one line per pattern, the four ways side by side."""
-    print(f"{'dataset':20s} {'p':5s} {'pattern (metric)':34s} " + " ".join(f"{w:>10s}" for w in WAYS))
-    for (name, p, pattern, kind), by_way in way_rows(figures).items():
-        label = f"{pattern} ({kind})"
-        print(f"{name:20s} {p:5s} {label:34s} " + " ".join(f"{by_way.get(w, float('nan')):10.4f}" for w in WAYS))
+    """Per dataset and coverage: one line per pattern, the ways measured side by side."""
+    rows = way_rows(figures)
+    ways = [w for w in WAYS if any(w in by_way for by_way in rows.values())]
+    print(f"{'dataset':24s} {'p':5s} {'pattern (metric)':34s} " + " ".join(f"{w:>10s}" for w in ways))
+    for (name, p, pattern, kind), by_way in rows.items():
+        text = f"{pattern} ({kind})"
+        print(f"{name:24s} {p:5s} {text:34s} " + " ".join(f"{_cell(by_way.get(w), '.4f'):>10s}" for w in ways))
     for line in ratio_lines(figures):
         print(line)
 
