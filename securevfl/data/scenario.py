@@ -52,6 +52,13 @@ class Alignment:
         """Whether some party does not hold some agreed position."""
         return any(not mask.all() for mask in self.present.values())
 
+    @property
+    def shared(self) -> int:
+        """The agreed positions every party holds (the intersection; all of them without partial coverage)."""
+        if not self.present:
+            return self.size
+        return int(np.logical_and.reduce(list(self.present.values())).sum())
+
     def patterns(self, parties: tuple[str, ...], positions: np.ndarray) -> np.ndarray:
         """Per agreed position, the parties that hold it, joined by ``+`` in ``parties``' order (``bank+shop``)."""
         return pattern_names(parties, [self.held(p, positions) for p in parties], len(positions))

@@ -165,7 +165,7 @@ def log_plan(ctx: PartyContext, plan: Mapping[str, Any]) -> None:
     widths = {p: int(s.features) for p, s in plan["shapes"].items()}
     source = "" if ctx.is_active else f" from {ctx.active}"
     what = f"{train} to train, {test} to test" if train else f"{test} to score"
-    log_event(_log, ctx.name, "plan", "plan", f"plan{source}: {train + test} shared rows ({what}); encoded "
+    log_event(_log, ctx.name, "plan", "plan", f"plan{source}: {train + test} agreed rows ({what}); encoded "
               "features " + ", ".join(f"{p} {w}" for p, w in widths.items()), rows=train + test, train=train,
               test=test, classes=plan["n_classes"], features=widths)
 

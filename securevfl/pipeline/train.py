@@ -207,7 +207,7 @@ class TrainRun:
                                 preprocessing=scenario.encoded(name).summary if local.table is not None else {},
                                 snapshots=outcome.snapshots)
         if session.kind == "active":
-            psi_cost = alignment_cost(alignment.size, outcome.setups)
+            psi_cost = alignment_cost(scenario.alignment.shared, outcome.setups)  # every row: still the intersection
             scenario = scenario.with_alignment_cost(psi_cost)
             result.report = assemble_report(local.config, scenario, outcome.value, outcome.snapshots,
                                             local.method.describe(), wall_s=session.elapsed())
@@ -230,7 +230,7 @@ class TrainRun:
     def done(self, session: InProcess | Deployed, result: Any) -> Any:
         if isinstance(session, Deployed):
             size = result.alignment.size
-            result.wall_s = session.done(f"{size} shared rows; done in {{wall_s:.1f}} s", size)
+            result.wall_s = session.done(f"{size} agreed rows; done in {{wall_s:.1f}} s", size)
         return result
 
 
