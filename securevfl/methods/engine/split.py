@@ -226,11 +226,13 @@ class SplitActive(PartySide):
         """
         if held is None and dropped is None:
             return part
-        held = np.ones(rows, dtype=bool) if held is None else held
-        keep = held & ~dropped if dropped is not None else held
         module = self.state.modules["absent"]
         assert isinstance(module, AbsentEmbeddings)
         full = module.embeddings[p].unsqueeze(0).expand(rows, -1)
+        if held is None:  # every row held, some dropped: one select (full coverage's training step)
+            assert dropped is not None
+            return torch.where(torch.as_tensor(~dropped, device=part.device).unsqueeze(1), part, full)
+        keep = held & ~dropped if dropped is not None else held
         if not keep.any():
             return full
         index = torch.as_tensor(np.flatnonzero(keep), device=part.device)
