@@ -47,6 +47,13 @@ def write_tables(frames: Mapping[str, pd.DataFrame], directory: Path, prefix: st
     return paths
 
 
+def partial_tables(directory: Path, seed: int = 5, keep: float = 0.7) -> dict[str, Path]:
+    """Partial coverage (issue 44): the bank holds every customer, the shop and the clinic each about ``keep``."""
+    frames = organisation_frames(seed, keep=keep)
+    frames["bank"] = organisation_frames(seed, keep=1.0)["bank"]
+    return write_tables(frames, directory)
+
+
 def training_and_new_tables(directory: Path) -> tuple[dict[str, Path], dict[str, Path]]:
     """(training files, new files) of three organisations: the new rows are a quarter of the customers, none
     trained on, each new file in a shuffled order of its own."""

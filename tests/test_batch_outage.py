@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from deployed_threads import in_threads, loopback_federation, one_torch_thread
 from net_helpers import free_port
-from org_tables import organisation_frames, probabilities, rows_of, write_tables
+from org_tables import partial_tables, probabilities, rows_of
 
 import securevfl
 from securevfl.errors import SecureVFLError
@@ -28,9 +28,7 @@ JOB = 'method = "splitnn"\nid_column = "customer_id"\nlabel_column = "churn"'
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """SplitNN trained on every row of the bank (the default), its parts saved; the three files."""
-    frames = organisation_frames(5, keep=0.7)
-    frames["bank"] = organisation_frames(5, keep=1.0)["bank"]
-    files = write_tables(frames, tmp_path_factory.mktemp("outage"))
+    files = partial_tables(tmp_path_factory.mktemp("outage"))
     model = tmp_path_factory.mktemp("model") / "splitnn"
     with one_torch_thread():
         securevfl.train("splitnn", data_files={p: str(files[p]) for p in PARTIES}, epochs=2, model_dir=model,

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from org_tables import organisation_frames, probabilities, rows_of, write_tables
+from org_tables import partial_tables, probabilities, rows_of
 
 import securevfl
 from securevfl.data.alignment import create_aligner
@@ -27,9 +27,7 @@ COMMON = {"id_column": "customer_id", "label_column": "churn", "device": "cpu", 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
-    frames = organisation_frames(5, keep=0.7)
-    frames["bank"] = organisation_frames(5, keep=1.0)["bank"]
-    return write_tables(frames, tmp_path_factory.mktemp("coverage"))
+    return partial_tables(tmp_path_factory.mktemp("coverage"))
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from org_tables import organisation_frames, probabilities, rows_of, write_tables
+from org_tables import organisation_frames, partial_tables, probabilities, rows_of, write_tables
 
 import securevfl
 from securevfl.api import RunConfig, build_scenario
@@ -38,9 +38,7 @@ FOUR = {"bank": slice(0, 0), "shop": slice(0, 10), "clinic": slice(10, 20), "ins
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
-    frames = organisation_frames(5, keep=0.7)
-    frames["bank"] = organisation_frames(5, keep=1.0)["bank"]
-    return write_tables(frames, tmp_path_factory.mktemp("easter_partial"))
+    return partial_tables(tmp_path_factory.mktemp("easter_partial"))
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from org_tables import organisation_frames, probabilities, rows_of, write_tables
+from org_tables import partial_tables, probabilities, rows_of
 
 import securevfl
 from securevfl.api import RunConfig, build_scenario
@@ -48,9 +48,7 @@ class RecordingTransport(InProcessTransport):
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
-    frames = organisation_frames(5, keep=0.7)
-    frames["bank"] = organisation_frames(5, keep=1.0)["bank"]
-    return write_tables(frames, tmp_path_factory.mktemp("partial"))
+    return partial_tables(tmp_path_factory.mktemp("partial"))
 
 
 @pytest.fixture(scope="module")

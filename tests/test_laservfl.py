@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from org_tables import organisation_frames, rows_of, write_tables
+from org_tables import partial_tables, rows_of
 
 import securevfl
 from securevfl.api import RunConfig, build_scenario
@@ -28,9 +28,7 @@ COMMON = {"id_column": "customer_id", "label_column": "churn", "device": "cpu", 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict:
-    frames = organisation_frames(5, keep=0.7)
-    frames["bank"] = organisation_frames(5, keep=1.0)["bank"]
-    return write_tables(frames, tmp_path_factory.mktemp("laser"))
+    return partial_tables(tmp_path_factory.mktemp("laser"))
 
 
 @pytest.fixture(scope="module")

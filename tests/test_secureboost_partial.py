@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xgboost as xgb
-from org_tables import organisation_frames, probabilities, rows_of, write_tables
+from org_tables import partial_tables, probabilities, rows_of
 from sklearn.metrics import roc_auc_score
 
 import securevfl
@@ -226,9 +226,7 @@ def test_a_model_saved_before_absent_left_loads_with_every_such_row_going_right(
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
-    frames = organisation_frames(5, keep=0.7)
-    frames["bank"] = organisation_frames(5, keep=1.0)["bank"]
-    return write_tables(frames, tmp_path_factory.mktemp("sbpartial"))
+    return partial_tables(tmp_path_factory.mktemp("sbpartial"))
 
 
 @pytest.fixture(scope="module")
