@@ -52,12 +52,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from securevfl.data.scenario import Scenario
 from securevfl.errors import ConfigError
 from securevfl.federation.runtime import PartyContext
-from securevfl.methods.base import Role, as_tensor, register_method
+from securevfl.methods.base import as_tensor, register_method
 from securevfl.methods.engine.loop import TRAIN, Evaluation, Losses, PartySide
-from securevfl.methods.engine.split import EMBEDDING, GRADIENT, SplitActive, SplitMethod, SplitPassive, side_role
+from securevfl.methods.engine.split import EMBEDDING, GRADIENT, SplitActive, SplitMethod
 from securevfl.networks import MLP, init_parameters, mlp_bottom
 from securevfl.networks.mlp import parse_widths
 from securevfl.seeding import party_generator
@@ -135,12 +134,8 @@ class LaserVFL(SplitMethod[LaserVFLOptions]):
     def report(self, side: PartySide) -> dict[str, Any]:
         return {"laser_blocks": len(side.passives) + bool(side.data.n_features)}
 
-    def roles(self, scenario: Scenario) -> dict[str, Role]:
-        passives = self.require_passives(scenario)
-        plan = self.plan(scenario)
-        roles = {p: side_role(SplitPassive(self, scenario.party_data(p), plan=plan)) for p in passives}
-        roles[scenario.active] = side_role(LaserActive(self, scenario.party_data(scenario.active), passives, plan))
-        return roles
+    def active_side(self) -> type[SplitActive]:
+        return LaserActive
 
 
 class LaserActive(SplitActive):

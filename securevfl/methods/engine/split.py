@@ -144,8 +144,13 @@ class SplitMethod(Method[OptionsT]):
         passives = self.require_passives(scenario)
         plan = self.plan(scenario)
         roles = {p: side_role(SplitPassive(self, scenario.party_data(p), plan=plan)) for p in passives}
-        roles[scenario.active] = side_role(SplitActive(self, scenario.party_data(scenario.active), passives, plan))
+        active = self.active_side()(self, scenario.party_data(scenario.active), passives, plan)
+        roles[scenario.active] = side_role(active)
         return roles
+
+    def active_side(self) -> type[SplitActive]:
+        """The active party's side class (SplitActive; LASER-VFL's has a head per party)."""
+        return SplitActive
 
 
 class SplitPassive(PartySide):
