@@ -214,11 +214,8 @@ class LaserActive(SplitActive):
 
     def train_batch(self, ctx: PartyContext, batch: np.ndarray) -> tuple[Losses, int]:
         method, opt = self.method, self.state.optimizers["model"]
-        held = self.data.peer_masks("train", batch) or {}
-        received = [ctx.recv(p, self.tag(TRAIN, EMBEDDING)) for p in self.passives]
+        held, leaves = self.received_leaves(ctx, batch)
         with ctx.meter.compute():
-            leaves = [method.decode(self, m, p, _count(held.get(p), len(batch)), TRAIN).to(self.device)
-                      .requires_grad_(True) for p, m in zip(self.passives, received, strict=True)]
             parts, there = self._blocks(leaves, held, self.X[batch], len(batch))
             loss = self.task_loss(parts, there, self.y[batch])
             prior = self.state.modules.get("prior")

@@ -277,13 +277,19 @@ class SplitActive(PartySide):
         loss = self.method.loss(self, outputs, y)
         return loss if alone is None else loss + self.method.loss(self, alone, y)
 
-    def train_batch(self, ctx: PartyContext, batch: np.ndarray) -> tuple[Losses, int]:
-        method, opt = self.method, self.state.optimizers["model"]
+    def received_leaves(self, ctx: PartyContext, batch: np.ndarray) -> tuple[dict[str, np.ndarray], list[torch.Tensor]]:
+        """Which rows of ``batch`` each passive party holds, and its decoded embeddings as gradient leaves."""
         held = self.data.peer_masks("train", batch) or {}
         received = [ctx.recv(p, self.tag(TRAIN, EMBEDDING)) for p in self.passives]
         with ctx.meter.compute():
-            leaves = [method.decode(self, m, p, _count(held.get(p), len(batch)), TRAIN).to(self.device)
+            leaves = [self.method.decode(self, m, p, _count(held.get(p), len(batch)), TRAIN).to(self.device)
                       .requires_grad_(True) for p, m in zip(self.passives, received, strict=True)]
+        return held, leaves
+
+    def train_batch(self, ctx: PartyContext, batch: np.ndarray) -> tuple[Losses, int]:
+        method, opt = self.method, self.state.optimizers["model"]
+        held, leaves = self.received_leaves(ctx, batch)
+        with ctx.meter.compute():
             dropped = self._dropped(len(batch))
             parts = [self._filled(p, leaf, held.get(p), len(batch), None if dropped is None else dropped[i])
                      for i, (p, leaf) in enumerate(zip(self.passives, leaves, strict=True))]
