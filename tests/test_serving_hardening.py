@@ -336,21 +336,21 @@ def test_a_client_gone_while_its_request_is_scored_does_not_stop_the_service(tra
     """The answer of a request whose client went away mid-batch is dropped; the service goes on."""
     import urllib.request
 
-    import securevfl.deploy.serving as serving
+    import securevfl.deploy.serving_active as serving_active
 
     _, files = trained
     ids = _held_by_all(files)
-    original = serving._answer
+    original = serving_active._answer
 
     def slow(*args, **kwargs):
         time.sleep(1.0)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(serving, "_answer", slow)
+    monkeypatch.setattr(serving_active, "_answer", slow)
     body = json.dumps({"rows": [{"customer_id": ids[0]}]}).encode()
     request = urllib.request.Request(f"{service.url}/score", data=body, method="POST")
     with pytest.raises(OSError):  # the client gives up after 0.3 s and closes its connection
         urllib.request.urlopen(request, timeout=0.3)
     time.sleep(1.5)
-    monkeypatch.setattr(serving, "_answer", original)
+    monkeypatch.setattr(serving_active, "_answer", original)
     _honest(service, ids)

@@ -17,6 +17,7 @@ import pytest
 
 from securevfl.data.labels import CLASSIFICATION
 from securevfl.deploy import serving as sv
+from securevfl.deploy import serving_active as active_side
 from securevfl.deploy.serving_http import ScoringJob, ServeMetrics
 from securevfl.errors import PeerTimeoutError, ProtocolError
 from securevfl.federation.meter import Meter
@@ -75,21 +76,21 @@ def _serve(every_row: bool, delays: dict[str, dict[tuple[str, int], float]], pau
 
     salt, active_key = secrets.token_bytes(32), BlindingKey(secrets.token_bytes(32))
     keys = {p: BlindingKey(secrets.token_bytes(32)) for p in PASSIVES}
-    peers = {p: sv._Peer(sv._PeerIndex({bytes(row): i for i, row in enumerate(
+    peers = {p: active_side._Peer(active_side._PeerIndex({bytes(row): i for i, row in enumerate(
         sv._blind(sv._hash_blind(IDS[p], salt, keys[p]), active_key))})) for p in PASSIVES}
     side, metrics = _Side(), ServeMetrics()
     answers: list[dict[str, Any]] = []
 
     def active(ctx: Any) -> None:
-        session = sv._Session(SimpleNamespace(side=side), peers, (), active_key, salt, ("no", "yes"), CLASSIFICATION,
-                              "customer_id", metrics, "bank", every_row, TIMEOUT_S, True)
+        session = active_side._Session(SimpleNamespace(side=side), peers, (), active_key, salt, ("no", "yes"),
+                                       CLASSIFICATION, "customer_id", metrics, "bank", every_row, TIMEOUT_S, True)
         for pause in pauses:
             ids = ["c1", "c2", "c3", "c4", "c5"]
             job = ScoringJob(ids, np.zeros((5, 0), np.float32), np.ones(5, dtype=bool), [[] for _ in ids])
-            sv._score_batch(ctx, session, [job])
+            active_side._score_batch(ctx, session, [job])
             answers.append(job.answer.result(0))
             time.sleep(pause)
-        sv._tell(ctx, session, "stop")
+        active_side._tell(ctx, session, "stop")
 
     roles = {"bank": active, **{p: _passive(keys[p], delays.get(p, {})) for p in PASSIVES}}
     run_parties(roles, active="bank", passives=PASSIVES, scheduler="threads", recv_timeout=30)

@@ -26,7 +26,6 @@ from securevfl.deploy.serving import (
     IDLE_STAGE,
     ServingModel,
     ServingSummary,
-    active_role,
     helper_model,
     helper_role,
     listen_address,
@@ -36,6 +35,7 @@ from securevfl.deploy.serving import (
     prepare_job,
     serving_scenario,
 )
+from securevfl.deploy.serving_active import active_role
 from securevfl.deploy.serving_http import (
     RequestQueue,
     ScoringApp,
