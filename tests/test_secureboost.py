@@ -26,7 +26,7 @@ from securevfl.data.scenario import Scenario, scenario_from_tables
 from securevfl.errors import ConfigError, DataError, MissingPackageError, PartyFailure, ProtocolError
 from securevfl.federation.runtime import RunResult, run_parties
 from securevfl.methods import TrainConfig, create_method
-from securevfl.methods.secureboost import protocol
+from securevfl.methods.secureboost import passive, protocol
 from securevfl.methods.secureboost.binning import fit_bins
 from securevfl.methods.secureboost.histogram import lowest_equivalent
 from securevfl.methods.secureboost.objective import BoostObjective
@@ -396,13 +396,13 @@ def test_a_text_category_column_of_a_table_file_gets_two_bins_per_level(tmp_path
     frames = organisation_frames(0, categories={"shop": "tier"})
     files = write_tables(frames, tmp_path)
     trainers = []
-    init = protocol.PassiveTrainer.__init__
+    init = passive.PassiveTrainer.__init__
 
     def recording(self, *args, **kwargs):
         init(self, *args, **kwargs)
         trainers.append(self)
 
-    monkeypatch.setattr(protocol.PassiveTrainer, "__init__", recording)
+    monkeypatch.setattr(passive.PassiveTrainer, "__init__", recording)
     report = securevfl.train("secureboost", data_files={p: str(f) for p, f in files.items()}, id_column="customer_id",
                              label_column="churn", alignment="plaintext", device="cpu", seed=SEED,
                              options={"encrypt": False, "trees": 3, "max_depth": 3, "max_bins": 4})

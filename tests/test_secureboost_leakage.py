@@ -27,6 +27,7 @@ from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
 from securevfl.methods import TrainConfig, create_method
 from securevfl.methods.engine.loop import score_side
+from securevfl.methods.secureboost import passive as sb_passive
 from securevfl.methods.secureboost import protocol as sb
 from securevfl.methods.secureboost.binning import fit_bins
 from securevfl.methods.secureboost.codec import DigitLayout, digit_bound, frac_bits_for, to_fixed, unpack_signed
@@ -86,8 +87,8 @@ def train_run(keypair, *, parties=3, dataset="breast-cancer", shuffle_seed=None,
     method.shuffle_seed = shuffle_seed
     run = Run(scenario, method, {}, None, [], keypair, options)
     with pytest.MonkeyPatch.context() as mp:
-        active_init, passive_init, receive = (sb.ActiveTrainer.__init__, sb.PassiveTrainer.__init__,
-                                              sb.PassiveTrainer._receive_tree)
+        active_init, passive_init, receive = (sb.ActiveTrainer.__init__, sb_passive.PassiveTrainer.__init__,
+                                              sb_passive.PassiveTrainer._receive_tree)
 
         def keep_active(self, ctx, *args, **kwargs):
             active_init(self, ctx, *args, **kwargs)
@@ -103,8 +104,8 @@ def train_run(keypair, *, parties=3, dataset="breast-cancer", shuffle_seed=None,
             return out
 
         mp.setattr(sb.ActiveTrainer, "__init__", keep_active)
-        mp.setattr(sb.PassiveTrainer, "__init__", keep_passive)
-        mp.setattr(sb.PassiveTrainer, "_receive_tree", keep_candidates)
+        mp.setattr(sb_passive.PassiveTrainer, "__init__", keep_passive)
+        mp.setattr(sb_passive.PassiveTrainer, "_receive_tree", keep_candidates)
         run.roles = method.roles(scenario)
         transport = RecordingTransport(list(run.roles))
         run.result = run_parties(run.roles, active=scenario.active, passives=scenario.passives, transport=transport)
@@ -729,7 +730,7 @@ def test_a_deviating_active_party_reads_a_passive_partys_bins(keypair):
         ctx.send(passive, sb.TREE, {"done": True, "trees": 1})
         return ctx.recv(passive, sb.STATS)
 
-    receive = sb.PassiveTrainer._receive_tree
+    receive = sb_passive.PassiveTrainer._receive_tree
 
     def keep_candidates(self, message, tree):
         out = receive(self, message, tree)
@@ -737,8 +738,8 @@ def test_a_deviating_active_party_reads_a_passive_partys_bins(keypair):
         return out
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sb.PassiveTrainer, "_receive_tree", keep_candidates)
-        roles = {scenario.active: deviating_active, passive: sb.passive_role(data, train, method.options)}
+        mp.setattr(sb_passive.PassiveTrainer, "_receive_tree", keep_candidates)
+        roles = {scenario.active: deviating_active, passive: sb_passive.passive_role(data, train, method.options)}
         run_parties(roles, active=scenario.active, passives=(passive,), transport=RecordingTransport(list(roles)))
     bins = fit_bins(np.asarray(data.X_train, dtype=np.float64), method.options.max_bins)
     walk_bins = bins.transform(walk_rows(data)).astype(np.int64)
@@ -763,14 +764,14 @@ def test_a_deviating_active_party_reads_a_passive_partys_bins(keypair):
 
 def test_a_passive_party_claiming_more_candidates_than_agreed_is_refused(keypair):
     """The active party checks shapes and counts (not values: sums and left rows cannot be verified)."""
-    original = sb.PassiveTrainer._histograms
+    original = sb_passive.PassiveTrainer._histograms
 
     def inflated(self, tree, sample_bins, node_rows):
         message = original(self, tree, sample_bins, node_rows)
         return {**message, "count": 10**6}
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sb.PassiveTrainer, "_histograms", inflated)
+        mp.setattr(sb_passive.PassiveTrainer, "_histograms", inflated)
         with pytest.raises(PartyFailure, match="passive1 sent 1000000 split candidates") as failure:
             train_run(keypair, parties=2, trees=1, max_depth=1)
     assert failure.value.party == "active" and isinstance(failure.value.cause, ProtocolError)

@@ -17,7 +17,8 @@ from securevfl.data.scenario import PartyData, Scenario
 from securevfl.errors import ConfigError
 from securevfl.methods.base import Method, Role, TrainConfig, register_method
 from securevfl.methods.secureboost.options import SecureBoostOptions
-from securevfl.methods.secureboost.protocol import KeyPair, active_role, passive_role
+from securevfl.methods.secureboost.passive import passive_role
+from securevfl.methods.secureboost.protocol import KeyPair, active_role
 
 
 def candidate_limit(data: PartyData, options: SecureBoostOptions) -> int:
