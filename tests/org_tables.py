@@ -54,6 +54,29 @@ def partial_tables(directory: Path, seed: int = 5, keep: float = 0.7) -> dict[st
     return write_tables(frames, directory)
 
 
+def who_holds(files: Mapping[str, Path]) -> dict[str, set[str]]:
+    """Per party (in ``files``' order), the customer IDs its file holds."""
+    return {p: set(pd.read_csv(f).customer_id) for p, f in files.items()}
+
+
+def pattern_of(holders: Mapping[str, set[str]], customer: str) -> str:
+    """The parties that hold ``customer``, joined by ``+`` in ``holders``' order: what the ``parties`` column says."""
+    return "+".join(p for p, ids in holders.items() if customer in ids)
+
+
+def scored_held_out(report, model: Path, files: Mapping[str, Path], directory: Path):
+    """The saved model's predictions of the run's held-out rows (cut from the parties' files, scored 29 rows per
+    exchange), checked to equal the run's test predictions to 1e-6: the oracle, on every coverage pattern."""
+    import securevfl
+
+    held = report.test_predictions
+    frame = securevfl.predict(model, data=rows_of(files, directory, held["ids"]), device="cpu", exchange_rows=29)
+    scores = dict(zip(held["ids"], held["scores"][:, 1], strict=True))
+    got = frame.set_index("customer_id").proba_yes
+    np.testing.assert_allclose(got.loc[list(scores)].to_numpy(), list(scores.values()), atol=1e-6, rtol=0)
+    return frame
+
+
 def training_and_new_tables(directory: Path) -> tuple[dict[str, Path], dict[str, Path]]:
     """(training files, new files) of three organisations: the new rows are a quarter of the customers, none
     trained on, each new file in a shuffled order of its own."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from org_tables import partial_tables, probabilities, rows_of
+from org_tables import partial_tables, pattern_of, probabilities, rows_of, scored_held_out, who_holds
 
 import securevfl
 from securevfl.data.alignment import create_aligner
@@ -39,12 +39,6 @@ def trained(files, tmp_path_factory):
     return report, model
 
 
-def _holders(files: dict[str, Path]) -> dict[str, set[str]]:
-    return {p: set(pd.read_csv(files[p]).customer_id) for p in PARTIES}
-
-
-def _pattern(holders: dict[str, set[str]], customer: str) -> str:
-    return "+".join(p for p in PARTIES if customer in holders[p])
 
 
 def test_the_covering_alignment_holds_every_active_row_and_each_peer_its_own():
@@ -71,10 +65,10 @@ def test_the_covering_alignment_holds_every_active_row_and_each_peer_its_own():
 
 def test_training_on_every_row_reports_each_coverage_pattern(files, trained):
     report, _ = trained
-    holders = _holders(files)
+    holders = who_holds(files)
     ids = report.test_predictions["ids"]
     coverage = report.metrics["coverage"]
-    patterns = [_pattern(holders, i) for i in ids]
+    patterns = [pattern_of(holders, i) for i in ids]
     assert {p: e["rows"] for p, e in coverage.items()} == {p: patterns.count(p) for p in set(patterns)}
     assert {"bank+shop+clinic", "bank+shop", "bank+clinic"} <= set(coverage)
     assert sum(e["rows"] for e in coverage.values()) == len(ids) > 0.2 * len(pd.read_csv(files["bank"])) - 2
@@ -87,28 +81,23 @@ def test_training_on_every_row_reports_each_coverage_pattern(files, trained):
 
 def test_every_row_of_the_active_file_is_scored_with_the_parties_that_hold_it(files, trained, tmp_path):
     report, model = trained
-    holders = _holders(files)
+    holders = who_holds(files)
     wanted = pd.read_csv(files["bank"]).customer_id.sample(120, random_state=0)
     new = rows_of(files, tmp_path / "new", wanted)
     frame = securevfl.predict(model, data=new, device="cpu")  # a model trained on every row: every row, by default
     assert sorted(frame.customer_id) == sorted(wanted)
-    assert frame.parties.tolist() == [_pattern(holders, i) for i in frame.customer_id]
+    assert frame.parties.tolist() == [pattern_of(holders, i) for i in frame.customer_id]
     assert set(frame.parties) > {"bank+shop+clinic"}
     only = securevfl.predict(model, data=new, require_all_parties=True, device="cpu")  # the intersection
     assert "parties" not in only.columns
-    assert sorted(only.customer_id) == sorted(i for i in wanted if _pattern(holders, i) == "+".join(PARTIES))
+    assert sorted(only.customer_id) == sorted(i for i in wanted if pattern_of(holders, i) == "+".join(PARTIES))
     both = frame.set_index("customer_id").loc[only.customer_id]
     np.testing.assert_allclose(probabilities(both), probabilities(only), atol=1e-6, rtol=0)
 
 
 def test_scoring_the_held_out_rows_reproduces_the_test_predictions_on_every_pattern(files, trained, tmp_path):
     report, model = trained
-    held = report.test_predictions
-    new = rows_of(files, tmp_path / "held", held["ids"])
-    frame = securevfl.predict(model, data=new, require_all_parties=False, device="cpu", exchange_rows=29)
-    scores = dict(zip(held["ids"], held["scores"][:, 1], strict=True))
-    got = frame.set_index("customer_id").proba_yes
-    np.testing.assert_allclose(got.loc[list(scores)].to_numpy(), list(scores.values()), atol=1e-6, rtol=0)
+    frame = scored_held_out(report, model, files, tmp_path / "held")
     assert (frame.parties != "+".join(PARTIES)).sum() > 10  # the oracle covers partial rows too
 
 
@@ -153,7 +142,7 @@ def test_partial_rows_are_refused_in_one_line_where_the_model_cannot_score_them(
     securevfl.train("tabvfl", data_files=data, epochs=1, model_dir=tabvfl, **COMMON)  # the intersection: it can't
     with pytest.raises(ConfigError, match="tabvfl cannot use rows some party does not hold.*--require-all-parties"):
         securevfl.predict(tabvfl, data=data, require_all_parties=False, device="cpu")
-    shared = set.intersection(*_holders(files).values())
+    shared = set.intersection(*who_holds(files).values())
     frame = securevfl.predict(tabvfl, data=data, device="cpu")  # by default: the rows every party holds
     assert set(frame.customer_id) == shared and "parties" not in frame
     splitnn = tmp_path / "splitnn"
@@ -169,7 +158,7 @@ def test_by_default_a_capable_method_trains_and_scores_every_row_and_the_switch_
 
     data = [a for p in PARTIES for a in ("--data", f"{p}={files[p]}")]
     common = ["--id-column", "customer_id", "--label-column", "churn", "--device", "cpu", "--epochs", "1"]
-    every, shared = len(pd.read_csv(files["bank"])), len(set.intersection(*_holders(files).values()))
+    every, shared = len(pd.read_csv(files["bank"])), len(set.intersection(*who_holds(files).values()))
     for switch, scored in (([], every), (["--require-all-parties"], shared)):
         model, out = tmp_path / f"model{len(switch)}", tmp_path / f"p{len(switch)}.csv"
         assert main(["train", "--method", "splitnn", *common, *data, "--model-dir", str(model), *switch]) == 0
@@ -211,12 +200,12 @@ def test_every_row_deployed_over_three_parties_matches_one_process(files, tmp_pa
     assert report.metrics["accuracy"] == pytest.approx(local.metrics["accuracy"], abs=1e-9)
     for pattern, entry in local.metrics["coverage"].items():
         assert report.metrics["coverage"][pattern] == pytest.approx(entry, abs=1e-9), pattern
-    holders = _holders(files)
+    holders = who_holds(files)
     new = rows_of(files, tmp_path / "new", pd.read_csv(files["bank"]).customer_id.sample(90, random_state=1))
     scored = in_threads(lambda p: run_deployed_scoring(fed, p, new[p], tmp_path / "model", device="cpu",
                                                        exchange_rows=40), PARTIES)
     frame = scored["bank"].predictions
-    assert len(frame) == 90 and frame.parties.tolist() == [_pattern(holders, i) for i in frame.customer_id]
+    assert len(frame) == 90 and frame.parties.tolist() == [pattern_of(holders, i) for i in frame.customer_id]
     in_process = securevfl.predict(tmp_path / "model", data=new, require_all_parties=False, device="cpu")
     both = in_process.set_index("customer_id").loc[frame.customer_id]
     np.testing.assert_allclose(probabilities(frame), probabilities(both), atol=1e-6, rtol=0)
@@ -228,7 +217,7 @@ def test_a_served_model_trained_on_every_row_answers_every_customer_of_the_activ
     from serving_service import Service
 
     _, model = trained
-    holders = _holders(files)
+    holders = who_holds(files)
     fed = loopback_federation(tmp_path, list(PARTIES), "bank", 'method = "splitnn"\nid_column = "customer_id"\n'
                                                                'label_column = "churn"')
     asked = pd.read_csv(files["bank"]).customer_id.sample(60, random_state=2).tolist() + ["nobody"]
@@ -241,7 +230,7 @@ def test_a_served_model_trained_on_every_row_answers_every_customer_of_the_activ
     assert answer["not_scored"] == ["nobody"]  # the one customer the bank does not hold
     got = pd.DataFrame(answer["predictions"]).set_index("customer_id")
     assert sorted(got.index) == sorted(asked[:-1])
-    assert [got.parties[i] for i in asked[:-1]] == [_pattern(holders, i) for i in asked[:-1]]
+    assert [got.parties[i] for i in asked[:-1]] == [pattern_of(holders, i) for i in asked[:-1]]
     assert len(set(got.parties)) > 1
     new = rows_of(files, tmp_path / "new", asked[:-1])
     batch = securevfl.predict(model, data=new, require_all_parties=False, device="cpu").set_index("customer_id")

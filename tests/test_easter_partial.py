@@ -13,7 +13,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from org_tables import organisation_frames, partial_tables, probabilities, rows_of, write_tables
+from org_tables import (
+    organisation_frames,
+    partial_tables,
+    pattern_of,
+    probabilities,
+    rows_of,
+    scored_held_out,
+    who_holds,
+    write_tables,
+)
 
 import securevfl
 from securevfl.api import RunConfig, build_scenario
@@ -50,12 +59,6 @@ def trained(files, tmp_path_factory):
     return report, model
 
 
-def _holders(files, parties=PARTIES):
-    return {p: set(pd.read_csv(files[p]).customer_id) for p in parties}
-
-
-def _pattern(holders, customer, parties=PARTIES):
-    return "+".join(p for p in parties if customer in holders[p])
 
 
 def _run(files, method="easter", parties=PARTIES, options=None, epochs=1, cover=True, taps=()):
@@ -74,9 +77,9 @@ def _run(files, method="easter", parties=PARTIES, options=None, epochs=1, cover=
 
 def test_every_row_is_trained_and_scored_with_the_parties_that_hold_it(files, trained, tmp_path):
     report, model = trained
-    holders = _holders(files)
+    holders = who_holds(files)
     ids = report.test_predictions["ids"]
-    patterns = [_pattern(holders, i) for i in ids]
+    patterns = [pattern_of(holders, i) for i in ids]
     coverage = report.metrics["coverage"]
     assert {p: e["rows"] for p, e in coverage.items()} == {p: patterns.count(p) for p in set(patterns)}
     assert {"bank", "bank+shop", "bank+clinic", "bank+shop+clinic"} <= set(coverage)
@@ -85,22 +88,17 @@ def test_every_row_is_trained_and_scored_with_the_parties_that_hold_it(files, tr
     new = rows_of(files, tmp_path / "new", wanted)
     frame = securevfl.predict(model, data=new, device="cpu")  # trained on every row: every row
     assert sorted(frame.customer_id) == sorted(wanted)
-    assert frame.parties.tolist() == [_pattern(holders, i) for i in frame.customer_id]
+    assert frame.parties.tolist() == [pattern_of(holders, i) for i in frame.customer_id]
     only = securevfl.predict(model, data=new, require_all_parties=True, device="cpu")  # the intersection
     assert "parties" not in only.columns
-    assert sorted(only.customer_id) == sorted(i for i in wanted if _pattern(holders, i) == "+".join(PARTIES))
+    assert sorted(only.customer_id) == sorted(i for i in wanted if pattern_of(holders, i) == "+".join(PARTIES))
     both = frame.set_index("customer_id").loc[only.customer_id]
     np.testing.assert_allclose(probabilities(both), probabilities(only), atol=1e-6, rtol=0)
 
 
 def test_scoring_the_held_out_rows_reproduces_the_test_predictions_on_every_pattern(files, trained, tmp_path):
     report, model = trained
-    held = report.test_predictions
-    new = rows_of(files, tmp_path / "held", held["ids"])
-    frame = securevfl.predict(model, data=new, device="cpu", exchange_rows=29)
-    scores = dict(zip(held["ids"], held["scores"][:, 1], strict=True))
-    got = frame.set_index("customer_id").proba_yes
-    np.testing.assert_allclose(got.loc[list(scores)].to_numpy(), list(scores.values()), atol=1e-6, rtol=0)
+    frame = scored_held_out(report, model, files, tmp_path / "held")
     assert (frame.parties != "+".join(PARTIES)).sum() > 10  # the oracle covers partial rows too
 
 
@@ -218,12 +216,12 @@ def test_every_row_deployed_matches_one_process_and_scores_every_row(files, tmp_
     assert report.metrics["coverage"].keys() == local.metrics["coverage"].keys()
     for pattern, entry in local.metrics["coverage"].items():
         assert report.metrics["coverage"][pattern] == pytest.approx(entry, abs=1e-9), pattern
-    holders = _holders(files)
+    holders = who_holds(files)
     new = rows_of(files, tmp_path / "new", pd.read_csv(files["bank"]).customer_id.sample(90, random_state=1))
     scored = in_threads(lambda p: run_deployed_scoring(fed, p, new[p], tmp_path / "model", device="cpu",
                                                        exchange_rows=40), PARTIES)
     frame = scored["bank"].predictions
-    assert len(frame) == 90 and frame.parties.tolist() == [_pattern(holders, i) for i in frame.customer_id]
+    assert len(frame) == 90 and frame.parties.tolist() == [pattern_of(holders, i) for i in frame.customer_id]
     in_process = securevfl.predict(tmp_path / "model", data=new, device="cpu")
     both = in_process.set_index("customer_id").loc[frame.customer_id]
     np.testing.assert_allclose(probabilities(frame), probabilities(both), atol=1e-6, rtol=0)

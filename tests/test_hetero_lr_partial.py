@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from org_tables import partial_tables, probabilities, rows_of
+from org_tables import partial_tables, pattern_of, probabilities, rows_of, scored_held_out, who_holds
 
 import securevfl
 from securevfl.api import RunConfig, build_scenario
@@ -69,12 +69,6 @@ def trained(files, key, tmp_path_factory):
     return report, model
 
 
-def _holders(files):
-    return {p: set(pd.read_csv(files[p]).customer_id) for p in PARTIES}
-
-
-def _pattern(holders, customer):
-    return "+".join(p for p in PARTIES if customer in holders[p])
 
 
 def federated(files, key, *, epochs, batch_size):
@@ -108,10 +102,10 @@ def _spread(X, held):
 
 def test_every_row_is_trained_and_scored_with_the_parties_that_hold_it(files, trained):
     report, _ = trained
-    holders = _holders(files)
+    holders = who_holds(files)
     ids = report.test_predictions["ids"]
     coverage = report.metrics["coverage"]
-    patterns = [_pattern(holders, i) for i in ids]
+    patterns = [pattern_of(holders, i) for i in ids]
     assert {p: e["rows"] for p, e in coverage.items()} == {p: patterns.count(p) for p in set(patterns)}
     assert {"bank", "bank+shop", "bank+clinic", "bank+shop+clinic"} <= set(coverage)
     assert len(ids) > 0.2 * len(pd.read_csv(files["bank"])) - 2  # every held-out bank row, not the intersection
@@ -122,28 +116,23 @@ def test_every_row_is_trained_and_scored_with_the_parties_that_hold_it(files, tr
 
 def test_scoring_the_held_out_rows_reproduces_the_test_predictions_on_every_pattern(files, trained, tmp_path):
     report, model = trained
-    held = report.test_predictions
-    new = rows_of(files, tmp_path / "held", held["ids"])
-    frame = securevfl.predict(model, data=new, device="cpu", exchange_rows=29)
-    scores = dict(zip(held["ids"], held["scores"][:, 1], strict=True))
-    got = frame.set_index("customer_id").proba_yes
-    np.testing.assert_allclose(got.loc[list(scores)].to_numpy(), list(scores.values()), atol=1e-6, rtol=0)
-    holders = _holders(files)
-    assert frame.parties.tolist() == [_pattern(holders, i) for i in frame.customer_id]
+    frame = scored_held_out(report, model, files, tmp_path / "held")
+    holders = who_holds(files)
+    assert frame.parties.tolist() == [pattern_of(holders, i) for i in frame.customer_id]
     assert (frame.parties != "+".join(PARTIES)).sum() > 10  # the oracle covers partial rows too
 
 
 def test_every_row_of_the_active_file_is_scored_and_the_switch_keeps_the_intersection(files, trained, tmp_path):
     _, model = trained
-    holders = _holders(files)
+    holders = who_holds(files)
     wanted = pd.read_csv(files["bank"]).customer_id.sample(120, random_state=0)
     new = rows_of(files, tmp_path / "new", wanted)
     frame = securevfl.predict(model, data=new, device="cpu")
     assert sorted(frame.customer_id) == sorted(wanted)
-    assert frame.parties.tolist() == [_pattern(holders, i) for i in frame.customer_id]
+    assert frame.parties.tolist() == [pattern_of(holders, i) for i in frame.customer_id]
     only = securevfl.predict(model, data=new, require_all_parties=True, device="cpu")
     assert "parties" not in only.columns
-    assert sorted(only.customer_id) == sorted(i for i in wanted if _pattern(holders, i) == "+".join(PARTIES))
+    assert sorted(only.customer_id) == sorted(i for i in wanted if pattern_of(holders, i) == "+".join(PARTIES))
     both = frame.set_index("customer_id").loc[only.customer_id]
     np.testing.assert_allclose(probabilities(both), probabilities(only), atol=1e-6, rtol=0)
 
@@ -229,12 +218,12 @@ def test_every_row_deployed_with_the_arbiter_matches_one_process(files, tmp_path
     assert report.metrics["accuracy"] == pytest.approx(local.metrics["accuracy"], abs=1e-9)
     for pattern, entry in local.metrics["coverage"].items():
         assert report.metrics["coverage"][pattern] == pytest.approx(entry, abs=1e-9), pattern
-    holders = _holders(files)
+    holders = who_holds(files)
     new = rows_of(files, tmp_path / "new", pd.read_csv(files["bank"]).customer_id.sample(90, random_state=1))
     scored = in_threads(lambda p: run_deployed_scoring(fed, p, new.get(p), tmp_path / "model" if p in new else None,
                                                        exchange_rows=40, device="cpu"), tuple(fed.parties))
     frame = scored["bank"].predictions
-    assert len(frame) == 90 and frame.parties.tolist() == [_pattern(holders, i) for i in frame.customer_id]
+    assert len(frame) == 90 and frame.parties.tolist() == [pattern_of(holders, i) for i in frame.customer_id]
     in_process = securevfl.predict(tmp_path / "model", data=new, device="cpu")
     both = in_process.set_index("customer_id").loc[frame.customer_id]
     np.testing.assert_allclose(probabilities(frame), probabilities(both), atol=1e-6, rtol=0)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from org_tables import partial_tables, rows_of
+from org_tables import partial_tables, pattern_of, rows_of, scored_held_out, who_holds
 
 import securevfl
 from securevfl.api import RunConfig, build_scenario
@@ -40,10 +40,6 @@ def trained(files, tmp_path_factory):
     return report, model
 
 
-def _pattern(files, customer: str) -> str:
-    holders = {p: set(pd.read_csv(files[p]).customer_id) for p in PARTIES}
-    return "+".join(p for p in PARTIES if customer in holders[p])
-
 
 def test_laser_vfl_trains_and_beats_the_majority_class_on_full_coverage():
     report = securevfl.train("laser-vfl", dataset="breast-cancer", parties=3, epochs=10, device="cpu", seed=0)
@@ -65,19 +61,14 @@ def test_trained_on_every_row_it_scores_every_row_with_the_parties_that_hold_it(
     new = rows_of(files, tmp_path / "new", wanted)
     frame = securevfl.predict(model, data=new, require_all_parties=False, device="cpu")
     assert sorted(frame.customer_id) == sorted(wanted)
-    assert frame.parties.tolist() == [_pattern(files, i) for i in frame.customer_id]
+    assert frame.parties.tolist() == [pattern_of(who_holds(files), i) for i in frame.customer_id]
     assert set(frame.parties) > {"bank+shop+clinic"}
     assert frame.proba_yes.between(0, 1).all()
 
 
 def test_scoring_the_held_out_rows_reproduces_the_test_predictions_on_every_pattern(files, trained, tmp_path):
     report, model = trained
-    held = report.test_predictions
-    new = rows_of(files, tmp_path / "held", held["ids"])
-    frame = securevfl.predict(model, data=new, require_all_parties=False, device="cpu", exchange_rows=29)
-    scores = dict(zip(held["ids"], held["scores"][:, 1], strict=True))
-    got = frame.set_index("customer_id").proba_yes
-    np.testing.assert_allclose(got.loc[list(scores)].to_numpy(), list(scores.values()), atol=1e-6, rtol=0)
+    frame = scored_held_out(report, model, files, tmp_path / "held")
     assert (frame.parties != "+".join(PARTIES)).sum() > 10  # the oracle covers partial rows too
 
 

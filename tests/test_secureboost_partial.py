@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xgboost as xgb
-from org_tables import partial_tables, probabilities, rows_of
+from org_tables import partial_tables, pattern_of, probabilities, rows_of, who_holds
 from sklearn.metrics import roc_auc_score
 
 import securevfl
@@ -237,21 +237,17 @@ def trained(files, tmp_path_factory):
     return report, model
 
 
-def _pattern(files: dict[str, Path], ids: Any) -> list[str]:
-    holders = {p: set(pd.read_csv(files[p]).customer_id) for p in PARTIES}
-    return ["+".join(p for p in PARTIES if i in holders[p]) for i in ids]
-
 
 def test_every_row_of_the_bank_is_trained_on_and_scored_with_the_parties_that_hold_it(files, trained, tmp_path):
     report, model = trained
-    patterns = _pattern(files, report.test_predictions["ids"])
+    patterns = [pattern_of(who_holds(files), i) for i in report.test_predictions["ids"]]
     coverage = report.metrics["coverage"]
     assert {p: e["rows"] for p, e in coverage.items()} == dict(Counter(patterns))
     assert {"bank+shop+clinic", "bank+shop", "bank+clinic"} <= set(coverage)
     assert report.metrics["auc"] > 0.9
     frame = securevfl.predict(model, data={p: str(files[p]) for p in PARTIES}, device="cpu")
     assert len(frame) == len(pd.read_csv(files["bank"]))
-    assert frame.parties.tolist() == _pattern(files, frame.customer_id)
+    assert frame.parties.tolist() == [pattern_of(who_holds(files), i) for i in frame.customer_id]
     only = securevfl.predict(model, data={p: str(files[p]) for p in PARTIES}, require_all_parties=True, device="cpu")
     assert "parties" not in only and set(only.customer_id) == set(frame.customer_id[frame.parties == "+".join(PARTIES)])
     both = frame.set_index("customer_id").loc[only.customer_id]
@@ -294,6 +290,6 @@ def test_every_row_deployed_over_three_parties_matches_one_process(files, traine
     scored = in_threads(lambda p: run_deployed_scoring(fed, p, new[p], model, device="cpu", exchange_rows=40),
                         PARTIES)
     frame = scored["bank"].predictions
-    assert len(frame) == 90 and frame.parties.tolist() == _pattern(files, frame.customer_id)
+    assert len(frame) == 90 and frame.parties.tolist() == [pattern_of(who_holds(files), i) for i in frame.customer_id]
     local = securevfl.predict(model, data=new, device="cpu").set_index("customer_id").loc[frame.customer_id]
     np.testing.assert_allclose(probabilities(frame), probabilities(local), atol=1e-12, rtol=0)
