@@ -172,10 +172,10 @@ def _setups_sent(transport):
 
 
 def test_every_round_of_a_dh_run_has_fresh_keys_sent_once():
-    """With setups drawn ahead, each (party, round) still gets one setup, and no mask key repeats."""
+    """With setups drawn ahead, each (party, round) still gets one setup, and (rekey_every=1) no mask key repeats."""
     rounds, drops = 6, {1: ("p3",), 3: ("p1",), 4: ("p1",)}
     inputs = random_inputs(rounds, (5, 3))
-    scheme = create_aggregation("dh", AggregationConfig(frac_bits=16))
+    scheme = create_aggregation("dh", AggregationConfig(frac_bits=16), {"rekey_every": 1})
     active, passive = round_roles(lambda party: scheme, inputs, drops)
     transport = RecordingTransport(["A", *PASSIVES])
     result = run_parties({"A": active, **{p: passive for p in PASSIVES}}, active="A", transport=transport)

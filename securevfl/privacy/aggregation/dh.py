@@ -12,6 +12,7 @@ instead and takes part again from the next round.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,10 +30,10 @@ from securevfl.privacy.aggregation.base import (
     require_passives,
     require_ring_range,
 )
-from securevfl.privacy.aggregation.options import NoOptions
 from securevfl.privacy.aggregation.registry import register_aggregation
 from securevfl.privacy.primitives.buffers import Workspace
 from securevfl.privacy.secagg import wire
+from securevfl.settings import setting
 
 if TYPE_CHECKING:
     from securevfl.federation.runtime import PartyContext
@@ -48,6 +49,23 @@ TAG_RESPONSE = "agg.dh.response"
 TAG_REJOIN = "agg.dh.rejoin"
 
 
+@dataclass(frozen=True)
+class DHOptions:
+    """Options of the ``dh`` scheme (beyond the shared :class:`AggregationConfig`).
+
+    ``rekey_every``: rounds per mask key pair. 0 (default): keys agreed once per session (a training
+    run, a scoring run, a serving session), each round's pairwise seeds derived from them; k > 1: a
+    new key pair every k rounds; 1: fresh keys Shamir-shared every round (the protocol before issue
+    47, message for message). In every mode a party that answered for a dropped party re-keys.
+    """
+
+    rekey_every: int = setting(
+        0, help="Rounds per mask key pair: 0 once per session (default), k every k rounds, 1 fresh keys every round.")
+
+    def __post_init__(self) -> None:
+        sa.validate_rekey_every(self.rekey_every)
+
+
 class DHPassive(PassiveAggregator):
     """A passive party: keys once per session, then per round mask, answer, set up the next.
 
@@ -59,8 +77,9 @@ class DHPassive(PassiveAggregator):
     rejoin setup after a drop.
     """
 
-    def __init__(self, config: AggregationConfig) -> None:
+    def __init__(self, config: AggregationConfig, options: DHOptions | None = None) -> None:
         self.config = config
+        self.options = options or DHOptions()
         self._state: sa.PassiveSecAggState | None = None
         self.round = 0
         self._mask: sa.RoundMask | None = None
@@ -78,6 +97,9 @@ class DHPassive(PassiveAggregator):
     def setup(self, ctx: PartyContext) -> None:
         sconfig = wire.parse_session(ctx.recv(ctx.active, TAG_SESSION), self.config.key_agreement,
                                      self.config.frac_bits, self.config.ring_bits)
+        if sconfig.rekey_every != self.options.rekey_every:
+            raise ProtocolError(f"the active party proposed rekey_every={sconfig.rekey_every}; this party's "
+                                f"options say {self.options.rekey_every} (every party must run one plan)")
         with ctx.meter.crypto("secagg.keygen"):
             self._state = sa.PassiveSecAggState.create(sconfig, ctx.name, self.config.urandom)
             advert = sa.advertise_keys(self._state)
@@ -154,9 +176,10 @@ class DHPassive(PassiveAggregator):
 class DHActive(ActiveAggregator):
     """The active party: relays keys and shares, closes each round and unmasks only the sum."""
 
-    def __init__(self, config: AggregationConfig) -> None:
+    def __init__(self, config: AggregationConfig, options: DHOptions | None = None) -> None:
         super().__init__()
         self.config = config
+        self.options = options or DHOptions()
         self._agg: sa.AggregatorSecAggState | None = None
         self.parties: tuple[str, ...] = ()
         self.round = 0
@@ -174,7 +197,7 @@ class DHActive(ActiveAggregator):
         sconfig = sa.SecAggConfig(
             session_id=self.config.draw(SESSION_ID_BYTES), parties=self.parties, threshold=threshold,
             key_agreement=self.config.key_agreement, frac_bits=self.config.frac_bits,
-            ring_bits=self.config.ring_bits)
+            ring_bits=self.config.ring_bits, rekey_every=self.options.rekey_every)
         self._agg = sa.AggregatorSecAggState.create(sconfig)
         ctx.broadcast(self.parties, TAG_SESSION, wire.session_to_wire(sconfig))
         adverts = [wire.parse_advert(ctx.recv(p, TAG_ADVERT), p) for p in self.parties]
@@ -242,14 +265,21 @@ class DHActive(ActiveAggregator):
 
 
 @register_aggregation
-class DHAggregation(AggregationScheme[NoOptions]):
-    """DH blinding factors with per-round keys, double masking and Shamir dropout recovery."""
+class DHAggregation(AggregationScheme[DHOptions]):
+    """DH blinding factors with session (or per-round) keys, double masking and dropout recovery."""
 
     name = "dh"
-    summary = "DH pairwise masks + self masks, fresh keys per round, Shamir dropout recovery"
+    summary = "DH pairwise masks + self masks, keys once per session (rekey_every), dropout recovery"
     uses_ring = True
+    Options = DHOptions
     Passive = DHPassive
     Active = DHActive
+
+    def passive(self) -> PassiveAggregator:
+        return DHPassive(self.config, self.options)
+
+    def active(self) -> ActiveAggregator:
+        return DHActive(self.config, self.options)
 
     def _threshold(self, n_passives: int) -> int:
         return self.config.threshold or sa.default_threshold(n_passives)
@@ -263,4 +293,4 @@ class DHAggregation(AggregationScheme[NoOptions]):
         sa.validate_threshold(self._threshold(n_passives), n_passives)
 
 
-__all__ = ["DHActive", "DHAggregation", "DHPassive", "TAG_INPUT"]
+__all__ = ["DHActive", "DHAggregation", "DHOptions", "DHPassive", "TAG_INPUT"]

@@ -78,6 +78,7 @@ from securevfl.privacy.secagg.config import (
     SecAggConfig,
     ShareVerificationError,
     default_threshold,
+    validate_rekey_every,
     validate_threshold,
 )
 from securevfl.privacy.secagg.derive import commit_secret, round_pairwise_seeds
@@ -137,5 +138,6 @@ __all__ = [
     "simulate_secagg",
     "unmask_request",
     "unmask_response",
+    "validate_rekey_every",
     "validate_threshold",
 ]

@@ -203,13 +203,34 @@ def _verified_secret(
     raise ShareVerificationError(owner, kind, r, suspects, detail)
 
 
+def _remove_dropped_round_seeds(request: UnmaskRequest, responses: Mapping[str, UnmaskResponse], total: np.ndarray,
+                                config: SecAggConfig) -> None:
+    """Session mode: add each dropped party's round mask, rebuilt from every survivor's round seed with it.
+
+    Each survivor alone knows its round-r seed with a dropped party d (no t of them can stand in for
+    another), so recovery needs every survivor's answer; a seed of round r masks no other round.
+    """
+    r = request.round_index
+    missing = sorted(set(request.survivors) - set(responses))
+    if request.dropped and missing:
+        raise InsufficientSurvivorsError(
+            f"round {r}: {', '.join(missing)} sent an input but no unmask response; with session keys "
+            f"(rekey_every={config.rekey_every}) the masks against the dropped {', '.join(request.dropped)} "
+            "need every survivor's round seed (rekey_every=1 recovers from any t)")
+    for d in request.dropped:
+        seeds = {u: responses[u].pair_seeds[d] for u in request.survivors}
+        # The survivors' masks against d sum to minus d's own mask (the one sign rule): add it.
+        add_pairwise_mask(total, d, seeds, r, config.step)
+
+
 def aggregate(
     agg: AggregatorSecAggState, responses: Sequence[UnmaskResponse], workspace: Workspace | None = None
 ) -> tuple[AggregatorSecAggState, np.ndarray]:
     """Remove self masks of survivors and dropped parties' pairwise masks; decode the sum.
 
-    Needs answers from at least t survivors (else :class:`InsufficientSurvivorsError`). Every
-    reconstructed self-mask seed and mask key is checked against the commitment its owner
+    Needs answers from at least t survivors (else :class:`InsufficientSurvivorsError`); in session
+    mode, after a drop, from every survivor (each holds its own round seed with the dropped party).
+    Every reconstructed self-mask seed and mask key is checked against the commitment its owner
     published in the round setup; a mismatch raises :class:`ShareVerificationError` (naming
     the owner, and the responders at fault when a spare response identifies them) instead of
     returning a wrong sum. The result is the float64 sum of the survivors' inputs (a fresh
@@ -228,7 +249,9 @@ def aggregate(
             raise ProtocolError("unmask response from a non-survivor or for another round")
         if resp.party in valid:
             raise ProtocolError(f"two unmask responses from {resp.party!r}")
-        if set(resp.self_seed_shares) != set(request.survivors) or set(resp.key_shares) != set(request.dropped):
+        recovered = (resp.pair_seeds, resp.key_shares) if config.session_keys else (resp.key_shares, resp.pair_seeds)
+        if (set(resp.self_seed_shares) != set(request.survivors) or set(recovered[0]) != set(request.dropped)
+                or recovered[1]):
             raise ProtocolError(f"unmask response of {resp.party!r} does not match the request")
         x = config.share_index(resp.party)
         if any(s.x != x for s in (*resp.self_seed_shares.values(), *resp.key_shares.values())):
@@ -264,9 +287,11 @@ def aggregate(
         for u in request.survivors
     ]
     add_prg_streams(total, [], self_seeds, r, STEP_SELF)
-    publics = agg.round_publics[r]
+    if config.session_keys:
+        _remove_dropped_round_seeds(request, valid, total, config)
+    publics = {} if config.session_keys else agg.round_publics[r]
     agreement = config.agreement()
-    for d in request.dropped:
+    for d in (() if config.session_keys else request.dropped):
         key_shares = [(resp.party, resp.key_shares[d]) for resp in ordered]
         private = _verified_secret(config, r, d, MASK_KEY, commitments[d][1], key_shares, coefficients)
         try:

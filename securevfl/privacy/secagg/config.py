@@ -72,6 +72,14 @@ def validate_threshold(threshold: object, n_parties: int) -> int:
     return threshold
 
 
+def validate_rekey_every(rekey_every: object) -> int:
+    """Check ``rekey_every``: an int >= 0 (0: once per session; 1: every round)."""
+    if isinstance(rekey_every, bool) or not isinstance(rekey_every, int) or rekey_every < 0:
+        raise ConfigError(f"rekey_every must be an int >= 0 (0: keys once per session, 1: fresh keys every round), "
+                          f"got {rekey_every!r}")
+    return rekey_every
+
+
 @dataclass(frozen=True)
 class SecAggConfig:
     """Session parameters shared by all passive parties and the aggregator."""
@@ -83,6 +91,11 @@ class SecAggConfig:
     frac_bits: int = DEFAULT_FRAC_BITS
     step: str = "secagg/embedding"
     ring_bits: int = RING_BITS  # masked inputs travel in Z_2^ring_bits (64, or 32: half the bytes)
+    #: Rounds per mask key pair: 1 draws fresh keys and Shamir-shares them every round (Bonawitz et al.);
+    #: 0 agrees keys once per session, k > 1 every k rounds (each round's seeds derived from the pair's
+    #: key; a dropped party's round seeds revealed by the survivors). Either way a party whose masks were
+    #: recovered re-keys (see :mod:`securevfl.privacy.secagg`).
+    rekey_every: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.session_id, bytes) or not self.session_id:
@@ -101,6 +114,12 @@ class SecAggConfig:
         if self.step == STEP_SELF:
             raise ConfigError(f"step label {STEP_SELF!r} is reserved for self masks")
         FixedPointConfig(self.frac_bits, 1, self.ring_bits)  # validates frac_bits and ring_bits
+        validate_rekey_every(self.rekey_every)
+
+    @property
+    def session_keys(self) -> bool:
+        """Whether a mask key pair serves more than one round (``rekey_every`` != 1)."""
+        return self.rekey_every != 1
 
     def share_index(self, party: str) -> int:
         """Shamir x coordinate of ``party`` (1-based position in the sorted party list)."""
@@ -124,5 +143,6 @@ __all__ = [
     "ShareVerificationError",
     "Urandom",
     "default_threshold",
+    "validate_rekey_every",
     "validate_threshold",
 ]

@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Mapping
 
 from securevfl.errors import CryptoError
-from securevfl.privacy.primitives.kdf import encode_fields
+from securevfl.privacy.primitives.kdf import encode_fields, hkdf_sha256
 from securevfl.privacy.primitives.key_agreement import KeyAgreement, KeyPair, PublicKey
 from securevfl.privacy.primitives.masking import derive_pairwise_seeds
 from securevfl.privacy.primitives.wire import PeerCryptoError
@@ -15,6 +15,8 @@ from securevfl.privacy.secagg.config import SecAggConfig
 
 SHARE_AAD_LABEL = "securevfl/secagg/share/v1"
 COMMIT_LABEL = "securevfl/secagg/commit/v1"
+EPOCH_PAIR_LABEL = "securevfl/secagg/epoch-pair/v1"
+ROUND_SEED_LABEL = "securevfl/secagg/round-seed/v1"
 
 
 @functools.lru_cache(maxsize=1024, typed=True)
@@ -52,6 +54,34 @@ def round_pairwise_seeds(
         raise PeerCryptoError(f"round {round_index}: key agreement with a peer's mask key failed") from exc
 
 
+def epoch_pair_seeds(
+    config: SecAggConfig,
+    agreement: KeyAgreement,
+    own: str,
+    own_keys: KeyPair,
+    peer_publics: Mapping[str, PublicKey],
+) -> dict[str, bytes]:
+    """Session mode: a key epoch's pair seeds k_ij = HKDF(DH(epoch keys), label || session || sorted names).
+
+    Never used as a mask seed itself: each round's seed is :func:`round_seed` of it, and only
+    round seeds are ever revealed.
+    """
+    try:
+        return derive_pairwise_seeds(agreement, own, own_keys, peer_publics, encode_fields((config.session_id,)),
+                                     label=EPOCH_PAIR_LABEL, validate=False)
+    except CryptoError as exc:  # e.g. a low-order X25519 mask key
+        raise PeerCryptoError("key agreement with a peer's epoch mask key failed") from exc
+
+
+def round_seed(pair_seed: bytes, round_index: int) -> bytes:
+    """Session mode: round r's pairwise seed s_ij^(r) = HKDF(k_ij, label || r), a PRF of the round.
+
+    Knowing s_ij^(r) for some rounds tells nothing about k_ij or s_ij^(r') of any other round r'
+    (HKDF-SHA256 as a PRF), which is why a dropped party's round seeds may be revealed for recovery.
+    """
+    return hkdf_sha256(pair_seed, _encoded(ROUND_SEED_LABEL) + encode_fields((round_index,)))
+
+
 def commit_secret(config: SecAggConfig, round_index: int, party: str, kind: str, secret: bytes) -> bytes:
     """SHA-256 commitment to one round secret of ``party``: H(label, session, round, party, kind, secret).
 
@@ -74,4 +104,5 @@ def share_aad(config: SecAggConfig, sender: str, recipient: str, round_index: in
     return _encoded(SHARE_AAD_LABEL, config.session_id, sender, recipient) + encode_fields((round_index, mask_public))
 
 
-__all__ = ["COMMIT_LABEL", "SHARE_AAD_LABEL", "commit_secret", "round_pairwise_seeds", "round_session", "share_aad"]
+__all__ = ["COMMIT_LABEL", "EPOCH_PAIR_LABEL", "ROUND_SEED_LABEL", "SHARE_AAD_LABEL", "commit_secret",
+           "epoch_pair_seeds", "round_pairwise_seeds", "round_seed", "round_session", "share_aad"]

@@ -30,7 +30,8 @@ class RoundSetup:
     """Passive party -> aggregator: round mask public key, encrypted shares, commitments.
 
     ``seed_commitment`` and ``key_commitment`` (:func:`commit_secret`, 32 bytes each) let the
-    aggregator verify the self-mask seed and the mask private key it reconstructs.
+    aggregator verify the self-mask seed and the mask private key it reconstructs. In session mode
+    (``rekey_every`` != 1) the mask key is never shared, and ``key_commitment`` is 32 zero bytes.
     """
 
     party: str
@@ -71,12 +72,17 @@ class UnmaskRequest:
 
 @dataclass(frozen=True)
 class UnmaskResponse:
-    """Passive party -> aggregator: self-seed shares of survivors, key shares of dropped parties."""
+    """Passive party -> aggregator: self-seed shares of survivors, and what recovers each dropped party.
+
+    For a dropped party: its key share (fresh keys every round) or, in session mode, this party's
+    round seed with it (``pair_seeds``).
+    """
 
     party: str
     round_index: int
     self_seed_shares: Mapping[str, Share]
     key_shares: Mapping[str, Share]
+    pair_seeds: Mapping[str, bytes] = field(default_factory=dict, repr=False)
 
 
 __all__ = [

@@ -32,7 +32,13 @@ from securevfl.privacy.secagg.config import (
     SecAggConfig,
     Urandom,
 )
-from securevfl.privacy.secagg.derive import commit_secret, round_pairwise_seeds, share_aad
+from securevfl.privacy.secagg.derive import (
+    commit_secret,
+    epoch_pair_seeds,
+    round_pairwise_seeds,
+    round_seed,
+    share_aad,
+)
 from securevfl.privacy.secagg.evolve import evolve
 from securevfl.privacy.secagg.messages import (
     KeyAdvert,
@@ -46,6 +52,8 @@ from securevfl.privacy.secagg.messages import (
 
 V = TypeVar("V")
 _NONCE_BYTES = 12
+#: Session mode's stand-in for the key commitment of a setup: no mask key is shared, none is reconstructed.
+NO_KEY_COMMITMENT = bytes(32)
 
 
 def _drop_rounds(mapping: Mapping[int, V], keep: Callable[[int], bool]) -> dict[int, V]:
@@ -58,7 +66,7 @@ class _RoundSecrets:
 
     mask_keys: KeyPair
     self_seed: bytes = field(repr=False)
-    own_key_share: Share = field(repr=False)
+    own_key_share: Share | None = field(repr=False)  # None in session mode (the mask key is never shared)
     own_seed_share: Share = field(repr=False)
 
 
@@ -69,6 +77,8 @@ class _RoundView:
     mask_publics: Mapping[str, PublicKey]
     key_shares: Mapping[str, Share] = field(repr=False)
     self_shares: Mapping[str, Share] = field(repr=False)
+    #: Session mode: this round's pairwise seed s_ij^(r) with each peer (empty with fresh keys every round).
+    round_seeds: Mapping[str, bytes] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,15 @@ class PassiveSecAggState:
     masked_rounds: frozenset[int] = frozenset()
     answered_rounds: frozenset[int] = frozenset()
     urandom: Urandom | None = field(default=None, repr=False, compare=False)
+    #: Session mode: the key epoch's mask key pair, the round it was drawn for, and whether the next
+    #: setup must draw a new one (this party answered for a dropped party since).
+    epoch_keys: KeyPair | None = field(default=None, repr=False)
+    epoch_start: int = 0
+    rekey_due: bool = False
+    #: Session mode: per peer, (own epoch public, peer's epoch public, the epoch pair seed k_ij).
+    epoch_seeds: Mapping[str, tuple[bytes, bytes, bytes]] = field(default_factory=dict, repr=False)
+    #: Session mode: the highest round set up; a round is never set up twice (its seeds would mask two inputs).
+    highest_round: int = -1
 
     @classmethod
     def create(cls, config: SecAggConfig, name: str, urandom: Urandom | None = None) -> PassiveSecAggState:
@@ -122,43 +141,60 @@ def receive_keys(state: PassiveSecAggState, directory: KeyDirectory) -> PassiveS
 
 
 def share_keys(state: PassiveSecAggState, round_index: int) -> tuple[PassiveSecAggState, RoundSetup]:
-    """Draw round ``round_index``'s mask key pair and self seed; Shamir-share both to all peers.
+    """Set up round ``round_index``: a fresh self seed and the round's mask key pair, with their shares.
 
-    Shares for a peer are encrypted for it (the aggregator only routes them). A round can be
-    set up once: reusing masks for a second input would leak the difference of the inputs.
+    With fresh keys every round (``rekey_every=1``) the mask key pair is new and Shamir-shared with
+    the self seed. In session mode the key epoch's pair serves (a new one is drawn at the first
+    round, every ``rekey_every`` rounds and after this party answered for a dropped party) and only
+    the self seed is shared. Shares for a peer are encrypted for it (the aggregator only routes
+    them). A round can be set up once: reusing masks for a second input would leak the difference
+    of the inputs.
     """
     config = state.config
     if not state.channel_aead_keys:
         raise ProtocolError("share_keys before receive_keys")
-    if round_index in state.round_secrets or round_index in state.masked_rounds:
+    if (round_index in state.round_secrets or round_index in state.masked_rounds
+            or (config.session_keys and round_index <= state.highest_round)):
         raise ProtocolError(f"round {round_index} was already set up by {state.name!r}")
     agreement = config.agreement()
-    mask_keys = agreement.generate(state.urandom)
+    epoch: dict[str, object] = {}
+    if not config.session_keys:
+        mask_keys = agreement.generate(state.urandom)
+    elif (state.epoch_keys is None or state.rekey_due
+          or (config.rekey_every and round_index - state.epoch_start >= config.rekey_every)):
+        mask_keys = agreement.generate(state.urandom)
+        epoch = {"epoch_keys": mask_keys, "epoch_start": round_index, "rekey_due": False, "epoch_seeds": {}}
+    else:
+        mask_keys = state.epoch_keys
     self_seed = state._draw(SELF_SEED_BYTES)
     xs = [config.share_index(p) for p in config.parties]
-    key_shares = split_secret(mask_keys.private, config.threshold, xs, state.urandom)
+    key_shares = None if config.session_keys else split_secret(mask_keys.private, config.threshold, xs,
+                                                                state.urandom)
     seed_shares = split_secret(self_seed, config.threshold, xs, state.urandom)
     mask_public = mask_keys.public.to_bytes()
     encrypted = {}
-    for party, k_share, b_share in zip(config.parties, key_shares, seed_shares, strict=True):
+    for i, (party, b_share) in enumerate(zip(config.parties, seed_shares, strict=True)):
         if party == state.name:
             continue
         if party not in state.channel_aead_keys:
             raise ProtocolError(f"no channel key for {party!r}")
         nonce = state._draw(_NONCE_BYTES)
         aad = share_aad(config, state.name, party, round_index, mask_public)
-        plaintext = k_share.to_bytes() + b_share.to_bytes()
+        plaintext = b_share.to_bytes() if key_shares is None else key_shares[i].to_bytes() + b_share.to_bytes()
         ciphertext = ChaCha20Poly1305(state.channel_aead_keys[party]).encrypt(nonce, plaintext, aad)
         encrypted[party] = nonce + ciphertext
     own = config.share_index(state.name) - 1
-    round_secrets = _RoundSecrets(mask_keys, self_seed, key_shares[own], seed_shares[own])
-    new_state = evolve(state, round_secrets={**state.round_secrets, round_index: round_secrets})
+    round_secrets = _RoundSecrets(mask_keys, self_seed, None if key_shares is None else key_shares[own],
+                                  seed_shares[own])
+    new_state = evolve(state, round_secrets={**state.round_secrets, round_index: round_secrets},
+                       highest_round=max(state.highest_round, round_index), **epoch)
     setup = RoundSetup(
         state.name,
         round_index,
         mask_public,
         encrypted,
         commit_secret(config, round_index, state.name, SELF_SEED, self_seed),
+        NO_KEY_COMMITMENT if key_shares is None else
         commit_secret(config, round_index, state.name, MASK_KEY, mask_keys.private),
     )
     return new_state, setup
@@ -183,10 +219,11 @@ def receive_setup(state: PassiveSecAggState, bundle: SetupBundle) -> PassiveSecA
             f"round {r} has {len(participants)} participants, below threshold {config.threshold}"
         )
     publics: dict[str, PublicKey] = {}
-    key_shares = {state.name: own_secrets.own_key_share}
+    key_shares: dict[str, Share] = {} if own_secrets.own_key_share is None else {state.name: own_secrets.own_key_share}
     self_shares = {state.name: own_secrets.own_seed_share}
     own_x = config.share_index(state.name)
     key_len = len(own_secrets.mask_keys.private)
+    session = config.session_keys
     for sender in sorted(participants - {state.name}):
         publics[sender] = wire.public_key(bundle.mask_publics[sender], config.key_agreement,
                                           f"mask key of {sender!r}")
@@ -198,23 +235,36 @@ def receive_setup(state: PassiveSecAggState, bundle: SetupBundle) -> PassiveSecA
             )
         except (InvalidTag, KeyError, ValueError) as exc:
             raise wire.PeerCryptoError("share decryption failed") from exc
-        if len(plaintext) != 2 * SHARE_BYTES:
+        if len(plaintext) != (1 if session else 2) * SHARE_BYTES:
             raise wire.PeerCryptoError("share decryption failed")
-        k_share = Share.from_bytes(plaintext[:SHARE_BYTES])
-        b_share = Share.from_bytes(plaintext[SHARE_BYTES:])
-        if k_share.x != own_x or b_share.x != own_x:
+        b_share = Share.from_bytes(plaintext[-SHARE_BYTES:])
+        if b_share.x != own_x:
             raise ProtocolError(f"share from {sender!r} is not addressed to our index")
-        if (k_share.threshold, k_share.secret_len, b_share.threshold, b_share.secret_len) != (
-            config.threshold,
-            key_len,
-            config.threshold,
-            SELF_SEED_BYTES,
-        ):
+        if (b_share.threshold, b_share.secret_len) != (config.threshold, SELF_SEED_BYTES):
+            raise ProtocolError(f"share from {sender!r} has the wrong threshold or length")
+        self_shares[sender] = b_share
+        if session:
+            continue
+        k_share = Share.from_bytes(plaintext[:SHARE_BYTES])
+        if k_share.x != own_x:
+            raise ProtocolError(f"share from {sender!r} is not addressed to our index")
+        if (k_share.threshold, k_share.secret_len) != (config.threshold, key_len):
             raise ProtocolError(f"share from {sender!r} has the wrong threshold or length")
         key_shares[sender] = k_share
-        self_shares[sender] = b_share
-    views = {**state.round_views, r: _RoundView(publics, key_shares, self_shares)}
-    return evolve(state, round_views=views)
+    if not session:
+        views = {**state.round_views, r: _RoundView(publics, key_shares, self_shares)}
+        return evolve(state, round_views=views)
+    # Session mode: the epoch pair seed with each peer (agreed once per pair of epoch keys), then this round's.
+    own_public = bundle.mask_publics[state.name]
+    cache = dict(state.epoch_seeds)
+    stale = {p: publics[p] for p in publics
+             if cache.get(p, (b"", b""))[:2] != (own_public, bundle.mask_publics[p])}
+    if stale:
+        fresh = epoch_pair_seeds(config, config.agreement(), state.name, own_secrets.mask_keys, stale)
+        cache.update({p: (own_public, bundle.mask_publics[p], seed) for p, seed in fresh.items()})
+    seeds = {p: round_seed(cache[p][2], r) for p in publics}
+    views = {**state.round_views, r: _RoundView(publics, {}, self_shares, seeds)}
+    return evolve(state, round_views=views, epoch_seeds=cache)
 
 
 @dataclass(frozen=True)
@@ -245,7 +295,8 @@ def _add_round_mask(state: PassiveSecAggState, r: int, view: _RoundView, out: np
     """In place: add elements offset .. offset + out.size - 1 of round r's flat mask to ``out``."""
     config = state.config
     secrets_ = state.round_secrets[r]
-    seeds = round_pairwise_seeds(config, config.agreement(), r, state.name, secrets_.mask_keys, view.mask_publics)
+    seeds = view.round_seeds if config.session_keys else round_pairwise_seeds(
+        config, config.agreement(), r, state.name, secrets_.mask_keys, view.mask_publics)
     add_prg_streams(out, [secrets_.self_seed], [], r, STEP_SELF, offset)
     add_pairwise_mask(out, state.name, seeds, r, config.step, offset=offset)
 
@@ -339,7 +390,10 @@ def masked_input(
 
 
 def unmask_response(state: PassiveSecAggState, request: UnmaskRequest) -> tuple[PassiveSecAggState, UnmaskResponse]:
-    """Return self-seed shares for survivors and key shares for dropped parties.
+    """Return self-seed shares for survivors and, for dropped parties, what recovers their masks.
+
+    For each dropped party: its key share (fresh keys every round) or this party's round-r seed
+    with it (session mode; this party then re-keys at the next setup it draws).
 
     Refuses (:class:`ProtocolError`) a request naming a party both ways, a second request for
     the same round (which could flip a party from one side to the other), a request that omits
@@ -364,14 +418,17 @@ def unmask_response(state: PassiveSecAggState, request: UnmaskRequest) -> tuple[
         raise ProtocolError("unmask request does not match the round's participants")
     if len(survivors) < config.threshold:
         raise InsufficientSurvivorsError(f"{len(survivors)} survivors in round {r}, below threshold {config.threshold}")
+    session = config.session_keys
     response = UnmaskResponse(
         state.name,
         r,
         {u: view.self_shares[u] for u in sorted(survivors)},
-        {d: view.key_shares[d] for d in sorted(dropped)},
+        {} if session else {d: view.key_shares[d] for d in sorted(dropped)},
+        {d: view.round_seeds[d] for d in sorted(dropped)} if session else {},
     )
     new_state = evolve(
         state,
+        rekey_due=state.rekey_due or bool(session and dropped),
         answered_rounds=frozenset(a for a in state.answered_rounds if a >= r - 1) | {r},
         round_secrets=_drop_rounds(state.round_secrets, lambda k: k != r),
         round_views=_drop_rounds(state.round_views, lambda k: k != r),

@@ -13,6 +13,7 @@ from typing import Any
 
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.privacy.primitives import wire
+from securevfl.privacy.primitives.kdf import SEED_BYTES
 from securevfl.privacy.primitives.shamir import SHARE_BYTES, Share
 from securevfl.privacy.secagg.config import COMMITMENT_BYTES, SecAggConfig
 from securevfl.privacy.secagg.messages import (
@@ -32,6 +33,9 @@ K_SHARES, K_SEED_COMMITMENT, K_KEY_COMMITMENT = "shares", "seed_commitment", "ke
 K_MASK_PUBLICS, K_MASKED, K_NEXT = "mask_publics", "masked", "next"
 K_SURVIVORS, K_DROPPED, K_NEXT_BUNDLE = "survivors", "dropped", "next_bundle"
 K_SELF_SEED_SHARES, K_KEY_SHARES = "self_seed_shares", "key_shares"
+K_REKEY_EVERY, K_PAIR_SEEDS = "rekey_every", "pair_seeds"  # on the wire only when used (session mode)
+#: Largest ``rekey_every`` a session may name.
+MAX_REKEY_EVERY = 1 << 31
 #: Largest Shamir threshold a session may name (the share header's 16-bit field).
 MAX_THRESHOLD = 0xFFFF
 
@@ -50,8 +54,11 @@ def _sender(m: Any, kind: str, src: str | None) -> str:
 
 
 def session_to_wire(c: SecAggConfig) -> Wire:
-    """The session the active party proposes: session id, parties, threshold."""
-    return {K_SESSION_ID: c.session_id, K_PARTIES: list(c.parties), K_THRESHOLD: c.threshold}
+    """The session the active party proposes: session id, parties, threshold (and ``rekey_every`` unless 1)."""
+    message: Wire = {K_SESSION_ID: c.session_id, K_PARTIES: list(c.parties), K_THRESHOLD: c.threshold}
+    if c.rekey_every != 1:
+        message[K_REKEY_EVERY] = c.rekey_every
+    return message
 
 
 def parse_session(m: Any, key_agreement: str, frac_bits: int, ring_bits: int = 64) -> SecAggConfig:
@@ -63,9 +70,11 @@ def parse_session(m: Any, key_agreement: str, frac_bits: int, ring_bits: int = 6
     session_id = wire.blob(wire.field(m, K_SESSION_ID, kind), K_SESSION_ID)
     parties = wire.names(wire.field(m, K_PARTIES, kind), K_PARTIES)
     threshold = wire.integer(wire.field(m, K_THRESHOLD, kind), K_THRESHOLD, 0, MAX_THRESHOLD)
+    rekey_every = wire.integer(m.get(K_REKEY_EVERY, 1), K_REKEY_EVERY, 0, MAX_REKEY_EVERY)  # m: a mapping (above)
     try:
         return SecAggConfig(session_id=session_id, parties=parties, threshold=threshold,
-                            key_agreement=key_agreement, frac_bits=frac_bits, ring_bits=ring_bits)
+                            key_agreement=key_agreement, frac_bits=frac_bits, ring_bits=ring_bits,
+                            rekey_every=rekey_every)
     except ConfigError as exc:
         raise ProtocolError(f"the active party proposed an invalid session: {exc}") from None
 
@@ -157,10 +166,17 @@ def parse_request(m: Any) -> tuple[UnmaskRequest, SetupBundle | None]:
 
 
 def response_to_wire(r: UnmaskResponse) -> Wire:
-    """An unmask response: self-seed shares of the survivors, key shares of the dropped."""
-    return {K_PARTY: r.party, K_ROUND: r.round_index,
-            K_SELF_SEED_SHARES: {k: s.to_bytes() for k, s in r.self_seed_shares.items()},
-            K_KEY_SHARES: {k: s.to_bytes() for k, s in r.key_shares.items()}}
+    """An unmask response: self-seed shares of the survivors, key shares (or round seeds) of the dropped."""
+    message: Wire = {K_PARTY: r.party, K_ROUND: r.round_index,
+                     K_SELF_SEED_SHARES: {k: s.to_bytes() for k, s in r.self_seed_shares.items()},
+                     K_KEY_SHARES: {k: s.to_bytes() for k, s in r.key_shares.items()}}
+    if r.pair_seeds:
+        message[K_PAIR_SEEDS] = dict(r.pair_seeds)
+    return message
+
+
+def _seed(value: Any, what: str) -> bytes:
+    return wire.blob(value, what, SEED_BYTES)
 
 
 def parse_response(m: Any, src: str | None = None) -> UnmaskResponse:
@@ -170,7 +186,8 @@ def parse_response(m: Any, src: str | None = None) -> UnmaskResponse:
         _sender(m, kind, src),
         wire.integer(wire.field(m, K_ROUND, kind), K_ROUND),
         wire.str_map(wire.field(m, K_SELF_SEED_SHARES, kind), K_SELF_SEED_SHARES, _share),
-        wire.str_map(wire.field(m, K_KEY_SHARES, kind), K_KEY_SHARES, _share))
+        wire.str_map(wire.field(m, K_KEY_SHARES, kind), K_KEY_SHARES, _share),
+        wire.str_map(m.get(K_PAIR_SEEDS, {}), K_PAIR_SEEDS, _seed))  # m: a mapping (the fields above)
 
 
 __all__ = [
