@@ -1,7 +1,8 @@
 """``dh``: double-masked secure aggregation with dropout recovery, over a party's channel.
 
-Runs the pure core of :mod:`securevfl.privacy.secagg` (fresh mask keys and self-mask seeds every
-round, Shamir shares of both, commitments) with the active party as the relay. Messages travel in
+Runs the pure core of :mod:`securevfl.privacy.secagg` (mask keys once per session by default, or
+fresh every round with ``rekey_every=1``; a fresh self-mask seed every round, Shamir-shared and
+committed) with the active party as the relay. Messages travel in
 the wire format of :mod:`securevfl.privacy.secagg.wire`, and every received one is parsed (and its
 sender checked) before use. Per round: each survivor sends its masked input with next round's
 setup riding on it; the active party answers with the unmask request, which carries next

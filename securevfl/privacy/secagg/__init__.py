@@ -11,7 +11,19 @@ party returns shares of b_u for u in S and of the mask secret of d in D, never b
 party in one round. The aggregator removes the self masks of S and, with d's reconstructed
 secret, the pairwise masks survivors had with d. A late message from d stays hidden by PRG(b_d).
 
-**Where the self-mask seeds live: fresh per round, and so do the mask key pairs.** Self masks
+**Two key modes** (:attr:`SecAggConfig.rekey_every`). With ``rekey_every=1`` (described in the
+next paragraphs, the protocol as first built) every round draws a fresh mask key pair and
+Shamir-shares it. With ``rekey_every=0`` (the ``dh`` scheme's default: once per session) or k > 1,
+a *key epoch's* mask key pair serves many rounds: each pair derives an epoch pair seed k_ij once
+(:func:`~.derive.epoch_pair_seeds`) and round r's pairwise seed s_ij^(r) = HKDF(k_ij, r)
+(:func:`~.derive.round_seed`, a PRF of the round). The mask key is then never shared: a dropped
+party d's masks are recovered from each survivor's own s_ud^(r) (``UnmaskResponse.pair_seeds``),
+which masks no other round, so the attack described next (a session key reconstructed after a
+drop unmasks the party's earlier rounds) has nothing to work with. A party that answered for a
+dropped party re-keys at the next setup it draws. The price: recovery after a drop needs every
+survivor's answer, not any t. docs/easter.md ("Keys once per session") gives the argument.
+
+**Per-round mode: where the self-mask seeds live, fresh per round, and so do the mask key pairs.** Self masks
 must be removed in every round, so b_u of every survivor is revealed every round. With a
 per-session b_u the aggregator could strip u's self mask from all rounds at once, and the day u
 drops (its mask secret is then reconstructed) it could unmask every earlier input of u. The
