@@ -664,9 +664,11 @@ def print_overhead(figures: dict) -> None:
     frac, pair = figures["secagg_overhead_fraction"], figures["pairwise_overhead_fraction"]
     goal = DH_GOALS.get(figures["dataset"], 0.10)
     crypto_ms = figures["per_step_crypto_ms_total"]
-    console.print(f"{figures['dataset']}: secagg_round_crypto_ms = {crypto_ms:.2f} ({'meets' if crypto_ms <= ROUND_CRYPTO_GOAL_MS else 'misses'} "
-                  f"the <= {ROUND_CRYPTO_GOAL_MS:.1f} goal; {figures['per_round_keys_crypto_ms_total']:.2f} with fresh keys "
-                  f"every round, ratio {crypto_ms / figures['per_round_keys_crypto_ms_total']:.2f})")
+    fresh_ms = figures["per_round_keys_crypto_ms_total"]
+    verdict = "meets" if crypto_ms <= ROUND_CRYPTO_GOAL_MS else "misses"
+    console.print(f"{figures['dataset']}: secagg_round_crypto_ms = {crypto_ms:.2f} ({verdict} the <= "
+                  f"{ROUND_CRYPTO_GOAL_MS:.1f} goal; {fresh_ms:.2f} with fresh keys every round, ratio "
+                  f"{crypto_ms / fresh_ms:.2f})")
     console.print(f"{figures['dataset']}: secagg_overhead_fraction (dh) = {frac:+.3f} (max of wall and CPU, "
                   f"min epoch times; {'meets' if frac <= goal else 'misses'} the <= {goal:.2f} goal; "
                   f"{figures['per_round_keys_overhead_fraction']:+.3f} with fresh keys every round); pairwise "
