@@ -6,6 +6,7 @@ import threading
 
 import numpy as np
 
+from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
 from securevfl.federation.transport import InProcessTransport
 
@@ -64,3 +65,22 @@ def random_inputs(rounds, shape, passives=PASSIVES, seed=0):
     """``rounds`` dicts of party -> normal(0, 3) array of ``shape``."""
     rng = np.random.default_rng(seed)
     return [{p: rng.normal(scale=3.0, size=shape) for p in passives} for _ in range(rounds)]
+
+
+def setups_sent(envelopes):
+    """Every dh round setup a passive party sent (alone, rejoining, or riding on an input): (party, round, key)."""
+    from securevfl.privacy.aggregation.dh import TAG_INPUT, TAG_REJOIN, TAG_SETUP
+    from securevfl.privacy.secagg import wire
+
+    out = []
+    for e in envelopes:
+        message = codec.decode(e.payload)
+        if e.tag in (TAG_SETUP, TAG_REJOIN):
+            setup = wire.parse_setup(message, e.src)
+        elif e.tag == TAG_INPUT:
+            setup = wire.parse_input(message, e.src).next_setup
+        else:
+            continue
+        if setup is not None:
+            out.append((setup.party, setup.round_index, setup.mask_public))
+    return out

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from aggregation_harness import PASSIVES, RecordingTransport, random_inputs, round_roles
+from aggregation_harness import PASSIVES, RecordingTransport, random_inputs, round_roles, setups_sent
 from deterministic_random import CountingUrandom
 from secagg_rounds import set_up_round0
 
 from securevfl.errors import ConfigError, ProtocolError
-from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
 from securevfl.privacy import secagg as sa
 from securevfl.privacy.aggregation import AggregationConfig, create_aggregation
-from securevfl.privacy.aggregation.dh import TAG_INPUT, TAG_REJOIN, TAG_SETUP
 from securevfl.privacy.primitives.key_agreement import create_key_agreement
 from securevfl.privacy.primitives.masking import add_pairwise_mask, derive_pairwise_seeds
 from securevfl.privacy.primitives.prg import add_prg_streams, prg_uint64
-from securevfl.privacy.secagg import wire
 
 SHAPE = (7, 5)  # odd flat size: masks are cut and extended at odd offsets too
 
@@ -155,22 +152,6 @@ def test_prepare_next_without_a_prepared_setup_still_draws_one():
     assert 1 in state.round_secrets
 
 
-def _setups_sent(transport):
-    """Every round setup a passive party sent: (party, round, mask public key)."""
-    out = []
-    for e in transport.envelopes:
-        message = codec.decode(e.payload)
-        if e.tag in (TAG_SETUP, TAG_REJOIN):
-            setup = wire.parse_setup(message, e.src)
-        elif e.tag == TAG_INPUT:
-            setup = wire.parse_input(message, e.src).next_setup
-        else:
-            continue
-        assert setup is not None
-        out.append((setup.party, setup.round_index, setup.mask_public))
-    return out
-
-
 def test_every_round_of_a_dh_run_has_fresh_keys_sent_once():
     """With setups drawn ahead, each (party, round) still gets one setup, and (rekey_every=1) no mask key repeats."""
     rounds, drops = 6, {1: ("p3",), 3: ("p1",), 4: ("p1",)}
@@ -183,7 +164,7 @@ def test_every_round_of_a_dh_run_has_fresh_keys_sent_once():
     for r, res in enumerate(results):
         alive = [p for p in PASSIVES if p not in drops.get(r, ())]
         assert np.allclose(res.total, sum(inputs[r][p] for p in alive), atol=1e-3)
-    sent = _setups_sent(transport)
+    sent = setups_sent(transport.envelopes)
     keys = [k for _, _, k in sent]
     assert len(set(keys)) == len(keys)  # a key pair is never used for two rounds
     slots = [(p, r) for p, r, _ in sent]

@@ -13,7 +13,7 @@ import hashlib
 
 import numpy as np
 import pytest
-from aggregation_harness import PASSIVES, RecordingTransport, random_inputs, round_roles
+from aggregation_harness import PASSIVES, RecordingTransport, random_inputs, round_roles, setups_sent
 from deterministic_random import CountingUrandom
 from secagg_rounds import set_up_round0
 
@@ -22,7 +22,7 @@ from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
 from securevfl.privacy import secagg as sa
 from securevfl.privacy.aggregation import AggregationConfig, create_aggregation
-from securevfl.privacy.aggregation.dh import TAG_INPUT, TAG_REJOIN, TAG_RESPONSE, TAG_SETUP
+from securevfl.privacy.aggregation.dh import TAG_RESPONSE
 from securevfl.privacy.primitives.fixed_point import encode, to_ring
 from securevfl.privacy.primitives.masking import add_pairwise_mask
 from securevfl.privacy.primitives.prg import STEP_SELF, add_prg_streams
@@ -62,16 +62,8 @@ def dh_transcript(drops: dict[int, tuple[str, ...]], rounds: int = 5, **options)
 def _mask_keys(envelopes) -> dict[str, list[tuple[int, bytes]]]:
     """Per party, (round, mask public key) of every setup it sent, in round order."""
     out: dict[str, list[tuple[int, bytes]]] = {}
-    for e in envelopes:
-        message = codec.decode(e.payload)
-        if e.tag in (TAG_SETUP, TAG_REJOIN):
-            setup = wire.parse_setup(message, e.src)
-        elif e.tag == TAG_INPUT:
-            setup = wire.parse_input(message, e.src).next_setup
-        else:
-            continue
-        if setup is not None:
-            out.setdefault(setup.party, []).append((setup.round_index, setup.mask_public))
+    for party, r, key in setups_sent(envelopes):
+        out.setdefault(party, []).append((r, key))
     return {p: sorted(v) for p, v in out.items()}
 
 
