@@ -81,9 +81,11 @@ def test_pairwise_masks_of_a_round_cancel_and_removing_a_dropped_party_uses_the_
 def test_option_names_and_defaults():
     assert scheme_option_names("paillier") == ("key_bits", "insecure_allow_small_key", "key_holder",
                                                "max_abs_value", "workers")
-    for name in ("none", "dh", "pairwise"):
+    for name in ("none", "pairwise"):
         assert scheme_option_names(name) == ()
         assert isinstance(create_aggregation(name).options, NoOptions)
+    assert scheme_option_names("dh") == ("rekey_every",)
+    assert create_aggregation("dh").options.rekey_every == 0  # keys once per session (issue 47)
     assert create_aggregation("paillier").options == pa.PaillierOptions()
 
 
@@ -91,6 +93,8 @@ def test_unknown_option_lists_the_valid_ones():
     with pytest.raises(ConfigError, match=r"key_size.*'paillier'.*key_bits, insecure_allow_small_key, key_holder"):
         create_aggregation("paillier", options={"key_size": 3072})
     with pytest.raises(ConfigError, match="valid options: none"):
+        create_aggregation("pairwise", options={"key_bits": 3072})
+    with pytest.raises(ConfigError, match="'dh'; valid options: rekey_every"):
         create_aggregation("dh", options={"key_bits": 3072})
     with pytest.raises(ConfigError, match="unknown aggregation scheme 'nope'.*dh, none, paillier, pairwise"):
         scheme_option_names("nope")
