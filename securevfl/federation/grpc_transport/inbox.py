@@ -91,6 +91,7 @@ class _Receiver:
     job: dict[str, Any]
     settings: NetworkSettings
     abort_reason: str | None
+    _aborted_by: set[str]
     _differences: Callable[[Any, Any], list[str]] | None
     _cond: threading.Condition
     _inboxes: dict[str, _Inbox]
@@ -180,6 +181,7 @@ class _Receiver:
                     self._cond.notify_all()
                     return None
                 self.abort_reason = self.abort_reason or f"{src} aborted the run: {frame.text}"
+                self._aborted_by.add(src)
                 if self.is_hub:  # the hub tells the other parties at once (after this frame, outside the lock)
                     inbox.relayed.append((RELAY + "abort", 0, f"{src} aborted the run: {frame.text}".encode()))
                 self._cond.notify_all()

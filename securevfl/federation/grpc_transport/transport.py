@@ -83,6 +83,7 @@ class GrpcTransport(_Servicer, Transport):
         self._cond = threading.Condition()
         self._inboxes = {p: _Inbox() for p in self.peers}
         self.abort_reason: str | None = None
+        self._aborted_by: set[str] = set()  # peers whose ABORT arrived (they need no ABORT back)
         self._server: grpc.Server | None = None
         self._links: dict[str, Any] = {}  # _OutLink, or _RelayLink for a relayed peer
         self._streams: dict[tuple[str, str], deque[Any]] = {}  # per (peer, direction), oldest first
@@ -258,17 +259,31 @@ class GrpcTransport(_Servicer, Transport):
                     link.drain(max(0.0, deadline - time.monotonic()))
         else:  # the ABORT goes out on every link at once: 2 s in all, not 2 s per link still connecting
             deadline = time.monotonic() + 2.0
-            for link in self._links.values():
-                link.flush_urgent(max(0.0, deadline - time.monotonic()))
+            for peer, link in self._links.items():
+                if not self._known_gone(peer):  # a peer known to be gone is not waited for
+                    link.flush_urgent(max(0.0, deadline - time.monotonic()))
         for link in self._links.values():  # every stream starts ending now; they linger in parallel
             link.begin_close()
         polite_until = time.monotonic() + POLITE_CLOSE_S
-        for link in self._links.values():
-            link.close(polite_until)
+        for peer, link in self._links.items():
+            link.close(time.monotonic() if self._known_gone(peer) else polite_until)
         for pull in self._pulls.values():
             pull.close()
         if self._server is not None:
             self._server.stop(grace=0.5).wait(2)
+
+    def _known_gone(self, peer: str) -> bool:
+        """Whether nothing more can reach ``peer``, so that closing does not wait for it.
+
+        Its stream to this party failed or it aborted, and this party's link to it is not connected
+        now: an ABORT or a last frame would only wait out a timeout.
+        """
+        inbox, link = self._inboxes.get(peer), self._links.get(peer)
+        if inbox is None or link is None:
+            return False
+        with self._cond:
+            failed = inbox.error is not None or peer in self._aborted_by
+        return failed and (link.error is not None or getattr(link, "handshaken", 0) < 0)
 
     def _gone(self, peer: str) -> bool:
         """A replaceable peer whose links are down: nothing is waited for from it or delivered to it on closing."""
