@@ -105,3 +105,76 @@ def test_a_left_out_party_that_comes_later_is_refused_saying_why():
             late.abort("test over")
             late.close()
         bank.close()
+
+
+#: method -> (its training options, data-less helper parties): small keys, few trees (tests only)
+OTHER_METHODS = {
+    "secureboost": ({"trees": 3, "max_depth": 2, "key_bits": 1024, "insecure_allow_small_key": True}, ()),
+    "hetero-lr": ({"key_bits": 1024, "insecure_allow_small_key": True}, ("arbiter",)),
+}
+
+
+def _federation_file(path, method, helpers, options):
+    """Bank, shop, clinic and the helpers on loopback ports (the method's options in ``[job.options]``, which a
+    helper scores with: it holds no part of the model); the clinic will never start."""
+    from net_helpers import free_port
+
+    from securevfl.deploy.federation_file import load_federation
+
+    parties = "".join(f'\n[parties.{p}]\naddress = "127.0.0.1:{free_port()}"' + ("\ndata = false" if p in helpers
+                                                                                    else "")
+                      for p in (*PARTIES, *helpers))
+    path.write_text(f'[federation]\nactive = "bank"\ninsecure = true\n{parties}\n\n[network]\npeer_timeout_s = 20\n'
+                    f'heartbeat_s = 0.5\n\n[job]\nmethod = "{method}"\nid_column = "customer_id"\n'
+                    'label_column = "churn"\n\n[job.options]\n'
+                    + "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in options.items()))
+    return load_federation(path)
+
+
+@pytest.mark.parametrize("method", sorted(OTHER_METHODS))
+def test_secureboost_and_hetero_lr_score_every_row_without_a_passive_party_that_is_down(method, tmp_path):
+    """The clinic is never started: a model trained on every row scores the bank's rows with the shop's part where
+    it holds them and the clinic's left out (hetero-lr: its absent bias; SecureBoost: the default direction), the
+    same scores as one process in which the clinic holds none of the rows."""
+    from securevfl.pipeline.score import run_deployed_scoring
+
+    options, helpers = OTHER_METHODS[method]
+    files = partial_tables(tmp_path / "tables")
+    model = tmp_path / "model"
+    securevfl.train(method, data_files={p: str(files[p]) for p in PARTIES}, model_dir=model, options=options,
+                    **({} if method == "secureboost" else {"epochs": 2}), **COMMON)
+    fed = _federation_file(tmp_path / "fed.toml", method, helpers, options)
+    new = rows_of(files, tmp_path / "new", pd.read_csv(files["bank"]).customer_id.sample(40, random_state=4))
+    scored = in_threads(lambda p: run_deployed_scoring(fed, p, new.get(p), model, device="cpu", exchange_rows=16,
+                                                       party_timeout_s=2.0), (*UP, *helpers), timeout=120)
+    bank = scored["bank"]
+    assert set(bank.left_out) == {"clinic"}
+    frame = bank.predictions
+    assert frame is not None and len(frame) == 40 and not frame.parties.str.contains("clinic").any()
+    empty = tmp_path / "clinic-none.csv"
+    pd.read_csv(new["clinic"]).head(1).assign(customer_id="nobody-at-the-bank").to_csv(empty, index=False)
+    alone = securevfl.predict(model, data={**new, "clinic": empty}, device="cpu").set_index("customer_id")
+    np.testing.assert_allclose(probabilities(frame), probabilities(alone.loc[frame.customer_id]), atol=1e-6, rtol=0)
+
+
+def test_a_hetero_lr_model_without_absent_biases_cannot_leave_a_party_out(tmp_path):
+    """Trained on the rows every party holds, hetero-lr learned no bias to stand in for a party: it refuses."""
+    from securevfl.pipeline.score import run_deployed_scoring
+
+    options, helpers = OTHER_METHODS["hetero-lr"]
+    files = partial_tables(tmp_path / "tables")
+    model = tmp_path / "model"
+    securevfl.train("hetero-lr", data_files={p: str(files[p]) for p in PARTIES}, epochs=1, model_dir=model,
+                    options=options, require_all_parties=True, **COMMON)
+    fed = _federation_file(tmp_path / "fed.toml", "hetero-lr", helpers, options)
+    new = rows_of(files, tmp_path / "new", pd.read_csv(files["bank"]).customer_id.head(20))
+    errors = {}
+
+    def one(party):
+        try:
+            run_deployed_scoring(fed, party, new.get(party), model, device="cpu", party_timeout_s=1.0)
+        except SecureVFLError as exc:
+            errors[party] = exc
+
+    in_threads(one, (*UP, *helpers), timeout=90)
+    assert "cannot score without" in str(errors["bank"]) and "\n" not in str(errors["bank"])

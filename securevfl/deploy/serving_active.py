@@ -100,11 +100,15 @@ class _Session:
     every_row: bool = False
     #: Seconds each passive party has for its lookup answer, then for its evaluation message.
     timeout_s: float = 0.5
-    #: The method's evaluation can leave a passive party out (one message from each, collected here with
-    #: the deadline), and a restarted passive party can be set up again alone.
+    #: The method scores without a passive party that is down (:attr:`PartySide.leave_out`).
     leave_out: bool = False
     fingerprint: str = ""
     inputs: dict[str, Any] = field(default_factory=dict)  # the WIDTHS message every party built its side for
+    #: Its evaluation's first message from each passive party is collected here with the deadline
+    #: (:attr:`PartySide.collects`); else only a party out before the batch is left out of it.
+    collects: bool = True
+    #: A restarted passive process is set up again alone and taken back (:attr:`PartySide.takes_back`).
+    takes_back: bool = True
     batches: int = 0  # batches sent to the passive parties (each message of a batch carries its number)
     syncs: int = 0  # sync markers sent to late passive parties
 
@@ -187,7 +191,9 @@ def active_role(model: ServingModel, fingerprint: str, jobs: RequestQueue,
         every_row = bool(side.method.partial_rows and side.method.serves_partial_rows
                          and not side.config.require_all_parties)
         session = _Session(model, peers, helpers, key, salt, classes, task, federation.job.id_column, metrics,
-                           ctx.name, every_row, settings.party_timeout_s, bool(side.leave_out), fingerprint, inputs)
+                           ctx.name, every_row, settings.party_timeout_s, bool(side.leave_out), fingerprint, inputs,
+                           collects=bool(side.leave_out and side.collects),
+                           takes_back=bool(side.leave_out and side.takes_back))
         ready()
         started = time.perf_counter()
         last = time.monotonic()
@@ -312,7 +318,7 @@ def _refresh(ctx: PartyContext, session: _Session) -> None:
             ctx.channel.discard(p)
             peer.epoch, peer.index, peer.hello = status.epoch, None, False
             _out(session, p, JOINING, "a new process of it connected" + (
-                "" if session.leave_out else f" (a {session.model.side.method.name} model cannot take it back: "
+                "" if session.takes_back else f" (a {session.model.side.method.name} model cannot take it back: "
                                              "restart the service)"))
         if not status.up:
             if peer.state != JOINING:
@@ -323,7 +329,7 @@ def _refresh(ctx: PartyContext, session: _Session) -> None:
                 _resync(ctx, session, p, "reachable again; its late answers are dropped first")
             if peer.state == LATE:
                 _drain(ctx, session, p)
-            elif peer.state == JOINING and session.leave_out:
+            elif peer.state == JOINING and session.takes_back:
                 _join(ctx, session, p)
         except SecureVFLError as exc:
             _down_or_raise(ctx, session, p, exc)
@@ -515,7 +521,7 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
         elif session.peers[p].state == LATE:  # its late lookup answer, then the marker's echo
             _resync(ctx, session, p, f"no lookup answer within {session.timeout_s:g} s")
     silent = {p for p in session.peers if p not in told}
-    if evaluate and session.leave_out:
+    if evaluate and session.collects:
         silent |= _collect(ctx, session, told, out)
         if not session.every_row and silent:  # a model that needs every party's part: none of the rows
             for p in told:

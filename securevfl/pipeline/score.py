@@ -266,8 +266,6 @@ class ScoreRun:
             # a helper (hetero-lr's arbiter) holds nothing of the model: it scores with fresh keys, no part
             saved = local.saved.get(party, SavedSide({}))
             silent = frozenset(getattr(session, "left_out", {})) if party == local.active else frozenset()
-            if silent and not role.side.leave_out:
-                raise ModelError(f"the {local.method.name} model cannot score without {', '.join(sorted(silent))}")
             roles[party] = functools.partial(score_side, side=role.side, saved=saved, batch_rows=self.exchange_rows,
                                              silent=silent)
         if isinstance(session, InProcess):

@@ -174,10 +174,15 @@ class PartySide(ABC):
 
     #: False for a party that only contributes at set-up (TabNet-CT's guests send raw features).
     takes_part: bool = True
-    #: The active side's evaluation is one message from each passive party and no set-up messages, and it
-    #: scores without a :attr:`silent` one: serving may leave a passive party out of an evaluation,
-    #: collect each message itself with a deadline, and take a restarted passive party back.
+    #: The active side scores without a :attr:`silent` passive party (its part left out, the model trained for
+    #: it): batch scoring and serving may leave out a passive party that is down.
     leave_out: bool = False
+    #: (With :attr:`leave_out`) its evaluation starts with one message from each passive party: serving collects
+    #: it with a deadline and leaves out a party that misses it in that batch only.
+    collects: bool = False
+    #: (With :attr:`leave_out`) a passive party's scoring set-up is with the active party alone: serving sets up
+    #: a restarted passive process again and takes it back.
+    takes_back: bool = False
     #: True where the active side may report no loss for an epoch (hetero-lr without loss monitoring):
     #: such an epoch's history entry holds no loss (by default its loss is 0.0).
     loss_optional: bool = False
@@ -458,6 +463,9 @@ def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows:
         raise ConfigError(f"the scoring batch size must be at least 1, got {batch_rows}")
     if not prepare_scoring_side(ctx, side, saved):  # it contributed at set-up only (raw columns)
         return None
+    if silent and not side.leave_out:  # known once its saved part is loaded (hetero-lr: its absent biases)
+        raise ModelError(f"the {side.method.name} model cannot score without {', '.join(sorted(silent))}: "
+                         "it was not trained for rows that party does not hold")
     total = side.data.positions("test")
     side.silent = silent
     parts: list[Evaluation] = []

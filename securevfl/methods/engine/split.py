@@ -195,7 +195,7 @@ class SplitActive(PartySide):
     """The active party: own bottom (if it holds features), decode, combine, top model, loss."""
 
     method: SplitMethod[Any]
-    leave_out = True
+    leave_out = collects = takes_back = True
 
     def build(self, ctx: PartyContext) -> None:
         method = self.method

@@ -104,6 +104,7 @@ class HeteroLR(Method[HeteroLROptions]):
     uses_engine = True  # every data party keeps its θ_k; scoring a saved model: :mod:`.scoring`
     supports_objectives = True  # regression as vertical linear regression; no class weights (see __init__)
     partial_rows = True  # every row of the active party: a passive party's score left out where it lacks the row
+    leaves_out_parties = True  # batch scoring without a passive party that is down (a model with absent biases)
     randbelow: RandBelow | None = None  # tests may inject a deterministic mask source
     keypair: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None  # tests may inject a pre-generated key
 

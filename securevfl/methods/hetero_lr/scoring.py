@@ -118,7 +118,7 @@ def encrypted_sum(ctx: PartyContext, backend: PaillierBackend, passives: tuple[s
     ``present`` (partial coverage): which of the ``rows`` each passive party holds and scored; its score is
     left out of the others (a row no passive party holds gets a fresh encryption of zero).
     """
-    if not passives:
+    if not passives and present is None:  # (every passive party left out: a fresh encryption of zero per row)
         raise ProtocolError("hetero-lr scores with at least one passive party")
     if present is not None:
         masks = {p: present.get(p, np.ones(rows, dtype=bool)) for p in passives}
@@ -208,7 +208,16 @@ class PassiveScorer(_DataScorer):
 
 
 class ActiveScorer(_DataScorer):
-    """The active party: Σ_k [[u_k]] decrypted by the arbiter behind a uniform mask, plus its own u, scored."""
+    """The active party: Σ_k [[u_k]] decrypted by the arbiter behind a uniform mask, plus its own u, scored.
+
+    A passive party left out (:attr:`silent`: down at batch scoring or in serving) sends nothing: its
+    score is left out and its absent bias stands in, as for a row it does not hold — so only a model that
+    learned absent biases (trained on rows some passive party does not hold) can leave one out. A
+    restarted passive party cannot be taken back by serving: its key comes from the arbiter (the service
+    restarts).
+    """
+
+    collects = True
 
     def __init__(self, method: Method[Any], data: PartyData, options: HeteroLROptions, passives: tuple[str, ...],
                  randbelow: RandBelow | None = None) -> None:
@@ -219,6 +228,7 @@ class ActiveScorer(_DataScorer):
         """Load θ (and the absent biases, where the model was trained on every row and keeps them)."""
         if ABSENT in saved.weights:
             self.state.modules[ABSENT] = Theta(np.zeros(len(self.passives)))
+        self.leave_out = ABSENT in saved.weights  # a party left out needs the bias that stands in for it
         super().load_saved(saved)
 
     def bias(self) -> np.ndarray:
@@ -229,7 +239,11 @@ class ActiveScorer(_DataScorer):
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation | None:
         assert self.backend is not None
         present = self.present
-        passive_sum = passive_scores(ctx, self.backend, self.passives, len(X), self.options.frac_bits,
+        if self.silent:  # left out: it holds none of these rows, and sends nothing
+            none = np.zeros(len(X), dtype=bool)
+            present = {**(present or {}), **{p: none for p in self.silent}}
+        senders = tuple(p for p in self.passives if p not in self.silent)
+        passive_sum = passive_scores(ctx, self.backend, senders, len(X), self.options.frac_bits,
                                      self.randbelow, SCORING, present)
         with ctx.meter.compute():
             logits = self.partial(X) + passive_sum

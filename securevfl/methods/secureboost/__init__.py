@@ -39,6 +39,7 @@ class SecureBoost(Method[SecureBoostOptions]):
     supports_early_stopping = True
     saves_outside_engine = True
     partial_rows = True  # a row a passive party does not hold follows a learned default direction at its splits
+    leaves_out_parties = True  # batch scoring without a passive party that is down: its rows go the default way
     keypair: KeyPair | None = None  # tests may inject a pre-generated key pair
     shuffle_seed: int | None = None  # tests may fix the passive parties' candidate permutations
 

@@ -86,7 +86,15 @@ class PassiveScorer(_Scorer):
 
 
 class ActiveScorer(_Scorer):
-    """The active party: walks every tree, asking each node's owner; margin and scores from the leaves."""
+    """The active party: walks every tree, asking each node's owner; margin and scores from the leaves.
+
+    A passive party left out (:attr:`silent`: down at batch scoring, or out of a serving batch before it
+    starts) is asked nothing: every row takes the learned default direction at its nodes, as a row it
+    does not hold. Its questions come one tree level at a time, so serving cannot collect one message
+    of it with a deadline, and a party lost in the middle of a batch fails that batch.
+    """
+
+    leave_out = True
 
     def load_saved(self, saved: SavedSide) -> None:
         kind = saved.state.get("objective")
@@ -114,7 +122,9 @@ class ActiveScorer(_Scorer):
         current = np.tile(roots, (rows, 1))  # (rows, trees): each row's node in each tree
         row_of = np.repeat(np.arange(rows), len(roots)).reshape(rows, len(roots))
         table = self.table()
-        present = self.present or {}
+        present = dict(self.present or {})
+        for p in self.silent:  # left out: it holds none of these rows, and is asked nothing
+            present[p] = np.zeros(rows, dtype=bool)
         held = {p: np.asarray(present[p], dtype=bool) for p in self.parties[1:] if p in present}
         own_row = {p: np.cumsum(mask) - 1 for p, mask in held.items()}  # a held row's index in the party's batch
         while True:
@@ -133,6 +143,8 @@ class ActiveScorer(_Scorer):
                     absent = at & ~held[party][row_of]
                     go_left[absent] = absent_left[current[absent]]
                     at = at & ~absent
+                if party in self.silent:
+                    continue
                 queried_rows, queried_records = row_of[at], record[current[at]]
                 if party in held:
                     queried_rows = own_row[party][queried_rows]
@@ -144,7 +156,8 @@ class ActiveScorer(_Scorer):
                 go_left[at] = np.unpackbits(np.frombuffer(answer, dtype=np.uint8), count=len(queried_rows)).astype(bool)
             current = np.where(inner, np.where(go_left, left[current], right[current]), current)
         for party in self.parties[1:]:
-            ctx.send(party, QUERY, {"done": True})
+            if party not in self.silent:
+                ctx.send(party, QUERY, {"done": True})
         with ctx.meter.compute():
             values = trees.array("value")
             margin = np.tile(base, (rows, 1)).astype(np.float64)
