@@ -227,3 +227,33 @@ def test_every_row_deployed_with_the_arbiter_matches_one_process(files, tmp_path
     in_process = securevfl.predict(tmp_path / "model", data=new, device="cpu")
     both = in_process.set_index("customer_id").loc[frame.customer_id]
     np.testing.assert_allclose(probabilities(frame), probabilities(both), atol=1e-6, rtol=0)
+
+
+def test_the_arbiter_sends_a_restarted_passive_party_the_sessions_public_key(key):
+    """Serving takes a restarted passive party back (issue 44): the arbiter's ``rejoined`` resends the key of its
+    session, the one it broadcast at set-up, to that party alone."""
+    from securevfl.methods.engine.loop import PartySide
+    from securevfl.methods.hetero_lr.protocol import PUBLIC_KEY, HeteroLROptions
+    from securevfl.methods.hetero_lr.scoring import ArbiterScorer, arbiter_data
+
+    from securevfl.data import PartitionSpec
+
+    scenario = build_scenario(RunConfig(dataset="breast-cancer", alignment="plaintext",
+                                        partition=PartitionSpec(parties=3)))
+    method = create_method("hetero-lr", TrainConfig(options=SMALL_KEY))
+    arbiter = ArbiterScorer(method, arbiter_data(scenario, ARBITER), HeteroLROptions(**SMALL_KEY), key)
+    assert arbiter.takes_part and PartySide.rejoined is not ArbiterScorer.rejoined
+
+    def arbiter_role(ctx):
+        arbiter.build(ctx)
+        arbiter.rejoined(ctx, "passive2")
+
+    def receiver(count):
+        def role(ctx):
+            return [ctx.recv(ARBITER, PUBLIC_KEY) for _ in range(count)]
+        return role
+
+    roles = {"active": receiver(1), "passive1": receiver(1), "passive2": receiver(2), ARBITER: arbiter_role}
+    result = run_parties(roles, active="active", passives=("passive1", "passive2"), scheduler="threads")
+    first, again = result.results["passive2"]
+    assert first == again == result.results["active"][0] == key[0].to_bytes()

@@ -13,7 +13,12 @@ Per phase (``before``: until the kill; ``outage``: from the kill until ``/health
 (ms), and the share of answers scored with the killed party's part. Also: when ``/health`` first said
 ``degraded`` after the kill, and when ``ok`` again after the restart.
 
-Run: ``python tools/serving_outage.py [--rows 2000] [--out outage.json]``.
+``--method hetero-lr`` (with its arbiter as a fourth process) or ``secureboost`` serves that method's
+model instead (trained on every row; small test keys, as the figures are about the outage, not the
+cryptography). ``--coverage`` is each passive party's share of the rows (default 1.0; hetero-lr 0.9:
+its stand-in for a party left out, the absent bias, is learned only from rows that party does not hold).
+
+Run: ``python tools/serving_outage.py [--rows 2000] [--method splitnn] [--out outage.json]``.
 """
 
 from __future__ import annotations
@@ -106,9 +111,18 @@ def _launch(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[
         return subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
 
 
+#: method -> (its options for this tool, its data-less helper parties)
+METHODS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    "splitnn": ({}, ()),
+    "hetero-lr": ({"key_bits": 1024, "insecure_allow_small_key": True}, ("arbiter",)),
+    "secureboost": ({"trees": 5, "max_depth": 3, "key_bits": 1024, "insecure_allow_small_key": True}, ()),
+}
+
+
 def run_outage(work: Path, *, rows: int = 2000, party: str = "clinic", before_s: float = 3.0,
                down_s: float = 3.0, after_s: float = 3.0, how: str = "kill", party_timeout_s: float = 0.5,
-               clients: int = 2, restart: bool = True, timeout_s: float = 180.0) -> dict[str, Any]:
+               clients: int = 2, restart: bool = True, timeout_s: float = 180.0,
+               method: str = "splitnn", coverage: float | None = None) -> dict[str, Any]:
     """Serve, kill ``party``, restart it (``restart``), and measure each phase; every process stopped at the end."""
     import os
 
@@ -122,26 +136,38 @@ def run_outage(work: Path, *, rows: int = 2000, party: str = "clinic", before_s:
     work.mkdir(parents=True, exist_ok=True)
     files = bp.generate(work / "data", rows, seed=3)
     model = work / "model"
-    securevfl.train("splitnn", data_files={p: str(f) for p, f in files.items()}, id_column="customer_id",
-                    label_column="label", epochs=1, batch_size=256, seed=0, device="cpu", model_dir=model,
-                    require_all_parties=False, overwrite_model=True)
+    options, helpers = METHODS[method]
+    keep = (0.9 if method == "hetero-lr" else 1.0) if coverage is None else coverage
+    if keep < 1.0:  # each passive party holds a share of the customers (its own random share)
+        for i, p in enumerate(list(files)[1:]):
+            frame = pd.read_csv(files[p])
+            frame.sample(frac=keep, random_state=i).to_csv(files[p], index=False)
+    securevfl.train(method, data_files={p: str(f) for p, f in files.items()}, id_column="customer_id",
+                    label_column="label", batch_size=256, seed=0, device="cpu", model_dir=model, options=options,
+                    require_all_parties=False, overwrite_model=True,
+                    **({} if method == "secureboost" else {"epochs": 1}))
     ids = pd.read_csv(files["bank"], usecols=["customer_id"]).customer_id.astype(str).tolist()
     certs = work / "certs"
-    make_dev_pki(list(files), certs, overwrite=True)
-    blocks = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{free_port()}"' for p in files)
+    make_dev_pki([*files, *helpers], certs, overwrite=True)
+    blocks = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{free_port()}"'
+                       + ("\ndata = false" if p in helpers else "") for p in (*files, *helpers))
     fed = work / "fed.toml"
-    fed.write_text(bp.SERVING_FEDERATION.format(parties=blocks, certs=certs))
+    job_options = "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in options.items())
+    fed.write_text(bp.SERVING_FEDERATION.format(parties=blocks, certs=certs).replace(
+        'method = "splitnn"', f'method = "{method}"') + ("\n[job.options]\n" + job_options if job_options else ""))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    logs = {p: work / f"{p}.log" for p in files}
+    logs = {p: work / f"{p}.log" for p in (*files, *helpers)}
     commands = {p: [sys.executable, "-m", "securevfl.cli", "party", "--federation", str(fed), "--as", p, "--serve",
                     "--model-dir", str(model), "--data", str(files[p]), "--device", "cpu",
                     *(["--listen", f"127.0.0.1:{port}", "--party-timeout", f"{party_timeout_s:g}"] if p == "bank"
                       else ["--max-ids-per-minute", "0", "--max-ids-per-session", "0"])] for p in files}
-    procs = {p: _launch(commands[p], logs[p], env) for p in files}
-    out: dict[str, Any] = {"rows": rows, "party": party, "signal": how, "party_timeout_s": party_timeout_s,
-                           "clients": clients}
+    commands.update({h: [sys.executable, "-m", "securevfl.cli", "party", "--federation", str(fed), "--as", h,
+                         "--serve", "--device", "cpu"] for h in helpers})
+    procs = {p: _launch(commands[p], logs[p], env) for p in (*files, *helpers)}
+    out: dict[str, Any] = {"method": method, "coverage": keep, "rows": rows, "party": party, "signal": how,
+                           "party_timeout_s": party_timeout_s, "clients": clients}
     try:
         _wait(url, procs, logs, "ok", timeout_s)
         with Load(url, ids, clients) as load:
@@ -203,12 +229,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--party-timeout", type=float, default=0.5)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--method", choices=sorted(METHODS), default="splitnn")
+    parser.add_argument("--coverage", type=float, default=None, help="each passive party's share of the rows")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="outage-") as tmp:
         figures = run_outage(args.work or Path(tmp), rows=args.rows, party=args.party, before_s=args.before,
                              down_s=args.down, after_s=args.after, how=args.signal,
-                             party_timeout_s=args.party_timeout, clients=args.clients)
+                             party_timeout_s=args.party_timeout, clients=args.clients, method=args.method,
+                             coverage=args.coverage)
     text = json.dumps(figures, indent=2)
     if args.out is not None:
         args.out.write_text(text + "\n")

@@ -518,6 +518,11 @@ def helper_role(model: ServingModel, build_side: SideBuilder) -> Callable[[Party
         _build_announced(ctx, model, build_side)
         started = time.perf_counter()
         while (message := _next_request(ctx)) is not None:
+            if isinstance(message, dict) and set(message) == {"rejoined"}:  # a restarted passive party's set-up
+                if message["rejoined"] not in ctx.passives:
+                    raise ProtocolError(f"{ctx.active} named an unknown party as rejoined: {message['rejoined']!r}")
+                model.side.rejoined(ctx, message["rejoined"])
+                continue
             if not isinstance(message, int) or isinstance(message, bool) or not 0 <= message <= MAX_REQUEST_ROWS:
                 raise ProtocolError(f"{ctx.active} sent a malformed request to helper {ctx.name}")
             summary.requests += 1

@@ -366,6 +366,8 @@ def _join(ctx: PartyContext, session: _Session, p: str) -> None:
         raise ModelError(f"the new process of {p} serves a part of encoded width {width}, the one before "
                          f"{session.inputs['widths'][p]}: every party must serve with its part of one saved model")
     ctx.send(p, TAG_WIDTHS, session.inputs)
+    for h in session.helpers:  # their part of its set-up (hetero-lr's arbiter: the session's public key)
+        ctx.send(h, TAG_REQUEST, {"rejoined": p})
     peer.index = index
     _resync(ctx, session, p, "set up again; back once its side is built (it echoes a sync marker)")
 

@@ -180,8 +180,8 @@ class PartySide(ABC):
     #: (With :attr:`leave_out`) its evaluation starts with one message from each passive party: serving collects
     #: it with a deadline and leaves out a party that misses it in that batch only.
     collects: bool = False
-    #: (With :attr:`leave_out`) a passive party's scoring set-up is with the active party alone: serving sets up
-    #: a restarted passive process again and takes it back.
+    #: (With :attr:`leave_out`) a passive party's scoring set-up is with the active party (and the helpers, which
+    #: redo theirs in :meth:`rejoined`): serving sets up a restarted passive process again and takes it back.
     takes_back: bool = False
     #: True where the active side may report no loss for an epoch (hetero-lr without loss monitoring):
     #: such an epoch's history entry holds no loss (by default its loss is 0.0).
@@ -210,6 +210,12 @@ class PartySide(ABC):
         same set-up messages (if any) here, as scoring's evaluation protocol is then run in step.
         """
         self.build(ctx)
+
+    def rejoined(self, ctx: PartyContext, peer: str) -> None:  # noqa: B027 - optional hook
+        """A helper's side in serving: what a restarted passive party ``peer`` needs from it to set up again.
+
+        hetero-lr's arbiter sends its public key; by default nothing.
+        """
 
     def batches(self, epoch: int) -> Iterable[Any]:
         """The epoch's batches: by default the agreed order of :attr:`rows`, one index array per batch."""

@@ -212,12 +212,12 @@ class ActiveScorer(_DataScorer):
 
     A passive party left out (:attr:`silent`: down at batch scoring or in serving) sends nothing: its
     score is left out and its absent bias stands in, as for a row it does not hold — so only a model that
-    learned absent biases (trained on rows some passive party does not hold) can leave one out. A
-    restarted passive party cannot be taken back by serving: its key comes from the arbiter (the service
-    restarts).
+    learned absent biases (trained on rows some passive party does not hold) can leave one out. Serving
+    takes a restarted passive party back: the arbiter sends it the session's public key again
+    (:meth:`ArbiterScorer.rejoined`).
     """
 
-    collects = True
+    collects = takes_back = True
 
     def __init__(self, method: Method[Any], data: PartyData, options: HeteroLROptions, passives: tuple[str, ...],
                  randbelow: RandBelow | None = None) -> None:
@@ -263,6 +263,7 @@ class ArbiterScorer(ScoringSide):
         self.options = options
         self.keypair = keypair  # tests may inject a pre-generated key pair, as in training
         self.backend: PaillierBackend | None = None
+        self._public = b""
         self._scored = 0
 
     def build(self, ctx: PartyContext) -> None:
@@ -271,7 +272,12 @@ class ArbiterScorer(ScoringSide):
             public_key, private_key = self.keypair or generate_keypair(
                 options.key_bits, insecure_allow_small_key=options.insecure_allow_small_key)
         self.backend = make_backend(options, public_key, private_key)
-        ctx.broadcast((ctx.active, *ctx.passives), PUBLIC_KEY, public_key.to_bytes())
+        self._public = public_key.to_bytes()
+        ctx.broadcast((ctx.active, *ctx.passives), PUBLIC_KEY, self._public)
+
+    def rejoined(self, ctx: PartyContext, peer: str) -> None:
+        """Serving: a restarted passive party gets this session's public key, as at set-up (the key is public)."""
+        ctx.send(peer, PUBLIC_KEY, self._public)
 
     def evaluate(self, ctx: PartyContext, X: np.ndarray, phase: str) -> Evaluation | None:
         assert self.backend is not None
