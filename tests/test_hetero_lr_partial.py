@@ -232,11 +232,10 @@ def test_every_row_deployed_with_the_arbiter_matches_one_process(files, tmp_path
 def test_the_arbiter_sends_a_restarted_passive_party_the_sessions_public_key(key):
     """Serving takes a restarted passive party back (issue 44): the arbiter's ``rejoined`` resends the key of its
     session, the one it broadcast at set-up, to that party alone."""
+    from securevfl.data import PartitionSpec
     from securevfl.methods.engine.loop import PartySide
     from securevfl.methods.hetero_lr.protocol import PUBLIC_KEY, HeteroLROptions
     from securevfl.methods.hetero_lr.scoring import ArbiterScorer, arbiter_data
-
-    from securevfl.data import PartitionSpec
 
     scenario = build_scenario(RunConfig(dataset="breast-cancer", alignment="plaintext",
                                         partition=PartitionSpec(parties=3)))
