@@ -178,3 +178,29 @@ def test_a_hetero_lr_model_without_absent_biases_cannot_leave_a_party_out(tmp_pa
 
     in_threads(one, (*UP, *helpers), timeout=90)
     assert "cannot score without" in str(errors["bank"]) and "\n" not in str(errors["bank"])
+
+
+def test_a_star_federation_scores_every_row_without_a_passive_party_that_is_down(trained, tmp_path):
+    """Only the bank listens; the shop dials it, the clinic never does: the bank leaves it out, the shop (told by
+    the roster) never waits for it, and the rows are those of the mesh run."""
+    from deployed_threads import loopback_federation_file
+
+    from securevfl.deploy.federation_file import load_federation
+    from securevfl.pipeline.score import run_deployed_scoring
+
+    files, model = trained
+    path = loopback_federation_file(tmp_path, ["bank"], "bank", JOB, extra="[parties.shop]\n\n[parties.clinic]\n")
+    fed = load_federation(path)
+    assert fed.topology == "star"
+    new = rows_of(files, tmp_path / "new", pd.read_csv(files["bank"]).customer_id.sample(60, random_state=5))
+    with one_torch_thread():
+        scored = in_threads(lambda p: run_deployed_scoring(fed, p, new[p], model, device="cpu", exchange_rows=30,
+                                                           party_timeout_s=2.0), UP, timeout=90)
+    bank = scored["bank"]
+    assert set(bank.left_out) == {"clinic"} and scored["shop"].left_out == bank.left_out
+    frame = bank.predictions
+    assert frame is not None and len(frame) == 60 and not frame.parties.str.contains("clinic").any()
+    empty = tmp_path / "clinic-none.csv"
+    pd.read_csv(new["clinic"]).head(1).assign(customer_id="nobody-at-the-bank").to_csv(empty, index=False)
+    alone = securevfl.predict(model, data={**new, "clinic": empty}, device="cpu").set_index("customer_id")
+    np.testing.assert_allclose(probabilities(frame), probabilities(alone.loc[frame.customer_id]), atol=1e-6, rtol=0)

@@ -102,10 +102,6 @@ def _wait(transport: Any, federation: Federation, name: str, absence: Absence | 
         if absence.refusal is not None:
             raise PeerLostError(missing[0], name, f"{names} {'is' if len(missing) == 1 else 'are'} {why}, and "
                                                   f"{absence.refusal}")
-        if federation.topology == "star":
-            raise PeerLostError(missing[0], name, f"{names} {'is' if len(missing) == 1 else 'are'} {why}; leaving a "
-                                                  "party out of batch scoring needs a full-mesh federation (this "
-                                                  "one is a star)")
         for peer in missing:
             transport.leave_out(peer, why)
             log_event(_log, name, "connect", "left_out", f"scoring without {peer}: {why}; every row is scored "

@@ -279,7 +279,8 @@ class _StarRelay(_Receiver):
             if not self._hub_finished:
                 return
             done = {p for p, i in self._inboxes.items() if i.finished or i.error is not None}
-            due = [p for p in self.peers if p not in self._fin_sent and (force or done >= set(self.peers) - {p})]
+            due = [p for p in self.peers if p not in self._fin_sent and p not in self.left_out
+                   and (force or done >= set(self.peers) - {p})]
             self._fin_sent.update(due)
         for peer in due:
             self._links[peer].finish()

@@ -220,12 +220,11 @@ class GrpcTransport(_Servicer, Transport):
         return missing
 
     def leave_out(self, peer: str, reason: str) -> None:
-        """Go on without ``peer`` (full mesh): its link stops, nothing is sent to it, received from it or waited for.
+        """Go on without ``peer``: its link stops, nothing is sent to it, received from it or waited for.
 
-        A process of it that connects later is refused with ``reason``, so it stops at once, saying why.
+        A process of it that connects later is refused with ``reason``, so it stops at once, saying why (in a
+        star, by the hub: the other parties' link to it is relayed, and nothing is relayed to it any more).
         """
-        if self.hub is not None:
-            raise ConfigError(f"{self.party} cannot leave {peer} out of a star federation's run (full mesh only)")
         link = self._links.get(peer)
         if link is None:
             raise ProtocolError(f"{peer!r} is not a peer of {self.party}; peers are {list(self.peers)}")
@@ -255,8 +254,9 @@ class GrpcTransport(_Servicer, Transport):
                 self._report_unfinished()  # before the FIN: a party seeing it checks that every other one finished
                 self._fin_to_spokes(force=True)
                 deadline = time.monotonic() + timeout
-                for link in self._links.values():
-                    link.drain(max(0.0, deadline - time.monotonic()))
+                for peer, link in self._links.items():
+                    if not self._gone(peer):
+                        link.drain(max(0.0, deadline - time.monotonic()))
         else:  # the ABORT goes out on every link at once: 2 s in all, not 2 s per link still connecting
             deadline = time.monotonic() + 2.0
             for peer, link in self._links.items():
