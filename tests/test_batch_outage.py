@@ -25,6 +25,15 @@ COMMON = {"id_column": "customer_id", "label_column": "churn", "device": "cpu", 
 JOB = 'method = "splitnn"\nid_column = "customer_id"\nlabel_column = "churn"'
 
 
+def _like_one_process_without_the_clinic(frame, new, model, tmp_path):
+    """The oracle: the rows scored as by one process in which the clinic holds none of them (one customer the bank
+    does not have)."""
+    empty = tmp_path / "clinic-none.csv"
+    pd.read_csv(new["clinic"]).head(1).assign(customer_id="nobody-at-the-bank").to_csv(empty, index=False)
+    alone = securevfl.predict(model, data={**new, "clinic": empty}, device="cpu").set_index("customer_id")
+    np.testing.assert_allclose(probabilities(frame), probabilities(alone.loc[frame.customer_id]), atol=1e-6, rtol=0)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """SplitNN trained on every row of the bank (the default), its parts saved; the three files."""
@@ -55,11 +64,7 @@ def test_every_row_is_scored_without_a_passive_party_that_is_down(trained, tmp_p
     assert not frame.parties.str.contains("clinic").any()
     shop = set(pd.read_csv(new["shop"]).customer_id)
     assert frame.parties.tolist() == ["bank+shop" if i in shop else "bank" for i in frame.customer_id]
-    # the oracle: one process, the clinic holding none of the rows (one customer the bank does not have)
-    empty = tmp_path / "clinic-none.csv"
-    pd.read_csv(new["clinic"]).head(1).assign(customer_id="nobody-at-the-bank").to_csv(empty, index=False)
-    alone = securevfl.predict(model, data={**new, "clinic": empty}, device="cpu").set_index("customer_id")
-    np.testing.assert_allclose(probabilities(frame), probabilities(alone.loc[frame.customer_id]), atol=1e-6, rtol=0)
+    _like_one_process_without_the_clinic(frame, new, model, tmp_path)
 
 
 def test_a_model_of_the_rows_every_party_holds_fails_naming_the_party_that_is_down(trained, tmp_path):
@@ -151,10 +156,7 @@ def test_secureboost_and_hetero_lr_score_every_row_without_a_passive_party_that_
     assert set(bank.left_out) == {"clinic"}
     frame = bank.predictions
     assert frame is not None and len(frame) == 40 and not frame.parties.str.contains("clinic").any()
-    empty = tmp_path / "clinic-none.csv"
-    pd.read_csv(new["clinic"]).head(1).assign(customer_id="nobody-at-the-bank").to_csv(empty, index=False)
-    alone = securevfl.predict(model, data={**new, "clinic": empty}, device="cpu").set_index("customer_id")
-    np.testing.assert_allclose(probabilities(frame), probabilities(alone.loc[frame.customer_id]), atol=1e-6, rtol=0)
+    _like_one_process_without_the_clinic(frame, new, model, tmp_path)
 
 
 def test_a_hetero_lr_model_without_absent_biases_cannot_leave_a_party_out(tmp_path):
@@ -200,7 +202,4 @@ def test_a_star_federation_scores_every_row_without_a_passive_party_that_is_down
     assert set(bank.left_out) == {"clinic"} and scored["shop"].left_out == bank.left_out
     frame = bank.predictions
     assert frame is not None and len(frame) == 60 and not frame.parties.str.contains("clinic").any()
-    empty = tmp_path / "clinic-none.csv"
-    pd.read_csv(new["clinic"]).head(1).assign(customer_id="nobody-at-the-bank").to_csv(empty, index=False)
-    alone = securevfl.predict(model, data={**new, "clinic": empty}, device="cpu").set_index("customer_id")
-    np.testing.assert_allclose(probabilities(frame), probabilities(alone.loc[frame.customer_id]), atol=1e-6, rtol=0)
+    _like_one_process_without_the_clinic(frame, new, model, tmp_path)

@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Mapping
 
 from securevfl.errors import CryptoError
-from securevfl.privacy.primitives.kdf import encode_fields, hkdf_sha256
+from securevfl.privacy.primitives.kdf import PAIRWISE_MASK_LABEL, encode_fields, hkdf_sha256
 from securevfl.privacy.primitives.key_agreement import KeyAgreement, KeyPair, PublicKey
 from securevfl.privacy.primitives.masking import derive_pairwise_seeds
 from securevfl.privacy.primitives.wire import PeerCryptoError
@@ -34,6 +34,15 @@ def round_session(config: SecAggConfig, round_index: int) -> bytes:
     return encode_fields((config.session_id, round_index))
 
 
+def _mask_key_seeds(agreement: KeyAgreement, own: str, own_keys: KeyPair, peer_publics: Mapping[str, PublicKey],
+                    session: bytes, label: str, what: str) -> dict[str, bytes]:
+    """Pair seeds from DH with validated peer mask keys; a failed agreement names ``what`` (a peer's fault)."""
+    try:
+        return derive_pairwise_seeds(agreement, own, own_keys, peer_publics, session, label=label, validate=False)
+    except CryptoError as exc:  # e.g. a low-order X25519 mask key
+        raise PeerCryptoError(f"{what}: key agreement with a peer's mask key failed") from exc
+
+
 def round_pairwise_seeds(
     config: SecAggConfig,
     agreement: KeyAgreement,
@@ -47,11 +56,8 @@ def round_pairwise_seeds(
     Peer keys were validated when they arrived (``collect_setups`` / ``receive_setup``), so the
     FFDH subgroup check is not repeated.
     """
-    session = round_session(config, round_index)
-    try:
-        return derive_pairwise_seeds(agreement, own, own_keys, peer_publics, session, validate=False)
-    except CryptoError as exc:  # e.g. a low-order X25519 mask key
-        raise PeerCryptoError(f"round {round_index}: key agreement with a peer's mask key failed") from exc
+    return _mask_key_seeds(agreement, own, own_keys, peer_publics, round_session(config, round_index),
+                           PAIRWISE_MASK_LABEL, f"round {round_index}")
 
 
 def epoch_pair_seeds(
@@ -66,11 +72,8 @@ def epoch_pair_seeds(
     Never used as a mask seed itself: each round's seed is :func:`round_seed` of it, and only
     round seeds are ever revealed.
     """
-    try:
-        return derive_pairwise_seeds(agreement, own, own_keys, peer_publics, encode_fields((config.session_id,)),
-                                     label=EPOCH_PAIR_LABEL, validate=False)
-    except CryptoError as exc:  # e.g. a low-order X25519 mask key
-        raise PeerCryptoError("key agreement with a peer's epoch mask key failed") from exc
+    return _mask_key_seeds(agreement, own, own_keys, peer_publics, encode_fields((config.session_id,)),
+                           EPOCH_PAIR_LABEL, "key epoch")
 
 
 def round_seed(pair_seed: bytes, round_index: int) -> bytes:
