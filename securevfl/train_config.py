@@ -90,6 +90,12 @@ class TrainConfig:
         help="Split-learning methods trained on every row: the chance that a passive party's embedding of a training "
              "row is replaced by its learned 'absent' embedding, so that the model scores rows some party does "
              "not hold well.")
+    subset_views: int = setting(
+        1, job=True, rule=integer(0, 8),
+        help="Split-learning methods trained on rows some passive party does not hold: extra passes of the top model "
+             "per batch on the same embeddings, each leaving every held passive party out with probability 1/2, so "
+             "that every subset of parties is learned (as LASER-VFL's task sampling); 0: none. No effect when "
+             "every party holds every training row.")
     class_weight: str = setting(
         "none", job=True, rule=one_of(*CLASS_WEIGHTS),
         help="none | balanced: weight the loss by inverse class frequency (imbalanced labels).")

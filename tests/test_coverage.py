@@ -271,3 +271,36 @@ def test_the_coverage_benchmark_reports_every_way_on_every_pattern(tmp_path):
     for ratio in ("ratio_vs_best_baseline", "ratio_vs_laser_vfl"):
         assert figures[f"coverage.breast-cancer.p50.all.{ratio}"] > 0
         assert figures[f"coverage.california-housing.p50.all.{ratio}"] > 0
+
+
+def test_subset_views_train_on_more_subsets_only_where_some_party_lacks_rows(tmp_path):
+    """``subset_views`` (default 1) changes training on partial rows and nothing at full coverage."""
+    files = partial_tables(tmp_path / "partial")
+    data = {p: str(files[p]) for p in PARTIES}
+    kw = {**COMMON, "epochs": 2}
+    with_views = securevfl.train("splitnn", data_files=data, **kw)
+    without = securevfl.train("splitnn", data_files=data, subset_views=0, **kw)
+    assert with_views.history != without.history
+    full = partial_tables(tmp_path / "full", keep=1.0)
+    data = {p: str(full[p]) for p in PARTIES}
+    assert (securevfl.train("splitnn", data_files=data, **kw).history
+            == securevfl.train("splitnn", data_files=data, subset_views=0, **kw).history)
+
+
+def test_a_resumed_every_row_run_gives_the_uninterrupted_one(tmp_path):
+    """The subset-view and party-dropout generators are checkpointed with the model: resuming is exact."""
+    from securevfl.errors import PartyFailure
+
+    files = partial_tables(tmp_path / "tables")
+    kw = {**COMMON, "data_files": {p: str(files[p]) for p in PARTIES}, "epochs": 3}
+    uninterrupted = securevfl.train("splitnn", **kw)
+
+    def interrupt(**info):
+        if info["epoch"] == 2:
+            raise RuntimeError("interrupted after epoch 2")
+
+    with pytest.raises(PartyFailure, match="interrupted after epoch 2"):
+        securevfl.train("splitnn", checkpoint_dir=tmp_path / "ck", progress=interrupt, **kw)
+    resumed = securevfl.train("splitnn", checkpoint_dir=tmp_path / "ck", resume=True, **kw)
+    assert resumed.extra["resumed_from_epoch"] == 2
+    assert resumed.metrics == uninterrupted.metrics and resumed.history == uninterrupted.history
