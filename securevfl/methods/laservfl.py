@@ -38,7 +38,7 @@ subset that contains it; its gradient sums them).
 * *Rows no block covers* (only with an active party without features, a row no passive party holds):
   their code skips such batches; here a learned constant (``prior``: the label distribution, trained on
   every row) scores them.
-* ``--party-dropout`` does not apply (task-sampling leaves blocks out); ``--hidden`` and
+* ``--party-dropout`` and ``--subset-views`` do not apply (task-sampling leaves blocks out); ``--hidden`` and
   ``--embedding-dim`` size the representation models, ``--lr`` and the optimiser (Adam) are the run's.
 """
 
