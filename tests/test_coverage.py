@@ -277,7 +277,7 @@ def test_subset_views_train_on_more_subsets_only_where_some_party_lacks_rows(tmp
     """``subset_views`` (default 1) changes training on partial rows and nothing at full coverage."""
     files = partial_tables(tmp_path / "partial")
     data = {p: str(files[p]) for p in PARTIES}
-    kw = {**COMMON, "epochs": 2}
+    kw = {**COMMON, "epochs": 1}
     with_views = securevfl.train("splitnn", data_files=data, **kw)
     without = securevfl.train("splitnn", data_files=data, subset_views=0, **kw)
     assert with_views.history != without.history
