@@ -1,4 +1,4 @@
-"""Shared set-up for secure-aggregation protocol tests: every party through round 0's setup."""
+"""Shared steps of secure-aggregation protocol tests: every party through round 0's setup; a round's unmasking."""
 
 from __future__ import annotations
 
@@ -22,3 +22,16 @@ def set_up_round0(cfg, urandom=None, tamper=lambda party, setup: setup):
     agg, bundles = sa.collect_setups(agg, setups)
     parties = {p: sa.receive_setup(parties[p], bundles[p]) for p in cfg.parties}
     return parties, agg, bundles, setups
+
+
+def survivors_respond(parties, agg, masked):
+    """Close a round on the ``masked`` inputs and collect every survivor's unmask response.
+
+    ``parties`` (name -> passive state) is updated in place; returns ``(aggregator, request, responses)``.
+    """
+    agg, request = sa.unmask_request(agg, masked)
+    responses = []
+    for p in request.survivors:
+        parties[p], response = sa.unmask_response(parties[p], request)
+        responses.append(response)
+    return agg, request, responses

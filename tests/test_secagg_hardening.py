@@ -17,7 +17,7 @@ import pytest
 from deterministic_random import CountingUrandom
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from secagg_rounds import set_up_round0
+from secagg_rounds import set_up_round0, survivors_respond
 
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.privacy import secagg as sa
@@ -145,11 +145,7 @@ def _unmask_round(cfg, drop=()):
         if p not in drop:
             parties[p], m = sa.masked_input(parties[p], xs[p], 0, prepare_next=False)
             masked.append(m)
-    agg, request = sa.unmask_request(agg, masked)
-    responses = []
-    for p in request.survivors:
-        parties[p], resp = sa.unmask_response(parties[p], request)
-        responses.append(resp)
+    agg, request, responses = survivors_respond(parties, agg, masked)
     expected = sum(xs[p] for p in request.survivors)
     return agg, responses, expected, setups
 
@@ -210,11 +206,7 @@ def test_commitment_that_does_not_match_the_dealt_secret_names_the_dealer():
     for p in cfg.parties:
         parties[p], m = sa.masked_input(parties[p], np.ones(3), 0, prepare_next=False)
         masked.append(m)
-    agg, request = sa.unmask_request(agg, masked)
-    responses = []
-    for p in request.survivors:
-        parties[p], r = sa.unmask_response(parties[p], request)
-        responses.append(r)
+    agg, request, responses = survivors_respond(parties, agg, masked)
     with pytest.raises(ProtocolError, match="passive3") as excinfo:
         sa.aggregate(agg, responses)
     assert excinfo.value.party == "passive3" and excinfo.value.suspects == ()
@@ -263,11 +255,7 @@ def _valid_wires() -> dict[str, list]:
     for p in ("p1", "p2"):
         parties[p], m = sa.masked_input(parties[p], np.arange(4.0), 0)
         masked.append(m)
-    agg, request = sa.unmask_request(agg, masked)
-    responses = []
-    for p in request.survivors:
-        parties[p], r = sa.unmask_response(parties[p], request)
-        responses.append(r)
+    agg, request, responses = survivors_respond(parties, agg, masked)
     advert = sa.advertise_keys(parties["p1"])
     return {
         "session": [sw.session_to_wire(cfg)],

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from aggregation_harness import PASSIVES, RecordingTransport, random_inputs, round_roles, setups_sent
 from deterministic_random import CountingUrandom
-from secagg_rounds import set_up_round0
+from secagg_rounds import set_up_round0, survivors_respond
 
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation.runtime import run_parties
@@ -87,11 +87,7 @@ def test_masks_expanded_ahead_still_sum_to_the_plain_sum():
     for p, state in parties.items():
         parties[p], message = sa.masked_input(state, xs[p], 0, mask=sa.round_mask(state, 0, 16))
         inputs.append(message)
-    agg, request = sa.unmask_request(agg, inputs)
-    responses = []
-    for p in request.survivors:
-        parties[p], response = sa.unmask_response(parties[p], request)
-        responses.append(response)
+    agg, request, responses = survivors_respond(parties, agg, inputs)
     _, total = sa.aggregate(agg, responses)
     assert np.allclose(total, sum(xs.values()), atol=4 * 2.0**-cfg.frac_bits)
 

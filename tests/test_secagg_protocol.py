@@ -6,6 +6,7 @@ from deterministic_random import CountingUrandom
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats
+from secagg_rounds import survivors_respond
 
 from securevfl.errors import ConfigError, CryptoError, ProtocolError, SecureVFLError
 from securevfl.privacy.primitives.fixed_point import encode
@@ -31,7 +32,6 @@ from securevfl.privacy.secagg import (
     round_pairwise_seeds,
     share_keys,
     simulate_secagg,
-    unmask_request,
     unmask_response,
 )
 
@@ -221,11 +221,7 @@ def test_late_input_of_dropped_party_stays_hidden():
     masked = {}
     for p in cfg.parties:
         parties[p], masked[p] = masked_input(parties[p], x, 0, prepare_next=False)
-    agg, request = unmask_request(agg, [masked["passive0"], masked["passive1"]])
-    responses = []
-    for p in request.survivors:
-        parties[p], resp = unmask_response(parties[p], request)
-        responses.append(resp)
+    agg, request, responses = survivors_respond(parties, agg, [masked["passive0"], masked["passive1"]])
     assert all(not r.self_seed_shares.keys() & set(request.dropped) for r in responses)
     agg, total = aggregate(agg, responses)
     assert np.allclose(total, 6.0, atol=2**-14)
@@ -275,11 +271,7 @@ def _one_round_with_drop(cfg):
     for p in cfg.parties[:-1]:
         parties[p], m = masked_input(parties[p], xs[p], 0, prepare_next=False)
         masked.append(m)
-    agg, request = unmask_request(agg, masked)
-    responses = []
-    for p in request.survivors:
-        parties[p], r = unmask_response(parties[p], request)
-        responses.append(r)
+    agg, request, responses = survivors_respond(parties, agg, masked)
     return agg, responses
 
 

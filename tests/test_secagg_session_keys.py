@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from aggregation_harness import PASSIVES, RecordingTransport, random_inputs, round_roles, setups_sent
 from deterministic_random import CountingUrandom
-from secagg_rounds import set_up_round0
+from secagg_rounds import set_up_round0, survivors_respond
 
 from securevfl.errors import ConfigError, ProtocolError
 from securevfl.federation import codec
@@ -117,11 +117,7 @@ def _next_round(cfg, parties, agg, inputs, r, dropped=()):
         if p not in dropped:
             parties[p], message = sa.masked_input(parties[p], inputs[p], r)
             masked.append(message)
-    agg, request = sa.unmask_request(agg, masked)
-    responses = []
-    for p in request.survivors:
-        parties[p], response = sa.unmask_response(parties[p], request)
-        responses.append(response)
+    agg, request, responses = survivors_respond(parties, agg, masked)
     agg, total = sa.aggregate(agg, responses)
     setups = [m.next_setup for m in masked]
     for p in dropped:
