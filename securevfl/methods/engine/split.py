@@ -246,6 +246,12 @@ class SplitActive(PartySide):
         take = torch.as_tensor(np.flatnonzero(keep[held]), device=part.device)
         return full.index_put((index,), part[take])
 
+    def _every_part(self, leaves: list[torch.Tensor], held: dict[str, np.ndarray], rows: int,
+                    dropped: np.ndarray | None = None) -> list[torch.Tensor]:
+        """:meth:`_filled` for every passive party in order (``dropped``: one row mask per party, or None)."""
+        return [self._filled(p, leaf, held.get(p), rows, None if dropped is None else dropped[i])
+                for i, (p, leaf) in enumerate(zip(self.passives, leaves, strict=True))]
+
     def _absent(self, p: str, rows: int) -> torch.Tensor:
         """Passive party ``p``'s absent embedding for each of ``rows`` rows (it sent nothing)."""
         module = self.state.modules["absent"]
@@ -305,14 +311,11 @@ class SplitActive(PartySide):
         held, leaves = self.received_leaves(ctx, batch)
         with ctx.meter.compute():
             dropped = self._dropped(len(batch))
-            parts = [self._filled(p, leaf, held.get(p), len(batch), None if dropped is None else dropped[i])
-                     for i, (p, leaf) in enumerate(zip(self.passives, leaves, strict=True))]
-            loss = self._loss(parts, self.X[batch], self.y[batch])
+            loss = self._loss(self._every_part(leaves, held, len(batch), dropped), self.X[batch], self.y[batch])
             if held and self.config.subset_views:  # LASER-style: more subsets of the held parties, same embeddings
                 for extra in self._subset_draws(len(batch)):
-                    parts = [self._filled(p, leaf, held.get(p), len(batch), extra[i])
-                             for i, (p, leaf) in enumerate(zip(self.passives, leaves, strict=True))]
-                    loss = loss + self._loss(parts, self.X[batch], self.y[batch])
+                    loss = loss + self._loss(self._every_part(leaves, held, len(batch), extra), self.X[batch],
+                                             self.y[batch])
                 loss = loss / (1 + self.config.subset_views)
             opt.zero_grad()
             loss.backward()
@@ -322,8 +325,7 @@ class SplitActive(PartySide):
             grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)  # every row dropped: no gradient
             ctx.send(p, self.tag(TRAIN, GRADIENT), method.protect_gradient(self, grad, p))
         if method.local_steps() > 1:  # local iterations on the stale embeddings, after the gradients are out
-            stale = [self._filled(p, leaf.detach(), held.get(p), len(batch))
-                     for p, leaf in zip(self.passives, leaves, strict=True)]
+            stale = self._every_part([leaf.detach() for leaf in leaves], held, len(batch))
             with ctx.meter.compute():
                 for _ in range(method.local_steps() - 1):
                     opt.zero_grad()
