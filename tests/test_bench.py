@@ -189,3 +189,17 @@ def test_a_deployed_run_is_measured_beside_the_in_process_one_and_the_model(tmp_
     network.add_measured(section, measured)
     assert "gRPC + mutual TLS" in section.tables[-1].title
     assert {f.name for f in network.measured_figures(measured)} >= {"network.measured.splitnn_epoch_grpc_s"}
+
+
+def test_round_crypto_per_secagg_round_leaves_the_key_setup_out():
+    from securevfl.bench.methods import figures as method_figures
+    from securevfl.bench.methods import round_crypto_ms
+
+    row = {"method": "easter", "privacy": "dh", "status": "ok", "metric": "accuracy", "metric_value": 0.9,
+           "epoch_s": [1.0], "wall_s": 2.0, "secagg_rounds": 40,
+           "crypto_s": {"secagg.keygen": 5.0, "secagg.key_agreement": 7.0, "secagg.mask": 0.06, "secagg.unmask": 0.02}}
+    assert round_crypto_ms(row) == pytest.approx(2.0)  # (0.06 + 0.02) s / 40 rounds
+    assert round_crypto_ms({**row, "secagg_rounds": 0}) is None
+    assert round_crypto_ms({**row, "crypto_s": {}}) is None  # secagg=none: rounds, no crypto
+    named = {f.name: f for f in method_figures([row])}
+    assert named["methods.easter.dh.secagg_round_crypto_ms"].samples == pytest.approx((2.0,))

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from securevfl.bench.methods import SESSION_SETUP_PRIMITIVES
 from securevfl.bench.timing import Figure, interleaved, time_calls
 from securevfl.federation.transport import InProcessTransport
 
@@ -141,16 +142,14 @@ def aggregation_rounds(scheme_name: str, rounds: int, batch: int, *, parties: in
             "messages": transport.messages, "depth": transport.depth, "links": dict(transport.links)}
 
 
-SETUP_PRIMITIVES = {"secagg.keygen", "secagg.key_agreement", "secagg.paillier_keygen", "secagg.paillier_setup"}
-
-
 def paillier_batch_scaling(batches: Sequence[int], rounds: int, tick: Tick) -> dict[int, dict[str, Any]]:
     """Per-round time and crypto of ``secagg=paillier`` for each batch size (4 parties, one warm-up round)."""
     out = {}
     for batch in batches:
         tick(f"Paillier aggregation, batch {batch} x {EMBEDDING}, {rounds} round(s)")
         run = aggregation_rounds("paillier", rounds, batch, warmup_rounds=1)
-        per_round_crypto = sum(v for k, v in run["crypto_s"].items() if k not in SETUP_PRIMITIVES) / (rounds + 1)
+        per_round_crypto = (sum(v for k, v in run["crypto_s"].items() if k not in SESSION_SETUP_PRIMITIVES)
+                            / (rounds + 1))
         out[batch] = {"round_s": run["round_s"], "crypto_s_per_round": per_round_crypto}
     return out
 
