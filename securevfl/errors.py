@@ -50,6 +50,17 @@ class PeerFinishedError(ProtocolError):
         super().__init__(detail or f"{party} waits for a message from {peer}, whose role finished without sending it")
 
 
+class UnexpectedTagError(ProtocolError):
+    """A message arrived with another tag than the one its receiver waits for (the message is consumed).
+
+    ``received``: its tag. A serving party catches it for the one tag that may cut a protocol short.
+    """
+
+    def __init__(self, message: str, received: str):
+        self.received = received
+        super().__init__(message)
+
+
 class PeerTimeoutError(ProtocolError, TimeoutError):
     """No message arrived from a peer within the receive timeout (a hung or unreachable peer)."""
 
@@ -145,6 +156,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "ProtocolError",
+    "UnexpectedTagError",
     "PeerFinishedError",
     "PeerTimeoutError",
     "DeadlockError",

@@ -64,6 +64,12 @@ def pattern_of(holders: Mapping[str, set[str]], customer: str) -> str:
     return "+".join(p for p, ids in holders.items() if customer in ids)
 
 
+def summed_pattern(holders, customer: str, active: str = "bank") -> str:
+    """EASTER's ``parties`` of a row (the active party contributing): a passive part is summed only with another."""
+    passives = [p for p, ids in holders.items() if p != active and customer in ids]
+    return "+".join([active, *passives]) if len(passives) >= 2 else active
+
+
 def scored_held_out(report, model: Path, files: Mapping[str, Path], directory: Path):
     """The saved model's predictions of the run's held-out rows (cut from the parties' files, scored 29 rows per
     exchange), checked to equal the run's test predictions to 1e-6: the oracle, on every coverage pattern."""

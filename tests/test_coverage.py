@@ -13,7 +13,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from org_tables import partial_tables, pattern_of, probabilities, rows_of, scored_held_out, who_holds
+from org_tables import (
+    partial_tables,
+    pattern_of,
+    probabilities,
+    rows_of,
+    scored_held_out,
+    summed_pattern,
+    who_holds,
+)
 
 import securevfl
 from securevfl.data.alignment import create_aligner
@@ -304,3 +312,154 @@ def test_a_resumed_every_row_run_gives_the_uninterrupted_one(tmp_path):
     resumed = securevfl.train("splitnn", checkpoint_dir=tmp_path / "ck", resume=True, **kw)
     assert resumed.extra["resumed_from_epoch"] == 2
     assert resumed.metrics == uninterrupted.metrics and resumed.history == uninterrupted.history
+
+
+@pytest.mark.parametrize("method", ["easter", "aggvfl"])
+def test_a_served_secure_sum_model_answers_every_customer_as_batch_scoring(files, tmp_path, method):
+    """EASTER and Agg-VFL sum their parts per request over every asked ID (a masked zero where a party lacks the
+    row), so each customer the bank holds is scored, with the parties that hold it, as batch scoring scores it."""
+    from deployed_threads import loopback_federation
+    from serving_service import Service
+
+    options = {"secagg": "dh", "embedding_size": 16} if method == "easter" else {"secagg": "dh"}
+    model = tmp_path / "model"
+    securevfl.train(method, data_files={p: str(files[p]) for p in PARTIES}, epochs=2, model_dir=model,
+                    options=options, **COMMON)
+    holders = who_holds(files)
+    job = (f'method = "{method}"\nid_column = "customer_id"\nlabel_column = "churn"\n[job.options]\n'
+           + "\n".join(f"{k} = {json.dumps(v)}" for k, v in options.items()))
+    fed = loopback_federation(tmp_path, list(PARTIES), "bank", job)
+    asked = pd.read_csv(files["bank"]).customer_id.sample(40, random_state=3).tolist() + ["nobody"]
+    running = Service(fed, model, files)
+    try:
+        status, answer = running.post({"rows": [{"customer_id": i} for i in asked]})
+        again, second = running.post({"rows": [{"customer_id": i} for i in asked[:5]]})  # a second round
+    finally:
+        running.close()
+    assert status == 200 and again == 200, (answer, second)
+    assert answer["not_scored"] == ["nobody"]
+    got = pd.DataFrame(answer["predictions"]).set_index("customer_id")
+    # a row's parties: those whose parts were summed (one passive party's part alone never is)
+    assert [got.parties[i] for i in asked[:-1]] == [summed_pattern(holders, i) for i in asked[:-1]]
+    assert len(set(got.parties)) > 1
+    new = rows_of(files, tmp_path / "new", asked[:-1])
+    batch = securevfl.predict(model, data=new, require_all_parties=False, device="cpu").set_index("customer_id")
+    np.testing.assert_allclose(got.proba_yes.loc[asked[:-1]].to_numpy(), batch.proba_yes.loc[asked[:-1]].to_numpy(),
+                               atol=1e-6, rtol=0)
+    assert list(got.parties.loc[asked[:-1]]) == list(batch.parties.loc[asked[:-1]])
+    np.testing.assert_allclose(pd.DataFrame(second["predictions"]).proba_yes.to_numpy(),
+                               got.proba_yes.loc[asked[:5]].to_numpy(), atol=1e-6, rtol=0)
+
+
+@pytest.mark.timebound
+def test_a_served_secure_sum_model_scores_on_while_a_party_is_late_and_takes_it_back(files, tmp_path, monkeypatch):
+    """EASTER serving, clinic's lookup answer late: the batch is scored by the bank alone (shop's part cannot be
+    summed alone without giving it away), then clinic is back and every party's secure sum is set up again."""
+    import threading
+    import time
+
+    from deployed_threads import loopback_federation
+    from serving_service import Service
+
+    from securevfl.deploy import serving as sv
+    from securevfl.deploy.serving_limits import ServeSettings
+
+    options = {"secagg": "dh", "embedding_size": 16}
+    model = tmp_path / "model"
+    securevfl.train("easter", data_files={p: str(files[p]) for p in PARTIES}, epochs=2, model_dir=model,
+                    options=options, **COMMON)
+    slow = threading.Event()
+    next_request = sv._next_request
+
+    def late_clinic(ctx):  # clinic answers one lookup after the bank's deadline
+        message = next_request(ctx)
+        if ctx.name == "clinic" and slow.is_set() and isinstance(message, dict) and "points" in message:
+            slow.clear()
+            time.sleep(3.0)
+        return message
+
+    monkeypatch.setattr(sv, "_next_request", late_clinic)
+    holders = who_holds(files)
+    job = ('method = "easter"\nid_column = "customer_id"\nlabel_column = "churn"\n[job.options]\n'
+           'secagg = "dh"\nembedding_size = 16')
+    fed = loopback_federation(tmp_path, list(PARTIES), "bank", job)
+    asked = pd.read_csv(files["bank"]).customer_id.sample(40, random_state=4).tolist()
+    body = {"rows": [{"customer_id": i} for i in asked]}
+    running = Service(fed, model, files, settings={"bank": ServeSettings(party_timeout_s=1.5)})
+    try:
+        _, before = running.post(body)
+        slow.set()
+        _, during = running.post(body)
+        after: dict = {"left_out": True}
+        for _ in range(20):  # clinic's late answer, then its echo of the sync marker: back in a few seconds
+            _, after = running.post(body)
+            if "left_out" not in after:
+                break
+            time.sleep(0.5)
+    finally:
+        running.close()
+    first = pd.DataFrame(before["predictions"]).set_index("customer_id")
+    assert [first.parties[i] for i in asked] == [summed_pattern(holders, i) for i in asked]
+    assert "left_out" not in before
+    assert during["left_out"] == {"clinic": "late"}
+    alone = pd.DataFrame(during["predictions"]).set_index("customer_id")
+    assert sorted(alone.index) == sorted(asked) and set(alone.parties) == {"bank"}
+    bank_only = [i for i in asked if first.parties[i] == "bank"]
+    assert bank_only  # scored by the bank alone both times: the same prediction
+    np.testing.assert_allclose(alone.proba_yes.loc[bank_only], first.proba_yes.loc[bank_only], atol=1e-6, rtol=0)
+    assert "left_out" not in after, after.get("left_out")
+    back = pd.DataFrame(after["predictions"]).set_index("customer_id")
+    np.testing.assert_allclose(back.proba_yes.loc[asked], first.proba_yes.loc[asked], atol=1e-6, rtol=0)
+    assert list(back.parties.loc[asked]) == list(first.parties.loc[asked])
+
+
+@pytest.mark.timebound
+def test_a_party_lost_inside_a_served_secure_sum_round_fails_no_request(files, tmp_path, monkeypatch):
+    """EASTER serving, clinic's process fails in the middle of a request's secure-aggregation round: the bank
+    tells shop to stop waiting in that round, scores the batch alone, and shop serves on (set up again later)."""
+    import threading
+
+    from deployed_threads import loopback_federation
+    from serving_service import Service
+
+    from securevfl.methods.engine.aggregate import AggregatePassive
+
+    options = {"secagg": "dh", "embedding_size": 16}
+    model = tmp_path / "model"
+    securevfl.train("easter", data_files={p: str(files[p]) for p in PARTIES}, epochs=2, model_dir=model,
+                    options=options, **COMMON)
+    fail = threading.Event()
+    evaluate_held = AggregatePassive.evaluate_held
+
+    def dying_clinic(self, ctx, X, held, phase):
+        if ctx.name == "clinic" and fail.is_set():
+            raise RuntimeError("clinic's process dies in the round")
+        return evaluate_held(self, ctx, X, held, phase)
+
+    monkeypatch.setattr(AggregatePassive, "evaluate_held", dying_clinic)
+    job = ('method = "easter"\nid_column = "customer_id"\nlabel_column = "churn"\n[job.options]\n'
+           'secagg = "dh"\nembedding_size = 16')
+    fed = loopback_federation(tmp_path, list(PARTIES), "bank", job)
+    asked = pd.read_csv(files["bank"]).customer_id.sample(30, random_state=5).tolist()
+    body = {"rows": [{"customer_id": i} for i in asked]}
+    running = Service(fed, model, files)
+    try:
+        _, before = running.post(body)
+        fail.set()
+        status, cut = running.post(body)
+        later = [running.post(body) for _ in range(3)]
+    finally:
+        running.stop.set()
+        for t in running.threads:
+            t.join(30)
+    assert "clinic" in running.errors and set(running.errors) == {"clinic"}, running.errors
+    assert status == 200 and cut["left_out"]["clinic"] == "down", cut
+    alone = pd.DataFrame(cut["predictions"]).set_index("customer_id")
+    assert sorted(alone.index) == sorted(asked) and set(alone.parties) == {"bank"}
+    first = pd.DataFrame(before["predictions"]).set_index("customer_id")
+    bank_only = [i for i in asked if first.parties[i] == "bank"]
+    assert bank_only
+    np.testing.assert_allclose(alone.proba_yes.loc[bank_only], first.proba_yes.loc[bank_only], atol=1e-6, rtol=0)
+    assert all(code == 200 and len(a["predictions"]) == len(asked) for code, a in later)
+    assert later[-1][1]["left_out"] == {"clinic": "down"}  # shop stopped waiting in the cut round, and is back
+    assert running.results["shop"].requests >= 4

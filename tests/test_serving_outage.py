@@ -59,11 +59,11 @@ def _passive(key: Any, delays: dict[tuple[str, int], float]) -> Any:
             time.sleep(delays.get(("lookup", number), 0.0))
             ctx.send("bank", sv.TAG_BLINDED, {"points": sv._blind(asked, key).tobytes(), "refused": [], "reason": None,
                                                "retry_after_s": None, "batch": number})
-            positions, evaluate = sv._rows_message(ctx.recv("bank", sv.TAG_ROWS), "bank", len(asked), len(ids),
-                                                   ctx.name, number)
-            if evaluate:
+            rows = sv._rows_message(ctx.recv("bank", sv.TAG_ROWS), "bank", len(asked), len(ids), ctx.name, number,
+                                    len(asked))
+            if rows.evaluate:
                 time.sleep(delays.get(("evaluate", number), 0.0))
-                ctx.send("bank", "emb", [ids[i] for i in positions])
+                ctx.send("bank", "emb", [ids[i] for i in rows.positions])
             answered += 1
         return answered
 

@@ -25,6 +25,7 @@ from securevfl.privacy.primitives.buffers import Workspace
 
 
 def run(rounds: int, parties: int, batch: int, width: int, rekey_every: int, evict_mb: int) -> dict[str, float]:
+    """Milliseconds per round of each step, all parties summed, over ``rounds`` rounds of one session."""
     names = tuple(f"p{i}" for i in range(1, parties + 1))
     config = sa.SecAggConfig(session_id=os.urandom(16), parties=names, threshold=sa.default_threshold(parties),
                              rekey_every=rekey_every)
@@ -84,6 +85,7 @@ def run(rounds: int, parties: int, batch: int, width: int, rekey_every: int, evi
 
 
 def main() -> None:
+    """Print each step's median milliseconds per round over the repeats (or a profile)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--parties", type=int, default=3, help="passive parties")

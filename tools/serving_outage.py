@@ -13,10 +13,12 @@ Per phase (``before``: until the kill; ``outage``: from the kill until ``/health
 (ms), and the share of answers scored with the killed party's part. Also: when ``/health`` first said
 ``degraded`` after the kill, and when ``ok`` again after the restart.
 
-``--method hetero-lr`` (with its arbiter as a fourth process) or ``secureboost`` serves that method's
-model instead (trained on every row; small test keys, as the figures are about the outage, not the
-cryptography). ``--coverage`` is each passive party's share of the rows (default 1.0; hetero-lr 0.9:
-its stand-in for a party left out, the absent bias, is learned only from rows that party does not hold).
+``--method hetero-lr`` (with its arbiter as a fourth process), ``secureboost`` or ``easter`` (DH
+secure aggregation; with clinic down its session has one passive party left, too few to hide a sum,
+so the bank scores alone until clinic is back) serves that method's model instead (trained on every
+row; small test keys, as the figures are about the outage, not the cryptography). ``--coverage`` is
+each passive party's share of the rows (default 1.0; hetero-lr 0.9: its stand-in for a party left
+out, the absent bias, is learned only from rows that party does not hold).
 
 Run: ``python tools/serving_outage.py [--rows 2000] [--method splitnn] [--out outage.json]``.
 """
@@ -116,6 +118,7 @@ METHODS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     "splitnn": ({}, ()),
     "hetero-lr": ({"key_bits": 1024, "insecure_allow_small_key": True}, ("arbiter",)),
     "secureboost": ({"trees": 5, "max_depth": 3, "key_bits": 1024, "insecure_allow_small_key": True}, ()),
+    "easter": ({"secagg": "dh", "embedding_size": 16}, ()),
 }
 
 
@@ -152,7 +155,7 @@ def run_outage(work: Path, *, rows: int = 2000, party: str = "clinic", before_s:
     blocks = "\n".join(f'[parties.{p}]\naddress = "127.0.0.1:{free_port()}"'
                        + ("\ndata = false" if p in helpers else "") for p in (*files, *helpers))
     fed = work / "fed.toml"
-    job_options = "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in options.items())
+    job_options = "".join(f"{k} = {json.dumps(v)}\n" for k, v in options.items())  # TOML reads JSON scalars
     fed.write_text(bp.SERVING_FEDERATION.format(parties=blocks, certs=certs).replace(
         'method = "splitnn"', f'method = "{method}"') + ("\n[job.options]\n" + job_options if job_options else ""))
     port = free_port()

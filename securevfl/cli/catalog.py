@@ -66,6 +66,9 @@ def methods(
         if cls.partial_rows and not cls.standalone:
             out.print(Text("rows some party does not hold: trained on and scored, each row with the parties that hold "
                            "it (the default; --require-all-parties: the rows every party holds)", style="dim"))
+            if cls.leaves_out_parties:
+                out.print(Text("a passive party down: left out of scoring (party --predict / --serve, "
+                               "--party-timeout) and its rows scored without its part", style="dim"))
         elif not (cls.partial_rows or cls.standalone):
             out.print(Text("rows some party does not hold: refused (it trains and scores the rows every party holds)",
                            style="dim"))

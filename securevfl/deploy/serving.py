@@ -50,10 +50,13 @@ to a batch it missed, dropped unread — a late answer is never taken for a late
 process of it (a restart: another transport session, which the gRPC transport accepts only for a
 serving session's passive parties in a full mesh, ``GrpcTransport(replaceable=...)``) is set up
 again alone — HELLO with the session's salt, its new INDEX, WIDTHS — then sent a sync marker, which
-it echoes once its side is built; it is asked again from then on. Limits: a method whose evaluation
-is not one message per passive party (EASTER, hetero-lr, SecureBoost) leaves a party out only at
-the lookup (its evaluation has no deadline) and cannot take a restarted party back; in a star
-federation a passive party that stops still stops the service.
+it echoes once its side is built; it is asked again from then on. A method that sums one vector over
+every row evaluated (EASTER, Agg-VFL: ``PartySide.sums_rows``) evaluates each batch over every ID
+asked, in a random order (``slots`` in the rows message), sets its secure aggregation up again
+(``regroup``) whenever the parties in scoring change, and tells the members of a round cut short by a
+lost party to stop waiting (:data:`TAG_ABANDON`). Limits: hetero-lr and SecureBoost leave a party out
+only at the lookup (their evaluation has no deadline), SecureBoost cannot take a restarted party back;
+in a star federation a passive party that stops still stops the service.
 
 **What each party learns** — as PSI on the request: a passive party learns which of **its own**
 customers are scored (the positions it must score) and how many IDs were asked, never an ID it
@@ -98,6 +101,7 @@ from securevfl.errors import (
     DataError,
     ProtocolError,
     SecureVFLError,
+    UnexpectedTagError,
 )
 from securevfl.federation.runtime import PartyContext
 
@@ -107,6 +111,9 @@ TAG_REQUEST = "deploy.serve.request"
 TAG_BLINDED = "deploy.serve.blinded"
 TAG_ROWS = "deploy.serve.rows"
 TAG_WIDTHS = "deploy.serve.widths"
+#: The active party cut a batch's secure-aggregation round short (a party of it was lost): wherever this
+#: party waits in that round, it stops waiting, and its side is set up again before it takes part again.
+TAG_ABANDON = "deploy.serve.abandon"
 
 #: The most IDs one batch of requests may look up (a batch never exceeds a request, or the active party's
 #: max_batch_rows setting plus one request).
@@ -384,11 +391,26 @@ def passive_role(model: ServingModel, fingerprint: str, build_side: SideBuilder,
             with ctx.meter.crypto("serve.blind"):
                 answer["points"] = _blind(asked[admitted], key).tobytes() if admitted.any() else b""
             ctx.send(ctx.active, TAG_BLINDED, answer)
-            positions, evaluate = _rows_message(ctx.recv(ctx.active, TAG_ROWS), ctx.active, int(admitted.sum()),
-                                                len(order), ctx.name, number)
-            if evaluate:  # its part in the batch, even of none of its rows (a model trained on every row)
-                model.side.evaluate(ctx, model.X[order[positions]], VALIDATE)
-                summary.rows_scored += len(positions)
+            rows = _rows_message(ctx.recv(ctx.active, TAG_ROWS), ctx.active, int(admitted.sum()), len(order),
+                                 ctx.name, number, len(asked))
+            positions = rows.positions
+            try:
+                if rows.regroup:  # the passive parties in scoring changed: a new secure-aggregation session
+                    log_event(_log, ctx.name, "serve", "regroup", "secure aggregation set up again (the parties "
+                              "in scoring changed)")
+                    model.side.regroup(ctx)
+                if rows.evaluate:  # its part in the batch, even of none of its rows (a model trained on every row)
+                    if rows.held is None:
+                        model.side.evaluate(ctx, model.X[order[positions]], VALIDATE)
+                    else:  # its rows at their places in a round over every ID of the batch
+                        model.side.evaluate_held(ctx, model.X[order[positions]], rows.held, VALIDATE)
+                    summary.rows_scored += len(positions)
+            except UnexpectedTagError as exc:
+                if exc.received != TAG_ABANDON:
+                    raise
+                log_event(_log, ctx.name, "serve", "abandoned", f"request {summary.requests}: the active party cut "
+                          "its secure-aggregation round short (a party of it was lost)", level=logging.WARNING)
+                continue
             log_event(_log, ctx.name, "serve", "request", f"request {summary.requests}: {len(positions)} of "
                       f"{len(asked)} asked rows scored here", level=logging.DEBUG, request=summary.requests,
                       rows=len(positions), asked=len(asked))
@@ -406,15 +428,32 @@ def _warm_up(model: ServingModel, index: np.ndarray, key: Any) -> None:
             model.side.own_outputs(model.X[:1])
 
 
-def _rows_message(message: Any, sender: str, looked_up: int, index_rows: int, me: str,
-                  number: int) -> tuple[np.ndarray, bool]:
-    """The rows of this party's index the active party scores in batch ``number``, and whether it is evaluated here.
+@dataclass(frozen=True)
+class RowsToScore:
+    """A batch's rows message, checked: what this passive party scores and how (:func:`_rows_message`)."""
 
+    #: Rows of this party's index, in the order they are evaluated.
+    positions: np.ndarray
+    #: Whether this party takes part in the batch's evaluation.
+    evaluate: bool
+    #: A method that sums one vector over every row evaluated: this party's places among the batch's IDs.
+    held: np.ndarray | None = None
+    #: Set up the method's secure aggregation again first (the passive parties in scoring changed).
+    regroup: bool = False
+
+
+def _rows_message(message: Any, sender: str, looked_up: int, index_rows: int, me: str,
+                  number: int, asked: int) -> RowsToScore:
+    """What this party scores in batch ``number``: rows of its index, whether, and where in a round.
+
+    The places are for a method that sums over every row evaluated: a round over the batch's ``asked`` IDs.
     With a model trained on every row the batch is always evaluated (of none of this party's rows,
     possibly), so that a peer learns nothing of how many rows the active party scores without it;
-    unless this party was left out of the batch (its lookup answer came too late).
+    unless this party was left out of the batch (its lookup answer came too late). A round is over
+    exactly the IDs asked (the number this party already sees), the places increasing and distinct.
     """
-    if not isinstance(message, dict) or set(message) != {"positions", "evaluate", "batch"}:
+    keys = {"positions", "evaluate", "batch"}
+    if not isinstance(message, dict) or set(message) not in (keys, keys | {"slots", "round", "regroup"}):
         raise ProtocolError(f"malformed rows message from {sender}")
     if message["batch"] != number:
         raise ProtocolError(f"{sender} sent the rows of batch {message['batch']!r} in batch {number}")
@@ -425,7 +464,16 @@ def _rows_message(message: Any, sender: str, looked_up: int, index_rows: int, me
         raise ProtocolError(f"{sender} asked for rows outside {me}'s index")
     if not isinstance(evaluate, bool) or (len(positions) and not evaluate):
         raise ProtocolError(f"malformed rows message from {sender}")
-    return positions, evaluate
+    if "slots" not in message:
+        return RowsToScore(positions, evaluate)
+    slots = message["slots"]
+    if message["round"] != asked or not isinstance(slots, np.ndarray) or slots.dtype != np.int64 \
+            or slots.shape != positions.shape or not evaluate or not isinstance(message["regroup"], bool) or (
+                len(slots) and (slots[0] < 0 or slots[-1] >= asked or np.any(np.diff(slots) <= 0))):
+        raise ProtocolError(f"{sender} sent a malformed round of {asked} asked IDs")
+    held = np.zeros(asked, dtype=bool)
+    held[slots] = True
+    return RowsToScore(positions, evaluate, held, message["regroup"])
 
 
 def _lookup_request(message: Any, sender: str) -> tuple[np.ndarray, list[int], int]:
@@ -467,7 +515,12 @@ def _next_request(ctx: PartyContext) -> Any:
     """
     while True:
         ctx.stage = IDLE_STAGE
-        message = ctx.recv(ctx.active, TAG_REQUEST)
+        try:
+            message = ctx.recv(ctx.active, TAG_REQUEST)
+        except UnexpectedTagError as exc:  # a round this party had finished its part of was cut short: nothing to do
+            if exc.received != TAG_ABANDON:
+                raise
+            continue
         if message == "stop":
             return None
         if isinstance(message, dict) and set(message) == {"sync"}:

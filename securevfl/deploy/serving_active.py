@@ -12,6 +12,7 @@ when it returns (a restarted process: its set-up redone alone).
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import secrets
 import time
@@ -28,6 +29,7 @@ from securevfl.deploy.progress import log_event
 from securevfl.deploy.serving import (
     IDLE_STAGE,
     MAX_INDEX_ROWS,
+    TAG_ABANDON,
     TAG_BLINDED,
     TAG_HELLO,
     TAG_INDEX,
@@ -109,6 +111,12 @@ class _Session:
     collects: bool = True
     #: A restarted passive process is set up again alone and taken back (:attr:`PartySide.takes_back`).
     takes_back: bool = True
+    #: The method's evaluation sums one vector over every row evaluated (:attr:`PartySide.sums_rows`): a model
+    #: trained on every row is evaluated over every ID of the batch, in a random order (:func:`_round_slots`).
+    sums_rows: bool = False
+    #: (With :attr:`sums_rows`) the passive parties of the method's secure-aggregation session, which is set up
+    #: again (:meth:`PartySide.regroup`) when the parties in scoring change; at first every passive party.
+    members: tuple[str, ...] = ()
     batches: int = 0  # batches sent to the passive parties (each message of a batch carries its number)
     syncs: int = 0  # sync markers sent to late passive parties
 
@@ -188,12 +196,12 @@ def active_role(model: ServingModel, fingerprint: str, jobs: RequestQueue,
         model.side = build_side(widths, n_classes, task)
         prepare_scoring_side(ctx, model.side, model.saved)
         side = model.side
-        every_row = bool(side.method.partial_rows and side.method.serves_partial_rows
-                         and not side.config.require_all_parties)
+        every_row = bool(side.method.partial_rows and not side.config.require_all_parties)
         session = _Session(model, peers, helpers, key, salt, classes, task, federation.job.id_column, metrics,
                            ctx.name, every_row, settings.party_timeout_s, bool(side.leave_out), fingerprint, inputs,
                            collects=bool(side.leave_out and side.collects),
-                           takes_back=bool(side.leave_out and side.takes_back))
+                           takes_back=bool(side.leave_out and side.takes_back), sums_rows=bool(side.sums_rows),
+                           members=tuple(peers))
         ready()
         started = time.perf_counter()
         last = time.monotonic()
@@ -493,9 +501,11 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
     refused: list[BudgetRefused | None] = [None] * len(batch)
     positions: dict[str, np.ndarray] = {}
     sent: list[str] = []
+    every_row = session.every_row
     if session.peers:
         positions, refused, sent = _lookups(ctx, session, batch, ids, number, out)
-        if session.every_row:  # the rows the active party holds, of the requests no peer refused
+        every_row = every_row and (session.leave_out or not out)  # else the model needs every party's part
+        if every_row:  # the rows the active party holds, of the requests no peer refused
             starts = np.cumsum([0, *[job.n_rows for job in batch]])
             for j, refusal in enumerate(refused):
                 if refusal is not None:
@@ -506,20 +516,36 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
             for found in positions.values():
                 held &= found >= 0
     rows = np.flatnonzero(held)
-    evaluate = bool(session.every_row or len(rows))
+    evaluate = bool(every_row or len(rows))
+    slots = _round_slots(len(ids), rows) if evaluate and every_row and session.sums_rows else None
+    members, regroup = session.members, False
+    if slots is not None:  # the session's members: the parties that answered, if their sums hide each one
+        up = tuple(p for p in session.peers if p in positions)
+        members = up if session.model.side.can_regroup(up) else ()
+        if not members and not session.model.side.can_regroup(()):  # no secure sum, no model of its own: no row
+            held[:] = False
+            rows, evaluate, slots, members = rows[:0], False, None, session.members
+        regroup = members != session.members
     told: list[str] = []
     for p in sent:  # positions in the peer's index: only of IDs it looked up and holds; none for a party left out
-        answered = p in positions
+        answered = p in positions and (slots is None or p in members)
         mine = positions[p][rows] if answered else np.zeros(0, np.int64)
+        own = mine[mine >= 0].astype(np.int64)
+        message: dict[str, Any] = {"positions": own, "batch": number, "evaluate": evaluate and answered}
+        if slots is not None and answered:  # its rows' places in the round, in the order of the places
+            places = slots[mine >= 0]
+            order = np.argsort(places)
+            message.update(positions=own[order], slots=places[order], round=len(ids), regroup=regroup)
         try:
-            ctx.send(p, TAG_ROWS, {"positions": mine[mine >= 0].astype(np.int64), "batch": number,
-                                   "evaluate": evaluate and answered})
+            ctx.send(p, TAG_ROWS, message)
         except SecureVFLError as exc:
             _down_or_raise(ctx, session, p, exc)
             out[p] = DOWN
             continue
         if answered and evaluate:
             told.append(p)
+        elif p in positions:  # it answered in time, but is not in the session that scores this batch
+            pass
         elif session.peers[p].state == LATE:  # its late lookup answer, then the marker's echo
             _resync(ctx, session, p, f"no lookup answer within {session.timeout_s:g} s")
     silent = {p for p in session.peers if p not in told}
@@ -539,10 +565,24 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
     if evaluate:
         X = np.concatenate([job.X for job in batch]) if len(batch) > 1 else batch[0].X
         side = session.model.side
-        side.present = present if session.every_row else None
+        side.present = present if every_row else None
         side.silent = frozenset(silent) if session.leave_out else frozenset()
         try:
-            scores = side.evaluate(ctx, X[rows], VALIDATE).scores
+            if slots is None:
+                scores = side.evaluate(ctx, X[rows], VALIDATE).scores
+            else:  # a round over every ID of the batch: the unscored ones are no party's rows
+                try:
+                    if regroup:
+                        _regroup(session, side, ctx, members)
+                    scores = _evaluate_round(ctx, side, X[rows], slots, present, len(ids))
+                except SecureVFLError as exc:  # a party lost in the round: the others stop, the bank alone scores
+                    present = {p: none for p in present}
+                    scores = _cut_round(ctx, session, side, exc, number, X[rows], slots, present, len(ids))
+                    out.update({p: session.peers[p].state for p in session.peers if session.peers[p].state != UP})
+                    if scores is None:  # no model of its own: none of the batch's rows
+                        held[:] = False
+                        rows = rows[:0]
+                        present = {p: m[:0] for p, m in present.items()}
         finally:
             side.present, side.silent = None, frozenset()
     session.metrics.batch_rows.observe(len(ids))
@@ -565,6 +605,80 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
                 job.answer.set_exception(exc)
         start, begin = start + job.n_rows, begin + scored
     return int(len(rows))
+
+
+def _round_slots(n: int, rows: np.ndarray) -> np.ndarray:
+    """The places of the scored ``rows`` in a round over the batch's ``n`` IDs, in a fresh random order.
+
+    A method that sums one vector over every row evaluated (EASTER's secure sum) makes each passive
+    party send a vector of the round's length: over every ID of the batch (which each passive party
+    already sees in the lookup), so that a peer learns nothing of how many rows the active party
+    scores; in a random order, so that the places say nothing of which request a row came from.
+    """
+    order: np.ndarray = np.random.default_rng(np.frombuffer(os.urandom(16), np.uint32).tolist()).permutation(n)
+    places: np.ndarray = order[rows]
+    return places
+
+
+def _regroup(session: _Session, side: Any, ctx: PartyContext, members: tuple[str, ...]) -> None:
+    """A new secure-aggregation session with ``members`` (each was told so in its rows message), logged."""
+    was, session.members = session.members, members
+    side.regroup(ctx, members)
+    log_event(_log, ctx.name, "serve", "regroup", f"secure aggregation set up again with "
+              f"{', '.join(members) or 'no passive party (the active party scores alone)'} (was "
+              f"{', '.join(was) or 'none'})", members=list(members), was=list(was))
+
+
+def _cut_round(ctx: PartyContext, session: _Session, side: Any, exc: SecureVFLError, number: int, X: np.ndarray,
+               slots: np.ndarray, present: dict[str, np.ndarray], n: int) -> np.ndarray | None:
+    """A session member lost during batch ``number``'s round: the others stop waiting, the batch is scored again.
+
+    The lost party goes out as down; every other member is sent :data:`TAG_ABANDON` (wherever it waits in
+    the round, it stops) and a sync marker (what it sent in the cut round is dropped unread); the session
+    has no member until the parties are back (:func:`_regroup` then sets it up again). The batch is scored
+    by the active party alone (``present``: no passive party's part), or not at all (None) by a model
+    without a part of its own. Anything but a lost member is raised.
+    """
+    lost = [p for p in session.members if _lost(ctx, p, exc)]
+    if not lost:
+        raise exc
+    for p in lost:
+        _out(session, p, DOWN, f"lost during a secure-aggregation round ({type(exc).__name__})")
+    for p in session.members:
+        if p in lost:
+            continue
+        try:
+            ctx.send(p, TAG_ABANDON, number)
+        except SecureVFLError as error:
+            _down_or_raise(ctx, session, p, error)
+            continue
+        _resync(ctx, session, p, f"its secure-aggregation round was cut short: {', '.join(lost)} lost")
+    _regroup(session, side, ctx, ())
+    if not side.can_regroup(()):
+        return None
+    return _evaluate_round(ctx, side, X, slots, present, n)
+
+
+def _evaluate_round(ctx: PartyContext, side: Any, X: np.ndarray, slots: np.ndarray,
+                    present: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """The scores of the rows ``X`` evaluated at their ``slots`` of a round of ``n`` rows (the rest: no one's).
+
+    ``present`` (per passive party, the rows it holds) is cut in place to the rows its part went into.
+    """
+    from securevfl.methods.engine.loop import VALIDATE
+
+    full = np.zeros((n, *X.shape[1:]), dtype=X.dtype)
+    full[slots] = X
+    side.present = {}
+    for p, mask in present.items():
+        side.present[p] = np.zeros(n, dtype=bool)
+        side.present[p][slots] = mask
+    evaluation = side.evaluate(ctx, full, VALIDATE)
+    if evaluation.contributed is not None:  # a row's parties: those whose parts were summed (in place)
+        for p, mask in evaluation.contributed.items():
+            present[p] &= mask[slots]
+    scores: np.ndarray = np.asarray(evaluation.scores)[slots]
+    return scores
 
 
 def _parties(session: _Session, rows: np.ndarray, present: dict[str, np.ndarray]) -> list[str]:

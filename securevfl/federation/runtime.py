@@ -42,6 +42,7 @@ from securevfl.errors import (
     PeerTimeoutError,
     ProtocolError,
     RunAborted,
+    UnexpectedTagError,
 )
 from securevfl.federation import codec
 from securevfl.federation.cooperative import CooperativeTransport
@@ -172,9 +173,8 @@ class Channel:
 
     def _decoded(self, envelope: Envelope, src: str, tag: str) -> Any:
         if envelope.tag != tag:
-            raise ProtocolError(
-                f"{self.party} expected {tag!r} from {src} but received {envelope.tag!r}"
-            )
+            raise UnexpectedTagError(f"{self.party} expected {tag!r} from {src} but received {envelope.tag!r}",
+                                     envelope.tag)
         self._clock = max(self._clock, envelope.depth)
         if isinstance(envelope.payload, codec.Parcel):
             return envelope.payload.value

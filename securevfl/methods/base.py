@@ -127,10 +127,6 @@ class Method(ABC, Generic[OptionsT]):
     #: Whether a model trained on every row scores without a passive party that is down (its active side
     #: can :attr:`~securevfl.methods.engine.loop.PartySide.leave_out` one): batch scoring's ``--party-timeout``.
     leaves_out_parties: ClassVar[bool] = False
-    #: Whether ``party --serve`` scores rows some passive party does not hold with a model trained on every
-    #: row (EASTER / Agg-VFL: not yet — a request's masked round would tell a passive party the batch's
-    #: row count; their service answers the rows every party holds, the others ``not_scored``).
-    serves_partial_rows: ClassVar[bool] = True
     #: Settings of the run (:class:`TrainConfig` field names) this method defaults differently where the
     #: user gives none: a method whose baseline needs another learning rate or early stopping to be fair.
     #: Applied by :func:`with_method_defaults` (the API, the CLI and ``[job]``); a given value always wins.

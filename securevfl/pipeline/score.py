@@ -35,7 +35,7 @@ from securevfl.data.alignment import create_aligner
 from securevfl.data.labels import REGRESSION
 from securevfl.data.partition import PartyTable
 from securevfl.data.preprocess import EncodedColumns
-from securevfl.data.scenario import Scenario, align_none
+from securevfl.data.scenario import Scenario, align_none, pattern_names
 from securevfl.deploy.alignment import LocalAlignment
 from securevfl.deploy.federation_file import Federation
 from securevfl.deploy.links import Absence
@@ -287,9 +287,13 @@ class ScoreRun:
         if local.active in local.tables:
             rows = scenario.alignment.aligned[local.active]
             id_name = self._id_name(session)
+            contributed = outcome.value.contributed  # EASTER: a row's parties are those whose parts were summed
+            parties = patterns if contributed is None else pattern_names(scenario.parties, [
+                contributed[p] if p in contributed else scenario.alignment.held(p, scenario.test)
+                for p in scenario.parties], size)
             predictions, metrics = active_predictions(local.tables[local.active].ids, rows, outcome.value.scores,
                                                       local.labels, local.task, local.classes, id_name,
-                                                      patterns if local.cover else None)
+                                                      parties if local.cover else None)
         if isinstance(session, InProcess):
             assert predictions is not None
             counts = {p: t.n_rows for p, t in local.tables.items()}

@@ -33,7 +33,7 @@ from torch import nn
 
 from securevfl.data.labels import REGRESSION
 from securevfl.data.scenario import PartyData, Scenario
-from securevfl.errors import ConfigError, ProtocolError
+from securevfl.errors import ConfigError, ModelError, ProtocolError
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import ActiveOutcome, Method, Role, as_tensor, predict_scores
 from securevfl.methods.engine import peer_reveal
@@ -48,6 +48,7 @@ from securevfl.networks.zoo import (
     layered_architecture,
 )
 from securevfl.privacy.aggregation import (
+    AggregateResult,
     AggregationConfig,
     AggregationScheme,
     aggregation_names,
@@ -65,6 +66,9 @@ EMBED_GRAD = "embed_grad"
 SCORES = "scores"
 #: Partial coverage: which of its rows of the round a passive party contributes (the others: a masked zero).
 ROWS = "rows"
+#: Scoring, at the first evaluation: whether a passive party is in the secure-aggregation session (a party left
+#: out of the scoring can leave too few others to hide each sum: then none is, and the active party scores alone).
+MEMBER = "member"
 #: What an attack on a party can see besides its messages (``ctx.observe``): the sum the active party
 #: learns in each round, and a passive party's own contribution.
 OBSERVED_SUM, OBSERVED_CONTRIBUTION = "aggregate.sum", "aggregate.contribution"
@@ -157,7 +161,7 @@ class AggregateMethod(Method[AggregationOptionsT]):
     supports_category_embeddings = True
 
     per_party_loss: ClassVar[bool] = False
-    serves_partial_rows = False  # the serving protocol does not run the partial round (Method.serves_partial_rows)
+    leaves_out_parties = True  # the secure aggregation is set up with the parties in scoring (or none of them)
 
     def plan(self, scenario: Scenario) -> AggregatePlan:
         """The scheme, checked for the passive parties, and every party's architecture from the zoo.
@@ -244,6 +248,8 @@ class _AggregateSide(PartySide):
         self.model: nn.Module | None = None
         #: Partial coverage, at a passive party while it evaluates: its mask over the positions evaluated.
         self.held: np.ndarray | None = None
+        #: The scheme's side of the secure-aggregation session (scoring: set up at the first evaluation).
+        self.agg: Any = None
 
     def local_steps(self) -> int:
         """Optimiser steps this party makes per round on the same batch (shared loss only).
@@ -265,6 +271,8 @@ class _AggregateSide(PartySide):
         for b, rows in enumerate(agreed_batches(self.rows, self.config, epoch)):
             yield rows, self.method.dropped(self.plan, epoch, b)
 
+    sums_rows = True
+
     def evaluate_positions(self, ctx: PartyContext, split: str, positions: np.ndarray,
                            phase: str) -> Evaluation | None:
         """:meth:`PartySide.evaluate_positions`; a passive party keeps its mask over ``positions`` meanwhile."""
@@ -273,6 +281,14 @@ class _AggregateSide(PartySide):
             self.held = coverage.split(split)[self.data.name][positions]
         try:
             return super().evaluate_positions(ctx, split, positions, phase)
+        finally:
+            self.held = None
+
+    def evaluate_held(self, ctx: PartyContext, X: np.ndarray, held: np.ndarray, phase: str) -> Evaluation | None:
+        """:meth:`PartySide.evaluate_held`: its vector of the round has ``len(held)`` rows, its own at ``held``."""
+        self.held = held
+        try:
+            return self.evaluate(ctx, X, phase)
         finally:
             self.held = None
 
@@ -285,9 +301,21 @@ class AggregatePassive(_AggregateSide):
     scheme masks it), and it receives the global value, or the gradient, of those rows only.
     """
 
+    #: Whether it is in the secure-aggregation session (None: scoring, not told yet).
+    member: bool | None = None
+
     def build(self, ctx: PartyContext) -> None:
         self._build_model(ctx)
+        self.regroup(ctx)
+
+    def build_for_scoring(self, ctx: PartyContext) -> None:
+        """The model only: the secure-aggregation session is set up at the first evaluation (:meth:`regroup`)."""
+        self._build_model(ctx)
+
+    def regroup(self, ctx: PartyContext, passives: tuple[str, ...] = ()) -> None:
+        """A new secure-aggregation session, its parties named by the active party's session message."""
         self.agg = self.plan.scheme.passive()
+        self.member = True
         ctx.stage = "secagg setup"
         self.agg.setup(ctx)
 
@@ -364,6 +392,15 @@ class AggregatePassive(_AggregateSide):
         model, held = self.model, self.held
         assert model is not None
         keep = None
+        if self.member is None:  # the first evaluation of a scoring run: in the session the active party sets up?
+            member = ctx.recv(ctx.active, self.tag(phase, MEMBER))
+            if not isinstance(member, bool):
+                raise ProtocolError(f"{ctx.active} sent a malformed session membership")
+            self.member = member
+            if member:
+                self.regroup(ctx)
+        if not self.member:  # left out of the session: it takes no part (the active party knows)
+            return
         if held is not None:  # partial coverage: X holds its rows of the positions; the summed ones
             keep = self._summed(ctx, phase, held)
             X = X[keep]
@@ -409,12 +446,65 @@ class AggregateActive(_AggregateSide):
     its rows are summed and receives the global value (or gradient) of those rows only.
     """
 
+    #: Serving: a passive party down is left out, and a restarted one taken back (its secure aggregation is
+    #: set up again with the parties in scoring, :meth:`regroup`).
+    leave_out = True
+    takes_back = True
+    #: The passive parties of the secure-aggregation session (None: scoring, not set up yet).
+    members: tuple[str, ...] | None = None
+
     def build(self, ctx: PartyContext) -> None:
+        self.build_for_scoring(ctx)
+        self.regroup(ctx, self.passives)
+
+    def build_for_scoring(self, ctx: PartyContext) -> None:
+        """The model only: the secure-aggregation session is set up at the first evaluation (:meth:`regroup`)."""
         self._build_model(ctx)
         self.y = self.training_targets()
-        self.agg = self.plan.scheme.active()
-        ctx.stage = "secagg setup"
-        self.agg.setup(ctx, self.passives)
+        self.members = None
+
+    def regroup(self, ctx: PartyContext, passives: tuple[str, ...] = ()) -> None:
+        """A new secure-aggregation session with ``passives`` (none: the active party scores alone).
+
+        Serving calls it when the passive parties in scoring change (:meth:`can_regroup` said yes); each
+        of ``passives`` has been told to set up again (:meth:`AggregatePassive.regroup`), the others are
+        left out of every evaluation until the next session.
+        """
+        self.members = tuple(p for p in self.passives if p in passives)
+        self.agg = None
+        if self.members:
+            self.agg = self.plan.scheme.active()
+            ctx.stage = "secagg setup"
+            self.agg.setup(ctx, self.members)
+
+    def _first_session(self, ctx: PartyContext, phase: str) -> None:
+        """Scoring: each passive party in scoring told whether it is in the session, which is then set up.
+
+        Every one is, unless one is left out (:attr:`silent`) and the others' sums could not hide each
+        contribution: then none is, and the active party scores alone (a model without a part of its
+        own cannot: ModelError).
+        """
+        up = tuple(p for p in self.passives if p not in self.silent)
+        members = up if self.can_regroup(up) else ()
+        if not members and self.model is None:
+            raise ModelError(f"the {self.method.name} model cannot score without {', '.join(sorted(self.silent))}: "
+                             f"the parties left ({', '.join(up)}) cannot hide each one's part of a sum, and the "
+                             "active party has no model of its own")
+        for p in up:
+            ctx.send(p, self.tag(phase, MEMBER), p in members)
+        self.regroup(ctx, members)
+
+    def can_regroup(self, passives: tuple[str, ...]) -> bool:
+        """Whether a session with just ``passives`` can score: their sums hide each one (none: a model of its own)."""
+        if not passives:
+            return self.model is not None
+        try:
+            self.plan.scheme.validate(len(passives))
+            peer_reveal.refuse_configuration(self.method.name, self.method.options.secagg, self.model is not None,
+                                             len(passives), self.method.options.allow_peer_reveal)
+        except ConfigError:
+            return False
+        return True
 
     def _plan_round(self, ctx: PartyContext, phase: str, held: Mapping[str, np.ndarray] | None, rows: int,
                     dropped: frozenset[str], own: bool) -> _Round | None:
@@ -439,7 +529,13 @@ class AggregateActive(_AggregateSide):
         Under partial coverage the plan keeps the passive parties actually summed (a real dropout, which
         the scheme recovers from, leaves fewer than planned), and every row is checked.
         """
-        result = self.agg.aggregate(ctx, dropped)
+        members = self.passives if self.members is None else self.members
+        if self.agg is not None:
+            result = self.agg.aggregate(ctx, dropped & frozenset(members))
+        elif plan is not None:  # a session of no passive party (serving, :meth:`regroup`): nothing is summed
+            result = AggregateResult(np.zeros((len(plan.counts), self.method.contribution_width(self))), (), ())
+        else:
+            raise ProtocolError("a round without a secure-aggregation session")
         ctx.observe(OBSERVED_SUM, result.total)  # what the active party learns: the sum, nothing finer
         if plan is None:
             self.method.check_round(len(result.survivors), own is not None)
@@ -562,12 +658,16 @@ class AggregateActive(_AggregateSide):
         if model is not None:
             with ctx.meter.compute(), torch.no_grad():
                 own = method.contribution(model, as_tensor(X, ctx.device))
-        plan = self._plan_round(ctx, phase, self.present, len(X), frozenset(), own is not None)
-        S, k, _, plan = self._global(ctx, own, frozenset(), plan)
+        if self.members is None:  # the first evaluation of a scoring run: the session of the parties in scoring
+            self._first_session(ctx, phase)
+        others = frozenset(self.passives) - frozenset(self.members or ())  # not in the session: not asked
+        plan = self._plan_round(ctx, phase, self.present, len(X), others, own is not None)
+        S, k, _, plan = self._global(ctx, own, others, plan)
         with ctx.meter.compute(), torch.no_grad():
             G = self._mean(S, own, k, plan)
+        contributed = None if plan is None else {p: plan.summed[p] for p in self.passives}
         if not method.per_party_loss:
-            return Evaluation(self.objective.predictions(G))
+            return Evaluation(self.objective.predictions(G), contributed=contributed)
         if plan is None:
             ctx.broadcast(self.passives, self.tag(phase, GLOBAL), {"E": G, "k": k})
             rows: dict[str, np.ndarray] = {p: np.ones(len(X), dtype=bool) for p in self.passives}
@@ -597,7 +697,7 @@ class AggregateActive(_AggregateSide):
             ensemble = ensemble_scores(list(per_party.values()), self.objective.predictions(torch.zeros(
                 (len(X), self.data.n_classes), device=self.device)))
         # the active party's own model when it has one, else the ensemble (EASTER's headline is the mean)
-        return Evaluation(per_party.get(ctx.name, ensemble), per_party)
+        return Evaluation(per_party.get(ctx.name, ensemble), per_party, contributed)
 
     def outcome(self, ctx: PartyContext, evaluation: Evaluation | None, record: EngineRecord) -> ActiveOutcome:
         y = self.data.y_test

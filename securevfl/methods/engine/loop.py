@@ -127,6 +127,9 @@ class Evaluation:
 
     scores: np.ndarray
     per_party: dict[str, np.ndarray] = field(default_factory=dict)
+    #: Per passive party, the rows its part went into, where that is fewer than the rows it holds (EASTER: a
+    #: row summed over too few parties to hide each one is not summed); None: every row it holds.
+    contributed: dict[str, np.ndarray] | None = None
 
 
 Losses = Mapping[str, float]
@@ -183,6 +186,9 @@ class PartySide(ABC):
     #: (With :attr:`leave_out`) a passive party's scoring set-up is with the active party (and the helpers, which
     #: redo theirs in :meth:`rejoined`): serving sets up a restarted passive process again and takes it back.
     takes_back: bool = False
+    #: Its evaluation sums one vector over every row evaluated (EASTER's secure sum): a passive party contributes
+    #: at every place, an exact zero where it does not hold the row (:meth:`evaluate_held`).
+    sums_rows: bool = False
     #: True where the active side may report no loss for an epoch (hetero-lr without loss monitoring):
     #: such an epoch's history entry holds no loss (by default its loss is 0.0).
     loss_optional: bool = False
@@ -242,6 +248,23 @@ class PartySide(ABC):
             return self.evaluate(ctx, X[self.data.own_rows(split, positions)], phase)
         finally:
             self.present = None
+
+    def regroup(self, ctx: PartyContext, passives: tuple[str, ...] = ()) -> None:  # noqa: B027 - optional hook
+        """Serving, a side that :attr:`sums_rows`: set its secure aggregation up again (by default nothing).
+
+        At the active side with ``passives``, the parties now in scoring; each passive side was told.
+        """
+
+    def can_regroup(self, passives: tuple[str, ...]) -> bool:
+        """The active side: whether it can score with just ``passives`` in its secure aggregation (:meth:`regroup`)."""
+        return True
+
+    def evaluate_held(self, ctx: PartyContext, X: np.ndarray, held: np.ndarray, phase: str) -> Evaluation | None:
+        """A passive party: :meth:`evaluate` its rows ``X`` of an evaluation of ``len(held)`` rows, at ``held``.
+
+        Only a side that :attr:`sums_rows` needs the places; by default they are ignored.
+        """
+        return self.evaluate(ctx, X, phase)
 
     def validation_loss(self, ctx: PartyContext, rows: np.ndarray) -> float | None:
         """The validation loss of the current unsupervised phase on the aligned training ``rows``.
@@ -487,4 +510,8 @@ def score_side(ctx: PartyContext, side: PartySide, saved: SavedSide, batch_rows:
     if not parts:
         return Evaluation(np.zeros((0, side.data.n_classes)) if side.data.task != REGRESSION else np.zeros(0))
     per_party = {p: np.concatenate([e.per_party[p] for e in parts]) for p in parts[0].per_party}
-    return Evaluation(np.concatenate([e.scores for e in parts]), per_party)
+    contributed = None
+    if all(e.contributed is not None for e in parts):
+        contributed = {p: np.concatenate([e.contributed[p] for e in parts if e.contributed is not None])
+                       for p in parts[0].contributed or {}}
+    return Evaluation(np.concatenate([e.scores for e in parts]), per_party, contributed)
