@@ -324,6 +324,17 @@ def test_fuzz_the_data_fast_path_accepts_exactly_the_valid_data_frames(fields, k
     assert fr.encode_data(seq, tag, depth, chunk, chunks, total, payload) == fr.encode_frame(frame) == data
 
 
+@pytest.mark.parametrize("size", [0, 255, 256, 4095, 4096, 65535, 65536, 1 << 20])
+def test_data_frame_of_a_large_payload_is_msgpacks_bytes(size):
+    """From 4 KiB on the header is packed alone and the payload joined: the bytes are msgpack's all the same."""
+    import msgpack
+
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    data = fr.encode_data(7, "t", 3, 0, 1, size, memoryview(payload))
+    assert data == msgpack.packb([fr.VERSION, 4, 7, "t", 3, 0, 1, size, payload], use_bin_type=True)
+    assert fr.decode_frame(data, max_chunk=1 << 20).payload == payload
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(0, 20), st.binary(max_size=8)),
                 min_size=1, max_size=6))

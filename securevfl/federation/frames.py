@@ -90,11 +90,26 @@ def encode_frame(frame: Frame) -> bytes:
 _DATA = int(Kind.DATA)
 
 
+_JOIN_FROM = 4096  # from this payload size on, the header is packed alone and the payload joined to it
+
+
 def encode_data(seq: int, tag: str, depth: int, chunk: int, chunks: int, total: int,
                 payload: bytes | memoryview) -> bytes:
-    """A DATA frame's bytes, the same as :func:`encode_frame` gives, without building a :class:`Frame` first."""
-    packed: bytes = msgpack.packb([VERSION, _DATA, seq, tag, depth, chunk, chunks, total, payload], use_bin_type=True)
-    return packed
+    """A DATA frame's bytes, the same as :func:`encode_frame` gives, without building a :class:`Frame` first.
+
+    A large payload is copied once, into the frame (``msgpack.packb`` copies it into its own buffer first).
+    """
+    if len(payload) < _JOIN_FROM:
+        packed: bytes = msgpack.packb([VERSION, _DATA, seq, tag, depth, chunk, chunks, total, payload],
+                                      use_bin_type=True)
+        return packed
+    head = msgpack.packb([VERSION, _DATA, seq, tag, depth, chunk, chunks, total, b""], use_bin_type=True)
+    return b"".join((head[:-2], _bin_header(len(payload)), payload))  # head ends with an empty bin (2 bytes)
+
+
+def _bin_header(size: int) -> bytes:
+    """msgpack's header of a ``size``-byte bin (``size`` >= 256: bin 16 or bin 32)."""
+    return b"\xc5" + size.to_bytes(2, "big") if size < 1 << 16 else b"\xc6" + size.to_bytes(4, "big")
 
 
 def _data_frame(seq: int, tag: str, depth: int, chunk: int, chunks: int, total: int, payload: bytes) -> Frame:

@@ -67,6 +67,7 @@ class _Inbox:
     unacked_bytes: int = 0
     queued_bytes: int = 0  # payload bytes of the whole messages in ``envelopes``
     held_back: int = 0  # times the server stopped reading this link because it held recv_buffer_mb
+    reader_waiting: bool = False  # the link's reader waits for recv to take messages (back-pressure)
     peer_max_message: int = 0  # the peer's max_message (bytes) from its HELLO; 0 if it did not say
     session: str | None = None  # the session id of the peer process whose HELLO this party accepted first
     context: Any = None  # the server context of the stream now carrying this link
@@ -116,6 +117,26 @@ class _Receiver:
                 inbox.context = context
             self._cond.notify_all()
             return inbox.generation, inbox.expected, previous
+
+    def _hold_back(self, inbox: _Inbox, generation: int, bound: int, active: Callable[[], bool]) -> None:
+        """Back-pressure: stop reading the link while it holds ``bound`` bytes (``recv_buffer_mb``) not yet taken.
+
+        Returns at once when there is room; otherwise waits until ``recv`` takes enough (it wakes the reader),
+        the stream is replaced or ends (``active`` false) or the run aborts.
+        """
+        with self._cond:
+            if not inbox.envelopes or inbox.held_bytes() < bound:
+                return
+            inbox.held_back += 1
+            inbox.reader_waiting = True
+            try:
+                while (inbox.envelopes and inbox.held_bytes() >= bound and inbox.generation == generation
+                       and self.abort_reason is None and active()):
+                    inbox.last_seen = time.monotonic()  # the peer is not silent: this party holds it back
+                    self._cond.wait(0.1)
+            finally:
+                inbox.reader_waiting = False
+            inbox.last_seen = time.monotonic()
 
     def _check_hello(self, hello: fr.Frame, context: grpc.ServicerContext | None) -> str:
         if hello.kind != fr.Kind.HELLO:

@@ -115,17 +115,10 @@ class _OutLink:
 
     def _send_chunks(self, tag: str, depth: int, payload: bytes, chunks: list[memoryview], window: float,
                      relayed: bool) -> None:
-        settings = self.settings
         for i, part in enumerate(chunks):
             with self.cond:
-                blocked = time.monotonic()
-                while self.unacked_bytes > window and self.error is None and not self.owner.abort_reason:
-                    if time.monotonic() - blocked > settings.recv_timeout_s:  # the peer is alive but takes nothing
-                        raise PeerTimeoutError(self.peer, self.owner.party, settings.recv_timeout_s, (
-                            f"{self.owner.party} waited {settings.recv_timeout_s:g} s for {self.peer} to take its "
-                            f"messages: {self.peer} holds its recv_buffer_mb unread and this party's "
-                            "send_window_mb is full"))
-                    self.cond.wait(0.1)  # back-pressure: the peer has not acknowledged enough yet
+                if self.unacked_bytes > window:
+                    self._wait_for_window(window)
                 if self.error is not None:
                     raise self.error
                 self._append(fr.encode_data(self.next_seq, tag, depth, i, len(chunks), len(payload), part))  # no copy
@@ -133,6 +126,22 @@ class _OutLink:
             self.stats.relayed_bytes += len(payload)
         else:
             self.stats.payload_bytes += len(payload)
+
+    def _wait_for_window(self, window: float) -> None:
+        """Back-pressure: wait until the peer acknowledged enough to bring the unacknowledged bytes under ``window``.
+
+        The caller holds ``cond``. A peer that is alive but takes nothing for ``recv_timeout_s`` is a
+        :class:`PeerTimeoutError`; a failed link or an aborted run ends the wait (the caller checks).
+        """
+        settings = self.settings
+        blocked = time.monotonic()
+        while self.unacked_bytes > window and self.error is None and not self.owner.abort_reason:
+            if time.monotonic() - blocked > settings.recv_timeout_s:  # the peer is alive but takes nothing
+                raise PeerTimeoutError(self.peer, self.owner.party, settings.recv_timeout_s, (
+                    f"{self.owner.party} waited {settings.recv_timeout_s:g} s for {self.peer} to take its "
+                    f"messages: {self.peer} holds its recv_buffer_mb unread and this party's "
+                    "send_window_mb is full"))
+            self.cond.wait(0.1)
 
     def finish(self) -> None:
         with self.send_lock, self.cond:
@@ -272,6 +281,7 @@ class _OutLink:
                         return
                     if self.urgent and self.handshaken == generation:
                         data = self.urgent.popleft()
+                        self.cond.notify_all()  # flush_urgent waits for the urgent queue to empty
                         break
                     if self.handshaken == generation and self.send_pos < self.next_seq:
                         data = self.frames[self.send_pos]
@@ -287,7 +297,6 @@ class _OutLink:
                         data = _HEARTBEAT
                         break
                     self.cond.wait(left)
-                self.cond.notify_all()
             self.stats.frames += 1
             self.stats.frame_bytes += len(data)
             yield data

@@ -159,14 +159,7 @@ class _Servicer(_StarRelay):
             previous.cancel()  # the peer reconnected: its old stream ends and frees its thread
         yield fr.encode_frame(fr.Frame(fr.Kind.HELLO_ACK, seq=expected))
         while True:
-            with self._cond:  # back-pressure: stop reading while the link holds recv_buffer_mb
-                if inbox.envelopes and inbox.held_bytes() >= bound:
-                    inbox.held_back += 1
-                while (inbox.envelopes and inbox.held_bytes() >= bound and inbox.generation == generation
-                       and self.abort_reason is None and context.is_active()):
-                    inbox.last_seen = time.monotonic()  # the peer is not silent: this party holds it back
-                    self._cond.wait(0.1)
-                inbox.last_seen = time.monotonic()
+            self._hold_back(inbox, generation, bound, context.is_active)  # while the link holds recv_buffer_mb
             try:
                 data = next(requests)
             except (StopIteration, grpc.RpcError):  # closed, or replaced by a newer stream

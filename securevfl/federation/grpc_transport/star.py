@@ -264,13 +264,7 @@ class _StarRelay(_Receiver):
             self._after_frame(peer, inbox)
             if ack is not None:
                 pull.push(ack)
-            with self._cond:  # back-pressure: stop reading while the link holds recv_buffer_mb
-                if inbox.envelopes and inbox.held_bytes() >= bound:
-                    inbox.held_back += 1
-                while (inbox.envelopes and inbox.held_bytes() >= bound and inbox.generation == generation
-                       and self.abort_reason is None and not pull.closing):
-                    inbox.last_seen = time.monotonic()
-                    self._cond.wait(0.1)
+            self._hold_back(inbox, generation, bound, lambda: not pull.closing)  # while it holds recv_buffer_mb
         return True
 
     def _fin_to_spokes(self, force: bool = False) -> None:

@@ -385,7 +385,8 @@ class GrpcTransport(_Servicer, Transport):
                 if inbox.envelopes:
                     envelope = inbox.envelopes.popleft()
                     inbox.queued_bytes -= len(envelope.payload) if isinstance(envelope.payload, bytes) else 0
-                    self._cond.notify_all()  # the link's server thread may wait for room in the buffer
+                    if inbox.reader_waiting:  # the link's reader waits for room in the buffer
+                        self._cond.notify_all()
                     return envelope
                 if inbox.error is not None:
                     raise inbox.error
