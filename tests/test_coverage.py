@@ -314,17 +314,33 @@ def test_a_resumed_every_row_run_gives_the_uninterrupted_one(tmp_path):
     assert resumed.metrics == uninterrupted.metrics and resumed.history == uninterrupted.history
 
 
+@pytest.fixture(scope="module")
+def secure_sum_models(files, tmp_path_factory):
+    """EASTER and Agg-VFL (secagg=dh) trained on every row of the bank, their models saved (trained when asked)."""
+    models: dict[str, Path] = {}
+
+    def model(method: str) -> Path:
+        if method not in models:
+            models[method] = tmp_path_factory.mktemp("model") / method
+            securevfl.train(method, data_files={p: str(files[p]) for p in PARTIES}, epochs=2,
+                            model_dir=models[method], options=SECURE_SUM[method], **COMMON)
+        return models[method]
+
+    return model
+
+
+SECURE_SUM = {"easter": {"secagg": "dh", "embedding_size": 16}, "aggvfl": {"secagg": "dh"}}
+
+
 @pytest.mark.parametrize("method", ["easter", "aggvfl"])
-def test_a_served_secure_sum_model_answers_every_customer_as_batch_scoring(files, tmp_path, method):
+def test_a_served_secure_sum_model_answers_every_customer_as_batch_scoring(files, tmp_path, method, secure_sum_models):
     """EASTER and Agg-VFL sum their parts per request over every asked ID (a masked zero where a party lacks the
     row), so each customer the bank holds is scored, with the parties that hold it, as batch scoring scores it."""
     from deployed_threads import loopback_federation
     from serving_service import Service
 
-    options = {"secagg": "dh", "embedding_size": 16} if method == "easter" else {"secagg": "dh"}
-    model = tmp_path / "model"
-    securevfl.train(method, data_files={p: str(files[p]) for p in PARTIES}, epochs=2, model_dir=model,
-                    options=options, **COMMON)
+    options = SECURE_SUM[method]
+    model = secure_sum_models(method)
     holders = who_holds(files)
     job = (f'method = "{method}"\nid_column = "customer_id"\nlabel_column = "churn"\n[job.options]\n'
            + "\n".join(f"{k} = {json.dumps(v)}" for k, v in options.items()))
@@ -352,7 +368,8 @@ def test_a_served_secure_sum_model_answers_every_customer_as_batch_scoring(files
 
 
 @pytest.mark.timebound
-def test_a_served_secure_sum_model_scores_on_while_a_party_is_late_and_takes_it_back(files, tmp_path, monkeypatch):
+def test_a_served_secure_sum_model_scores_on_while_a_party_is_late_and_takes_it_back(files, tmp_path, monkeypatch,
+                                                                                    secure_sum_models):
     """EASTER serving, clinic's lookup answer late: the batch is scored by the bank alone (shop's part cannot be
     summed alone without giving it away), then clinic is back and every party's secure sum is set up again."""
     import threading
@@ -364,10 +381,7 @@ def test_a_served_secure_sum_model_scores_on_while_a_party_is_late_and_takes_it_
     from securevfl.deploy import serving as sv
     from securevfl.deploy.serving_limits import ServeSettings
 
-    options = {"secagg": "dh", "embedding_size": 16}
-    model = tmp_path / "model"
-    securevfl.train("easter", data_files={p: str(files[p]) for p in PARTIES}, epochs=2, model_dir=model,
-                    options=options, **COMMON)
+    model = secure_sum_models("easter")
     slow = threading.Event()
     next_request = sv._next_request
 
@@ -414,7 +428,8 @@ def test_a_served_secure_sum_model_scores_on_while_a_party_is_late_and_takes_it_
 
 
 @pytest.mark.timebound
-def test_a_party_lost_inside_a_served_secure_sum_round_fails_no_request(files, tmp_path, monkeypatch):
+def test_a_party_lost_inside_a_served_secure_sum_round_fails_no_request(files, tmp_path, monkeypatch,
+                                                                        secure_sum_models):
     """EASTER serving, clinic's process fails in the middle of a request's secure-aggregation round: the bank
     tells shop to stop waiting in that round, scores the batch alone, and shop serves on (set up again later)."""
     import threading
@@ -424,10 +439,7 @@ def test_a_party_lost_inside_a_served_secure_sum_round_fails_no_request(files, t
 
     from securevfl.methods.engine.aggregate import AggregatePassive
 
-    options = {"secagg": "dh", "embedding_size": 16}
-    model = tmp_path / "model"
-    securevfl.train("easter", data_files={p: str(files[p]) for p in PARTIES}, epochs=2, model_dir=model,
-                    options=options, **COMMON)
+    model = secure_sum_models("easter")
     fail = threading.Event()
     evaluate_held = AggregatePassive.evaluate_held
 

@@ -568,21 +568,24 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
         side.present = present if every_row else None
         side.silent = frozenset(silent) if session.leave_out else frozenset()
         try:
-            if slots is None:
-                scores = side.evaluate(ctx, X[rows], VALIDATE).scores
-            else:  # a round over every ID of the batch: the unscored ones are no party's rows
-                try:
+            try:
+                if slots is None:
+                    scores = side.evaluate(ctx, X[rows], VALIDATE).scores
+                else:  # a round over every ID of the batch: the unscored ones are no party's rows
                     if regroup:
                         _regroup(session, side, ctx, members)
                     scores = _evaluate_round(ctx, side, X[rows], slots, present, len(ids))
-                except SecureVFLError as exc:  # a party lost in the round: the others stop, the bank alone scores
-                    present = {p: none for p in present}
-                    scores = _cut_round(ctx, session, side, exc, number, X[rows], slots, present, len(ids))
-                    out.update({p: session.peers[p].state for p in session.peers if session.peers[p].state != UP})
-                    if scores is None:  # no model of its own: none of the batch's rows
-                        held[:] = False
-                        rows = rows[:0]
-                        present = {p: m[:0] for p, m in present.items()}
+            except SecureVFLError as exc:  # a party lost in the evaluation: the others stop, the bank alone scores
+                if not session.leave_out or session.helpers or not every_row:
+                    raise
+                _cut(ctx, session, exc, number, list(session.members if slots is not None else told))
+                present = {p: none for p in present}
+                out.update({p: session.peers[p].state for p in session.peers if session.peers[p].state != UP})
+                scores = _alone(ctx, session, side, X[rows], slots, present, len(ids))
+                if scores is None:  # no model of its own: none of the batch's rows
+                    held[:] = False
+                    rows = rows[:0]
+                    present = {p: m[:0] for p, m in present.items()}
         finally:
             side.present, side.silent = None, frozenset()
     session.metrics.batch_rows.observe(len(ids))
@@ -629,22 +632,19 @@ def _regroup(session: _Session, side: Any, ctx: PartyContext, members: tuple[str
               f"{', '.join(was) or 'none'})", members=list(members), was=list(was))
 
 
-def _cut_round(ctx: PartyContext, session: _Session, side: Any, exc: SecureVFLError, number: int, X: np.ndarray,
-               slots: np.ndarray, present: dict[str, np.ndarray], n: int) -> np.ndarray | None:
-    """A session member lost during batch ``number``'s round: the others stop waiting, the batch is scored again.
+def _cut(ctx: PartyContext, session: _Session, exc: SecureVFLError, number: int, taking: list[str]) -> None:
+    """A party ``taking`` part in batch ``number``'s evaluation was lost: the others stop waiting in it.
 
-    The lost party goes out as down; every other member is sent :data:`TAG_ABANDON` (wherever it waits in
-    the round, it stops) and a sync marker (what it sent in the cut round is dropped unread); the session
-    has no member until the parties are back (:func:`_regroup` then sets it up again). The batch is scored
-    by the active party alone (``present``: no passive party's part), or not at all (None) by a model
-    without a part of its own. Anything but a lost member is raised.
+    The lost party goes out as down; every other is sent :data:`TAG_ABANDON` (wherever it waits in the
+    evaluation, it stops) and a sync marker (what it sent in the cut evaluation is dropped unread), so it
+    is out until it echoes. Anything but a lost party is raised.
     """
-    lost = [p for p in session.members if _lost(ctx, p, exc)]
+    lost = [p for p in taking if _lost(ctx, p, exc)]
     if not lost:
         raise exc
     for p in lost:
-        _out(session, p, DOWN, f"lost during a secure-aggregation round ({type(exc).__name__})")
-    for p in session.members:
+        _out(session, p, DOWN, f"lost during the evaluation of a batch ({type(exc).__name__})")
+    for p in taking:
         if p in lost:
             continue
         try:
@@ -652,11 +652,24 @@ def _cut_round(ctx: PartyContext, session: _Session, side: Any, exc: SecureVFLEr
         except SecureVFLError as error:
             _down_or_raise(ctx, session, p, error)
             continue
-        _resync(ctx, session, p, f"its secure-aggregation round was cut short: {', '.join(lost)} lost")
-    _regroup(session, side, ctx, ())
-    if not side.can_regroup(()):
-        return None
-    return _evaluate_round(ctx, side, X, slots, present, n)
+        _resync(ctx, session, p, f"the evaluation of a batch was cut short: {', '.join(lost)} lost")
+
+
+def _alone(ctx: PartyContext, session: _Session, side: Any, X: np.ndarray, slots: np.ndarray | None,
+           present: dict[str, np.ndarray], n: int) -> np.ndarray | None:
+    """The batch scored again by the active party alone (``present``: no passive party's part), after a cut.
+
+    A method that sums over every row evaluated has no session member until the parties are back
+    (:func:`_regroup` then sets it up again), and scores alone only with a model of its own (else None).
+    """
+    from securevfl.methods.engine.loop import VALIDATE
+
+    if slots is not None:
+        _regroup(session, side, ctx, ())
+        return _evaluate_round(ctx, side, X, slots, present, n) if side.can_regroup(()) else None
+    side.present, side.silent = present, frozenset(session.peers)
+    scores: np.ndarray = np.asarray(side.evaluate(ctx, X, VALIDATE).scores)
+    return scores
 
 
 def _evaluate_round(ctx: PartyContext, side: Any, X: np.ndarray, slots: np.ndarray,

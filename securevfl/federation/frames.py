@@ -108,7 +108,7 @@ def encode_data(seq: int, tag: str, depth: int, chunk: int, chunks: int, total: 
 
 
 def _bin_header(size: int) -> bytes:
-    """msgpack's header of a ``size``-byte bin (``size`` >= 256: bin 16 or bin 32)."""
+    """Msgpack's header of a ``size``-byte bin (``size`` >= 256: bin 16 or bin 32)."""
     return b"\xc5" + size.to_bytes(2, "big") if size < 1 << 16 else b"\xc6" + size.to_bytes(4, "big")
 
 

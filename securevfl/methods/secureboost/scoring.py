@@ -91,10 +91,13 @@ class ActiveScorer(_Scorer):
     A passive party left out (:attr:`silent`: down at batch scoring, or out of a serving batch before it
     starts) is asked nothing: every row takes the learned default direction at its nodes, as a row it
     does not hold. Its questions come one tree level at a time, so serving cannot collect one message
-    of it with a deadline, and a party lost in the middle of a batch fails that batch.
+    of it with a deadline: a party lost in the middle of a batch is found when a question or answer
+    fails, and serving scores that batch again with every passive party left out. A restarted passive
+    party needs nothing from the others to score (its lookup table is its own): it is taken back.
     """
 
     leave_out = True
+    takes_back = True
 
     def load_saved(self, saved: SavedSide) -> None:
         kind = saved.state.get("objective")
