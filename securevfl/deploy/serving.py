@@ -54,9 +54,11 @@ it echoes once its side is built; it is asked again from then on. A method that 
 every row evaluated (EASTER, Agg-VFL: ``PartySide.sums_rows``) evaluates each batch over every ID
 asked, in a random order (``slots`` in the rows message), sets its secure aggregation up again
 (``regroup``) whenever the parties in scoring change, and tells the members of a round cut short by a
-lost party to stop waiting (:data:`TAG_ABANDON`). Limits: hetero-lr and SecureBoost leave a party out
-only at the lookup (their evaluation has no deadline), SecureBoost cannot take a restarted party back;
-in a star federation a passive party that stops still stops the service.
+lost party to stop waiting (:data:`TAG_ABANDON`); so does a SecureBoost model's (its questions come one
+tree level at a time), and either scores such a batch again with the active party alone. Limits:
+hetero-lr and SecureBoost leave a party out only at the lookup or when it is lost (their evaluation
+has no deadline); with a helper party (hetero-lr's arbiter) a party lost inside an evaluation fails
+that batch; in a star federation a passive party that stops still stops the service.
 
 **What each party learns** — as PSI on the request: a passive party learns which of **its own**
 customers are scored (the positions it must score) and how many IDs were asked, never an ID it
