@@ -66,6 +66,10 @@ class _PeerIndex:
     positions: dict[bytes, int]
 
 
+#: Each receive of a batch's evaluation waits at most this many ``--party-timeout`` s: a party that vanishes
+#: inside it (SIGKILL: no goodbye, its links waiting to resume) is not waited for a whole receive timeout.
+EVALUATION_DEADLINES = 4
+
 #: A passive party's state at the active party: it takes part in scoring (``up``), or is left out of
 #: every batch because its links are ``down``, it missed a deadline and its late answers are still
 #: on their way (``late``), or a new process of it is being set up (``joining``).
@@ -568,13 +572,14 @@ def _score_batch(ctx: PartyContext, session: _Session, batch: list[ScoringJob]) 
         side.present = present if every_row else None
         side.silent = frozenset(silent) if session.leave_out else frozenset()
         try:
-            try:
-                if slots is None:
-                    scores = side.evaluate(ctx, X[rows], VALIDATE).scores
-                else:  # a round over every ID of the batch: the unscored ones are no party's rows
-                    if regroup:
-                        _regroup(session, side, ctx, members)
-                    scores = _evaluate_round(ctx, side, X[rows], slots, present, len(ids))
+            try:  # a party that vanished inside the evaluation is waited for a few deadlines, not a receive timeout
+                with ctx.channel.receive_timeout(EVALUATION_DEADLINES * session.timeout_s):
+                    if slots is None:
+                        scores = side.evaluate(ctx, X[rows], VALIDATE).scores
+                    else:  # a round over every ID of the batch: the unscored ones are no party's rows
+                        if regroup:
+                            _regroup(session, side, ctx, members)
+                        scores = _evaluate_round(ctx, side, X[rows], slots, present, len(ids))
             except SecureVFLError as exc:  # a party lost in the evaluation: the others stop, the bank alone scores
                 if not session.leave_out or session.helpers or not every_row:
                     raise
@@ -633,14 +638,14 @@ def _regroup(session: _Session, side: Any, ctx: PartyContext, members: tuple[str
 
 
 def _cut(ctx: PartyContext, session: _Session, exc: SecureVFLError, number: int, taking: list[str]) -> None:
-    """A party ``taking`` part in batch ``number``'s evaluation was lost: the others stop waiting in it.
+    """A party ``taking`` part in batch ``number``'s evaluation was lost or too slow: the others stop waiting in it.
 
-    The lost party goes out as down; every other is sent :data:`TAG_ABANDON` (wherever it waits in the
-    evaluation, it stops) and a sync marker (what it sent in the cut evaluation is dropped unread), so it
-    is out until it echoes. Anything but a lost party is raised.
+    A lost party (its links down) goes out as down; every other, a slow one included, is sent
+    :data:`TAG_ABANDON` (wherever it waits in the evaluation, it stops) and a sync marker (what it sent in
+    the cut evaluation is dropped unread), so it is out until it echoes. Anything else is raised.
     """
     lost = [p for p in taking if _lost(ctx, p, exc)]
-    if not lost:
+    if not lost and not (isinstance(exc, PeerTimeoutError) and exc.peer in taking):  # else one is too slow: late
         raise exc
     for p in lost:
         _out(session, p, DOWN, f"lost during the evaluation of a batch ({type(exc).__name__})")

@@ -25,11 +25,12 @@ generator and server). A role's :attr:`PartyContext.peers` are all the other rol
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -141,6 +142,20 @@ class Channel:
             return None
         envelope = self._held.pop(src)
         return envelope.tag, self._decoded(envelope, src, envelope.tag)
+
+    @contextlib.contextmanager
+    def receive_timeout(self, seconds: float) -> Iterator[None]:
+        """Within the block, a receive without a timeout of its own waits at most ``seconds`` (or the channel's less).
+
+        For a party that must not wait a whole receive timeout on a peer that vanished inside a short
+        exchange (a serving batch's evaluation): :class:`PeerTimeoutError` after it.
+        """
+        saved = self._recv_timeout
+        self._recv_timeout = seconds if saved is None else min(saved, seconds)
+        try:
+            yield
+        finally:
+            self._recv_timeout = saved
 
     def discard(self, src: str) -> None:
         """Drop the message :meth:`poll` kept from ``src`` (if any)."""
