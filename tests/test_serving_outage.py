@@ -19,7 +19,7 @@ from securevfl.data.labels import CLASSIFICATION
 from securevfl.deploy import serving as sv
 from securevfl.deploy import serving_active as active_side
 from securevfl.deploy.serving_http import ScoringJob, ServeMetrics
-from securevfl.errors import PeerTimeoutError, ProtocolError
+from securevfl.errors import PeerTimeoutError, ProtocolError, UnexpectedTagError
 from securevfl.federation.meter import Meter
 from securevfl.federation.runtime import Channel, run_parties
 from securevfl.federation.transport import InProcessTransport
@@ -161,6 +161,15 @@ def test_a_receive_with_a_deadline_times_out_and_leaves_the_message_for_the_next
     assert a.poll("b", 0.5)
     a.discard("b")
     assert a.take("b", 0.0) is None
+    with a.receive_timeout(0.2):  # a receive without its own timeout waits the block's, not the channel's 30 s
+        started = time.monotonic()
+        with pytest.raises(PeerTimeoutError, match="waited 0.2 s for 'x' from b"):
+            a.recv("b", "x")
+        assert time.monotonic() - started < 1.0
+    b.send("a", "v", 5)
+    with pytest.raises(UnexpectedTagError, match="expected 'x' from b but received 'v'") as caught:
+        a.recv("b", "x")  # the serving parties catch it for the one tag that cuts an evaluation short
+    assert caught.value.received == "v"
 
 
 def test_killing_a_passive_party_during_serve_fails_no_request_and_its_restart_takes_it_back(tmp_path):
