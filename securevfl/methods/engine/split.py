@@ -216,7 +216,7 @@ class SplitActive(PartySide):
             alone = method.top(self, own_width).to(ctx.device)
             self.state.modules["alone"] = alone
             params += list(alone.parameters())
-        self.state.optimizers["model"] = torch.optim.Adam(params, lr=self.config.lr)
+        self.state.optimizers["model"] = grouped_adam(params, self.config.lr)
         if self._dropout_rate():
             self.state.generators["party_dropout"] = party_generator(self.config.seed, f"{self.name}/party-dropout")
         if self.data.coverage is not None and self.config.subset_views and not self.config.require_all_parties:
@@ -370,6 +370,17 @@ class AbsentEmbeddings(nn.Module):
     def __init__(self, passives: tuple[str, ...], width: int) -> None:
         super().__init__()
         self.embeddings = nn.ParameterDict({p: nn.Parameter(torch.zeros(width)) for p in passives})
+
+
+def grouped_adam(params: list[nn.Parameter], lr: float) -> torch.optim.Adam:
+    """Adam updating its parameters in grouped (``foreach``) steps: the per-tensor step's numbers, faster.
+
+    PyTorch groups by default only on an accelerator; on the CPU the per-parameter Python overhead of the
+    plain step was most of the active party's optimiser time (its top model, own bottom, active-alone
+    head and absent embeddings: 15 tensors on mnist-5k). The grouped step runs the same element-wise
+    operations in the same order (bit-identical: ``tools/golden.py`` compare, 0 differences).
+    """
+    return torch.optim.Adam(params, lr=lr, foreach=True)
 
 
 def _count(held: np.ndarray | None, rows: int) -> int:
