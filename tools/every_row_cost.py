@@ -7,7 +7,9 @@ bundled dataset every party holds every row (p = 1.0); the default trains with p
 the active party's own head (``require_all_parties=False``), today's SplitNN without them
 (``require_all_parties=True``). The two runs alternate ``--reps`` times (so machine load hits both
 alike); the figure is the median of the training phase's wall seconds per epoch
-(``cost.phases.train.wall_s / epochs``) and the ratio of the medians.
+(``cost.phases.train.wall_s / epochs``) and the ratio of the medians. ``--threads 1`` pins torch's
+intra-op threads: on a shared 2-core machine torch's default (one per core) made single runs 10-100x
+slower whenever another job took a core, and the ratio meant nothing (mnist-5k 0.3 s/epoch, runs of 25 s).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+
+import torch
 
 import securevfl
 
@@ -38,7 +42,10 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--out", help="write the figures here (JSON)")
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     figures: dict[str, float] = {}
     for dataset in args.datasets.split(","):
         times: dict[bool, list[float]] = {True: [], False: []}

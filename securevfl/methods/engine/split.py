@@ -216,7 +216,7 @@ class SplitActive(PartySide):
             alone = method.top(self, own_width).to(ctx.device)
             self.state.modules["alone"] = alone
             params += list(alone.parameters())
-        self.state.optimizers["model"] = torch.optim.Adam(params, lr=self.config.lr)
+        self.state.optimizers["model"] = grouped_adam(params, self.config.lr)
         if self._dropout_rate():
             self.state.generators["party_dropout"] = party_generator(self.config.seed, f"{self.name}/party-dropout")
         if self.data.coverage is not None and self.config.subset_views and not self.config.require_all_parties:
@@ -225,21 +225,22 @@ class SplitActive(PartySide):
         self.y = self.training_targets()
 
     def _filled(self, p: str, part: torch.Tensor, held: np.ndarray | None, rows: int,
-                dropped: np.ndarray | None = None) -> torch.Tensor:
+                dropped: torch.Tensor | None = None) -> torch.Tensor:
         """Passive party ``p``'s embeddings of ``rows`` rows: its ``part`` where held, else its absent embedding.
 
         ``held``: which rows ``part`` covers (None: all); ``dropped``: held rows replaced by the absent
-        embedding anyway (party-wise dropout in training).
+        embedding anyway (party-wise dropout in training; a CPU bool tensor of ``rows``).
         """
         if held is None and dropped is None:
             return part
         module = self.state.modules["absent"]
         assert isinstance(module, AbsentEmbeddings)
-        full = module.embeddings[p].unsqueeze(0).expand(rows, -1)
-        if held is None:  # every row held, some dropped: one select (full coverage's training step)
+        absent = module.embeddings[p]
+        if held is None:  # every row held, some dropped: one select, the absent embedding broadcast (p = 1.0)
             assert dropped is not None
-            return torch.where(torch.as_tensor(~dropped, device=part.device).unsqueeze(1), part, full)
-        keep = held & ~dropped if dropped is not None else held
+            return torch.where(dropped.to(part.device).unsqueeze(1), absent, part)
+        full = absent.unsqueeze(0).expand(rows, -1)
+        keep = held & ~dropped.numpy() if dropped is not None else held
         if not keep.any():
             return full
         index = torch.as_tensor(np.flatnonzero(keep), device=part.device)
@@ -247,7 +248,7 @@ class SplitActive(PartySide):
         return full.index_put((index,), part[take])
 
     def _every_part(self, leaves: list[torch.Tensor], held: dict[str, np.ndarray], rows: int,
-                    dropped: np.ndarray | None = None) -> list[torch.Tensor]:
+                    dropped: torch.Tensor | None = None) -> list[torch.Tensor]:
         """:meth:`_filled` for every passive party in order (``dropped``: one row mask per party, or None)."""
         return [self._filled(p, leaf, held.get(p), rows, None if dropped is None else dropped[i])
                 for i, (p, leaf) in enumerate(zip(self.passives, leaves, strict=True))]
@@ -258,17 +259,19 @@ class SplitActive(PartySide):
         assert isinstance(module, AbsentEmbeddings)
         return module.embeddings[p].unsqueeze(0).expand(rows, -1)
 
-    def _dropped(self, rows: int) -> np.ndarray | None:
-        """Party-wise dropout: per passive party and row, whether its embedding is left out of this training step."""
+    def _dropped(self, rows: int) -> torch.Tensor | None:
+        """Party-wise dropout: per passive party and row, whether its embedding is left out of this training step.
+
+        A CPU bool tensor (passive parties x rows), or None without dropout.
+        """
         rate = self._dropout_rate()
         if not rate:
             return None
         generator = self.state.generators["party_dropout"]
         assert isinstance(generator, torch.Generator)
-        draw = torch.rand((len(self.passives), rows), generator=generator)
-        return (draw < rate).numpy()
+        return torch.rand((len(self.passives), rows), generator=generator) < rate
 
-    def _subset_draws(self, rows: int) -> list[np.ndarray]:
+    def _subset_draws(self, rows: int) -> list[torch.Tensor]:
         """``--subset-views`` masks (per passive party and row: left out), each held party out with probability 1/2.
 
         A probability of 1/2 makes every subset of a row's passive parties equally likely: the top model
@@ -277,7 +280,7 @@ class SplitActive(PartySide):
         """
         generator = self.state.generators["subset_views"]
         assert isinstance(generator, torch.Generator)
-        return [(torch.rand((len(self.passives), rows), generator=generator) < 0.5).numpy()
+        return [torch.rand((len(self.passives), rows), generator=generator) < 0.5
                 for _ in range(self.config.subset_views)]
 
     def _dropout_rate(self) -> float:
@@ -367,6 +370,17 @@ class AbsentEmbeddings(nn.Module):
     def __init__(self, passives: tuple[str, ...], width: int) -> None:
         super().__init__()
         self.embeddings = nn.ParameterDict({p: nn.Parameter(torch.zeros(width)) for p in passives})
+
+
+def grouped_adam(params: list[nn.Parameter], lr: float) -> torch.optim.Adam:
+    """Adam updating its parameters in grouped (``foreach``) steps: the per-tensor step's numbers, faster.
+
+    PyTorch groups by default only on an accelerator; on the CPU the per-parameter Python overhead of the
+    plain step was most of the active party's optimiser time (its top model, own bottom, active-alone
+    head and absent embeddings: 15 tensors on mnist-5k). The grouped step runs the same element-wise
+    operations in the same order (bit-identical: ``tools/golden.py`` compare, 0 differences).
+    """
+    return torch.optim.Adam(params, lr=lr, foreach=True)
 
 
 def _count(held: np.ndarray | None, rows: int) -> int:
