@@ -669,8 +669,9 @@ class AggregateActive(_AggregateSide):
         if not method.per_party_loss:
             return Evaluation(self.objective.predictions(G), contributed=contributed)
         if plan is None:
-            ctx.broadcast(self.passives, self.tag(phase, GLOBAL), {"E": G, "k": k})
-            rows: dict[str, np.ndarray] = {p: np.ones(len(X), dtype=bool) for p in self.passives}
+            taking = tuple(p for p in self.passives if p not in others)
+            ctx.broadcast(taking, self.tag(phase, GLOBAL), {"E": G, "k": k})
+            rows: dict[str, np.ndarray] = {p: np.ones(len(X), dtype=bool) for p in taking}
         else:
             rows = {p: plan.summed[p] for p in self.passives if plan.summed[p].any()}
             for p, r in rows.items():
