@@ -32,7 +32,7 @@ from securevfl.cli.resume import resume_hint
 from securevfl.deploy import threads as th
 from securevfl.deploy.federation_file import check_tls_paths, job_mismatch, load_federation, parse_federation
 from securevfl.deploy.launch import launch
-from securevfl.errors import ConfigError, DataError, PartyFailure, ProtocolError
+from securevfl.errors import ConfigError, DataError, ModelError, PartyFailure, ProtocolError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -232,6 +232,10 @@ def test_the_deployed_resume_hint_names_the_party_and_the_flag(tmp_path) -> None
     assert "this party's last checkpoint: epoch 4" in hint and "plus --resume" in hint
     assert resume_hint(tmp_path, failure, ["bank"], deployed=True) == ""  # no epoch of its own: nothing to resume
     assert resume_hint(tmp_path, DataError("bad rows"), ["shop"], deployed=True) == ""
+    # a model folder refused (it holds the model of a run that had finished): --resume would not help
+    already = ModelError("models already holds a model (splitnn); pass --overwrite-model to replace it")
+    assert resume_hint(tmp_path, already, ["shop"], deployed=True) == ""
+    assert resume_hint(tmp_path, PartyFailure("shop", "setup", already), ["shop"]) == ""
     assert resume_hint(None, failure, ["shop"]) == ""
 
 

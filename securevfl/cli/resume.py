@@ -13,15 +13,19 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from securevfl.errors import ConfigError, DataError, Interrupted, PartyFailure, SecureVFLError
+from securevfl.errors import ConfigError, DataError, Interrupted, ModelError, PartyFailure, SecureVFLError
 
 
 def _resumable(exc: BaseException) -> bool:
-    """Whether ``--resume`` can help: a failure during the run, not a refused configuration or bad data."""
+    """Whether ``--resume`` can help: a failure during the run, not a refusal.
+
+    Refusals: a configuration, bad data, or a model folder (one already holding a model: the run that wrote
+    it had finished).
+    """
     if isinstance(exc, PartyFailure):
         return _resumable(exc.cause)
-    return isinstance(exc, (Interrupted, KeyboardInterrupt)) or (isinstance(exc, SecureVFLError)
-                                                                and not isinstance(exc, (ConfigError, DataError)))
+    return isinstance(exc, (Interrupted, KeyboardInterrupt)) or (
+        isinstance(exc, SecureVFLError) and not isinstance(exc, (ConfigError, DataError, ModelError)))
 
 
 def last_common_epoch(checkpoint_dir: Path, parties: Sequence[str] | None = None) -> int:
