@@ -117,3 +117,15 @@ def test_a_federation_file_silent_on_a_setting_trains_and_fingerprints_the_metho
     splitnn = parse_federation(MINIMAL, base)
     assert splitnn.job.effective() == splitnn.job.as_dict()  # no method defaults: the file's and the fields'
 
+
+
+def test_the_report_keeps_the_generator_keys_for_generated_data_only():
+    """n_samples / n_features / n_classes size the synthetic table: a run on other data does not report them."""
+    from securevfl.pipeline.report import SYNTHETIC_KEYS, _config_dict
+
+    real = _config_dict(RunConfig(dataset="breast-cancer"), {})
+    assert not set(SYNTHETIC_KEYS) & set(real["dataset_options"]) and "seed" in real["dataset_options"]
+    generated = _config_dict(RunConfig(dataset="synthetic"), {})
+    assert set(SYNTHETIC_KEYS) <= set(generated["dataset_options"])
+    files = _config_dict(RunConfig(dataset="synthetic", data_files={"a": "a.csv", "b": "b.csv"}), {})
+    assert not set(SYNTHETIC_KEYS) & set(files["dataset_options"])

@@ -102,7 +102,15 @@ def describe_parties(scenario: Scenario, positive: int = 1) -> dict[str, dict[st
     return parties
 
 
+#: DatasetOptions of the generated table only: left out of the report of a run on any other data.
+SYNTHETIC_KEYS = ("n_samples", "n_features", "n_classes")
+
+
 def _config_dict(config: RunConfig, method_options: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's settings as the report keeps them: the method's options, no generator keys for real data."""
     out = asdict(config)
     out["train"]["options"] = dict(method_options)
+    if config.data_files or config.dataset != "synthetic":
+        for key in SYNTHETIC_KEYS:
+            out["dataset_options"].pop(key, None)
     return out
