@@ -364,7 +364,7 @@ def passive_role(model: ServingModel, fingerprint: str, build_side: SideBuilder,
                 or len(hello["salt"]) != 32:
             raise ProtocolError(f"malformed serving hello from {ctx.active}")
         key = BlindingKey(secrets.token_bytes(32))
-        order = np.random.default_rng(np.frombuffer(os.urandom(16), np.uint32).tolist()).permutation(len(model.ids))
+        order = fresh_order(len(model.ids))
         log_event(_log, ctx.name, "serve", "index", f"serving index: hashing and blinding {len(order)} IDs",
                   rows=len(order))
         with ctx.meter.crypto("serve.index"):
@@ -420,6 +420,12 @@ def passive_role(model: ServingModel, fingerprint: str, build_side: SideBuilder,
         return summary
 
     return role
+
+
+def fresh_order(n: int) -> np.ndarray:
+    """A random order of ``n`` items, seeded from the operating system's entropy (a serving index, a round)."""
+    order: np.ndarray = np.random.default_rng(np.frombuffer(os.urandom(16), np.uint32).tolist()).permutation(n)
+    return order
 
 
 def _warm_up(model: ServingModel, index: np.ndarray, key: Any) -> None:

@@ -12,7 +12,6 @@ when it returns (a restarted process: its set-up redone alone).
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import secrets
 import time
@@ -43,6 +42,7 @@ from securevfl.deploy.serving import (
     _hash_blind,
     _points,
     _widths,
+    fresh_order,
 )
 from securevfl.deploy.serving_http import RequestQueue, ScoringJob, ServeMetrics
 from securevfl.deploy.serving_limits import BudgetRefused, ServeSettings
@@ -623,8 +623,7 @@ def _round_slots(n: int, rows: np.ndarray) -> np.ndarray:
     already sees in the lookup), so that a peer learns nothing of how many rows the active party
     scores; in a random order, so that the places say nothing of which request a row came from.
     """
-    order: np.ndarray = np.random.default_rng(np.frombuffer(os.urandom(16), np.uint32).tolist()).permutation(n)
-    places: np.ndarray = order[rows]
+    places: np.ndarray = fresh_order(n)[rows]
     return places
 
 
