@@ -1,0 +1,163 @@
+"""Exploring as a mode of the pipeline (:mod:`securevfl.pipeline`): the same inputs and PSI as training.
+
+In one process (``securevfl explore``, :func:`securevfl.explore`) the scenario holds every party's
+table, cut from one dataset or read from each party's file and aligned by PSI; the explored rows are
+the training rows of the rows every party holds. Deployed (``securevfl party --explore``) a party
+reads its own file only and its set-up runs over its links (PSI, then the plan), like training.
+Either way the roles are :mod:`securevfl.explore.protocol`'s, and the active party assembles the
+report (:mod:`securevfl.explore.report`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from securevfl.data import Scenario
+from securevfl.data.columns import ColumnSpec
+from securevfl.eval import positive_index
+from securevfl.explore.bins import raw_frame
+from securevfl.explore.protocol import ExploreInput, ExploreOptions, Findings, active_role, passive_role
+from securevfl.explore.report import ExploreReport, assemble_explore_report
+from securevfl.pipeline.placement import Deployed, InProcess, OneParty, Outcome
+from securevfl.run_config import RunConfig
+
+
+def explore_input(scenario: Scenario, party: str, positive: int = 1) -> ExploreInput:
+    """``party``'s explored rows (the aligned training rows, in the agreed order) as raw columns."""
+    table = scenario.tables[party]
+    rows = scenario.alignment.aligned[party][scenario.train]
+    frame, kinds = raw_frame(table.features, table.feature_names, table.columns,
+                             table.source or f"party {party!r}")
+    frame = frame.iloc[np.asarray(rows, dtype=np.int64)].reset_index(drop=True)
+    events = None
+    if party == scenario.active and scenario.task == "classification" and table.labels is not None:
+        events = (np.asarray(table.labels)[rows] == positive).astype(np.int64)
+    return ExploreInput(party, frame, kinds, events, rows_total=table.n_rows)
+
+
+@dataclass
+class _Exploring:
+    """What this process brings to exploring, checked before connecting."""
+
+    config: RunConfig
+    scenario: Scenario | None = None
+    table: Any = None
+    classes: tuple[str, ...] = ()
+    positive: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ExploreRun:
+    """Explore ``config``'s parties. Deployed, ``config`` is the federation's job with this party's own settings."""
+
+    config: RunConfig
+    options: ExploreOptions = field(default_factory=ExploreOptions)
+    scenario: Scenario | None = None
+    data: str | Path | None = None
+    columns: ColumnSpec | None = None
+    phase = "explore"
+
+    def prepare(self, session: InProcess | Deployed) -> _Exploring:
+        """The tables of this process (deployed: its own file), the positive class checked before connecting."""
+        if not isinstance(session, Deployed):
+            return _Exploring(self.config, self.scenario)
+        from securevfl.pipeline.train import TrainRun
+
+        training = TrainRun(self.config, data=self.data, columns=self.columns).prepare(session)
+        local = _Exploring(self.config, table=training.table, classes=training.classes)
+        if session.kind == "active":
+            local.positive = positive_index(local.classes, self.config.positive_class, local.table.task)
+        return local
+
+    def connect(self, session: InProcess | Deployed, local: _Exploring) -> Any:
+        return session.connect("explore", local.table.n_rows if local.table is not None else None)
+
+    def setup(self, session: InProcess | Deployed, local: _Exploring) -> Scenario:
+        """The rows every party holds: aligned in this process, or PSI and the plan over the links."""
+        if isinstance(session, Deployed):
+            from securevfl.deploy.alignment import psi_role
+            from securevfl.deploy.plan import helper_plan_role, plan_role
+
+            federation = session.federation
+            if local.table is None:
+                return session.setup(helper_plan_role(federation, False), table=None, classes=())
+            role = plan_role(local.table, local.classes, federation, psi_role(local.table, federation, False), False)
+            return session.setup(role, table=local.table, classes=local.classes)
+        from securevfl.pipeline.train import build_scenario
+
+        scenario = local.scenario or build_scenario(local.config, cover=False)
+        local.positive = positive_index(scenario.classes, local.config.positive_class, scenario.task)
+        return scenario
+
+    def execute(self, session: InProcess | Deployed, local: _Exploring, scenario: Scenario) -> Outcome:
+        roles = explore_roles(scenario, self.options, local.positive,
+                              only=session.name if isinstance(session, Deployed) else None)
+        if isinstance(session, Deployed):
+            for helper in (p for p in session.parties if p not in roles):
+                roles[helper] = _idle
+            return session.execute(roles, seed=local.config.train.seed, check=False)
+        return session.execute(roles, active=scenario.active, passives=scenario.passives,
+                               seed=local.config.train.seed, recv_timeout=local.config.recv_timeout_s)
+
+    def finish(self, session: InProcess | Deployed, local: _Exploring, scenario: Scenario,
+               outcome: Outcome) -> Any:
+        if isinstance(session, Deployed) and session.kind != "active":
+            return outcome.value  # a passive party's own summary (a helper: nothing)
+        findings: Findings = outcome.value
+        return assemble_explore_report(findings, local.config, self.options, scenario, outcome.snapshots,
+                                       wall_s=session.elapsed(), links=outcome.links)
+
+    def done(self, session: InProcess | Deployed, result: Any) -> Any:
+        if isinstance(session, Deployed):
+            size = session.alignment.size if session.alignment is not None else 0
+            session.done(f"{size} agreed rows explored; done in {{wall_s:.1f}} s", size)
+        return result
+
+
+def _idle(ctx: Any) -> None:
+    """A helper (an arbiter of the job's method) has no part in exploring."""
+    return None
+
+
+def explore_roles(scenario: Scenario, options: ExploreOptions, positive: int = 1,
+                  only: str | None = None) -> dict[str, Any]:
+    """Every data party's role (``only``: just that party's, its peers' left to their own processes)."""
+    roles: dict[str, Any] = {}
+    for party in scenario.parties:
+        if only is not None and party != only:
+            roles[party] = _idle
+            continue
+        inp = explore_input(scenario, party, positive)
+        roles[party] = active_role(inp, options) if party == scenario.active else passive_role(inp, options)
+    return roles
+
+
+def run_explore(config: RunConfig, options: ExploreOptions | None = None, *, scenario: Scenario | None = None,
+                progress: Any = None) -> ExploreReport:
+    """Explore every party of ``config`` in this process (:func:`securevfl.explore`)."""
+    from securevfl.pipeline import run
+    from securevfl.pipeline.placement import EveryParty
+
+    return run(ExploreRun(config, options or ExploreOptions(), scenario),  # type: ignore[no-any-return]
+               EveryParty(config.device, progress, config.scheduler))
+
+
+def run_deployed_explore(federation: Any, name: str, data: str | Path | None, options: ExploreOptions, *,
+                         device: str = "auto", progress: Any = None, transport: Any = None,
+                         columns: ColumnSpec | None = None, threads: Any = None,
+                         positive_class: str | None = None) -> Any:
+    """Party ``name`` of ``federation`` explores on its own ``data`` file; the active party returns the report."""
+    from securevfl.deploy.party import method_and_config
+    from securevfl.pipeline import run
+
+    placement = OneParty(federation, name, device, progress, transport, threads)
+    config = method_and_config(federation, device, None, False, False, positive_class)[1]
+    return run(ExploreRun(config, options, data=data, columns=columns), placement)
+
+
+__all__ = ["ExploreRun", "explore_input", "explore_roles", "run_deployed_explore", "run_explore"]
