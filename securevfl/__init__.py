@@ -33,6 +33,7 @@ _LAZY = {
     "dataset_names": "securevfl.data",
     "load_model": "securevfl.model.scoring",
     "predict": "securevfl.api",
+    "explore": "securevfl.api",
 }
 
 

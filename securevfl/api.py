@@ -70,5 +70,39 @@ def train(method: str = "splitnn", dataset: str = "breast-cancer", *, report: st
 train.__doc__ = (train.__doc__ or "") + settings_doc(RUN_SETTINGS)
 
 
-__all__ = ["RunConfig", "assemble_report", "build_scenario", "check_report_path", "describe_parties", "predict", "run",
-           "score", "train"]
+def explore(dataset: str = "breast-cancer", *, report: str | Path | None = None,
+            progress: Callable[[str], None] | None = None, **settings: Any) -> Any:
+    """Before training: each party's column statistics, WOE / IV of every column against the label, Pearson.
+
+    The same data settings as :func:`train` (``data_files``, ``id_column``, ``label_column``,
+    ``parties`` ...; PSI aligns the parties unless ``alignment="plaintext"``), plus the options of
+    :class:`securevfl.explore.ExploreOptions` (``max_bins``, ``key_bits``, ``epsilon``, ``share_stats``,
+    ``correlation``, ``value`` ...). Returns an :class:`securevfl.explore.ExploreReport`; ``report``:
+    also write it there (JSON, Markdown and HTML). ``progress``: called with a line at each long step.
+
+    Example::
+
+        import securevfl
+        found = securevfl.explore("adult", parties=3)
+        print(found.ranking[:5])
+    """
+    import dataclasses
+
+    from securevfl.explore.protocol import ExploreOptions
+    from securevfl.explore.report import explore_paths
+    from securevfl.explore.run import run_explore
+
+    if report is not None:
+        for path in explore_paths(report):
+            check_output_file(path, "report file")
+    names = {f.name for f in dataclasses.fields(ExploreOptions)}
+    options = ExploreOptions(**{k: v for k, v in settings.items() if k in names})
+    config = run_config(dataset=dataset, **{k: v for k, v in settings.items() if k not in names})
+    result = run_explore(config, options, progress=progress)
+    if report is not None:
+        result.save(report)
+    return result
+
+
+__all__ = ["RunConfig", "assemble_report", "build_scenario", "check_report_path", "describe_parties", "explore",
+           "predict", "run", "score", "train"]

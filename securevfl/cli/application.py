@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from typer.exceptions import TyperException
 
-from securevfl.cli import attack, bench, catalog, deploy, party, predict, psi, train
+from securevfl.cli import attack, bench, catalog, deploy, explore, party, predict, psi, train
 from securevfl.errors import Interrupted, PartyFailure, SecureVFLError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -27,6 +27,7 @@ app.command("party")(party.party_command)
 app.command("launch")(deploy.launch_command)
 app.add_typer(bench.bench_app, name="bench")
 app.command("train")(train.train)
+app.command("explore")(explore.explore)
 app.command("attack")(attack.attack)
 app.command("datasets")(catalog.datasets)
 app.command("methods")(catalog.methods)

@@ -42,20 +42,23 @@ import numpy as np
 import pandas as pd
 
 from securevfl.data.columns import NUMERIC
-from securevfl.errors import ConfigError, ProtocolError
-from securevfl.explore.bins import DEFAULT_MAX_BINS, BinnedTable, bin_table, check_max_bins
+from securevfl.errors import ProtocolError
+from securevfl.explore.bins import DEFAULT_MAX_BINS, BinnedTable, bin_table
+from securevfl.explore.select import keep_mask, parse_select
 from securevfl.explore.stats import table_stats
 from securevfl.explore.woe import DEFAULT_ADJUSTMENT, WoeTable, woe_iv
 from securevfl.federation.runtime import PartyContext
 from securevfl.privacy.paillier import PaillierPublicKey, create_backend, generate_keypair
 from securevfl.privacy.paillier.histograms import EncryptedHistogrammer, dominant_bins
 from securevfl.privacy.paillier.registry import check_backend_and_key
+from securevfl.settings import check_declared, integer, number, one_of, setting
 
 KEY = "explore.setup.key"
 LABELS = "explore.woe.labels"
 WOE_SUMS = "explore.woe.sums"
 PEARSON_COLUMNS = "explore.pearson.columns"
 PEARSON_SUMS = "explore.pearson.sums"
+SELECT = "explore.select.keep"
 
 #: Fixed-point fraction bits of a standardised value in the Pearson products.
 FRACTION_BITS = 16
@@ -69,29 +72,39 @@ SHARE_STATS = ("summary", "none")
 
 @dataclass(frozen=True)
 class ExploreOptions:
-    """How the parties explore. ``epsilon``: noise the per-bin counts a passive party reveals (None: exact)."""
+    """How the parties explore (``securevfl explore``'s options; the API's keywords)."""
 
-    max_bins: int = DEFAULT_MAX_BINS
-    key_bits: int = 2048
-    backend: str = "fast"
-    insecure_allow_small_key: bool = False
-    workers: int = 1
-    epsilon: float | None = None
-    adjustment: float = DEFAULT_ADJUSTMENT
-    correlation: bool = True
-    share_stats: str = "summary"
+    max_bins: int = setting(DEFAULT_MAX_BINS, rule=integer(2, 255),
+                            help="Bins per column (equal-frequency, or the most frequent levels); missing values get "
+                                 "one more.")
+    key_bits: int = setting(2048, help="Paillier key size of the active party: 2048 | 3072.")
+    backend: str = setting("fast", rule=one_of("fast", "phe"), help="Paillier implementation: fast | phe.")
+    insecure_allow_small_key: bool = setting(False, cli=False, help="Allow test-sized keys; tests only.")
+    workers: int = setting(1, rule=integer(1, 256), help="Worker processes for the Paillier work of each party.")
+    epsilon: float | None = setting(None, rule=number(0, open_low=True, optional=True),
+                                    help="Noise each passive party's per-bin counts: epsilon-DP per column "
+                                         "(two-sided geometric noise); default exact counts.")
+    adjustment: float = setting(DEFAULT_ADJUSTMENT, rule=number(0),
+                                help="Added to both counts of a bin without events or without non-events "
+                                     "(0: such a bin gets WOE 0).")
+    correlation: bool = setting(True, off_flag="--no-correlation",
+                                help="Skip the cross-party Pearson correlation of numeric columns.")
+    share_stats: str = setting("summary", rule=one_of(*SHARE_STATS),
+                               help="What passive parties show the active party: summary (column names, statistics, "
+                                    "bin edges) | none (anonymous columns).")
+    value: bool = setting(False, help="Also estimate each passive party's value: a few SecureBoost trees with and "
+                                      "without it (secure; minutes at 2048-bit keys).")
+    value_trees: int = setting(10, rule=integer(1, 1000), help="Trees of the value estimate.")
+    value_depth: int = setting(3, rule=integer(1, 16), help="Tree depth of the value estimate.")
+    value_rows: int = setting(8000, rule=integer(100, 10_000_000),
+                              help="Explored rows sampled for the value estimate (80 % fit, 20 % scored).")
+    select: str | None = setting(None, cli=False, help="A selection rule such as 'iv>=0.02' (training's --select).")
 
     def __post_init__(self) -> None:
-        check_max_bins(self.max_bins)
+        check_declared(self)
         check_backend_and_key(self.backend, self.key_bits, self.insecure_allow_small_key)
-        if self.epsilon is not None and not (isinstance(self.epsilon, int | float) and self.epsilon > 0):
-            raise ConfigError(f"epsilon must be a positive number (or none for exact counts), got {self.epsilon!r}")
-        if self.adjustment < 0:
-            raise ConfigError(f"adjustment must be >= 0, got {self.adjustment}")
-        if self.share_stats not in SHARE_STATS:
-            raise ConfigError(f"share_stats must be one of {', '.join(SHARE_STATS)}, got {self.share_stats!r}")
-        if not isinstance(self.workers, int) or self.workers < 1:
-            raise ConfigError(f"workers must be an integer >= 1, got {self.workers!r}")
+        if self.select is not None:
+            parse_select(self.select)
 
 
 @dataclass
@@ -135,6 +148,8 @@ class Findings:
     correlation: dict[str, tuple[tuple[str, ...], tuple[str, ...], np.ndarray]] = field(default_factory=dict)
     key_bits: int = 0
     timing: dict[str, float] = field(default_factory=dict)
+    #: with a selection rule: per party, which of its columns (by position) training keeps
+    kept: dict[str, list[bool]] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------- fixed point
@@ -290,7 +305,8 @@ def active_role(inp: ExploreInput, options: ExploreOptions) -> Any:
         slots = slots_per_plaintext(public_key.bits, rows)
         chunks = -(-len(names) // slots) if names else 0
         ctx.broadcast(passives, KEY, {"public_key": public_key.to_bytes(), "rows": rows, "woe": inp.events is not None,
-                                      "max_bins": options.max_bins, "pearson": chunks > 0})
+                                      "max_bins": options.max_bins, "pearson": chunks > 0,
+                                      "select": options.select is not None})
         try:
             if inp.events is not None:
                 ctx.stage = "encrypting labels"
@@ -325,6 +341,13 @@ def active_role(inp: ExploreInput, options: ExploreOptions) -> Any:
         finally:
             backend.close()
         findings.timing = timing
+        if options.select is not None:  # each party is told which of its columns pass, by position only
+            rules = parse_select(options.select)
+            for party, found in findings.parties.items():
+                findings.kept[party] = keep_mask(rules, [t.iv for t in found.woe] if found.woe
+                                                 else [None] * len(found.columns))
+                if party != ctx.name:
+                    ctx.send(party, SELECT, np.array(findings.kept[party], dtype=bool))
         return findings
 
     return role
@@ -411,6 +434,8 @@ class PassiveSummary:
     stats: dict[str, dict[str, Any]]
     bins: list[dict[str, Any]]
     shared: bool
+    #: with a selection rule: the names of its own columns that training keeps (what the active party told it)
+    kept: tuple[str, ...] | None = None
 
 
 def anonymous_names(party: str, count: int) -> tuple[str, ...]:
@@ -431,7 +456,8 @@ def passive_role(inp: ExploreInput, options: ExploreOptions) -> Any:
         summary = PassiveSummary(ctx.name, stats, [{**c.as_dict(), "labels": c.labels()} for c in binned.columns],
                                  shared)
         rows = len(inp.frame)
-        key = _message(ctx.recv(active, KEY), active, KEY, ("public_key", "rows", "woe", "max_bins", "pearson"))
+        key = _message(ctx.recv(active, KEY), active, KEY, ("public_key", "rows", "woe", "max_bins", "pearson",
+                                                            "select"))
         if key["rows"] != rows:
             raise ProtocolError(f"{active} announced {key['rows']!r} rows; {ctx.name} explores {rows}")
         if key["max_bins"] != options.max_bins:
@@ -484,6 +510,11 @@ def passive_role(inp: ExploreInput, options: ExploreOptions) -> Any:
                 _pearson_products(ctx, inp, backend, rows, width, shared)
         finally:
             backend.close()
+        if key["select"]:
+            mask = ctx.recv(active, SELECT)
+            if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (len(binned.columns),):
+                raise ProtocolError(f"{active} sent a selection that is not one flag per column of {ctx.name}")
+            summary.kept = tuple(c for c, keep in zip(binned.names, mask.tolist(), strict=True) if keep)
         return summary
 
     return role

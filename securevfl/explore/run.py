@@ -60,6 +60,8 @@ class ExploreRun:
     scenario: Scenario | None = None
     data: str | Path | None = None
     columns: ColumnSpec | None = None
+    #: called with a line of text at each long step (the value estimate's trainings)
+    progress: Any = None
     phase = "explore"
 
     def prepare(self, session: InProcess | Deployed) -> _Exploring:
@@ -109,8 +111,22 @@ class ExploreRun:
         if isinstance(session, Deployed) and session.kind != "active":
             return outcome.value  # a passive party's own summary (a helper: nothing)
         findings: Findings = outcome.value
-        return assemble_explore_report(findings, local.config, self.options, scenario, outcome.snapshots,
-                                       wall_s=session.elapsed(), links=outcome.links)
+        report = assemble_explore_report(findings, local.config, self.options, scenario, outcome.snapshots,
+                                         wall_s=session.elapsed(), links=outcome.links)
+        if self.options.value:
+            if isinstance(session, Deployed):
+                report.notes.append("the partner-value estimate runs in one process only (securevfl explore "
+                                    "--value); a deployed party explores without it")
+            else:
+                from securevfl.explore.value import ValueOptions, estimate_value
+
+                options = self.options
+                report.value = estimate_value(scenario, ValueOptions(
+                    trees=options.value_trees, depth=options.value_depth, rows=options.value_rows,
+                    key_bits=options.key_bits, insecure_allow_small_key=options.insecure_allow_small_key,
+                    workers=options.workers, seed=local.config.train.seed), progress=self.progress)
+                report.wall_s = session.elapsed()
+        return report
 
     def done(self, session: InProcess | Deployed, result: Any) -> Any:
         if isinstance(session, Deployed):
@@ -143,8 +159,8 @@ def run_explore(config: RunConfig, options: ExploreOptions | None = None, *, sce
     from securevfl.pipeline import run
     from securevfl.pipeline.placement import EveryParty
 
-    return run(ExploreRun(config, options or ExploreOptions(), scenario),  # type: ignore[no-any-return]
-               EveryParty(config.device, progress, config.scheduler))
+    return run(ExploreRun(config, options or ExploreOptions(), scenario, progress=progress),  # type: ignore[no-any-return]
+               EveryParty(config.device, None, config.scheduler))
 
 
 def run_deployed_explore(federation: Any, name: str, data: str | Path | None, options: ExploreOptions, *,
