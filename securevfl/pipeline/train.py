@@ -84,6 +84,7 @@ class _Training:
     classes: tuple[str, ...] = ()
     sides: dict[str, Any] = field(default_factory=dict)  # the method's roles, before any attack wraps them
     planned: list[Any] = field(default_factory=list)  # attacks to evaluate after the run
+    selection: dict[str, Any] | None = None  # --select: what each party kept (securevfl.explore.selection)
 
 
 @dataclass
@@ -111,6 +112,10 @@ class TrainRun:
         name, federation = session.name, session.federation
         if config.positive_class is not None and session.kind != "active":
             raise ConfigError(f"--positive-class is for the active party ({federation.active}), which holds the labels")
+        if config.select is not None:
+            raise ConfigError("select (--select / [job] select) runs in one process for now (securevfl train "
+                              "--select); for a deployed federation, run securevfl explore and give each party "
+                              "its --drop columns")
         if config.model_dir is not None:
             from securevfl.model.saving import check_model_dir, check_savable
 
@@ -151,7 +156,15 @@ class TrainRun:
             role = plan_role(local.table, local.classes, federation, psi_role(local.table, federation, cover), cover)
             return session.setup(role, table=local.table, classes=local.classes)
         scenario = local.scenario or build_scenario(local.config, cover=cover)
-        positive_index(scenario.classes, local.config.positive_class, scenario.task)  # refused before training
+        positive = positive_index(scenario.classes, local.config.positive_class, scenario.task)  # refused before training
+        if local.config.select is not None:
+            from securevfl.explore.selection import select_columns
+
+            scenario, local.selection, snapshots = select_columns(scenario, local.config.select, positive=positive,
+                                                                  seed=local.config.train.seed,
+                                                                  recv_timeout=local.config.recv_timeout_s)
+            local.selection["cost"] = {"crypto_s": sum(sum(s.crypto_s.values()) for s in snapshots.values()),
+                                       "bytes": sum(sum(s.bytes.values()) for s in snapshots.values())}
         return scenario
 
     # ------------------------------------------------------------------ the roles
@@ -187,6 +200,8 @@ class TrainRun:
         config = local.config
         report = assemble_report(config, scenario, outcome.value, outcome.snapshots, local.method.describe(),
                                  wall_s=session.elapsed())
+        if local.selection is not None:
+            report.extra["selection"] = local.selection
         if local.planned:
             from securevfl.attacks import evaluate
 
