@@ -594,7 +594,7 @@ def _draw_gains(gains: Sequence[tuple[str, float]], metric: str, fig: Figure) ->
     ax.set_yticks(y, [_label(p) for p, _ in gains], fontsize=8)
     ax.invert_yaxis()
     ax.axvline(0, color="k", lw=0.8)
-    ax.set_xlabel(_label(f"{metric} gain (all parties − without the party)"))
+    ax.set_xlabel(_label(f"{metric} gain from the party (all parties against all but this one)", 80))
     ax.set_title("The partner's value")
 
 
