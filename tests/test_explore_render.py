@@ -248,7 +248,7 @@ def test_party_that_shares_nothing() -> None:
     section = text[text.index("## Party passive2"):text.index("## Weight of evidence")]
     assert "anonymous" in section and "| passive2#1 | 0.3500 | strong |" in section
     assert "| column | IV | strength |" in section  # no kind, missing, distinct or statistics columns
-    assert "passive2 shared:** no column names" in text
+    assert "passive2 shared with the active party:** no column names" in text
 
 
 def test_old_and_minimal_reports_render() -> None:

@@ -244,9 +244,9 @@ def _learned(report: Mapping[str, Any]) -> list[_Block]:
     for name, entry in parties.items():
         e = _map(entry)
         if e.get("role") == "passive" and "shared" in e:
-            items.append((f"{name} shared:", "its column names, statistics and bin edges (share_stats = summary)"
+            items.append((f"{name} shared with the active party:", "its column names, statistics and bin edges"
                           if e["shared"] else "no column names, statistics or bin edges: its columns appear as "
-                          f"{name}#1, {name}#2, ... and only their per-bin counts"))
+                          f"{name}#1, {name}#2, ..."))
     if not items:
         return []
     return [_Heading(2, "What each party learned"), _List(tuple(items), box=True)]
