@@ -6,7 +6,10 @@ passive party's bins are summed under the active party's Paillier key (:mod:`.pr
 follow (:mod:`.woe`), and the active party writes the report (:mod:`.report`, :mod:`.render`).
 """
 
-from securevfl.explore.protocol import ExploreOptions
-from securevfl.explore.report import ExploreReport
+from securevfl.lazy import lazy_attributes
 
-__all__ = ["ExploreOptions", "ExploreReport"]
+_LAZY = {"ExploreOptions": "securevfl.explore.protocol", "ExploreReport": "securevfl.explore.report"}
+
+__getattr__ = lazy_attributes(__name__, _LAZY)
+
+__all__ = [*_LAZY]

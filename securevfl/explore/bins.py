@@ -19,7 +19,9 @@ import pandas as pd
 
 from securevfl.data.columns import CATEGORICAL, DATE, ColumnSpec, column_kinds, prepare_columns
 from securevfl.errors import ConfigError
-from securevfl.methods.secureboost.binning import MAX_BINS_LIMIT, fit_bins
+
+#: The SecureBoost binning's largest bin count (securevfl.methods.secureboost.binning.MAX_BINS_LIMIT).
+MAX_BINS_LIMIT = 255
 
 #: Bins per column by default (plus the missing-value bin): ten deciles, the scorecard habit.
 DEFAULT_MAX_BINS = 10
@@ -115,6 +117,8 @@ def fit_column(name: str, values: pd.Series, kind: str, max_bins: int = DEFAULT_
         counts = values.astype("string").dropna().value_counts(sort=False)
         ranked = sorted(counts.items(), key=lambda kv: (-int(kv[1]), str(kv[0])))  # ties: by name, for determinism
         return ColumnBins(name, kind, max_bins, levels=tuple(str(level) for level, _ in ranked[: max_bins - 1]))
+    from securevfl.methods.secureboost.binning import fit_bins  # imported here: it loads the methods (torch)
+
     numbers = _as_numbers(values, kind)
     cuts = fit_bins(numbers.reshape(-1, 1), max_bins).cuts[0]
     return ColumnBins(name, kind, max_bins, cuts=tuple(float(c) for c in cuts))

@@ -391,6 +391,8 @@ def _receive_woe(ctx: PartyContext, party: str, backend: Any, woe: bool, rows: i
     events[slots] = [v - n if v > n // 2 else v for v in plain]
     with ctx.meter.compute():
         if epsilon is not None:  # post-processing of noised counts: no negative count
+            counts = np.clip(counts, 0, None)
+            found.counts = counts
             events = np.clip(events, 0, None)
             non_events = np.clip(counts - events, 0, None)
         else:

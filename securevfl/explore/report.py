@@ -127,8 +127,11 @@ def learned(findings: Findings, options: ExploreOptions) -> dict[str, str]:
     """What each party learned, in words (the report says it next to the figures)."""
     noise = (f"noised with two-sided geometric noise, ε = {options.epsilon:g} per column (replace-one-row "
              "adjacency; bin edges not covered)") if options.epsilon is not None else "exact"
-    active = (f"its own columns in the clear; per passive party and column, each bin's row count and event count "
-              f"({noise}), hence WOE and IV")
+    if findings.events is None:
+        active = "its own columns in the clear; per passive party and column, each bin's row count"
+    else:
+        active = (f"its own columns in the clear; per passive party and column, each bin's row count and event "
+                  f"count ({noise}), hence WOE and IV")
     if findings.correlation:
         active += "; the Pearson correlation of each of its numeric columns with each of the passive party's"
     active += ("; a passive party's column names, statistics and bin edges only where it shares them "
