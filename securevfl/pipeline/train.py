@@ -156,7 +156,7 @@ class TrainRun:
             role = plan_role(local.table, local.classes, federation, psi_role(local.table, federation, cover), cover)
             return session.setup(role, table=local.table, classes=local.classes)
         scenario = local.scenario or build_scenario(local.config, cover=cover)
-        positive = positive_index(scenario.classes, local.config.positive_class, scenario.task)  # refused before training
+        positive = positive_index(scenario.classes, local.config.positive_class, scenario.task)  # refused now
         if local.config.select is not None:
             from securevfl.explore.selection import select_columns
 
