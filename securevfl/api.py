@@ -76,8 +76,8 @@ def explore(dataset: str = "breast-cancer", *, report: str | Path | None = None,
 
     The same data settings as :func:`train` (``data_files``, ``id_column``, ``label_column``,
     ``parties`` ...; PSI aligns the parties unless ``alignment="plaintext"``), plus the options of
-    :class:`securevfl.explore.ExploreOptions` (``max_bins``, ``key_bits``, ``epsilon``, ``share_stats``,
-    ``correlation``, ``value`` ...). Returns an :class:`securevfl.explore.ExploreReport`; ``report``:
+    :class:`securevfl.exploration.ExploreOptions` (``max_bins``, ``key_bits``, ``epsilon``, ``share_stats``,
+    ``correlation``, ``value`` ...). Returns an :class:`securevfl.exploration.ExploreReport`; ``report``:
     also write it there (JSON, Markdown and HTML). ``progress``: called with a line at each long step.
 
     Example::
@@ -88,9 +88,9 @@ def explore(dataset: str = "breast-cancer", *, report: str | Path | None = None,
     """
     import dataclasses
 
-    from securevfl.explore.protocol import ExploreOptions
-    from securevfl.explore.report import explore_paths
-    from securevfl.explore.run import run_explore
+    from securevfl.exploration.protocol import ExploreOptions
+    from securevfl.exploration.report import explore_paths
+    from securevfl.exploration.run import run_explore
 
     if report is not None:
         for path in explore_paths(report):

@@ -67,7 +67,7 @@ class RunConfig:
     overwrite_model: bool = setting(False, help="Replace a model already saved in --model-dir.")
     positive_class: str | None = setting(
         None, help="The class binary F1 and AUC score as positive (default: the second of the label's classes).")
-    #: Columns kept for training by what exploring finds (issue 45; securevfl.explore.selection).
+    #: Columns kept for training by what exploring finds (issue 45; securevfl.exploration.selection).
     select: str | None = setting(
         None, job=True, help="Keep only the columns that pass, e.g. 'iv>=0.02': their IV against the label, computed "
                              "securely first (securevfl explore); each party drops its own.")
@@ -75,7 +75,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         check_declared(self)
         if self.select is not None:
-            from securevfl.explore.select import parse_select
+            from securevfl.exploration.select import parse_select
 
             parse_select(self.select)
 

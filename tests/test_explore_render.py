@@ -1,4 +1,4 @@
-"""securevfl.explore.render: the explore report's dict as Markdown and as one self-contained HTML page.
+"""securevfl.exploration.render: the explore report's dict as Markdown and as one self-contained HTML page.
 
 Small hand-built dicts (no protocol run): every section renders, hostile names are escaped, missing optional
 keys (older reports, regression labels, parties that share nothing) render what is there.
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from securevfl.explore.render import _label, _md, html, markdown
-from securevfl.explore.report import ExploreReport
+from securevfl.exploration.render import _label, _md, html, markdown
+from securevfl.exploration.report import ExploreReport
 
 HOSTILE = "<script>alert(1)</script>"
 PIPE = "a|b"

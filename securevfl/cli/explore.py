@@ -33,7 +33,7 @@ _EXPLORE_ONLY = [
 
 
 def _explore_settings() -> list[Any]:
-    from securevfl.explore.protocol import ExploreOptions
+    from securevfl.exploration.protocol import ExploreOptions
 
     return [s for s in settings_of(ExploreOptions) if s.info.cli]
 
@@ -45,7 +45,7 @@ def explore(ctx: typer.Context, *, report: Path, top: int, **values: Any) -> Non
     """
     with heavy_imports():
         from securevfl.api import explore as api_explore
-        from securevfl.explore.report import explore_paths
+        from securevfl.exploration.report import explore_paths
 
     from securevfl.checks import check_output_file
 

@@ -84,7 +84,7 @@ class _Training:
     classes: tuple[str, ...] = ()
     sides: dict[str, Any] = field(default_factory=dict)  # the method's roles, before any attack wraps them
     planned: list[Any] = field(default_factory=list)  # attacks to evaluate after the run
-    selection: dict[str, Any] | None = None  # --select: what each party kept (securevfl.explore.selection)
+    selection: dict[str, Any] | None = None  # --select: what each party kept (securevfl.exploration.selection)
 
 
 @dataclass
@@ -158,7 +158,7 @@ class TrainRun:
         scenario = local.scenario or build_scenario(local.config, cover=cover)
         positive = positive_index(scenario.classes, local.config.positive_class, scenario.task)  # refused now
         if local.config.select is not None:
-            from securevfl.explore.selection import select_columns
+            from securevfl.exploration.selection import select_columns
 
             scenario, local.selection, snapshots = select_columns(scenario, local.config.select, positive=positive,
                                                                   seed=local.config.train.seed,

@@ -1,7 +1,7 @@
 """Selection feeds training: ``securevfl train --select "iv>=0.02"`` keeps only the columns that pass.
 
 Before the method's roles run, the parties explore their training rows (the WOE / IV protocol of
-:mod:`securevfl.explore.protocol`, no Pearson, ``share_stats = none``: the active party never sees a
+:mod:`securevfl.exploration.protocol`, no Pearson, ``share_stats = none``: the active party never sees a
 passive party's column names), the active party judges every column by its IV and tells each passive
 party, by position, which of its own columns pass. Each party then drops the others from its own
 table (its column spec's ``drop``), so its preprocessing, its model part and its saved schema hold
@@ -19,8 +19,8 @@ import numpy as np
 from securevfl.data import Scenario
 from securevfl.data.columns import ColumnSpec
 from securevfl.errors import ConfigError
-from securevfl.explore.protocol import ExploreOptions
-from securevfl.explore.run import explore_roles
+from securevfl.exploration.protocol import ExploreOptions
+from securevfl.exploration.run import explore_roles
 
 
 def shared_training(scenario: Scenario) -> Scenario:

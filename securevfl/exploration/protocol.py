@@ -43,10 +43,10 @@ import pandas as pd
 
 from securevfl.data.columns import NUMERIC
 from securevfl.errors import ProtocolError
-from securevfl.explore.bins import DEFAULT_MAX_BINS, BinnedTable, bin_table
-from securevfl.explore.select import keep_mask, parse_select
-from securevfl.explore.stats import table_stats
-from securevfl.explore.woe import DEFAULT_ADJUSTMENT, WoeTable, woe_iv
+from securevfl.exploration.bins import DEFAULT_MAX_BINS, BinnedTable, bin_table
+from securevfl.exploration.select import keep_mask, parse_select
+from securevfl.exploration.stats import table_stats
+from securevfl.exploration.woe import DEFAULT_ADJUSTMENT, WoeTable, woe_iv
 from securevfl.federation.runtime import PartyContext
 from securevfl.privacy.paillier import PaillierPublicKey, create_backend, generate_keypair
 from securevfl.privacy.paillier.histograms import EncryptedHistogrammer, dominant_bins
@@ -271,7 +271,7 @@ def local_findings(inp: ExploreInput, options: ExploreOptions, binned: BinnedTab
                           bins=[{**c.as_dict(), "labels": c.labels()} for c in binned.columns],
                           counts=binned.counts(), stats=table_stats(inp.frame, inp.kinds))
     if inp.events is not None:
-        from securevfl.explore.woe import plain_woe_counts
+        from securevfl.exploration.woe import plain_woe_counts
 
         events, non_events = plain_woe_counts(binned.bins, inp.events, binned.columns[0].width if binned.columns else 1)
         found.woe = [woe_iv(events[j], non_events[j], options.adjustment) for j in range(len(binned.columns))]

@@ -1,8 +1,8 @@
 """The explore report: what the active party learned, as JSON (machines), Markdown and HTML (people).
 
-:func:`assemble_explore_report` turns the active party's :class:`~securevfl.explore.protocol.Findings`
+:func:`assemble_explore_report` turns the active party's :class:`~securevfl.exploration.protocol.Findings`
 into an :class:`ExploreReport`; ``to_dict`` is the JSON contract (docs/explore.md), and
-:mod:`securevfl.explore.render` draws the Markdown and the HTML page from that dict alone.
+:mod:`securevfl.exploration.render` draws the Markdown and the HTML page from that dict alone.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from psi import atomic
-from securevfl.explore.protocol import ExploreOptions, Findings, PartyFindings
-from securevfl.explore.woe import iv_strength
+from securevfl.exploration.protocol import ExploreOptions, Findings, PartyFindings
+from securevfl.exploration.woe import iv_strength
 
 #: |r| at or above which a cross-party pair of columns is listed as redundant.
 REDUNDANT_R = 0.8
@@ -88,12 +88,12 @@ class ExploreReport:
         return json.dumps(self.to_dict(), indent=2, default=_jsonable)
 
     def to_markdown(self) -> str:
-        from securevfl.explore.render import markdown
+        from securevfl.exploration.render import markdown
 
         return markdown(json.loads(self.to_json()))
 
     def to_html(self) -> str:
-        from securevfl.explore.render import html
+        from securevfl.exploration.render import html
 
         return html(json.loads(self.to_json()))
 

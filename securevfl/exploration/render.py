@@ -34,7 +34,7 @@ IV_READING = (("useless", "below 0.02", "no predictive power"), ("weak", "0.02 t
               ("medium", "0.1 to 0.3", ""), ("strong", "0.3 to 0.5", ""),
               ("suspicious", "above 0.5", "too good to be true; check for leakage: a column derived from the label "
                                           "or recorded after it"))
-#: |r| at or above which a cross-party pair counts as redundant (``securevfl.explore.report.REDUNDANT_R``).
+#: |r| at or above which a cross-party pair counts as redundant (``securevfl.exploration.report.REDUNDANT_R``).
 REDUNDANT_R = 0.8
 #: At most this many bars in a party's IV chart (the table lists every column).
 IV_CHART_MAX = 40

@@ -4,8 +4,8 @@ In one process (``securevfl explore``, :func:`securevfl.explore`) the scenario h
 table, cut from one dataset or read from each party's file and aligned by PSI; the explored rows are
 the training rows of the rows every party holds. Deployed (``securevfl party --explore``) a party
 reads its own file only and its set-up runs over its links (PSI, then the plan), like training.
-Either way the roles are :mod:`securevfl.explore.protocol`'s, and the active party assembles the
-report (:mod:`securevfl.explore.report`).
+Either way the roles are :mod:`securevfl.exploration.protocol`'s, and the active party assembles the
+report (:mod:`securevfl.exploration.report`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import numpy as np
 from securevfl.data import Scenario
 from securevfl.data.columns import ColumnSpec
 from securevfl.eval import positive_index
-from securevfl.explore.bins import raw_frame
-from securevfl.explore.protocol import ExploreInput, ExploreOptions, Findings, active_role, passive_role
-from securevfl.explore.report import ExploreReport, assemble_explore_report
+from securevfl.exploration.bins import raw_frame
+from securevfl.exploration.protocol import ExploreInput, ExploreOptions, Findings, active_role, passive_role
+from securevfl.exploration.report import ExploreReport, assemble_explore_report
 from securevfl.pipeline.placement import Deployed, InProcess, OneParty, Outcome
 from securevfl.run_config import RunConfig
 
@@ -29,7 +29,7 @@ from securevfl.run_config import RunConfig
 def explore_input(scenario: Scenario, party: str, positive: int = 1) -> ExploreInput:
     """``party``'s explored rows (the aligned training rows, in the agreed order) as raw columns."""
     table = scenario.tables[party]
-    rows = scenario.alignment.aligned[party][scenario.train]
+    rows = scenario.alignment.rows(party, scenario.train)  # every party holds them (cover=False, shared_training)
     frame, kinds = raw_frame(table.features, table.feature_names, table.columns,
                              table.source or f"party {party!r}")
     frame = frame.iloc[np.asarray(rows, dtype=np.int64)].reset_index(drop=True)
@@ -118,7 +118,7 @@ class ExploreRun:
                 report.notes.append("the partner-value estimate runs in one process only (securevfl explore "
                                     "--value); a deployed party explores without it")
             else:
-                from securevfl.explore.value import ValueOptions, estimate_value
+                from securevfl.exploration.value import ValueOptions, estimate_value
 
                 options = self.options
                 report.value = estimate_value(scenario, ValueOptions(
