@@ -88,7 +88,7 @@ def explore(dataset: str = "breast-cancer", *, report: str | Path | None = None,
     """
     import dataclasses
 
-    from securevfl.exploration.protocol import ExploreOptions
+    from securevfl.exploration.options import ExploreOptions
     from securevfl.exploration.report import explore_paths
     from securevfl.exploration.run import run_explore
 

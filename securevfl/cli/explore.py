@@ -33,7 +33,7 @@ _EXPLORE_ONLY = [
 
 
 def _explore_settings() -> list[Any]:
-    from securevfl.exploration.protocol import ExploreOptions
+    from securevfl.exploration.options import ExploreOptions
 
     return [s for s in settings_of(ExploreOptions) if s.info.cli]
 
@@ -58,11 +58,12 @@ def explore(ctx: typer.Context, *, report: Path, top: int, **values: Any) -> Non
     with err_console.status("exploring") as status:
         result = api_explore(progress=lambda line: status.update(line), **settings, **options)
     paths = result.save(report)
-    _print(result, top)
+    print_explore(result, top)
     console.print(f"report: {paths[0]}, {paths[1]} and {paths[2]}")
 
 
-def _print(result: Any, top: int) -> None:
+def print_explore(result: Any, top: int) -> None:
+    """The IV ranking, notes, redundant pairs and the value estimate, as a table and lines."""
     rows = f"{result.rows} rows explored"
     if result.events is not None:
         rows += f", {result.events} events ({result.events / max(1, result.rows):.1%}, class {result.positive_class!r})"

@@ -29,6 +29,7 @@ from securevfl.cli.options import api_values, cli_settings, given_names, setting
 from securevfl.cli.startup import heavy_imports
 from securevfl.deploy.serving_limits import ServeSettings
 from securevfl.errors import ConfigError, Interrupted, PartyFailure, SecureVFLError
+from securevfl.exploration.options import ExploreOptions
 from securevfl.run_config import ScoringSettings
 from securevfl.settings import settings_of
 
@@ -136,6 +137,8 @@ def _party(
                    "threads, else OMP_NUM_THREADS, else this machine's cores / the parties listed on this host."),
     insecure: bool = typer.Option(False, help="Confirm plaintext links (loopback only; the file must say so too)."),
     predict: bool = typer.Option(False, help="Score new rows (--data) with this party's part (--model-dir)."),
+    explore: bool = typer.Option(False, help="Before training: column statistics, WOE / IV against the label, "
+                                             "Pearson (securevfl explore); the active party writes the report."),
     out: Path | None = typer.Option(  # noqa: B008
         None, help="With --predict at the active party: where to write the predictions (CSV)."),
     serve: bool = typer.Option(False, help="Stay up and score requests with this party's part (--model-dir) "
@@ -182,6 +185,21 @@ def _party(
     if not serve and serving:
         raise ConfigError(f"{serving[0]} is for --serve")
     device, checkpoint_dir, model_dir = run.get("device", "auto"), run.get("checkpoint_dir"), run.get("model_dir")
+    exploring = [s.flag for s in _EXPLORE_SETTINGS if s.name in given]
+    if not explore and exploring:
+        raise ConfigError(f"{exploring[0]} is for --explore")
+    if explore:
+        if serve or predict:
+            raise ConfigError("--explore comes before training: not with --serve or --predict")
+        if checkpoint_dir is not None or model_dir is not None or out is not None:
+            raise ConfigError("--explore writes its report only (--report): no --checkpoint-dir, --model-dir or --out")
+        choice = _start_threads(fed, as_, threads)
+        options = {s.name: values[s.name] for s in _EXPLORE_SETTINGS if s.name in given}
+        if "correlation" in options:
+            options["correlation"] = not options["correlation"]  # --no-correlation
+        with stop_on_signals(as_):
+            _explore_party(fed, as_, data, report, device, columns, choice, run.get("positive_class"), options)
+        return
     if serve:
         _check_serve_options(out, checkpoint_dir, predict)
         choice = _start_threads(fed, as_, threads)
@@ -225,11 +243,13 @@ def _own_columns(columns: Any, given: set[str], base: Any) -> Any:
 _COLUMN_SETTINGS = [s for s in cli_settings() if s.path[:-1] == ("dataset_options", "columns")]
 _RUN_SETTINGS = [*cli_settings(["device", "checkpoint_dir", "resume", "checkpoint_overwrite", "model_dir",
                                 "overwrite_model", "positive_class"]), *_COLUMN_SETTINGS]
+#: Exploring's options (securevfl explore's): the active party's say what is asked, a passive party's what it shares.
+_EXPLORE_SETTINGS = [s for s in settings_of(ExploreOptions) if s.info.cli and s.name != "value"]
 #: Serving's --party-timeout is ScoringSettings's (one flag, for --predict and --serve alike).
 _SERVE_SETTINGS = [s for s in settings_of(ServeSettings) if s.info.cli and s.name != "party_timeout_s"]
 
 party_command = with_party_logging(_party)
-settings_command(party_command, [*_RUN_SETTINGS, *settings_of(ScoringSettings), *_SERVE_SETTINGS],
+settings_command(party_command, [*_RUN_SETTINGS, *settings_of(ScoringSettings), *_SERVE_SETTINGS, *_EXPLORE_SETTINGS],
                  before=[p for p in inspect.signature(_party).parameters.values() if p.kind != p.VAR_KEYWORD])
 
 
@@ -383,6 +403,37 @@ def _run_party(fed: Any, as_: str, data: Path | None, report: Path | None, devic
             console.print(f"model part: none ({as_} has data = false: a helper holds no part of the model)")
         else:
             console.print(f"model part: none (the {fed.job.method} model is {fed.active}'s alone)")
+
+
+def _explore_party(fed: Any, as_: str, data: Path | None, report: Path | None, device: str, columns: Any,
+                   threads: Any, positive_class: str | None, options: dict[str, Any]) -> None:
+    """Explore as one party: the active party prints the IV ranking and writes the report (JSON, .md, .html)."""
+    with heavy_imports():
+        from securevfl.exploration.options import ExploreOptions
+        from securevfl.exploration.report import ExploreReport, explore_paths
+        from securevfl.exploration.run import run_deployed_explore
+
+    if report is not None:
+        from securevfl.checks import check_output_file
+
+        for path in explore_paths(report):
+            check_output_file(path, "report file")
+    result = run_deployed_explore(fed, as_, data, ExploreOptions(**options), device=device, threads=threads,
+                                  columns=columns if fed.party(as_).data else None, positive_class=positive_class)
+    if isinstance(result, ExploreReport):
+        from securevfl.cli.explore import print_explore
+
+        print_explore(result, 15)
+        if report is not None:
+            paths = result.save(report)
+            console.print(f"report: {paths[0]}, {paths[1]} and {paths[2]}")
+    elif report is not None and result is not None:  # a passive party: its own columns, as it knows them
+        json_path = explore_paths(report)[0]
+        body = {"party": as_, "kind": "explore", "role": "passive", "shared": result.shared,
+                "kept": list(result.kept) if result.kept is not None else None, "stats": result.stats,
+                "bins": result.bins}
+        atomic.write_text(json_path, json.dumps(body, indent=2, default=float))
+        console.print(f"report: {json_path}")
 
 
 def _passive_report(result: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ follow (:mod:`.woe`), and the active party writes the report (:mod:`.report`, :m
 
 from securevfl.lazy import lazy_attributes
 
-_LAZY = {"ExploreOptions": "securevfl.exploration.protocol", "ExploreReport": "securevfl.exploration.report"}
+_LAZY = {"ExploreOptions": "securevfl.exploration.options", "ExploreReport": "securevfl.exploration.report"}
 
 __getattr__ = lazy_attributes(__name__, _LAZY)
 

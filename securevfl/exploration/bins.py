@@ -23,8 +23,7 @@ from securevfl.errors import ConfigError
 #: The SecureBoost binning's largest bin count (securevfl.methods.secureboost.binning.MAX_BINS_LIMIT).
 MAX_BINS_LIMIT = 255
 
-#: Bins per column by default (plus the missing-value bin): ten deciles, the scorecard habit.
-DEFAULT_MAX_BINS = 10
+from securevfl.exploration.options import DEFAULT_MAX_BINS  # noqa: E402 (re-exported)
 
 
 @dataclass(frozen=True)

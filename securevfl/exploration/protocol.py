@@ -42,16 +42,16 @@ import numpy as np
 import pandas as pd
 
 from securevfl.data.columns import NUMERIC
-from securevfl.errors import ProtocolError
-from securevfl.exploration.bins import DEFAULT_MAX_BINS, BinnedTable, bin_table
+from securevfl.errors import ConfigError, ProtocolError
+from securevfl.exploration.bins import MAX_BINS_LIMIT, BinnedTable, bin_table
+from securevfl.exploration.options import ExploreOptions
 from securevfl.exploration.select import keep_mask, parse_select
 from securevfl.exploration.stats import table_stats
-from securevfl.exploration.woe import DEFAULT_ADJUSTMENT, WoeTable, woe_iv
+from securevfl.exploration.woe import WoeTable, woe_iv
 from securevfl.federation.runtime import PartyContext
 from securevfl.privacy.paillier import PaillierPublicKey, create_backend, generate_keypair
 from securevfl.privacy.paillier.histograms import EncryptedHistogrammer, dominant_bins
 from securevfl.privacy.paillier.registry import check_backend_and_key
-from securevfl.settings import check_declared, integer, number, one_of, setting
 
 KEY = "explore.setup.key"
 LABELS = "explore.woe.labels"
@@ -66,45 +66,9 @@ FRACTION_BITS = 16
 Z_BITS = 10
 #: The most columns a party may announce (sizes a peer sends are checked before allocating).
 MAX_COLUMNS = 100_000
+#: The largest public key a passive party reads (a 3072-bit key is about 800 bytes).
+MAX_KEY_BYTES = 4096
 #: Two-sided geometric noise is drawn with numpy from a seed of the OS's randomness (never ``random``).
-SHARE_STATS = ("summary", "none")
-
-
-@dataclass(frozen=True)
-class ExploreOptions:
-    """How the parties explore (``securevfl explore``'s options; the API's keywords)."""
-
-    max_bins: int = setting(DEFAULT_MAX_BINS, rule=integer(2, 255),
-                            help="Bins per column (equal-frequency, or the most frequent levels); missing values get "
-                                 "one more.")
-    key_bits: int = setting(2048, help="Paillier key size of the active party: 2048 | 3072.")
-    backend: str = setting("fast", rule=one_of("fast", "phe"), help="Paillier implementation: fast | phe.")
-    insecure_allow_small_key: bool = setting(False, cli=False, help="Allow test-sized keys; tests only.")
-    workers: int = setting(1, rule=integer(1, 256), help="Worker processes for the Paillier work of each party.")
-    epsilon: float | None = setting(None, rule=number(0, open_low=True, optional=True),
-                                    help="Noise each passive party's per-bin counts: epsilon-DP per column "
-                                         "(two-sided geometric noise); default exact counts.")
-    adjustment: float = setting(DEFAULT_ADJUSTMENT, rule=number(0),
-                                help="Added to both counts of a bin without events or without non-events "
-                                     "(0: such a bin gets WOE 0).")
-    correlation: bool = setting(True, off_flag="--no-correlation",
-                                help="Skip the cross-party Pearson correlation of numeric columns.")
-    share_stats: str = setting("summary", rule=one_of(*SHARE_STATS),
-                               help="What passive parties show the active party: summary (column names, statistics, "
-                                    "bin edges) | none (anonymous columns).")
-    value: bool = setting(False, help="Also estimate each passive party's value: a few SecureBoost trees with and "
-                                      "without it (secure; minutes at 2048-bit keys).")
-    value_trees: int = setting(10, rule=integer(1, 1000), help="Trees of the value estimate.")
-    value_depth: int = setting(3, rule=integer(1, 16), help="Tree depth of the value estimate.")
-    value_rows: int = setting(8000, rule=integer(100, 10_000_000),
-                              help="Explored rows sampled for the value estimate (80 % fit, 20 % scored).")
-    select: str | None = setting(None, cli=False, help="A selection rule such as 'iv>=0.02' (training's --select).")
-
-    def __post_init__(self) -> None:
-        check_declared(self)
-        check_backend_and_key(self.backend, self.key_bits, self.insecure_allow_small_key)
-        if self.select is not None:
-            parse_select(self.select)
 
 
 @dataclass
@@ -450,25 +414,29 @@ def passive_role(inp: ExploreInput, options: ExploreOptions) -> Any:
 
     def role(ctx: PartyContext) -> PassiveSummary:
         active = ctx.active
-        ctx.stage = "own columns"
-        with ctx.meter.compute():
-            binned = bin_table(inp.frame, inp.kinds, options.max_bins)
-            stats = table_stats(inp.frame, inp.kinds)
-        shared = options.share_stats == "summary"
-        summary = PassiveSummary(ctx.name, stats, [{**c.as_dict(), "labels": c.labels()} for c in binned.columns],
-                                 shared)
         rows = len(inp.frame)
         key = _message(ctx.recv(active, KEY), active, KEY, ("public_key", "rows", "woe", "max_bins", "pearson",
                                                             "select"))
         if key["rows"] != rows:
             raise ProtocolError(f"{active} announced {key['rows']!r} rows; {ctx.name} explores {rows}")
-        if key["max_bins"] != options.max_bins:
-            raise ProtocolError(f"{active} asked for {key['max_bins']!r} bins per column; {options.max_bins} "
-                                "were agreed")
+        max_bins = key["max_bins"]  # the active party's choice, within the binning's range
+        if not isinstance(max_bins, int) or isinstance(max_bins, bool) or not 2 <= max_bins <= MAX_BINS_LIMIT:
+            raise ProtocolError(f"{active} asked for {max_bins!r} bins per column; 2 to {MAX_BINS_LIMIT} are allowed")
         raw = key["public_key"]
-        if not isinstance(raw, bytes):
-            raise ProtocolError(f"{active} sent no public key")
-        public_key = PaillierPublicKey.from_bytes(raw, expected_bits=options.key_bits)
+        if not isinstance(raw, bytes) or len(raw) > MAX_KEY_BYTES:
+            raise ProtocolError(f"{active} sent no public key (or one of more than {MAX_KEY_BYTES} bytes)")
+        public_key = PaillierPublicKey.from_bytes(raw)
+        try:
+            check_backend_and_key(options.backend, public_key.bits, options.insecure_allow_small_key)
+        except ConfigError as exc:
+            raise ProtocolError(f"{active} sent a {public_key.bits}-bit key: {exc}") from None
+        ctx.stage = "own columns"
+        with ctx.meter.compute():
+            binned = bin_table(inp.frame, inp.kinds, max_bins)
+            stats = table_stats(inp.frame, inp.kinds)
+        shared = options.share_stats == "summary"
+        summary = PassiveSummary(ctx.name, stats, [{**c.as_dict(), "labels": c.labels()} for c in binned.columns],
+                                 shared)
         backend = _backend(options, public_key)
         n = public_key.n
         width = ciphertext_bytes(n)
@@ -483,7 +451,7 @@ def passive_role(inp: ExploreInput, options: ExploreOptions) -> Any:
                 labels = from_wire(ctx.recv(active, LABELS), width, rows, active, "encrypted labels")
                 hist = EncryptedHistogrammer(n, workers=options.workers)
                 bins = binned.bins
-                bin_width = options.max_bins + 1
+                bin_width = max_bins + 1
                 with ctx.meter.crypto("paillier.histogram"):
                     flat = hist.histograms(labels, bins, [np.arange(rows)], bin_width,
                                            skip=dominant_bins(bins, bin_width, rows)) if bins.shape[1] else []

@@ -19,7 +19,7 @@ import numpy as np
 from securevfl.data import Scenario
 from securevfl.data.columns import ColumnSpec
 from securevfl.errors import ConfigError
-from securevfl.exploration.protocol import ExploreOptions
+from securevfl.exploration.options import ExploreOptions
 from securevfl.exploration.run import explore_roles
 
 

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: Added to both counts of a bin where one of them is zero (FATE's default).
-DEFAULT_ADJUSTMENT = 0.5
+from securevfl.exploration.options import DEFAULT_ADJUSTMENT  # noqa: E402 (re-exported)
 
 
 @dataclass(frozen=True)
