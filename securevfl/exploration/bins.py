@@ -96,8 +96,9 @@ def _show(value: float, kind: str) -> str:
 def _as_numbers(values: pd.Series, kind: str) -> np.ndarray:
     if kind == DATE:
         stamps = pd.to_datetime(values, errors="coerce")
-        seconds: np.ndarray = stamps.astype("int64").to_numpy().astype(np.float64) / 1e9
-        seconds[stamps.isna().to_numpy()] = np.nan
+        # seconds since the epoch, whatever the resolution pandas parsed at (ns before pandas 3, us since)
+        seconds: np.ndarray = ((stamps - pd.Timestamp(0)) / pd.Timedelta(seconds=1)).to_numpy(dtype=np.float64,
+                                                                                                na_value=np.nan)
         return seconds
     numbers: np.ndarray = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     return numbers

@@ -125,8 +125,12 @@ def _jsonable(value: Any) -> Any:
 
 def learned(findings: Findings, options: ExploreOptions) -> dict[str, str]:
     """What each party learned, in words (the report says it next to the figures)."""
-    noise = (f"noised with two-sided geometric noise, ε = {options.epsilon:g} per column (replace-one-row "
-             "adjacency; bin edges not covered)") if options.epsilon is not None else "exact"
+    noised = {p: f.epsilon for p, f in findings.parties.items() if f.epsilon is not None}  # each party's own choice
+    noise = ("exact" if not noised else
+             "noised with two-sided geometric noise, " + ", ".join(f"ε = {e:g} per column at {p}" for p, e in
+                                                                 noised.items())
+             + (", exact elsewhere" if len(noised) < len(findings.parties) - 1 else "")
+             + " (replace-one-row adjacency; bin edges not covered)")
     if findings.events is None:
         active = "its own columns in the clear; per passive party and column, each bin's row count"
     else:
