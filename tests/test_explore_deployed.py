@@ -1,0 +1,93 @@
+"""``securevfl party --explore``: three processes over loopback find what one process finds (issue 45)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from deployed_threads import loopback_federation_file
+from sklearn.datasets import load_breast_cancer
+
+import securevfl
+
+PARTIES = ("bank", "shop", "clinic")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Breast Cancer cut into three organisations' tables, ~10 % of each one's customers missing, a category added."""
+    out = tmp_path_factory.mktemp("explore-tables")
+    data = load_breast_cancer(as_frame=True)
+    ids = [f"c{i:04d}" for i in range(len(data.frame))]
+    columns = list(data.data.columns)
+    split = {"bank": columns[:4], "shop": columns[4:9], "clinic": columns[9:14]}
+    rng = np.random.default_rng(11)
+    paths = {}
+    for name, cols in split.items():
+        frame = data.data[cols].copy()
+        frame.insert(0, "customer_id", ids)
+        if name == "bank":
+            frame["churn"] = np.where(data.target == 1, "yes", "no")
+        if name == "clinic":
+            frame["ward"] = rng.choice(["a", "b", "c"], len(frame))
+        frame = frame[rng.random(len(frame)) < 0.9].sample(frac=1.0, random_state=5)
+        paths[name] = tmp_path_factory.getbasetemp() / f"{name}.csv"
+        frame.to_csv(paths[name], index=False)
+    return paths
+
+
+def test_three_party_processes_explore_as_one_process_does(tmp_path, files):
+    fed = loopback_federation_file(tmp_path, PARTIES, "bank",
+                                   'method = "splitnn"\nseed = 0\nid_column = "customer_id"\nlabel_column = "churn"')
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
+    procs = {}
+    for party in PARTIES:
+        extra = ["--share-stats", "none"] if party == "clinic" else []
+        procs[party] = subprocess.Popen(
+            [sys.executable, "-m", "securevfl.cli", "party", "--federation", str(fed), "--as", party, "--data",
+             str(files[party]), "--explore", "--insecure", "--report", str(tmp_path / f"{party}.json"), *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    try:
+        outputs = {p: proc.communicate(timeout=180)[0] for p, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert all(proc.returncode == 0 for proc in procs.values()), outputs
+    deployed = json.loads((tmp_path / "bank.json").read_text())
+    assert (tmp_path / "bank.html").exists() and "information value" in outputs["bank"]
+    clinic = json.loads((tmp_path / "clinic.json").read_text())  # a passive party's own summary
+    assert clinic["role"] == "passive" and "ward" in clinic["stats"] and clinic["shared"] is False
+
+    local = securevfl.explore(data_files={p: str(files[p]) for p in PARTIES}, id_column="customer_id",
+                              label_column="churn", seed=0)
+    assert deployed["rows"] == local.rows and deployed["events"] == local.events
+    for party in PARTIES:
+        got = [c["iv"] for c in deployed["parties"][party]["columns"]]
+        want = [c["iv"] for c in local.parties[party]["columns"]]
+        assert got == pytest.approx(want, abs=1e-9), party
+    assert [c["name"] for c in deployed["parties"]["clinic"]["columns"]] == [f"clinic#{k}" for k in range(1, 7)]
+    assert np.array(deployed["correlation"]["shop"]["r"]) == pytest.approx(np.array(local.correlation["shop"]["r"]),
+                                                                          abs=1e-9)
+    assert deployed["cost"]["total_bytes"] > 0 and set(deployed["cost"]["per_party"]) == set(PARTIES)
+
+
+def test_explore_flags_need_explore_and_explore_takes_no_model_dir(tmp_path, files, capsys):
+    from securevfl.cli import main
+
+    fed = loopback_federation_file(tmp_path, PARTIES, "bank",
+                                   'method = "splitnn"\nid_column = "customer_id"\nlabel_column = "churn"')
+    base = ["party", "--federation", str(fed), "--as", "bank", "--data", str(files["bank"]), "--insecure"]
+    assert main([*base, "--max-bins", "5"]) == 2
+    assert "--max-bins is for --explore" in capsys.readouterr().err
+    assert main([*base, "--explore", "--model-dir", str(tmp_path / "m")]) == 2
+    assert "--explore writes its report only" in capsys.readouterr().err
+    assert main([*base, "--explore", "--predict"]) == 2
+    assert "not with --serve or --predict" in capsys.readouterr().err
+    assert pd.read_csv(files["bank"]).shape[0] > 0  # nothing was touched
