@@ -21,7 +21,6 @@ PARTIES = ("bank", "shop", "clinic")
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """Breast Cancer cut into three organisations' tables, ~10 % of each one's customers missing, a category added."""
-    out = tmp_path_factory.mktemp("explore-tables")
     data = load_breast_cancer(as_frame=True)
     ids = [f"c{i:04d}" for i in range(len(data.frame))]
     columns = list(data.data.columns)
