@@ -90,3 +90,12 @@ def test_explore_flags_need_explore_and_explore_takes_no_model_dir(tmp_path, fil
     assert main([*base, "--explore", "--predict"]) == 2
     assert "not with --serve or --predict" in capsys.readouterr().err
     assert pd.read_csv(files["bank"]).shape[0] > 0  # nothing was touched
+
+
+def test_a_deployed_training_with_select_is_refused_before_connecting(tmp_path, files, capsys):
+    from securevfl.cli import main
+
+    fed = loopback_federation_file(tmp_path, PARTIES, "bank", 'method = "splitnn"\nid_column = "customer_id"\n'
+                                                              'label_column = "churn"\nselect = "iv>=0.02"')
+    assert main(["party", "--federation", str(fed), "--as", "bank", "--data", str(files["bank"]), "--insecure"]) == 2
+    assert "runs in one process for now" in capsys.readouterr().err

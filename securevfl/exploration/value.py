@@ -45,6 +45,8 @@ class ValueOptions:
     insecure_allow_small_key: bool = False
     workers: int = 1
     seed: int = 0
+    #: False: the same trees in the clear (SecureBoost's encrypt=false builds identical ones): for studies only
+    encrypt: bool = True
 
     def __post_init__(self) -> None:
         for name in ("trees", "depth", "rows", "workers"):
@@ -98,10 +100,10 @@ def estimate_value(scenario: Scenario, options: ValueOptions | None = None, prog
     score, fit = positions[order[:n_score]], positions[order[n_score:]]
     every = scenario.parties
     runs: dict[str, dict[str, Any]] = {}
-    plan: list[tuple[str, tuple[str, ...], bool]] = [("all parties", every, True),
+    plan: list[tuple[str, tuple[str, ...], bool]] = [("all parties", every, options.encrypt),
                                                      ("active only", (scenario.active,), False)]
     if len(scenario.passives) > 1:
-        plan[1:1] = [(f"without {p}", tuple(q for q in every if q != p), True) for p in scenario.passives]
+        plan[1:1] = [(f"without {p}", tuple(q for q in every if q != p), options.encrypt) for p in scenario.passives]
     for k, (label, members, encrypt) in enumerate(plan):
         if progress is not None:
             progress(f"partner value: {label} ({k + 1}/{len(plan)})")
