@@ -125,6 +125,9 @@ class ExploreRun:
                     trees=options.value_trees, depth=options.value_depth, rows=options.value_rows,
                     key_bits=options.key_bits, insecure_allow_small_key=options.insecure_allow_small_key,
                     workers=options.workers, seed=local.config.train.seed), progress=self.progress)
+                report.learned["value"] = ("the value estimate trains SecureBoost: the active party learns what its "
+                                           "training shows it (per-bin sums of gradients, which rows go left), a "
+                                           "passive party the node of every sampled row (docs/secureboost.md)")
                 report.wall_s = session.elapsed()
         return report
 
