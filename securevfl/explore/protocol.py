@@ -478,10 +478,10 @@ def passive_role(inp: ExploreInput, options: ExploreOptions) -> Any:
         message: dict[str, Any] = {"columns": list(names), "shared": shared, "epsilon": options.epsilon}
         if shared:
             message.update(kinds=[c.kind for c in binned.columns], stats=stats, bins=summary.bins)
+        hist = EncryptedHistogrammer(n, workers=options.workers)
         try:
             if key["woe"]:
                 ctx.stage = "per-bin sums"
-                hist = EncryptedHistogrammer(n, workers=options.workers)
                 hist.start()  # the workers boot while the active party encrypts the labels
                 labels = from_wire(ctx.recv(active, LABELS), width, rows, active, "encrypted labels")
                 bins = binned.bins
@@ -517,6 +517,7 @@ def passive_role(inp: ExploreInput, options: ExploreOptions) -> Any:
                 ctx.stage = "Pearson products"
                 _pearson_products(ctx, inp, backend, rows, width, shared)
         finally:
+            hist.close()
             backend.close()
         return summary
 
