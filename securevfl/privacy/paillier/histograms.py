@@ -6,8 +6,10 @@ A bin's encrypted sum is the product mod n^2 of the ciphertexts of the rows that
 returning partial histograms the caller multiplies together. A feature's dominant bin can be derived
 from the node's total instead (:func:`dominant_bins`), and many sums can be packed into one
 ciphertext by Horner's rule (:meth:`EncryptedHistogrammer.compress`), also spread over the workers.
-This module imports only numpy, gmpy2 and the executors, so worker processes start quickly. Used by
-:mod:`securevfl.methods.secureboost`.
+Every row over many columns at once (:meth:`EncryptedHistogrammer.column_histograms`) takes fewer
+products through the joint cells of groups of columns (:func:`plan_groups`). This module imports
+only numpy, gmpy2 and the executors, so worker processes start quickly. Used by
+:mod:`securevfl.methods.secureboost` and :mod:`securevfl.explore`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from gmpy2 import mpz
 from psi.executors import ExecutorConfig, TaskExecutor, create_executor
 
 Candidate = tuple[int, int, bool]  # (feature, bin b: "bin <= b" goes left, missing values go left)
+#: The most columns :meth:`EncryptedHistogrammer.column_histograms` sums through one joint cell (bins < 256).
+MAX_GROUP = 14
 
 
 def _accumulate(task: tuple[int, list[Any], np.ndarray, np.ndarray, int]) -> list[Any]:
@@ -125,7 +129,7 @@ def plan_groups(bins: np.ndarray, width: int, max_group: int = 8) -> list[list[i
 
 def _cost(bins: np.ndarray, columns: list[int], width: int) -> int:
     """The products of a group by the planning model: a row each, plus a cell each for the marginals."""
-    rows = bins.shape[0]
+    rows = int(bins.shape[0])
     codes, cells = np.zeros(rows, dtype=np.int64), 1
     for f in columns:
         codes, cells = _joint(codes, cells, bins[:, f].astype(np.int64), width)
@@ -307,6 +311,8 @@ class EncryptedHistogrammer:
         rows, n_features = bins.shape
         if len(ciphertexts) != rows:
             raise ValueError(f"{len(ciphertexts)} ciphertexts for {rows} rows of bins")
+        if not 1 <= max_group <= MAX_GROUP:  # a half-group's cell key, width^7 at most, fits in int64
+            raise ValueError(f"max_group must be in [1, {MAX_GROUP}], got {max_group}")
         plans = [_group_plan(bins, g, width) for g in plan_groups(bins, width, max_group)]
         self.multiplications += sum(products for _, products in plans)
         nsq = int(self.nsq)
