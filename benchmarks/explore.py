@@ -1,7 +1,7 @@
 """Exploring: WOE / IV of a passive party's columns under the active party's Paillier key, against the goal.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/explore.py --quick --out out/explore_quick.json  # about 1 min
-    PYTHONPATH=. .venv/bin/python benchmarks/explore.py --out out/explore.json                # about 3 min
+    PYTHONPATH=. .venv/bin/python benchmarks/explore.py --quick --out out/explore_quick.json  # under a minute
+    PYTHONPATH=. .venv/bin/python benchmarks/explore.py --out out/explore.json                # 1 to 3 minutes
 
 The goal (issue 45): IV of 100 passive columns over 100,000 rows with 2048-bit keys in under 60 s on a
 2-core machine. The run is the real protocol (:func:`securevfl.explore.protocol.active_role` and
@@ -327,7 +327,7 @@ def print_tables(data: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="20,000 rows x 20 columns, still 2048-bit (about 1 min)")
+    parser.add_argument("--quick", action="store_true", help="20,000 rows x 20 columns, 2048-bit (under a minute)")
     parser.add_argument("--rows", type=int, help="generated rows (every party holds all of them)")
     parser.add_argument("--columns", type=int, help="the passive party's columns")
     parser.add_argument("--key-bits", type=int, default=2048, help="Paillier modulus bits (2048 or more)")
