@@ -50,7 +50,7 @@ from securevfl.exploration.stats import table_stats
 from securevfl.exploration.woe import WoeTable, woe_iv
 from securevfl.federation.runtime import PartyContext
 from securevfl.privacy.paillier import PaillierPublicKey, create_backend, generate_keypair
-from securevfl.privacy.paillier.histograms import EncryptedHistogrammer, dominant_bins
+from securevfl.privacy.paillier.histograms import EncryptedHistogrammer
 from securevfl.privacy.paillier.registry import check_backend_and_key
 
 KEY = "explore.setup.key"
@@ -181,6 +181,16 @@ def unpack_slots(value: int, count: int, bits: int, n: int) -> list[int]:
 def slots_per_plaintext(n_bits: int, rows: int) -> int:
     """Packed slots per plaintext: their signed sum must stay below n/2."""
     return max(1, (n_bits - 2) // slot_bits(rows))
+
+
+def count_layout(n_bits: int, rows: int) -> tuple[int, int]:
+    """Exact per-bin event counts packed per plaintext: (counts per ciphertext, bits per count).
+
+    A count is at most ``rows`` (< 2^bits), so ``per`` counts, the first in the lowest bits, stay below
+    2^(n_bits − 1) <= n: the active party reads each back exactly, and nothing else.
+    """
+    bits = max(1, rows).bit_length()
+    return max(1, (n_bits - 1) // bits), bits
 
 
 def geometric_noise(shape: tuple[int, ...], epsilon: float, sensitivity: float = 2.0) -> np.ndarray:
@@ -346,13 +356,32 @@ def _receive_woe(ctx: PartyContext, party: str, backend: Any, woe: bool, rows: i
     if epsilon is None and (slots != (counts != 0)).any():
         raise ProtocolError(f"{party} sent sums for bins without rows, or none for bins with rows")
     n = backend.public_key.n
-    received = from_wire(message.get("sums"), ciphertext_bytes(n), int(slots.sum()), party, "per-bin sums")
+    filled = int(slots.sum())
+    packed = message.get("packed")
+    layout = count_layout(backend.public_key.bits, rows)
+    if packed is not None and (epsilon is not None or packed != {"per": layout[0], "bits": layout[1]}):
+        raise ProtocolError(f"{party} packed its per-bin sums as {packed!r}; {layout} was agreed for exact counts")
+    expected = -(-filled // layout[0]) if packed is not None else filled
+    received = from_wire(message.get("sums"), ciphertext_bytes(n), expected, party, "per-bin sums")
     started = time.perf_counter()
     with ctx.meter.crypto("paillier.decrypt"):
         plain = backend.decrypt_raw(received)
     timing["decrypt_s"] += time.perf_counter() - started
     events = np.zeros(counts.shape, dtype=np.float64)
-    events[slots] = [v - n if v > n // 2 else v for v in plain]
+    if packed is not None:
+        per, bits = layout
+        digits: list[int] = []
+        for value in plain:
+            for _ in range(min(per, filled - len(digits))):
+                digits.append(value & ((1 << bits) - 1))
+                value >>= bits
+            if value:
+                raise ProtocolError(f"{party} sent packed per-bin sums with more than {per} counts per ciphertext")
+        events[slots] = digits
+        if (events > counts).any():
+            raise ProtocolError(f"{party} sent per-bin sums above its bins' row counts")
+    else:
+        events[slots] = [v - n if v > n // 2 else v for v in plain]
     with ctx.meter.compute():
         if epsilon is not None:  # post-processing of noised counts: no negative count
             counts = np.clip(counts, 0, None)
@@ -445,16 +474,16 @@ def passive_role(inp: ExploreInput, options: ExploreOptions) -> Any:
         message: dict[str, Any] = {"columns": list(names), "shared": shared, "epsilon": options.epsilon}
         if shared:
             message.update(kinds=[c.kind for c in binned.columns], stats=stats, bins=summary.bins)
+        hist = EncryptedHistogrammer(n, workers=options.workers)
         try:
             if key["woe"]:
                 ctx.stage = "per-bin sums"
+                hist.start()  # the workers boot while the active party encrypts the labels
                 labels = from_wire(ctx.recv(active, LABELS), width, rows, active, "encrypted labels")
-                hist = EncryptedHistogrammer(n, workers=options.workers)
                 bins = binned.bins
                 bin_width = max_bins + 1
                 with ctx.meter.crypto("paillier.histogram"):
-                    flat = hist.histograms(labels, bins, [np.arange(rows)], bin_width,
-                                           skip=dominant_bins(bins, bin_width, rows)) if bins.shape[1] else []
+                    flat = hist.column_histograms(labels, bins, bin_width) if bins.shape[1] else []
                 if options.epsilon is not None:  # every bin the column can have, empty or not
                     mask = binned.possible()
                     noise_events = geometric_noise(counts.shape, options.epsilon) * mask
@@ -468,6 +497,11 @@ def passive_role(inp: ExploreInput, options: ExploreOptions) -> Any:
                 else:
                     mask = counts != 0
                     chosen = [flat[k] for k in np.flatnonzero(mask.ravel()).tolist()]
+                    per, bits = count_layout(public_key.bits, rows)  # exact counts: many per ciphertext
+                    with ctx.meter.crypto("paillier.pack"):
+                        chosen = hist.compress(chosen, per, bits) if chosen else []
+                    message["packed"] = {"per": per, "bits": bits}
+                hist.close()
                 message["mask"] = np.ascontiguousarray(mask, dtype=bool)
                 with ctx.meter.crypto("paillier.rerandomize"):
                     chosen = backend.rerandomize_raw(chosen) if chosen else []
@@ -479,6 +513,7 @@ def passive_role(inp: ExploreInput, options: ExploreOptions) -> Any:
                 ctx.stage = "Pearson products"
                 _pearson_products(ctx, inp, backend, rows, width, shared)
         finally:
+            hist.close()
             backend.close()
         if key["select"]:
             mask = ctx.recv(active, SELECT)
