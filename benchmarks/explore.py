@@ -4,8 +4,8 @@
     PYTHONPATH=. .venv/bin/python benchmarks/explore.py --out out/explore.json                # 1 to 3 minutes
 
 The goal (issue 45): IV of 100 passive columns over 100,000 rows with 2048-bit keys in under 60 s on a
-2-core machine. The run is the real protocol (:func:`securevfl.explore.protocol.active_role` and
-:func:`~securevfl.explore.protocol.passive_role`) of two parties in this process
+2-core machine. The run is the real protocol (:func:`securevfl.exploration.protocol.active_role` and
+:func:`~securevfl.exploration.protocol.passive_role`) of two parties in this process
 (:func:`securevfl.federation.runtime.run_parties`, the cooperative scheduler: one party computes at a
 time; bytes per link are counted, not sent over a network): one **active** party with 4 columns and
 the binary label, one **passive** party with ``--columns`` columns,
@@ -148,8 +148,8 @@ def generate(rows: int, columns: int, seed: int) -> tuple[tuple[Any, dict[str, s
 
 def plaintext_iv(frame: Any, kinds: dict[str, str], labels: Any, max_bins: int) -> tuple[dict[str, float], float]:
     """The same IVs in the clear (one process, numpy): binning, per-bin counts, WOE / IV; and its seconds."""
-    from securevfl.explore.bins import bin_table
-    from securevfl.explore.woe import plain_woe_counts, woe_iv
+    from securevfl.exploration.bins import bin_table
+    from securevfl.exploration.woe import plain_woe_counts, woe_iv
 
     started = time.perf_counter()
     binned = bin_table(frame, kinds, max_bins)
@@ -161,7 +161,7 @@ def plaintext_iv(frame: Any, kinds: dict[str, str], labels: Any, max_bins: int) 
 def run_protocol(active: tuple[Any, dict[str, str], Any], passive: tuple[Any, dict[str, str]],
                  options: Any) -> dict[str, Any]:
     """One run of the two roles: the active party's findings, both meters' snapshots and the wall time."""
-    from securevfl.explore.protocol import ExploreInput, active_role, passive_role
+    from securevfl.exploration.protocol import ExploreInput, active_role, passive_role
     from securevfl.federation.runtime import run_parties
 
     frame_a, kinds_a, labels = active
@@ -212,7 +212,7 @@ def histogram_ablation(passive: tuple[Any, dict[str, str]], columns: int, key_bi
     import numpy as np
     from gmpy2 import mpz
 
-    from securevfl.explore.bins import bin_table
+    from securevfl.exploration.bins import bin_table
     from securevfl.privacy.paillier import generate_keypair
     from securevfl.privacy.paillier.histograms import EncryptedHistogrammer, dominant_bins, plan_groups
 
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import numpy as np
 
-    from securevfl.explore.protocol import ExploreOptions, standardized
+    from securevfl.exploration.protocol import ExploreOptions, standardized
 
     preset = PRESETS["quick" if args.quick else "full"]
 

@@ -559,13 +559,14 @@ def test_no_raw_passive_value_reaches_the_active_party(share_stats):
             assert not floats & numbers
             assert all(c.startswith(f"{envelope.src}#") for c in message["columns"])
         if envelope.tag == WOE_SUMS:
-            expected = {"columns", "shared", "epsilon", "mask", "sums", "counts"}
+            expected = {"columns", "shared", "epsilon", "mask", "sums", "counts", "packed"}  # exact: packed counts
             if share_stats == "summary":
                 expected |= {"kinds", "stats", "bins"}
             assert set(message) == expected
             mask, counts = message["mask"], message["counts"]
+            per, bits = message["packed"]["per"], message["packed"]["bits"]
             sums = _ciphertexts(message["sums"], n)
-            assert len(sums) == int(mask.sum()) and len(set(sums)) == len(sums)
+            assert len(sums) == -(-int(mask.sum()) // per) and len(set(sums)) == len(sums)
             # the sums are Enc(events per bin), re-randomised: none is the bare product of the label ciphertexts
             binned = bin_table(explore_input(scenario, envelope.src).frame, explore_input(scenario, envelope.src).kinds,
                                options.max_bins)
@@ -581,7 +582,9 @@ def test_no_raw_passive_value_reaches_the_active_party(share_stats):
                         truth.append(int(events[members].sum()))
             assert counts.sum() == rows * counts.shape[0]
             assert not set(products) & set(sums)
-            assert backend.decrypt_raw(sums) == truth
+            unpacked = [(value >> (k * bits)) & ((1 << bits) - 1) for value in backend.decrypt_raw(sums)
+                        for k in range(per)]
+            assert unpacked[: len(truth)] == truth and not any(unpacked[len(truth):])
     backend.close()
     assert result.results[scenario.active].rows == rows
 
@@ -683,3 +686,24 @@ def test_adult_secure_iv_ranking_equals_the_plaintext_ranking():
             assert column["iv"] == pytest.approx(iv, abs=TOL)
     assert [(r["party"], r["column"]) for r in report["ranking"]] == [(p, c) for _, p, c in sorted(plain)]
     assert report["rows"] > 20_000
+
+
+# ----------------------------------------------------------------------------------------------- joint cells
+
+
+@pytest.mark.parametrize("max_group", [1, 3, 8])
+def test_column_histograms_are_the_per_pair_products(max_group):
+    """The joint-cell products (column_histograms) are the very integers the per-pair ones (histograms) give."""
+    from securevfl.privacy.paillier.histograms import EncryptedHistogrammer
+
+    rng = np.random.default_rng(max_group)
+    n = (1 << 127) - 1  # any odd modulus: products mod n^2 do not need a key
+    rows, width = 300, 6
+    bins = rng.integers(0, width, size=(rows, 7))
+    bins[:, 2] = 0  # a constant column
+    bins[rng.random(rows) < 0.3, 4] = width - 1  # a heavy "missing" bin
+    cts = [int(v) for v in rng.integers(2, 2**62, size=rows)]
+    hist = EncryptedHistogrammer(n)
+    per_pair = hist.histograms(cts, bins, [np.arange(rows)], width)
+    joint = hist.column_histograms(cts, bins, width, max_group=max_group)
+    assert [None if v is None else int(v) for v in joint] == [None if v is None else int(v) for v in per_pair]
