@@ -23,6 +23,7 @@ def main() -> None:
     parser.add_argument("--parties", type=int, default=3)
     parser.add_argument("--aligned", type=int, default=None)
     parser.add_argument("--budgets", default="10x3x8000,20x3x8000,10x5x8000,20x5x8000,20x5x16000")
+    parser.add_argument("--seeds", default="0", help="Seeds of the estimate's sample (its spread).")
     args = parser.parse_args()
     settings = {"dataset": args.dataset, "parties": args.parties, "alignment": "plaintext"}
     if args.aligned:
@@ -30,11 +31,14 @@ def main() -> None:
     scenario = build_scenario(run_config(**settings))
     for budget in args.budgets.split(","):
         trees, depth, rows = (int(x) for x in budget.split("x"))
-        started = time.perf_counter()
-        value = estimate_value(scenario, ValueOptions(trees=trees, depth=depth, rows=rows, encrypt=False, workers=2))
-        gains = {p: round(e["gain"], 4) for p, e in value["parties"].items()}
-        print(json.dumps({"budget": budget, "gains": gains, "all": round(value["all_parties"], 4),
-                          "alone": round(value["active_only"], 4), "clear_s": round(time.perf_counter() - started, 1)}))
+        for seed in (int(s) for s in args.seeds.split(",")):
+            started = time.perf_counter()
+            value = estimate_value(scenario, ValueOptions(trees=trees, depth=depth, rows=rows, encrypt=False,
+                                                          workers=2, seed=seed))
+            gains = {p: round(e["gain"], 4) for p, e in value["parties"].items()}
+            print(json.dumps({"budget": budget, "seed": seed, "gains": gains, "all": round(value["all_parties"], 4),
+                              "alone": round(value["active_only"], 4),
+                              "clear_s": round(time.perf_counter() - started, 1)}))
 
 
 if __name__ == "__main__":

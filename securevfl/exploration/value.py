@@ -1,8 +1,8 @@
 """The partner's value, estimated before the real training: a few secure trees with and without each party.
 
-On a seeded sample of the explored rows (the training rows every party holds), split into rows to fit
-and rows to score, the estimate trains SecureBoost — the real protocol, Paillier included — with a
-small budget (``trees`` trees of depth ``depth``) over every party, over every party but one (for
+On a seeded sample of the explored rows (the training rows every party holds; a rare class given a
+quarter of the sample at least), split into rows to fit and rows to score (stratified), the estimate
+trains SecureBoost — the real protocol, Paillier included — with a small budget (``trees`` trees of depth ``depth``) over every party, over every party but one (for
 each passive party), and over the active party alone (in the clear: it holds every column of that
 model), and scores each on the same held-out rows. A passive party's value is the AUC it adds to the
 rest (every party's AUC minus the AUC without it); the active party alone is the floor. Each
@@ -86,18 +86,41 @@ def _train(scenario: Scenario, options: ValueOptions, encrypt: bool) -> dict[str
             "parties": list(scenario.tables)}
 
 
+def sample_rows(scenario: Scenario, options: ValueOptions) -> tuple[np.ndarray, np.ndarray]:
+    """The explored positions the estimate fits on and scores, each stratified by class.
+
+    Above ``options.rows`` the rarer class fills at least a quarter of the sample (all its rows where
+    it has fewer), as many as a uniform sample would give where that is more; the other class fills
+    the rest. An AUC does not depend on the classes' shares, and a rare class (1 % of the rows) would
+    otherwise leave a score set of a dozen events, whose AUC varies by more than the gains it is meant
+    to tell apart.
+    """
+    rng = simulation_rng(options.seed, "partner value")
+    positions = np.asarray(scenario.train)
+    table = scenario.tables[scenario.active]
+    assert table.labels is not None
+    labels = np.asarray(table.labels)[scenario.alignment.rows(scenario.active, positions)]
+    classes = [positions[labels == c] for c in np.unique(labels)]
+    if len(positions) > options.rows:
+        rare, common = sorted(classes, key=len)[:2] if len(classes) > 1 else (classes[0][:0], classes[0])
+        natural = int(round(options.rows * len(rare) / len(positions)))
+        take = min(len(rare), max(natural, options.rows // 4))
+        classes = [rng.choice(rare, take, replace=False), rng.choice(common, options.rows - take, replace=False)]
+    fit, score = [], []
+    for members in classes:  # the same share of each class scored
+        members = rng.permutation(members)
+        n_score = max(1, int(round(options.score_fraction * len(members))))
+        score.append(members[:n_score])
+        fit.append(members[n_score:])
+    return np.concatenate(fit), np.concatenate(score)
+
+
 def estimate_value(scenario: Scenario, options: ValueOptions | None = None, progress: Any = None) -> dict[str, Any]:
     """Each passive party's AUC gain on a sample of the explored rows; the report's ``value`` section."""
     options = options or ValueOptions()
     if scenario.task != "classification" or len(scenario.classes) != 2:
         raise ConfigError("the partner-value estimate needs a label of two classes (it compares AUCs)")
-    rng = simulation_rng(options.seed, "partner value")
-    positions = np.asarray(scenario.train)
-    if len(positions) > options.rows:
-        positions = rng.choice(positions, options.rows, replace=False)
-    order = rng.permutation(len(positions))
-    n_score = max(1, int(round(options.score_fraction * len(positions))))
-    score, fit = positions[order[:n_score]], positions[order[n_score:]]
+    fit, score = sample_rows(scenario, options)
     every = scenario.parties
     runs: dict[str, dict[str, Any]] = {}
     plan: list[tuple[str, tuple[str, ...], bool]] = [("all parties", every, options.encrypt),
