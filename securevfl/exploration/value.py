@@ -3,8 +3,9 @@
 On a seeded sample of the explored rows (the training rows every party holds; a rare class given a
 quarter of the sample at least), split into rows to fit and rows to score (stratified), the estimate
 trains SecureBoost — the real protocol, Paillier included — with a small budget (``trees`` trees of
-depth ``depth``) over every party, over every party but one (for each passive party), and over the active party alone (in the clear: it holds every column of that
-model), and scores each on the same held-out rows. A passive party's value is the AUC it adds to the
+depth ``depth``) over every party, over every party but one (for each passive party), and over the
+active party alone (in the clear: it holds every column of that model), and scores each on the same
+held-out rows. A passive party's value is the AUC it adds to the
 rest (every party's AUC minus the AUC without it); the active party alone is the floor. Each
 estimate carries what it cost (wall time, crypto time, bytes), so a business owner reads "this
 partner adds 0.05 AUC; finding it out cost 30 s and 40 MB".
