@@ -92,10 +92,24 @@ def test_explore_flags_need_explore_and_explore_takes_no_model_dir(tmp_path, fil
     assert pd.read_csv(files["bank"]).shape[0] > 0  # nothing was touched
 
 
-def test_a_deployed_training_with_select_is_refused_before_connecting(tmp_path, files, capsys):
-    from securevfl.cli import main
+def test_a_deployed_select_chooses_the_columns_one_process_chooses(tmp_path, files):
+    from deployed_threads import one_torch_thread, run_parties_in_threads
 
-    fed = loopback_federation_file(tmp_path, PARTIES, "bank", 'method = "splitnn"\nid_column = "customer_id"\n'
-                                                              'label_column = "churn"\nselect = "iv>=0.02"')
-    assert main(["party", "--federation", str(fed), "--as", "bank", "--data", str(files["bank"]), "--insecure"]) == 2
-    assert "runs in one process for now" in capsys.readouterr().err
+    from securevfl.deploy.federation_file import load_federation
+
+    job = ('method = "splitnn"\nepochs = 2\nbatch_size = 64\nseed = 0\nid_column = "customer_id"\n'
+           'label_column = "churn"\nselect = "iv>=0.3"')
+    fed = load_federation(loopback_federation_file(tmp_path, PARTIES, "bank", job))
+    with one_torch_thread():
+        results = run_parties_in_threads(fed, {p: str(files[p]) for p in PARTIES}, timeout=180)
+        local = securevfl.train("splitnn", data_files={p: str(files[p]) for p in PARTIES}, id_column="customer_id",
+                                label_column="churn", epochs=2, batch_size=64, seed=0, device="cpu",
+                                select="iv>=0.3")
+    deployed = results["bank"].report
+    chosen = deployed.extra["selection"]
+    assert chosen["parties"] == local.extra["selection"]["parties"]
+    assert sum(e["dropped"] for e in chosen["parties"].values()) >= 1  # the rule bites
+    assert deployed.parties["clinic"]["features"] == local.parties["clinic"]["features"]
+    for key, value in local.metrics.items():
+        if isinstance(value, float):
+            assert deployed.metrics[key] == pytest.approx(value, abs=1e-6), key

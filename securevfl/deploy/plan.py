@@ -87,22 +87,31 @@ class PartyShape:
 
 
 
+#: Chooses a party's columns between the split and its shape (``train --select``): ``(ctx, table, rows,
+#: train, present) -> (the table with its kept columns, the active party's selection summary or None)``.
+ChooseColumns = Callable[[PartyContext, PartyTable, np.ndarray, np.ndarray, Mapping[str, np.ndarray]],
+                         tuple[PartyTable, Any]]
+
+
 def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federation,
               psi: Callable[[PartyContext], PsiResult],
-              cover: bool = False) -> Callable[[PartyContext], dict[str, Any]]:
+              cover: bool = False, choose: ChooseColumns | None = None) -> Callable[[PartyContext], dict[str, Any]]:
     """PSI, then shapes in and the plan out (see the module docstring).
 
     ``cover`` (the default where the method can; not with ``--require-all-parties``): the agreed
     positions are every row of the active party, each passive party holding those PSI matched
     (:func:`~securevfl.deploy.alignment.psi_role`); a passive party's shape then gives the rows it
-    holds, and every party fits its preprocessing on its own training rows.
+    holds, and every party fits its preprocessing on its own training rows. ``choose`` (``--select``):
+    once the split is known and before any party fits its preprocessing, the parties choose their
+    columns together (:mod:`securevfl.exploration.selection`); the table each keeps is in the result.
     """
     job = federation.job
+    chosen: dict[str, Any] = {"table": table, "selection": None}
 
     def encode(rows: np.ndarray, train: np.ndarray, held: np.ndarray | None) -> tuple[PartyShape, EncodedColumns]:
         """The party's own preprocessing fitted on its own training rows, and the shape it gives."""
         own_train = rows[train] if held is None else rows[(np.cumsum(held) - 1)[train[held[train]]]]
-        encoded = encode_table(table, np.concatenate([own_train, unaligned_rows(table.n_rows, rows)]))
+        encoded = encode_table(chosen["table"], np.concatenate([own_train, unaligned_rows(table.n_rows, rows)]))
         return PartyShape(table.n_rows, len(rows), encoded.X.shape[1]), encoded
 
     def role(ctx: PartyContext) -> dict[str, Any]:
@@ -111,6 +120,9 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
         ctx.stage = "plan"
         if not ctx.is_active:
             split = _parse_split(ctx.recv(ctx.active, TAG_SPLIT), ctx.active, size)
+            if choose is not None:
+                chosen["table"], _ = choose(ctx, table, rows, split["train"], present)
+                ctx.stage = "plan"
             own, encoded = encode(rows, split["train"], present.get(ctx.name))
             ctx.send(ctx.active, TAG_SHAPE, own.to_wire())
             plan = parse_plan(ctx.recv(ctx.active, TAG_PLAN), ctx.active, ctx.name, (ctx.active, *ctx.passives), size,
@@ -121,7 +133,7 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
                 raise ProtocolError(f"the plan from {ctx.active} gives {ctx.name} the table shape "
                                     f"{plan['shapes'][ctx.name].to_wire()}; {ctx.name} sent {own.to_wire()}")
             log_plan(ctx, plan)
-            return {"rows": rows, "plan": plan, "encoded": encoded, "present": present}
+            return {"rows": rows, "plan": plan, "encoded": encoded, "present": present, "table": chosen["table"]}
         if size < 10:
             raise DataError(f"only {size} rows are shared by all parties; at least 10 are needed to train and test")
         assert table.labels is not None
@@ -129,6 +141,9 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
         train, test = split_train_test(size, table.labels[rows], job.run.partition.test_size, job.run.train.seed)
         split = {"train": np.sort(train).astype(np.int64), "test": np.sort(test).astype(np.int64)}
         ctx.broadcast(ctx.passives, TAG_SPLIT, split)
+        if choose is not None:
+            chosen["table"], chosen["selection"] = choose(ctx, table, rows, split["train"], present)
+            ctx.stage = "plan"
         own, encoded = encode(rows, split["train"], None)
         shapes = {ctx.name: own}
         for p in ctx.passives:  # checked against what PSI showed before anything is sized by it
@@ -141,7 +156,8 @@ def plan_role(table: PartyTable, classes: tuple[str, ...], federation: Federatio
                 "model": secrets.token_hex(16)}  # names the model every party may save (--model-dir)
         ctx.broadcast((*ctx.passives, *helper_parties(federation)), TAG_PLAN, plan)
         log_plan(ctx, {**plan, "shapes": shapes})
-        return {"rows": rows, "plan": {**plan, "shapes": shapes}, "encoded": encoded, "present": present}
+        return {"rows": rows, "plan": {**plan, "shapes": shapes}, "encoded": encoded, "present": present,
+                "table": chosen["table"], "selection": chosen["selection"]}
 
     return role
 

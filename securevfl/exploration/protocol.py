@@ -252,13 +252,23 @@ def local_findings(inp: ExploreInput, options: ExploreOptions, binned: BinnedTab
     return found
 
 
-def active_role(inp: ExploreInput, options: ExploreOptions) -> Any:
-    """The active party: its own columns in the clear, each passive party's under its key; returns :class:`Findings`."""
+def active_role(inp: ExploreInput, options: ExploreOptions, held: Mapping[str, np.ndarray] | None = None) -> Any:
+    """The active party: its own columns in the clear, each passive party's under its key; returns :class:`Findings`.
+
+    ``held`` (rows some passive party does not hold: a covering alignment): per passive party, which of
+    the active party's explored rows it holds; that party explores those rows only (no Pearson then).
+    """
+    if held and options.correlation:
+        raise ConfigError("exploring rows that some passive party does not hold computes no Pearson correlation: "
+                          "pass correlation=False")
 
     def role(ctx: PartyContext) -> Findings:
         passives = ctx.passives
         timing: dict[str, float] = {}
         rows = len(inp.frame)
+        mine: dict[str, list[int] | None] = {p: (np.flatnonzero(held[p]).tolist() if held and p in held else None)
+                                             for p in passives}
+        count = {p: rows if (m := mine[p]) is None else len(m) for p in passives}
         ctx.stage = "own columns"
         with ctx.meter.compute():
             own = local_findings(inp, options)
@@ -278,9 +288,10 @@ def active_role(inp: ExploreInput, options: ExploreOptions) -> Any:
         names, z = standardized(inp.frame, inp.kinds) if options.correlation else ((), np.zeros((rows, 0)))
         slots = slots_per_plaintext(public_key.bits, rows)
         chunks = -(-len(names) // slots) if names else 0
-        ctx.broadcast(passives, KEY, {"public_key": public_key.to_bytes(), "rows": rows, "woe": inp.events is not None,
-                                      "max_bins": options.max_bins, "pearson": chunks > 0,
-                                      "select": options.select is not None})
+        for party in passives:
+            ctx.send(party, KEY, {"public_key": public_key.to_bytes(), "rows": count[party],
+                                  "woe": inp.events is not None, "max_bins": options.max_bins, "pearson": chunks > 0,
+                                  "select": options.select is not None})
         try:
             if inp.events is not None:
                 ctx.stage = "encrypting labels"
@@ -290,7 +301,10 @@ def active_role(inp: ExploreInput, options: ExploreOptions) -> Any:
                 timing["encrypt_labels_s"] = time.perf_counter() - started
                 with ctx.meter.serialize():
                     wire = to_wire(cts, width)
-                ctx.broadcast(passives, LABELS, wire)
+                    wires = {p: wire if (m := mine[p]) is None else to_wire([cts[i] for i in m], width)
+                             for p in passives}  # each passive party the labels of the rows it holds
+                for party in passives:
+                    ctx.send(party, LABELS, wires[party])
             packed_wire: list[bytes] = []
             if chunks:
                 ctx.stage = "encrypting columns"
@@ -307,7 +321,7 @@ def active_role(inp: ExploreInput, options: ExploreOptions) -> Any:
             timing["decrypt_s"] = 0.0
             for party in passives:
                 ctx.stage = f"{party}'s sums"
-                found = _receive_woe(ctx, party, backend, inp.events is not None, rows, options, timing)
+                found = _receive_woe(ctx, party, backend, inp.events is not None, count[party], options, timing)
                 findings.parties[party] = found
                 if chunks:
                     findings.correlation[party] = _receive_pearson(ctx, party, backend, names, z, chunks, slots,

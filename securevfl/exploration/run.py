@@ -29,7 +29,7 @@ from securevfl.run_config import RunConfig
 def explore_input(scenario: Scenario, party: str, positive: int = 1) -> ExploreInput:
     """``party``'s explored rows (the aligned training rows, in the agreed order) as raw columns."""
     table = scenario.tables[party]
-    rows = scenario.alignment.rows(party, scenario.train)  # every party holds them (cover=False, shared_training)
+    rows = scenario.alignment.rows(party, scenario.train)  # those it holds (all of them with cover=False)
     frame, kinds = raw_frame(table.features, table.feature_names, table.columns,
                              table.source or f"party {party!r}")
     frame = frame.iloc[np.asarray(rows, dtype=np.int64)].reset_index(drop=True)

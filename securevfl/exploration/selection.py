@@ -1,9 +1,11 @@
 """Selection feeds training: ``securevfl train --select "iv>=0.02"`` keeps only the columns that pass.
 
-Before the method's roles run, the parties explore their training rows (the WOE / IV protocol of
-:mod:`securevfl.exploration.protocol`, no Pearson, ``share_stats = none``: the active party never sees a
-passive party's column names), the active party judges every column by its IV and tells each passive
-party, by position, which of its own columns pass. Each party then drops the others from its own
+Before the method's roles run, the parties explore their training rows — the active party all of
+them, a passive party those it holds (the WOE / IV protocol of :mod:`securevfl.exploration.protocol`,
+no Pearson, ``share_stats = none``: the active party never sees a passive party's column names) —
+the active party judges every column by its IV and tells each passive party, by position, which of
+its own columns pass. Deployed (``[job] select``), the same exchange runs inside the set-up, once the
+plan's split is known and before any party fits its preprocessing (:func:`selection_role`). Each party then drops the others from its own
 table (its column spec's ``drop``), so its preprocessing, its model part and its saved schema hold
 the kept columns only. The report's ``extra.selection`` says, per party, how many columns were kept
 and dropped, with the names of the active party's own.
@@ -20,15 +22,6 @@ from securevfl.data import Scenario
 from securevfl.data.columns import ColumnSpec
 from securevfl.errors import ConfigError
 from securevfl.exploration.options import ExploreOptions
-from securevfl.exploration.run import explore_roles
-
-
-def shared_training(scenario: Scenario) -> Scenario:
-    """``scenario`` with its training rows limited to those every party holds (a covering alignment's)."""
-    if not scenario.alignment.partial:
-        return scenario
-    every = np.logical_and.reduce([scenario.alignment.held(p, scenario.train) for p in scenario.passives])
-    return dataclasses.replace(scenario, train=scenario.train[every])
 
 
 def _dropping(table: Any, dropped: list[str]) -> Any:
@@ -54,9 +47,15 @@ def select_columns(scenario: Scenario, rule: str, *, positive: int = 1, seed: in
 
     if scenario.task != "classification":
         raise ConfigError("--select by iv needs a label of two classes (there is no IV for a regression target)")
+    from securevfl.exploration.protocol import active_role, passive_role
+    from securevfl.exploration.run import explore_input
+
     options = ExploreOptions(correlation=False, share_stats="none", select=rule)
-    explored = shared_training(scenario)
-    roles = explore_roles(explored, options, positive)
+    # every party explores its own training rows: the active party all of them, a passive party those it holds
+    held = {p: scenario.alignment.held(p, scenario.train) for p in scenario.passives} \
+        if scenario.alignment.partial else None
+    roles = {p: (active_role(explore_input(scenario, p, positive), options, held) if p == scenario.active
+                 else passive_role(explore_input(scenario, p, positive), options)) for p in scenario.parties}
     result = runtime.run_parties(roles, active=scenario.active, passives=scenario.passives, seed=seed,
                                  recv_timeout=recv_timeout)
     findings = result.results[scenario.active]
@@ -86,4 +85,53 @@ def select_columns(scenario: Scenario, rule: str, *, positive: int = 1, seed: in
     return out, selection, snapshots
 
 
-__all__ = ["select_columns", "shared_training"]
+def selection_role(rule: str, positive: int = 1) -> Any:
+    """``train --select`` of a deployed party: the columns chosen between the plan's split and its shape.
+
+    Called inside the set-up role (:func:`securevfl.deploy.plan.plan_role`) once the training positions
+    are known: every data party runs its side of the WOE / IV protocol on its own training rows (a
+    passive party on those it holds), the active party judges, each party drops what failed. Returns
+    ``(table, summary)``: the table with the kept columns, and at the active party the summary.
+    """
+    from securevfl.exploration.bins import raw_frame
+    from securevfl.exploration.protocol import ExploreInput, active_role, passive_role
+
+    options = ExploreOptions(correlation=False, share_stats="none", select=rule)
+
+    def choose(ctx: Any, table: Any, rows: np.ndarray, train: np.ndarray, present: Any) -> tuple[Any, Any]:
+        ctx.stage = "select"
+        frame, kinds = raw_frame(table.features, table.feature_names, table.columns,
+                                 table.source or f"party {ctx.name!r}")
+        if ctx.is_active:
+            if table.task != "classification":
+                raise ConfigError("--select by iv needs a label of two classes (there is no IV for a regression "
+                                  "target)")
+            own = rows[train]
+            events = (np.asarray(table.labels)[own] == positive).astype(np.int64)
+            held = {p: np.asarray(mask)[train] for p, mask in present.items()}
+            inp = ExploreInput(ctx.name, frame.iloc[own].reset_index(drop=True), kinds, events)
+            findings = active_role(inp, options, held or None)(ctx)
+            kept = [c for c, keep in zip(findings.parties[ctx.name].columns, findings.kept[ctx.name], strict=True)
+                    if keep]
+            summary: dict[str, Any] | None = {"rule": rule, "parties": {}}
+            for party, mask in findings.kept.items():
+                entry: dict[str, Any] = {"kept": int(sum(mask)), "dropped": int(len(mask) - sum(mask))}
+                if party == ctx.name:
+                    entry["dropped_columns"] = [c for c in frame.columns if c not in kept]
+                summary["parties"][party] = entry  # type: ignore[index]
+        else:
+            mask = present.get(ctx.name)
+            own = rows[train] if mask is None else rows[(np.cumsum(mask) - 1)[train[np.asarray(mask)[train]]]]
+            inp = ExploreInput(ctx.name, frame.iloc[own].reset_index(drop=True), kinds)
+            kept = list(passive_role(inp, options)(ctx).kept or ())
+            summary = None
+        dropped = [str(c) for c in frame.columns if c not in kept]
+        if not kept:
+            raise ConfigError(f"--select {rule!r} keeps none of {ctx.name}'s {len(frame.columns)} columns: loosen "
+                              "the rule (securevfl explore shows every column's IV)")
+        return _dropping(table, dropped), summary
+
+    return choose
+
+
+__all__ = ["select_columns", "selection_role"]

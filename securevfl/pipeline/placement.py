@@ -171,6 +171,8 @@ class Deployed:
         self.stats: dict[str, dict[str, int]] = {}  # the links' counters, taken as they close
         #: Passive parties left out of this run (batch scoring: not up within --party-timeout), with why.
         self.left_out: dict[str, str] = {}
+        #: The active party's summary of ``train --select`` (securevfl.exploration.selection), if chosen.
+        self.selection: Any = None
 
     @property
     def data_parties(self) -> tuple[str, ...]:
@@ -233,6 +235,8 @@ class Deployed:
                                  parties=parties, passives=self.data_parties[1:], transport=self.link, finish=False,
                                  recv_timeout=self.federation.limits.recv_timeout_s)
         rows, self.plan = setup["rows"], setup["plan"]
+        table = setup.get("table", table)  # the columns it kept (train --select), else its own table
+        self.selection = setup.get("selection")
         size = len(self.plan["train"]) + len(self.plan["test"])
         n_rows = table.n_rows if table is not None else 0
         self.alignment = LocalAlignment(rows, unaligned_rows(n_rows, rows), size, meter.snapshot())

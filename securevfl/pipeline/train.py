@@ -112,10 +112,6 @@ class TrainRun:
         name, federation = session.name, session.federation
         if config.positive_class is not None and session.kind != "active":
             raise ConfigError(f"--positive-class is for the active party ({federation.active}), which holds the labels")
-        if config.select is not None:
-            raise ConfigError("select (--select / [job] select) runs in one process for now (securevfl train "
-                              "--select); for a deployed federation, run securevfl explore and give each party "
-                              "its --drop columns")
         if config.model_dir is not None:
             from securevfl.model.saving import check_model_dir, check_savable
 
@@ -153,7 +149,15 @@ class TrainRun:
             federation = session.federation
             if local.table is None:
                 return session.setup(helper_plan_role(federation, cover), table=None, classes=())
-            role = plan_role(local.table, local.classes, federation, psi_role(local.table, federation, cover), cover)
+            choose = None
+            if local.config.select is not None:
+                from securevfl.exploration.selection import selection_role
+
+                positive = positive_index(local.classes, local.config.positive_class, local.table.task) \
+                    if session.kind == "active" else 1
+                choose = selection_role(local.config.select, positive)
+            role = plan_role(local.table, local.classes, federation, psi_role(local.table, federation, cover), cover,
+                             choose)
             return session.setup(role, table=local.table, classes=local.classes)
         scenario = local.scenario or build_scenario(local.config, cover=cover)
         positive = positive_index(scenario.classes, local.config.positive_class, scenario.task)  # refused now
@@ -228,6 +232,8 @@ class TrainRun:
                                             local.method.describe(), wall_s=session.elapsed())
             result.report.cost["alignment"]["crypto_s"] = psi_cost["crypto_s"]
             result.report.config["threads"] = session.threads.threads  # this party's torch threads
+            if session.selection is not None:
+                result.report.extra["selection"] = session.selection
             for peer, shape in session.plan["shapes"].items():  # placeholders hold the aligned rows only
                 if peer != name and peer in result.report.parties:  # the counts PSI showed this party
                     result.report.parties[peer].update(rows=shape.rows, unaligned=shape.rows - shape.aligned)
