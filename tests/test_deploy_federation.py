@@ -172,8 +172,8 @@ SECTION_KEYS = {
     "[tls]": ("dir = \"certs\"\n", "cafile = \"x\"\n", "ca, dir"),
     "[job]": ("method = \"splitnn\"\n", "epoch = 3\n",
               "batch_size, class_weight, early_stopping, embedding_dim, epochs, hidden, id_column, label_column, lr, "
-              "method, min_improvement, normalize, options, party_dropout, psi_mode, require_all_parties, seed, select, "
-              "subset_views, task, test_size, val_fraction"),
+              "method, min_improvement, normalize, options, party_dropout, psi_mode, require_all_parties, seed, "
+              "select, subset_views, task, test_size, val_fraction"),
 }
 
 

@@ -5,9 +5,9 @@ them, a passive party those it holds (the WOE / IV protocol of :mod:`securevfl.e
 no Pearson, ``share_stats = none``: the active party never sees a passive party's column names) —
 the active party judges every column by its IV and tells each passive party, by position, which of
 its own columns pass. Deployed (``[job] select``), the same exchange runs inside the set-up, once the
-plan's split is known and before any party fits its preprocessing (:func:`selection_role`). Each party then drops the others from its own
-table (its column spec's ``drop``), so its preprocessing, its model part and its saved schema hold
-the kept columns only. The report's ``extra.selection`` says, per party, how many columns were kept
+plan's split is known and before any party fits its preprocessing (:func:`selection_role`). Each
+party then drops the others from its own table (its column spec's ``drop``), so its preprocessing,
+its model part and its saved schema hold the kept columns only. The report's ``extra.selection`` says, per party, how many columns were kept
 and dropped, with the names of the active party's own.
 """
 
