@@ -42,7 +42,7 @@ class ExploreOptions:
                                     "bin edges) | none (anonymous columns).")
     value: bool = setting(False, help="Also estimate each passive party's value: a few SecureBoost trees with and "
                                       "without it (secure; minutes at 2048-bit keys).")
-    value_trees: int = setting(10, rule=integer(1, 1000), help="Trees of the value estimate.")
+    value_trees: int = setting(20, rule=integer(1, 1000), help="Trees of the value estimate.")
     value_depth: int = setting(5, rule=integer(1, 16), help="Tree depth of the value estimate.")
     value_rows: int = setting(8000, rule=integer(100, 10_000_000),
                               help="Explored rows sampled for the value estimate (80 % fit, 20 % scored).")

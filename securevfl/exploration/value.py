@@ -29,7 +29,7 @@ from securevfl.errors import ConfigError
 from securevfl.seeding import simulation_rng
 
 #: The default budget: trees, depth, and the rows sampled (80 % to fit, 20 % to score).
-VALUE_TREES = 10
+VALUE_TREES = 20
 VALUE_DEPTH = 5
 VALUE_ROWS = 8000
 
