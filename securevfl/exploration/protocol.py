@@ -52,6 +52,7 @@ from securevfl.federation.runtime import PartyContext
 from securevfl.privacy.paillier import PaillierPublicKey, create_backend, generate_keypair
 from securevfl.privacy.paillier.histograms import EncryptedHistogrammer
 from securevfl.privacy.paillier.registry import check_backend_and_key
+from securevfl.privacy.paillier.wire import ciphertext_bytes, from_wire, to_wire
 
 KEY = "explore.setup.key"
 LABELS = "explore.woe.labels"
@@ -201,21 +202,6 @@ def geometric_noise(shape: tuple[int, ...], epsilon: float, sensitivity: float =
 
 
 # ----------------------------------------------------------------------------------------------- wire
-
-
-def ciphertext_bytes(n: int) -> int:
-    return (2 * n.bit_length() + 7) // 8
-
-
-def to_wire(ciphertexts: Sequence[Any], width: int) -> bytes:
-    return b"".join(int(c).to_bytes(width, "big") for c in ciphertexts)
-
-
-def from_wire(data: Any, width: int, count: int, sender: str, what: str) -> list[int]:
-    if not isinstance(data, bytes) or len(data) != width * count:
-        got = f"{len(data)} bytes" if isinstance(data, bytes) else type(data).__name__
-        raise ProtocolError(f"{sender} sent {what} of {got}; {count} ciphertexts of {width} bytes were expected")
-    return [int.from_bytes(data[i : i + width], "big") for i in range(0, len(data), width)]
 
 
 def _message(value: Any, sender: str, tag: str, keys: Sequence[str]) -> dict[str, Any]:

@@ -14,11 +14,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from psi import atomic
 from securevfl.exploration.protocol import ExploreOptions, Findings, PartyFindings
 from securevfl.exploration.woe import iv_strength
+from securevfl.report.run_report import jsonable
 
 #: |r| at or above which a cross-party pair of columns is listed as redundant.
 REDUNDANT_R = 0.8
@@ -85,7 +84,7 @@ class ExploreReport:
         return {p: {c["name"]: c["iv"] for c in e["columns"] if "iv" in c} for p, e in self.parties.items()}
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, default=_jsonable)
+        return json.dumps(self.to_dict(), indent=2, default=jsonable)
 
     def to_markdown(self) -> str:
         from securevfl.exploration.render import markdown
@@ -111,16 +110,6 @@ def explore_paths(report: str | Path) -> tuple[Path, Path, Path]:
     path = Path(report)
     json_path = path if path.suffix == ".json" else path.with_suffix(".json")
     return json_path, json_path.with_suffix(".md"), json_path.with_suffix(".html")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def learned(findings: Findings, options: ExploreOptions) -> dict[str, str]:

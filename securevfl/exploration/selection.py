@@ -7,8 +7,8 @@ the active party judges every column by its IV and tells each passive party, by 
 its own columns pass. Deployed (``[job] select``), the same exchange runs inside the set-up, once the
 plan's split is known and before any party fits its preprocessing (:func:`selection_role`). Each
 party then drops the others from its own table (its column spec's ``drop``), so its preprocessing,
-its model part and its saved schema hold the kept columns only. The report's ``extra.selection`` says, per party, how many columns were kept
-and dropped, with the names of the active party's own.
+its model part and its saved schema hold the kept columns only. The report's ``extra.selection``
+says, per party, how many columns were kept and dropped, with the names of the active party's own.
 """
 
 from __future__ import annotations

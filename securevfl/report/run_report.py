@@ -65,7 +65,7 @@ class RunReport:
         return out
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, default=_jsonable)
+        return json.dumps(self.to_dict(), indent=2, default=jsonable)
 
     def to_markdown(self) -> str:
         """A human-readable summary: metrics, time split, traffic per link."""
@@ -160,7 +160,8 @@ def report_paths(report: str | Path) -> tuple[Path, Path]:
     return json_path, json_path.with_suffix(".md")
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """What ``json.dumps`` cannot write itself: numpy scalars and arrays, paths."""
     import numpy as np
 
     if isinstance(value, np.generic):
