@@ -113,3 +113,28 @@ def test_a_deployed_select_chooses_the_columns_one_process_chooses(tmp_path, fil
     for key, value in local.metrics.items():
         if isinstance(value, float):
             assert deployed.metrics[key] == pytest.approx(value, abs=1e-6), key
+
+
+def test_a_deployed_value_estimate_equals_the_one_process_estimate(tmp_path, files):
+    from deployed_threads import in_threads
+
+    from securevfl.deploy.federation_file import load_federation
+    from securevfl.exploration.options import ExploreOptions
+    from securevfl.exploration.run import run_deployed_explore
+
+    settings = {"key_bits": 1024, "insecure_allow_small_key": True, "correlation": False, "value": True,
+                "value_trees": 2, "value_depth": 2, "value_rows": 200}
+    fed = load_federation(loopback_federation_file(
+        tmp_path, PARTIES, "bank", 'method = "splitnn"\nseed = 0\nid_column = "customer_id"\nlabel_column = "churn"'))
+    results = in_threads(lambda p: run_deployed_explore(fed, p, str(files[p]), ExploreOptions(**settings),
+                                                        device="cpu"), PARTIES, timeout=180)
+    deployed = results["bank"].value
+    local = securevfl.explore(data_files={p: str(files[p]) for p in PARTIES}, id_column="customer_id",
+                              label_column="churn", seed=0, **settings).value
+    assert set(deployed["parties"]) == {"shop", "clinic"} and deployed["rows_fit"] + deployed["rows_scored"] == 200
+    for key in ("active_only", "all_parties"):
+        assert deployed[key] == pytest.approx(local[key], abs=1e-12), key
+    for party in ("shop", "clinic"):
+        assert deployed["parties"][party]["gain"] == pytest.approx(local["parties"][party]["gain"], abs=1e-12)
+    assert deployed["runs"]["all parties"]["bytes"] > 0 and deployed["runs"]["all parties"]["crypto_s"] > 0
+    assert results["shop"] is not None and results["shop"].kept is None  # a passive party's own summary

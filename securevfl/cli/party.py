@@ -244,7 +244,7 @@ _COLUMN_SETTINGS = [s for s in cli_settings() if s.path[:-1] == ("dataset_option
 _RUN_SETTINGS = [*cli_settings(["device", "checkpoint_dir", "resume", "checkpoint_overwrite", "model_dir",
                                 "overwrite_model", "positive_class"]), *_COLUMN_SETTINGS]
 #: Exploring's options (securevfl explore's): the active party's say what is asked, a passive party's what it shares.
-_EXPLORE_SETTINGS = [s for s in settings_of(ExploreOptions) if s.info.cli and s.name != "value"]
+_EXPLORE_SETTINGS = [s for s in settings_of(ExploreOptions) if s.info.cli]
 #: Serving's --party-timeout is ScoringSettings's (one flag, for --predict and --serve alike).
 _SERVE_SETTINGS = [s for s in settings_of(ServeSettings) if s.info.cli and s.name != "party_timeout_s"]
 

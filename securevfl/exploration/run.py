@@ -10,6 +10,7 @@ report (:mod:`securevfl.exploration.report`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,9 +103,32 @@ class ExploreRun:
         if isinstance(session, Deployed):
             for helper in (p for p in session.parties if p not in roles):
                 roles[helper] = _idle
-            return session.execute(roles, seed=local.config.train.seed, check=False)
+            outcome = session.execute(roles, seed=local.config.train.seed, check=False,
+                                      finish=session.kind == "helper")  # the value estimate's phases follow
+            if session.kind != "helper":
+                local.extra["value"] = self._deployed_value(session, local, scenario)
+            return outcome
         return session.execute(roles, active=scenario.active, passives=scenario.passives,
                                seed=local.config.train.seed, recv_timeout=local.config.recv_timeout_s)
+
+    def _deployed_value(self, session: Deployed, local: _Exploring, scenario: Scenario) -> Any:
+        """The value estimate over the links: the active party's choice (none, or rows and budget), then the runs."""
+        from securevfl.exploration.value import ValueOptions, deployed_estimate, deployed_value_role
+
+        options = self.options
+        chosen = ValueOptions(trees=options.value_trees, depth=options.value_depth, rows=options.value_rows,
+                              key_bits=options.key_bits, insecure_allow_small_key=options.insecure_allow_small_key,
+                              workers=options.workers, seed=local.config.train.seed) \
+            if options.value and session.kind == "active" else None
+        role = deployed_value_role(scenario, chosen, options.insecure_allow_small_key)
+        data = session.data_parties
+        sample = session.execute({session.name: role}, seed=local.config.train.seed, check=False, costs=False,
+                                 parties=data, passives=data[1:], finish=False).value
+        if sample is None:
+            return None
+        if session.kind != "active":  # a passive party runs with its own workers
+            sample = (sample[0], sample[1], dataclasses.replace(sample[2], workers=options.workers))
+        return deployed_estimate(session, scenario, sample, local.config.train.seed, self.progress)
 
     def finish(self, session: InProcess | Deployed, local: _Exploring, scenario: Scenario,
                outcome: Outcome) -> Any:
@@ -115,8 +139,7 @@ class ExploreRun:
                                          wall_s=session.elapsed(), links=outcome.links)
         if self.options.value:
             if isinstance(session, Deployed):
-                report.notes.append("the partner-value estimate runs in one process only (securevfl explore "
-                                    "--value); a deployed party explores without it")
+                report.value = local.extra.get("value") or {}
             else:
                 from securevfl.exploration.value import ValueOptions, estimate_value
 
@@ -125,10 +148,10 @@ class ExploreRun:
                     trees=options.value_trees, depth=options.value_depth, rows=options.value_rows,
                     key_bits=options.key_bits, insecure_allow_small_key=options.insecure_allow_small_key,
                     workers=options.workers, seed=local.config.train.seed), progress=self.progress)
-                report.learned["value"] = ("the value estimate trains SecureBoost: the active party learns what its "
-                                           "training shows it (per-bin sums of gradients, which rows go left), a "
-                                           "passive party the node of every sampled row (docs/secureboost.md)")
-                report.wall_s = session.elapsed()
+            report.learned["value"] = ("the value estimate trains SecureBoost: the active party learns what its "
+                                       "training shows it (per-bin sums of gradients, which rows go left), a "
+                                       "passive party the node of every sampled row (docs/secureboost.md)")
+            report.wall_s = session.elapsed()
         return report
 
     def done(self, session: InProcess | Deployed, result: Any) -> Any:

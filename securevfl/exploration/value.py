@@ -122,21 +122,32 @@ def estimate_value(scenario: Scenario, options: ValueOptions | None = None, prog
     if scenario.task != "classification" or len(scenario.classes) != 2:
         raise ConfigError("the partner-value estimate needs a label of two classes (it compares AUCs)")
     fit, score = sample_rows(scenario, options)
-    every = scenario.parties
     runs: dict[str, dict[str, Any]] = {}
-    plan: list[tuple[str, tuple[str, ...], bool]] = [("all parties", every, options.encrypt),
-                                                     ("active only", (scenario.active,), False)]
-    if len(scenario.passives) > 1:
-        plan[1:1] = [(f"without {p}", tuple(q for q in every if q != p), options.encrypt) for p in scenario.passives]
+    plan = value_plan(scenario.active, scenario.passives, options.encrypt)
     for k, (label, members, encrypt) in enumerate(plan):
         if progress is not None:
             progress(f"partner value: {label} ({k + 1}/{len(plan)})")
         runs[label] = _train(_subset(scenario, members, fit, score), options, encrypt)
+    return value_summary(scenario.passives, runs, options, fit, score)
+
+
+def value_plan(active: str, passives: tuple[str, ...], encrypt: bool = True) -> list[tuple[str, tuple[str, ...], bool]]:
+    """The trainings of the estimate, in order: every party, every party but each passive one, the active one alone."""
+    every = (active, *passives)
+    plan: list[tuple[str, tuple[str, ...], bool]] = [("all parties", every, encrypt), ("active only", (active,), False)]
+    if len(passives) > 1:
+        plan[1:1] = [(f"without {p}", tuple(q for q in every if q != p), encrypt) for p in passives]
+    return plan
+
+
+def value_summary(passives: tuple[str, ...], runs: dict[str, dict[str, Any]], options: ValueOptions,
+                  fit: np.ndarray, score: np.ndarray) -> dict[str, Any]:
+    """The report's ``value`` section from the trainings' AUCs and costs."""
     every_auc = runs["all parties"]["auc"]
     alone = runs["active only"]["auc"]
     parties: dict[str, dict[str, Any]] = {}
-    for p in scenario.passives:
-        without = runs[f"without {p}"] if len(scenario.passives) > 1 else runs["active only"]
+    for p in passives:
+        without = runs[f"without {p}"] if len(passives) > 1 else runs["active only"]
         parties[p] = {"without": without["auc"], "gain": every_auc - without["auc"],
                       "crypto_s": without["crypto_s"], "bytes": without["bytes"], "wall_s": without["wall_s"]}
     total = {k: sum(r[k] for r in runs.values()) for k in ("wall_s", "crypto_s", "bytes")}
@@ -148,4 +159,113 @@ def estimate_value(scenario: Scenario, options: ValueOptions | None = None, prog
                        "same held-out sample of the explored rows"}
 
 
-__all__ = ["VALUE_DEPTH", "VALUE_ROWS", "VALUE_TREES", "ValueOptions", "estimate_value"]
+# ----------------------------------------------------------------------------------------------- deployed
+
+SAMPLE = "explore.value.sample"
+
+
+def _check_positions(value: Any, size: int, limit: int, sender: str) -> np.ndarray:
+    from securevfl.errors import ProtocolError
+
+    if (not isinstance(value, np.ndarray) or value.dtype != np.int64 or value.ndim != 1 or len(value) > limit
+            or (len(value) and (value.min() < 0 or value.max() >= size)) or len(np.unique(value)) != len(value)):
+        raise ProtocolError(f"{sender} sent value-estimate rows that are not distinct positions of the {size} "
+                            "agreed ones")
+    return value
+
+
+def deployed_value_role(scenario: Scenario, options: ValueOptions | None, allow_small_key: bool = False) -> Any:
+    """The active party tells every passive party whether an estimate follows, and on which rows with which budget.
+
+    ``options``: the active party's (None: no estimate); a passive party's role ignores it and reads
+    the active party's choice, checked: positions distinct and among the explored ones, the budget
+    within the options' bounds, a key size its own rules accept.
+    """
+    from securevfl.errors import ProtocolError
+
+    def role(ctx: Any) -> Any:
+        if ctx.is_active:
+            if options is None:
+                ctx.broadcast(ctx.passives, SAMPLE, None)
+                return None
+            fit, score = sample_rows(scenario, options)
+            ctx.broadcast(ctx.passives, SAMPLE, {"fit": fit.astype(np.int64), "score": score.astype(np.int64),
+                                                 "trees": options.trees, "depth": options.depth,
+                                                 "key_bits": options.key_bits, "seed": options.seed})
+            return fit, score, options
+        received = ctx.recv(ctx.active, SAMPLE)
+        if received is None:
+            return None
+        if not isinstance(received, dict) or set(received) != {"fit", "score", "trees", "depth", "key_bits", "seed"} \
+                or not all(type(received[k]) is int for k in ("trees", "depth", "key_bits", "seed")):
+            raise ProtocolError(f"{ctx.active} sent a malformed {SAMPLE}")
+        message: dict[str, Any] = received
+        size = len(scenario.train) + len(scenario.test)  # the agreed positions
+        fit = _check_positions(message["fit"], size, VALUE_ROWS_LIMIT, ctx.active)
+        score = _check_positions(message["score"], size, VALUE_ROWS_LIMIT, ctx.active)
+        if np.intersect1d(fit, score).size or not np.isin(np.concatenate([fit, score]), scenario.train).all():
+            raise ProtocolError(f"{ctx.active} sent value-estimate rows to fit that it also scores, or test rows")
+        try:
+            from securevfl.privacy.paillier.registry import check_backend_and_key
+
+            check_backend_and_key("fast", message["key_bits"], allow_small_key)  # this party's own rule
+            chosen = ValueOptions(trees=message["trees"], depth=message["depth"], rows=max(100, len(fit) + len(score)),
+                                  key_bits=message["key_bits"], seed=message["seed"],
+                                  insecure_allow_small_key=allow_small_key)
+        except ConfigError as exc:
+            raise ProtocolError(f"{ctx.active} asked for a value estimate this party refuses: {exc}") from None
+        if not (chosen.trees <= 1000 and chosen.depth <= 16):
+            raise ProtocolError(f"{ctx.active} asked for {chosen.trees} trees of depth {chosen.depth}")
+        return fit, score, chosen
+
+    return role
+
+
+#: The most rows a passive party accepts to fit and score in a value estimate.
+VALUE_ROWS_LIMIT = 10_000_000
+
+
+def deployed_estimate(session: Any, scenario: Scenario, sample: tuple[np.ndarray, np.ndarray, ValueOptions],
+                      seed: int, progress: Any = None) -> dict[str, Any] | None:
+    """Run the estimate's trainings over the links; the active party returns the ``value`` section.
+
+    Each training runs the parties it names (the others wait for the next); the active party alone
+    trains in its own process, in the clear.
+    """
+    from securevfl.eval import task_metrics
+    from securevfl.methods import create_method
+    from securevfl.run_config import run_config
+
+    fit, score, options = sample
+    active, passives = scenario.active, scenario.passives
+    plan = value_plan(active, passives)
+    runs: dict[str, dict[str, Any]] = {}
+    for k, (label, members, encrypt) in enumerate(plan):
+        if session.name not in members:
+            continue
+        if progress is not None:
+            progress(f"partner value: {label} ({k + 1}/{len(plan)})")
+        if members == (active,):
+            runs[label] = _train(_subset(scenario, members, fit, score), options, encrypt)
+            continue
+        sb = {"trees": options.trees, "max_depth": options.depth, "key_bits": options.key_bits,
+              "insecure_allow_small_key": options.insecure_allow_small_key, "workers": options.workers}
+        config = run_config(method="secureboost", options=sb, seed=options.seed)
+        method = create_method("secureboost", config.train)
+        roles = method.party_roles(_subset(scenario, members, fit, score))
+        started = time.perf_counter()
+        outcome = session.execute(roles, seed=seed, check=False, costs=False, parties=members,
+                                  passives=tuple(p for p in members if p != active), finish=False)
+        if session.kind == "active":
+            snap = outcome.snapshots[session.name]
+            auc = task_metrics("classification", outcome.value.y_true, outcome.value.scores).get("auc")
+            runs[label] = {"auc": float(auc or 0.0), "wall_s": time.perf_counter() - started,
+                           "crypto_s": float(sum(snap.crypto_s.values())), "bytes": int(sum(snap.bytes.values())),
+                           "parties": list(members), "costs": "the active party's own (crypto, bytes it sent)"}
+    if session.kind != "active":
+        return None
+    return value_summary(passives, runs, options, fit, score)
+
+
+__all__ = ["VALUE_DEPTH", "VALUE_ROWS", "VALUE_TREES", "ValueOptions", "deployed_estimate", "deployed_value_role",
+           "estimate_value", "sample_rows", "value_plan", "value_summary"]

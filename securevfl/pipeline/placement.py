@@ -246,12 +246,14 @@ class Deployed:
     def execute(self, roles: Mapping[str, Role], *, seed: int, stage: str | None = None,
                 costs: bool = True, parties: tuple[str, ...] | None = None,
                 passives: tuple[str, ...] | None = None, on_start: Callable[[], None] | None = None,
-                check: bool = True) -> Outcome:
+                check: bool = True, finish: bool = True) -> Outcome:
         """Run this party's role of ``roles`` (which must be the federation's parties) to its end.
 
         ``costs``: every other party then sends the active party its meters (set-up and run) and link
         counters. ``on_start``: called once the roles are checked, before the role runs. ``check``: the
         roles must be the federation's parties (a party alone, or a serving role, is not checked).
+        ``finish=False``: more phases follow over the same links (the peers must not take this
+        party's role as ended).
         """
         assert self.watch is not None
         if check:
@@ -268,7 +270,8 @@ class Deployed:
                                  name=self.name, active=self.federation.active,
                                  parties=parties or tuple(roles), passives=self.data_parties[1:] if passives is None
                                  else passives, transport=self.link, device=self.device, seed=seed,
-                                 progress=self.progress, recv_timeout=self.federation.limits.recv_timeout_s)
+                                 progress=self.progress, recv_timeout=self.federation.limits.recv_timeout_s,
+                                 finish=finish)
         if costs and self.kind == "active":
             value, snapshots, setups, links, missing = value
             return Outcome(value, snapshots, setups=setups, links=links, missing=missing)
