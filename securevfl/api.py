@@ -90,7 +90,7 @@ def explore(dataset: str = "breast-cancer", *, report: str | Path | None = None,
 
     from securevfl.exploration.options import ExploreOptions
     from securevfl.exploration.report import explore_paths
-    from securevfl.exploration.run import run_explore
+    from securevfl.pipeline.explore import run_explore
 
     if report is not None:
         for path in explore_paths(report):

@@ -23,12 +23,13 @@ from securevfl.data.scenario import scenario_from_tables
 from securevfl.errors import MissingPackageError, PartyFailure, ProtocolError
 from securevfl.exploration import protocol
 from securevfl.exploration.bins import bin_table
+from securevfl.exploration.inputs import explore_input, explore_roles
 from securevfl.exploration.protocol import KEY, LABELS, PEARSON_COLUMNS, PEARSON_SUMS, WOE_SUMS, ExploreOptions
-from securevfl.exploration.run import explore_input, explore_roles, run_explore
 from securevfl.exploration.stats import column_stats
 from securevfl.exploration.woe import woe_iv
 from securevfl.federation import codec
 from securevfl.federation.runtime import run_parties
+from securevfl.pipeline.explore import run_explore
 from securevfl.pipeline.train import build_scenario
 from securevfl.privacy.paillier import PaillierPublicKey, create_backend
 from securevfl.run_config import run_config

@@ -120,7 +120,7 @@ def test_a_deployed_value_estimate_equals_the_one_process_estimate(tmp_path, fil
 
     from securevfl.deploy.federation_file import load_federation
     from securevfl.exploration.options import ExploreOptions
-    from securevfl.exploration.run import run_deployed_explore
+    from securevfl.pipeline.explore import run_deployed_explore
 
     settings = {"key_bits": 1024, "insecure_allow_small_key": True, "correlation": False, "value": True,
                 "value_trees": 2, "value_depth": 2, "value_rows": 200}

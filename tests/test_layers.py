@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("securevfl.model.*", 5),
     ("securevfl.attacks.*", 5),
     ("securevfl.report.*", 5),
+    ("securevfl.exploration.*", 5),
     ("securevfl.run_config", 6),
     ("securevfl.deploy.*", 7),
     ("securevfl.pipeline.*", 8),

@@ -25,7 +25,7 @@ import numpy as np
 
 
 def _measured(scenario: Any, method: str, parties: tuple[str, ...], seed: int) -> float:
-    from securevfl.exploration.value import _subset
+    from securevfl.pipeline.partner_value import _subset
     from securevfl.pipeline.train import run_training
     from securevfl.run_config import run_config
 
@@ -43,7 +43,7 @@ def _measured(scenario: Any, method: str, parties: tuple[str, ...], seed: int) -
 def study(dataset: str, parties: int, aligned: int | None, methods: list[str], seed: int,
           value_rows: int, key_bits: int) -> dict[str, Any]:
     """The estimate and the measured gains of one table."""
-    from securevfl.exploration.value import ValueOptions, estimate_value
+    from securevfl.pipeline.partner_value import ValueOptions, estimate_value
     from securevfl.pipeline.train import build_scenario
     from securevfl.run_config import run_config
 

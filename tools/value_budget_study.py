@@ -14,7 +14,7 @@ import time
 
 
 def main() -> None:
-    from securevfl.exploration.value import ValueOptions, estimate_value
+    from securevfl.pipeline.partner_value import ValueOptions, estimate_value
     from securevfl.pipeline.train import build_scenario
     from securevfl.run_config import run_config
 

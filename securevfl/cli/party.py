@@ -411,7 +411,7 @@ def _explore_party(fed: Any, as_: str, data: Path | None, report: Path | None, d
     with heavy_imports():
         from securevfl.exploration.options import ExploreOptions
         from securevfl.exploration.report import ExploreReport, explore_paths
-        from securevfl.exploration.run import run_deployed_explore
+        from securevfl.pipeline.explore import run_deployed_explore
 
     if report is not None:
         from securevfl.checks import check_output_file

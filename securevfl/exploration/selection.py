@@ -47,8 +47,8 @@ def select_columns(scenario: Scenario, rule: str, *, positive: int = 1, seed: in
 
     if scenario.task != "classification":
         raise ConfigError("--select by iv needs a label of two classes (there is no IV for a regression target)")
+    from securevfl.exploration.inputs import explore_input
     from securevfl.exploration.protocol import active_role, passive_role
-    from securevfl.exploration.run import explore_input
 
     options = ExploreOptions(correlation=False, share_stats="none", select=rule)
     # every party explores its own training rows: the active party all of them, a passive party those it holds

@@ -1,8 +1,9 @@
 """One pipeline for a run: ``run(mode, placement)``.
 
-A run is a *mode* — train (:class:`TrainRun`), score (:class:`ScoreRun`) or serve
-(:class:`ServeRun`) — at a *placement*: every party in this process (:class:`EveryParty`) or this
-one party in this process, its peers elsewhere (:class:`OneParty`). :func:`run` assembles every
+A run is a *mode* — train (:class:`TrainRun`), score (:class:`ScoreRun`), serve
+(:class:`ServeRun`) or explore (:class:`~securevfl.pipeline.explore.ExploreRun`) — at a
+*placement*: every party in this process (:class:`EveryParty`) or this one party in this process,
+its peers elsewhere (:class:`OneParty`). :func:`run` assembles every
 one of them the same way:
 
 1. **prepare** (the mode): everything local, checked before any connection — the method and its

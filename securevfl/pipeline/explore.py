@@ -15,29 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from securevfl.data import Scenario
 from securevfl.data.columns import ColumnSpec
 from securevfl.eval import positive_index
-from securevfl.exploration.bins import raw_frame
-from securevfl.exploration.protocol import ExploreInput, ExploreOptions, Findings, active_role, passive_role
+from securevfl.exploration.inputs import explore_roles, idle
+from securevfl.exploration.protocol import ExploreOptions, Findings
 from securevfl.exploration.report import ExploreReport, assemble_explore_report
 from securevfl.pipeline.placement import Deployed, InProcess, OneParty, Outcome
 from securevfl.run_config import RunConfig
-
-
-def explore_input(scenario: Scenario, party: str, positive: int = 1) -> ExploreInput:
-    """``party``'s explored rows (the aligned training rows, in the agreed order) as raw columns."""
-    table = scenario.tables[party]
-    rows = scenario.alignment.rows(party, scenario.train)  # those it holds (all of them with cover=False)
-    frame, kinds = raw_frame(table.features, table.feature_names, table.columns,
-                             table.source or f"party {party!r}")
-    frame = frame.iloc[np.asarray(rows, dtype=np.int64)].reset_index(drop=True)
-    events = None
-    if party == scenario.active and scenario.task == "classification" and table.labels is not None:
-        events = (np.asarray(table.labels)[rows] == positive).astype(np.int64)
-    return ExploreInput(party, frame, kinds, events, rows_total=table.n_rows)
 
 
 @dataclass
@@ -102,7 +87,7 @@ class ExploreRun:
                               only=session.name if isinstance(session, Deployed) else None)
         if isinstance(session, Deployed):
             for helper in (p for p in session.parties if p not in roles):
-                roles[helper] = _idle
+                roles[helper] = idle
             outcome = session.execute(roles, seed=local.config.train.seed, check=False,
                                       finish=session.kind == "helper")  # the value estimate's phases follow
             if session.kind != "helper":
@@ -113,7 +98,7 @@ class ExploreRun:
 
     def _deployed_value(self, session: Deployed, local: _Exploring, scenario: Scenario) -> Any:
         """The value estimate over the links: the active party's choice (none, or rows and budget), then the runs."""
-        from securevfl.exploration.value import ValueOptions, deployed_estimate, deployed_value_role
+        from securevfl.pipeline.partner_value import ValueOptions, deployed_estimate, deployed_value_role
 
         options = self.options
         chosen = ValueOptions(trees=options.value_trees, depth=options.value_depth, rows=options.value_rows,
@@ -141,7 +126,7 @@ class ExploreRun:
             if isinstance(session, Deployed):
                 report.value = local.extra.get("value") or {}
             else:
-                from securevfl.exploration.value import ValueOptions, estimate_value
+                from securevfl.pipeline.partner_value import ValueOptions, estimate_value
 
                 options = self.options
                 report.value = estimate_value(scenario, ValueOptions(
@@ -159,24 +144,6 @@ class ExploreRun:
             size = session.alignment.size if session.alignment is not None else 0
             session.done(f"{size} agreed rows explored; done in {{wall_s:.1f}} s", size)
         return result
-
-
-def _idle(ctx: Any) -> None:
-    """A helper (an arbiter of the job's method) has no part in exploring."""
-    return None
-
-
-def explore_roles(scenario: Scenario, options: ExploreOptions, positive: int = 1,
-                  only: str | None = None) -> dict[str, Any]:
-    """Every data party's role (``only``: just that party's, its peers' left to their own processes)."""
-    roles: dict[str, Any] = {}
-    for party in scenario.parties:
-        if only is not None and party != only:
-            roles[party] = _idle
-            continue
-        inp = explore_input(scenario, party, positive)
-        roles[party] = active_role(inp, options) if party == scenario.active else passive_role(inp, options)
-    return roles
 
 
 def run_explore(config: RunConfig, options: ExploreOptions | None = None, *, scenario: Scenario | None = None,
@@ -202,4 +169,4 @@ def run_deployed_explore(federation: Any, name: str, data: str | Path | None, op
     return run(ExploreRun(config, options, data=data, columns=columns), placement)
 
 
-__all__ = ["ExploreRun", "explore_input", "explore_roles", "run_deployed_explore", "run_explore"]
+__all__ = ["ExploreRun", "run_deployed_explore", "run_explore"]
