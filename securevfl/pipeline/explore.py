@@ -92,6 +92,7 @@ class ExploreRun:
                                       finish=session.kind == "helper")  # the value estimate's phases follow
             if session.kind != "helper":
                 local.extra["value"] = self._deployed_value(session, local, scenario)
+                session.link.finish(session.name)  # its last phase is over: peers need not wait for it
             return outcome
         return session.execute(roles, active=scenario.active, passives=scenario.passives,
                                seed=local.config.train.seed, recv_timeout=local.config.recv_timeout_s)
