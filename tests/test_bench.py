@@ -203,3 +203,23 @@ def test_round_crypto_per_secagg_round_leaves_the_key_setup_out():
     assert round_crypto_ms({**row, "crypto_s": {}}) is None  # secagg=none: rounds, no crypto
     named = {f.name: f for f in method_figures([row])}
     assert named["methods.easter.dh.secagg_round_crypto_ms"].samples == pytest.approx((2.0,))
+
+
+def test_bench_progress_is_plain_lines_where_stderr_is_not_a_terminal(tmp_path, monkeypatch, capsys):
+    """Not on a terminal (CI, a log file), the bench says where it is: a line per section, a few in between."""
+    import securevfl.bench
+    from securevfl.cli.bench import PlainProgress
+
+    def fake_run_bench(config, out, *, progress=None, command=""):
+        assert isinstance(progress, PlainProgress)
+        progress.every = 0.0
+        for done, text in ((0, "primitives: PSI 200 IDs"), (1, "primitives done"), (1, "methods: splitnn none")):
+            progress(done, 2, text)
+        raise ConfigError("stopped before the report")  # the lines are what is tested
+
+    monkeypatch.setattr(securevfl.bench, "run_bench", fake_run_bench)
+    assert main(["bench", "--tiny", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    lines = [line for line in err if line.startswith("[")]
+    assert len(lines) == 3 and "bench 1/2 sections: primitives done" in lines[1]
+    assert all(" s] bench " in line for line in lines) and err[-1] == "error: stopped before the report"

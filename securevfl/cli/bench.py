@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -37,6 +38,26 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
         return tuple(int(x) for x in _names(text, what))
     except ValueError:
         raise ConfigError(f"{what} must be comma-separated integers, got {text!r}") from None
+
+
+class PlainProgress:
+    """The bench's progress as plain timestamped lines (stderr not a terminal: a log file, CI, a pipe).
+
+    A line at every section's end and at most one every ``every`` seconds otherwise, so that a
+    ten-minute run shows that it is alive without flooding a log.
+    """
+
+    def __init__(self, console: Console, every: float = 10.0) -> None:
+        self.console, self.every = console, every
+        self.started = time.monotonic()
+        self.last = float("-inf")
+
+    def __call__(self, done: int, total: int, text: str) -> None:
+        now = time.monotonic()
+        if text.endswith(" done") or now - self.last >= self.every:
+            self.console.print(f"[{now - self.started:7.1f} s] bench {done}/{total} sections: {text}",
+                               highlight=False, markup=False)
+            self.last = now
 
 
 @bench_app.callback(invoke_without_command=True)
@@ -83,6 +104,8 @@ def bench_command(
         else f"securevfl bench --{config.size} --out {shlex.quote(str(out))}"
     if quiet:
         results = run_bench(config, out, command=command)
+    elif not err_console.is_terminal:  # a log file, CI: rich draws no bar there, so plain lines instead
+        results = run_bench(config, out, command=command, progress=PlainProgress(err_console))
     else:
         with Progress(TextColumn("[bold]bench[/]"), BarColumn(), TextColumn("{task.completed}/{task.total} sections"),
                       TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,

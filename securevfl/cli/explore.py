@@ -43,18 +43,19 @@ def explore(ctx: typer.Context, *, report: Path, top: int, **values: Any) -> Non
 
     The same inputs and PSI as `securevfl train`. Writes JSON, Markdown and an HTML page.
     """
-    with heavy_imports():
-        from securevfl.api import explore as api_explore
-        from securevfl.exploration.report import explore_paths
-
     from securevfl.checks import check_output_file
+    from securevfl.exploration.options import ExploreOptions
 
-    for path in explore_paths(report):
+    json_path = report if report.suffix == ".json" else report.with_suffix(".json")
+    for path in (json_path, json_path.with_suffix(".md"), json_path.with_suffix(".html")):
         check_output_file(path, "report file")
     own = {s.name for s in _explore_settings()}
     run_names = cli_settings(EXPLORE_RUN_SETTINGS)
     settings = api_values(run_names, values, given_names(ctx, [s.name for s in run_names]))
     options = {k: v for k, v in api_values(_explore_settings(), values).items() if k in own}
+    ExploreOptions(**options)  # refused here, before the heavy imports (about 2 s)
+    with heavy_imports():
+        from securevfl.api import explore as api_explore
     with err_console.status("exploring") as status:
         result = api_explore(progress=lambda line: status.update(line), **settings, **options)
     paths = result.save(report)
