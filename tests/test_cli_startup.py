@@ -49,3 +49,22 @@ def test_torch_loads_without_a_full_collection_in_the_commands_own_process_and_i
     full, frozen, enabled = done.stdout.split()
     assert full == "0" and enabled == "True", done.stdout
     assert int(frozen) > 100_000, done.stdout  # torch's objects sit in the permanent generation
+
+
+@pytest.mark.parametrize("args", [["train", "--model-dir", "{model}", "--quiet"],
+                                  ["train", "--select", "iv>>1", "--quiet"],
+                                  ["explore", "--share-stats", "all"]])
+def test_a_refused_command_does_not_load_torch(tmp_path, args):
+    """Refusals come before the heavy imports (torch, every method): what the user sees in half a second."""
+    model = tmp_path / "model" / "bank"
+    model.mkdir(parents=True)
+    (model / "manifest.json").write_text("{}")  # refused as a part of another securevfl: before any import of torch
+    argv = [a.replace("{model}", str(tmp_path / "model")) for a in args]
+    code = textwrap.dedent(f"""
+        import sys
+        from securevfl.cli import main
+        code = main({argv!r})
+        print(code, "torch" in sys.modules)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["2", "False"], (done.stdout, done.stderr)

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from securevfl.checks import check_output_file
 from securevfl.cli.options import CONTEXT, api_values, cli_settings, given_names, settings_command
 from securevfl.cli.resume import hint_resume
 from securevfl.cli.startup import heavy_imports
@@ -33,12 +34,19 @@ def train(ctx: typer.Context, *, report: Path, quiet: bool, **values: Any) -> No
     Every option but --report and --quiet is a setting of the run (securevfl.run_config): the same
     name as the Python API's keyword and the report's config key, with dashes.
     """
+    from securevfl.model.store import check_model_dir
+    from securevfl.report.run_report import report_paths
+    from securevfl.run_config import run_config
+
+    for path in report_paths(report):  # before any work (the API checks it too when given report=)
+        check_output_file(path, "report file")
+    settings = api_values(cli_settings(), values, given_names(ctx, values))  # the rest: the method's defaults
+    run_config(method_defaults=False, **settings)  # every value checked before the heavy imports (about 2 s)
+    if settings.get("model_dir") is not None:
+        check_model_dir(settings["model_dir"], bool(settings.get("overwrite_model")))
     with heavy_imports():
-        from securevfl.api import check_report_path
         from securevfl.api import train as api_train
 
-    check_report_path(report)  # before any work (the API checks it too when given report=)
-    settings = api_values(cli_settings(), values, given_names(ctx, values))  # the rest: the method's defaults
     with _progress(quiet) as on_progress, hint_resume(settings.get("checkpoint_dir")):
         result = api_train(progress=on_progress, **settings)
     json_path, md_path = result.save(report)

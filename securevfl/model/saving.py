@@ -44,7 +44,6 @@ from securevfl.model.store import (
     LoadedPart,
     PartManifest,
     flatten_state,
-    list_parts,
     tensors_from_bytes,
     tensors_to_bytes,
     unflatten_state,
@@ -105,23 +104,6 @@ def model_parties(method: Method[Any], parties: Mapping[str, str]) -> dict[str, 
     if method.standalone:
         return {p: r for p, r in parties.items() if r == "active"}
     return dict(parties)
-
-
-def check_model_dir(directory: str | Path, overwrite: bool, party: str | None = None) -> None:
-    """Refuse, before any training, a model directory that holds a model unless ``overwrite``.
-
-    ``party``: only that party's part counts (a deployed party writes only its own).
-    """
-    path = Path(directory)
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"--model-dir {path} exists and is not a directory")
-    if overwrite or not path.is_dir():
-        return
-    present = {p: m for p, m in list_parts(path).items() if party is None or p == party}
-    if present:
-        first = next(iter(present.values()))
-        raise ModelError(f"{path} already holds a model ({first.method}, parts {', '.join(sorted(present))}, "
-                         f"created {first.created}); pass --overwrite-model to replace it")
 
 
 def train_settings(config: TrainConfig) -> dict[str, Any]:

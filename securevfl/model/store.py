@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from psi import atomic
 from securevfl.checks import validate_party_name
-from securevfl.errors import ModelError
+from securevfl.errors import ConfigError, ModelError
 
 if TYPE_CHECKING:
     import torch
@@ -553,6 +553,24 @@ def list_parts(directory: str | os.PathLike[str]) -> dict[str, PartManifest]:
                              "(copied from another party's folder?)")
         found[name] = manifest
     return found
+
+
+def check_model_dir(directory: str | Path, overwrite: bool, party: str | None = None) -> None:
+    """Refuse, before any training, a model directory that holds a model unless ``overwrite``.
+
+    ``party``: only that party's part counts (a deployed party writes only its own).
+    """
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--model-dir {path} exists and is not a directory")
+    if overwrite or not path.is_dir():
+        return
+    present = {p: m for p, m in list_parts(path).items() if party is None or p == party}
+    if present:
+        first = next(iter(present.values()))
+        raise ModelError(f"{path} already holds a model ({first.method}, parts {', '.join(sorted(present))}, "
+                         f"created {first.created}); pass --overwrite-model to replace it")
+
 
 
 def check_same_model(manifests: Mapping[str, PartManifest]) -> None:

@@ -113,7 +113,8 @@ class TrainRun:
         if config.positive_class is not None and session.kind != "active":
             raise ConfigError(f"--positive-class is for the active party ({federation.active}), which holds the labels")
         if config.model_dir is not None:
-            from securevfl.model.saving import check_model_dir, check_savable
+            from securevfl.model.saving import check_savable
+            from securevfl.model.store import check_model_dir
 
             check_savable(method)
             check_model_dir(config.model_dir, config.overwrite_model, party=name)
@@ -183,7 +184,8 @@ class TrainRun:
                 "train", "train_start", f"training {config.method}: {train.epochs} epochs", method=config.method,
                 epochs=train.epochs))
         if config.model_dir:  # refused before any training, not after it
-            from securevfl.model.saving import check_model_dir, check_savable, model_parties
+            from securevfl.model.saving import check_savable, model_parties
+            from securevfl.model.store import check_model_dir
 
             check_savable(method, {p: roles[p] for p in model_parties(method, data_roles(scenario))})
             check_model_dir(config.model_dir, config.overwrite_model)
