@@ -53,7 +53,8 @@ def test_torch_loads_without_a_full_collection_in_the_commands_own_process_and_i
 
 @pytest.mark.parametrize("args", [["train", "--model-dir", "{model}", "--quiet"],
                                   ["train", "--select", "iv>>1", "--quiet"],
-                                  ["explore", "--share-stats", "all"]])
+                                  ["explore", "--share-stats", "all"],
+                                  ["party", "--federation", "{model}/missing.toml", "--as", "bank"]])
 def test_a_refused_command_does_not_load_torch(tmp_path, args):
     """Refusals come before the heavy imports (torch, every method): what the user sees in half a second."""
     model = tmp_path / "model" / "bank"

@@ -164,12 +164,13 @@ def _party(
     part of a saved model instead (the columns are read as in training). The party prints its
     progress as ``[party] ...`` lines on stderr (``--log-*``: see :func:`with_party_logging`).
     """
-    with heavy_imports():
-        from securevfl.api import check_report_path
-        from securevfl.deploy.federation_file import check_tls_paths, load_federation
+    from securevfl.checks import check_output_file
+    from securevfl.deploy.federation_file import check_tls_paths, load_federation  # light: no torch yet
+    from securevfl.report.run_report import report_paths
 
     if report is not None:
-        check_report_path(report)
+        for path in report_paths(report):
+            check_output_file(path, "report file")
     fed = load_federation(federation)
     check_tls_paths(fed)
     given = given_names(ctx, values)
