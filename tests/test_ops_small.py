@@ -114,15 +114,20 @@ def test_the_order_of_the_thread_settings(monkeypatch) -> None:
     assert th.choose_threads(_fed(loop), "shop").source == "OMP_NUM_THREADS"
 
 
-def test_a_star_party_that_dials_out_shares_its_host_with_no_one(monkeypatch) -> None:
-    # only the hub has an address: the others' hosts are not in the file (this raised on the missing address)
+def test_a_star_on_one_machine_splits_its_cores_and_a_remote_hub_splits_nothing(monkeypatch) -> None:
+    # only the hub has an address; a party that dials a loopback hub is on the hub's machine (issue 46)
     monkeypatch.setattr(th, "available_cores", lambda: 12)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     star = _fed({"bank": "127.0.0.1:7001", "shop": None, "clinic": None}, topology="star")
-    assert th.same_host_parties(star, "shop") == ("shop",)
-    assert th.same_host_parties(star, "bank") == ("bank",)
+    assert th.same_host_parties(star, "shop") == ("bank", "shop", "clinic")
     for party in ("bank", "shop", "clinic"):
-        assert th.choose_threads(star, party).source == "torch's default"
+        choice = th.choose_threads(star, party)
+        assert choice.threads == 4 and choice.source.startswith("3 parties share this host: 12 cores / 3")
+    remote = _fed({"bank": "hub.example.org:7001", "shop": None, "clinic": None}, topology="star")
+    assert th.same_host_parties(remote, "shop") == ("shop",)  # its host is not in the file
+    assert th.same_host_parties(remote, "bank") == ("bank",)
+    for party in ("bank", "shop", "clinic"):
+        assert th.choose_threads(remote, party).source == "torch's default"
 
 
 @pytest.mark.parametrize("value, words", [(-1, "got -1"), ("4", "got '4'"), (True, "got True"), (49, "got 49")])

@@ -8,8 +8,9 @@ decides, in this order:
 1. ``--threads N`` / ``run_deployed_party(threads=N)``;
 2. ``threads = N`` in the party's ``[parties.NAME]`` section of the federation file;
 3. the ``OMP_NUM_THREADS`` environment variable (torch reads it itself);
-4. when several parties of the federation file listen on this party's host (the same host name, or
-   all on loopback), this machine's cores divided by their number, at least 1;
+4. when several parties of the federation file are on this party's host (the same host name, or
+   all on loopback — in a star, the parties that dial out to a loopback hub too), this machine's
+   cores divided by their number, at least 1;
 5. otherwise torch's own default (one thread per core).
 
 ``0`` (in 1 or 2) means torch's own default. :func:`apply_threads` sets it in this process before
@@ -80,15 +81,30 @@ def _host(address: str | None) -> str | None:
     return "loopback" if is_loopback(address) else split_address(address)[0].lower()
 
 
-def same_host_parties(federation: Federation, name: str) -> tuple[str, ...]:
-    """The parties (``name`` included) whose address is on ``name``'s host: the same host name, or loopback.
+def _party_host(federation: Federation, name: str) -> str | None:
+    """A party's host as the file shows it: its address's, or ``loopback`` for a party that dials out to loopback.
 
-    A party without an address (star topology: it dials out) has no host the file names, so it shares with none.
+    A party without an address (star topology) dials the parties that listen; a loopback address can
+    only be reached from its own machine, so where every listening party is on loopback, so is it.
+    Otherwise its host is not in the file (``None``).
     """
-    host = _host(federation.party(name).address)
+    address = federation.party(name).address
+    if address is not None:
+        return _host(address)
+    listening = [spec.address for spec in federation.parties.values() if spec.address is not None]
+    return "loopback" if listening and all(is_loopback(a) for a in listening) else None
+
+
+def same_host_parties(federation: Federation, name: str) -> tuple[str, ...]:
+    """The parties (``name`` included) on ``name``'s host: the same host name, or loopback.
+
+    A star's party that dials out to a loopback hub is on the hub's machine (:func:`_party_host`); one
+    that dials out to a named host has no host the file names, so it shares with none.
+    """
+    host = _party_host(federation, name)
     if host is None:
         return (name,)
-    return tuple(p for p, spec in federation.parties.items() if _host(spec.address) == host)
+    return tuple(p for p in federation.parties if _party_host(federation, p) == host)
 
 
 def choose_threads(federation: Federation, name: str, threads: int | None = None, *,
