@@ -321,3 +321,18 @@ def test_predict_errors_are_one_line_and_exit_2(tmp_path, files, saved, capsys):
         assert main(args) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and expected in err[0], err
+
+
+def test_the_model_card_is_complete(tmp_path):
+    """Training settings, every input column, no blank option, the selection, the limits (issue 46)."""
+    from securevfl.cli import main
+
+    out = tmp_path / "m"
+    assert main(["train", "--method", "splitnn", "--parties", "3", "--epochs", "1", "--select", "iv>=0.3",
+                 "--model-dir", str(out), "--quiet", "--report", str(tmp_path / "r.json")]) == 0
+    card = (out / "active" / "MODEL.md").read_text()
+    for heading in ("## Training settings", "## Columns selected before training (--select iv>=0.3)", "## Limits"):
+        assert heading in card, heading
+    assert "- epochs: 1" in card and "- batch_size: 32" in card
+    assert not [line for line in card.splitlines() if line.rstrip().endswith(":")]  # no blank value
+    assert "..." not in card.split("## Inputs of active", 1)[1].split("##", 1)[0]  # nothing cut

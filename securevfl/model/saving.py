@@ -106,6 +106,18 @@ def model_parties(method: Method[Any], parties: Mapping[str, str]) -> dict[str, 
     return dict(parties)
 
 
+def scoring_limits(method: Method[Any]) -> list[str]:
+    """What the saved model can and cannot score, in words (the model card's "Limits")."""
+    if method.standalone:
+        return ["scores from the active party's own columns alone: the other parties are not needed"]
+    rows = ("a row some passive party does not hold is scored with the parties that hold it"
+            if method.partial_rows else "scores only the rows every party holds (the others get no score)")
+    down = ("a passive party that is down is left out of scoring (party --predict / --serve, --party-timeout)"
+            if getattr(method, "leaves_out_parties", False) or method.partial_rows
+            else "scoring needs every party up")
+    return [rows, down, "inputs are read as in training: a new category is encoded as unseen, a blank as missing"]
+
+
 def train_settings(config: TrainConfig) -> dict[str, Any]:
     """The training settings a saved model is rebuilt with (JSON values; run-only fields left out)."""
     settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in _RUN_ONLY}
@@ -301,6 +313,7 @@ def save_part(directory: str | Path, *, party: str, role: str, side_saved: Saved
                              "side": dict(side_saved.state)}
     if method.standalone:
         extra["learns"] = method.standalone_learns(party)
+    extra["limits"] = scoring_limits(method)
     manifest = PartManifest(party=party, role=role, method=method.name, job_fingerprint=fingerprint,
                             parties=dict(parties), task=task, schema=dict(schema), options=options, privacy=privacy,
                             standalone=method.standalone,

@@ -626,10 +626,15 @@ def model_card(manifest: PartManifest, report: Mapping[str, Any] | None) -> str:
     if m.target_scale is not None:
         lines.append(f"| target scale | {_cell(_inline(m.target_scale))} |")
     lines += ["", "## Options and privacy", ""]
-    lines += [f"- {k}: {_inline(v)}" for k, v in m.options.items()] or ["- method defaults"]
-    lines += [f"- privacy {k}: {_inline(v)}" for k, v in m.privacy.items()] or ["- privacy: none recorded"]
+    lines += [f"- {k}: {_setting_value(v)}" for k, v in m.options.items()] or ["- method defaults"]
+    lines += [f"- privacy {k}: {_inline(v) if v not in (None, '', [], {}) else 'none'}" for k, v in m.privacy.items()] \
+        or ["- privacy: none recorded"]
+    train = m.extra.get("train")
+    if isinstance(train, Mapping) and train:
+        lines += ["", "## Training settings", ""]
+        lines += [f"- {k}: {_setting_value(v)}" for k, v in train.items() if k not in ("options", "defenses")]
     lines += ["", f"## Inputs of {m.party}", ""]
-    lines += [f"- {k}: {_inline(v)}" for k, v in m.schema.items()] or ["- none (this party holds no data)"]
+    lines += [f"- {k}: {_listed(v)}" for k, v in m.schema.items()] or ["- none (this party holds no data)"]
     parties = report.get("parties") or {}
     if isinstance(parties, Mapping) and parties:
         lines += ["", "## Data per party (training run)", "",
@@ -645,6 +650,29 @@ def model_card(manifest: PartManifest, report: Mapping[str, Any] | None) -> str:
             lines += ["", "## Test metrics", "", "| metric | value |", "|---|---|"]
             lines += [f"| {_cell(str(k))} | {v:.4f} |" if isinstance(v, float) else f"| {_cell(str(k))} | {v} |"
                       for k, v in scalar.items()]
+        coverage = metrics.get("coverage")
+        if isinstance(coverage, Mapping) and coverage:
+            lines += ["", "## Test metrics per coverage pattern (which parties hold the row)", "",
+                      "| parties holding the row | rows | metrics |", "|---|---|---|"]
+            for pattern, entry in coverage.items():
+                if isinstance(entry, Mapping):
+                    shown = ", ".join(f"{k} {v:.4f}" for k, v in entry.items()
+                                      if isinstance(v, float) and k != "rows")
+                    lines.append(f"| {_cell(str(pattern))} | {entry.get('rows', '')} | {_cell(shown)} |")
+    extra_report = report.get("extra") or {}
+    selection = extra_report.get("selection") if isinstance(extra_report, Mapping) else None
+    if isinstance(selection, Mapping) and isinstance(selection.get("parties"), Mapping):
+        lines += ["", f"## Columns selected before training (--select {_cell(str(selection.get('rule', '')))})", ""]
+        for name, entry in selection["parties"].items():
+            if isinstance(entry, Mapping):
+                dropped = entry.get("dropped_columns")
+                names = f": {', '.join(map(str, dropped))}" if isinstance(dropped, list) and dropped else ""
+                lines.append(f"- {name}: kept {entry.get('kept')}, dropped {entry.get('dropped')}{names}")
+    limits = m.extra.get("limits")
+    if isinstance(limits, list) and limits:
+        lines += ["", "## Limits", ""] + [f"- {_inline(text)}" for text in limits]
+        lines.append("- probabilities are the model's own (no calibration step is run): check them against "
+                     "observed rates before reading them as such")
     learns = m.extra.get("learns")
     notes = [str(n) for n in report.get("notes") or [] if isinstance(n, str)]
     if isinstance(learns, str) and learns or notes:
@@ -658,6 +686,22 @@ def model_card(manifest: PartManifest, report: Mapping[str, Any] | None) -> str:
     lines += [f"- `{name}`: `{digest}`" for name, digest in m.files.items() if name != CARD] or ["- none"]
     lines.append(f"- `{CARD}` (this card): its SHA-256 is in `{MANIFEST}`")
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _setting_value(value: Any) -> str:
+    """A setting's value on one line; an empty one says it is the method's default."""
+    if value is None or value == "" or value == [] or value == {}:
+        return "(the method's default)"
+    return _inline(value)
+
+
+def _listed(value: Any) -> str:
+    """A schema entry in full on one line (every column named): a list of names, or a mapping as JSON."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return f"{len(value)}: " + ", ".join(value) if value else "none"
+    if isinstance(value, (dict, list)):
+        return " ".join(json.dumps(value, sort_keys=True).split())
+    return _inline(value)
 
 
 def _inline(value: Any) -> str:
