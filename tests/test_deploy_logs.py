@@ -294,3 +294,21 @@ def test_the_docs_show_the_units_command_line_and_json_events():
     assert shown["ExecStart"] == unit_service(UNIT.read_text())["ExecStart"]
     lines = re.search(r"```jsonl\n(.*?)```", doc, flags=re.S).group(1).splitlines()
     assert lines and all(REQUIRED <= set(json.loads(line)) for line in lines)
+
+
+def test_secureboost_progress_says_trees_at_every_party(caplog):
+    """The active party's rounds are trees, not epochs; a passive party says which tree it served (issue 46)."""
+    caplog.set_level(logging.INFO, logger="securevfl")
+    transport = InProcessTransport(["a", "b"])
+    contexts = {}
+    for name in ("a", "b"):
+        meter = Meter(name)
+        contexts[name] = PartyContext(name=name, active="a", passives=("b",), peers=("a", "b"), meter=meter,
+                                      channel=Channel(name, transport, meter, threading.Event()))
+    with PartyWatch("a") as watch:
+        watch.role(lambda c: c.progress(epoch=3, epochs=50, loss=0.4, unit="trees"))(contexts["a"])
+    with PartyWatch("b") as watch:
+        watch.role(lambda c: (c.progress(tree=1), c.progress(tree=2)))(contexts["b"])
+    messages = [r.getMessage() for r in caplog.records if getattr(r, "securevfl_event", None)]
+    assert any("tree 3/50 loss=0.4000" in m for m in messages), messages
+    assert any("tree 1 served" in m for m in messages) and not any("tree 2 served" in m for m in messages)

@@ -85,16 +85,18 @@ class _progress:
         if self.quiet:
             return _print_resume
         self._bar = Progress(TextColumn("[bold]training[/]"), BarColumn(),
-                             TextColumn("{task.completed}/{task.total} epochs"), TextColumn("{task.fields[info]}"),
+                             TextColumn("{task.completed}/{task.total} {task.fields[unit]}"),
+                             TextColumn("{task.fields[info]}"),
                              TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=True)
         self._bar.__enter__()
-        self._task = self._bar.add_task("train", total=None, info="")
+        self._task = self._bar.add_task("train", total=None, info="", unit="epochs")
         return self.update
 
-    def update(self, epoch: int, epochs: int, **info: float) -> None:
+    def update(self, epoch: int, epochs: int, **info: Any) -> None:
         _print_resume(epoch, epochs, **info)
         text = " ".join(f"{k}={v:.4f}" for k, v in info.items() if isinstance(v, float))
-        self._bar.update(self._task, completed=epoch, total=epochs, info=text)  # type: ignore[union-attr]
+        self._bar.update(self._task, completed=epoch, total=epochs, info=text,  # type: ignore[union-attr]
+                         unit=str(info.get("unit", "epochs")))
 
     def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:

@@ -34,6 +34,8 @@ WAIT_REPORT_S = 5.0
 POLL_S = 0.5
 #: Scoring batches are reported at most this often (the last one always).
 ROWS_EVERY_S = 1.0
+#: A SecureBoost passive party says which tree it has served at most this often (seconds).
+TREES_EVERY_S = 5.0
 
 _log = logging.getLogger(__name__)
 
@@ -134,9 +136,17 @@ class PartyWatch:
         elif "epoch" in info:
             floats = {k: float(v) for k, v in info.items() if isinstance(v, float)}
             text = " ".join(f"{k}={v:.4f}" for k, v in floats.items())
-            fields: dict[str, Any] = {"epoch": info["epoch"], "epochs": info.get("epochs"), **floats,
+            unit = str(info.get("unit", "epochs"))  # SecureBoost's rounds are trees
+            fields: dict[str, Any] = {"epoch": info["epoch"], "epochs": info.get("epochs"), "unit": unit, **floats,
                                       "bytes": sent_bytes(ctx)}
-            self.event(phase, "epoch", f"epoch {info['epoch']}/{info.get('epochs', '?')} {text}".rstrip(), **fields)
+            self.event(phase, "epoch", f"{unit.rstrip('s')} {info['epoch']}/{info.get('epochs', '?')} {text}".rstrip(),
+                       **fields)
+        elif "tree" in info:  # a SecureBoost passive party: a tree's histograms and splits served
+            now = time.monotonic()
+            if now - self._rows_at >= TREES_EVERY_S:
+                self._rows_at = now
+                self.event(phase, "tree", f"tree {info['tree']} served (histograms and splits)", tree=info["tree"],
+                           bytes=sent_bytes(ctx))
         elif "rows" in info:
             rows, total = int(info["rows"]), int(info.get("total", info["rows"]))
             now = time.monotonic()

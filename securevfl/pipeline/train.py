@@ -180,9 +180,11 @@ class TrainRun:
         if isinstance(session, Deployed):
             local.sides = dict(roles)
             train = config.train
+            trees = method.describe().get("trees")  # SecureBoost's rounds are trees, not epochs
+            rounds, unit = (int(trees), "trees") if isinstance(trees, int) else (train.epochs, "epochs")
             return session.execute(roles, seed=train.seed, on_start=lambda: session.watch.event(  # type: ignore[union-attr]
-                "train", "train_start", f"training {config.method}: {train.epochs} epochs", method=config.method,
-                epochs=train.epochs))
+                "train", "train_start", f"training {config.method}: {rounds} {unit}", method=config.method,
+                epochs=rounds, unit=unit))
         if config.model_dir:  # refused before any training, not after it
             from securevfl.model.saving import check_savable, model_parties
             from securevfl.model.store import check_model_dir

@@ -300,7 +300,7 @@ class ActiveTrainer:
                 if improved:
                     best_margin = margin.copy()
             history.append(record)
-            self.ctx.progress(epoch=rounds, epochs=options.trees, loss=record["train_loss"])
+            self.ctx.progress(epoch=rounds, epochs=options.trees, loss=record["train_loss"], unit="trees")
             if stop:
                 break
         kept_rounds = rounds if stopper is None else stopper.best_epoch or 0
