@@ -56,7 +56,7 @@ class PlainProgress:
         now = time.monotonic()
         if text.endswith(" done") or now - self.last >= self.every:
             self.console.print(f"[{now - self.started:7.1f} s] bench {done}/{total} sections: {text}",
-                               highlight=False, markup=False)
+                               highlight=False, markup=False, soft_wrap=True)  # one line each, whatever the width
             self.last = now
 
 
