@@ -51,7 +51,15 @@ def test_torch_loads_without_a_full_collection_in_the_commands_own_process_and_i
     assert int(frozen) > 100_000, done.stdout  # torch's objects sit in the permanent generation
 
 
+def test_the_light_list_of_method_names_is_the_registry():
+    from securevfl.method_names import METHOD_NAMES
+    from securevfl.methods import method_names
+
+    assert list(METHOD_NAMES) == method_names()
+
+
 @pytest.mark.parametrize("args", [["train", "--model-dir", "{model}", "--quiet"],
+                                  ["train", "--method", "nope", "--quiet"],
                                   ["train", "--select", "iv>>1", "--quiet"],
                                   ["explore", "--share-stats", "all"],
                                   ["party", "--federation", "{model}/missing.toml", "--as", "bank"]])

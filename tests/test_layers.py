@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("securevfl.seeding", 0),
     ("securevfl.checks", 0),
     ("securevfl.lazy", 0),
+    ("securevfl.method_names", 0),
     ("securevfl.federation.*", 1),
     ("securevfl.privacy.*", 2),
     ("securevfl.data.*", 3),

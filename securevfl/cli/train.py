@@ -34,6 +34,7 @@ def train(ctx: typer.Context, *, report: Path, quiet: bool, **values: Any) -> No
     Every option but --report and --quiet is a setting of the run (securevfl.run_config): the same
     name as the Python API's keyword and the report's config key, with dashes.
     """
+    from securevfl.method_names import check_method_name
     from securevfl.model.store import check_model_dir
     from securevfl.report.run_report import report_paths
     from securevfl.run_config import run_config
@@ -41,6 +42,7 @@ def train(ctx: typer.Context, *, report: Path, quiet: bool, **values: Any) -> No
     for path in report_paths(report):  # before any work (the API checks it too when given report=)
         check_output_file(path, "report file")
     settings = api_values(cli_settings(), values, given_names(ctx, values))  # the rest: the method's defaults
+    check_method_name(settings.get("method", "splitnn"))
     run_config(method_defaults=False, **settings)  # every value checked before the heavy imports (about 2 s)
     if settings.get("model_dir") is not None:
         check_model_dir(settings["model_dir"], bool(settings.get("overwrite_model")))
