@@ -552,7 +552,8 @@ def _pearson_products(ctx: PartyContext, inp: ExploreInput, backend: Any, rows: 
         with ctx.meter.crypto("paillier.rerandomize"):
             out = backend.rerandomize_raw(out) if out else []
         sums.append(to_wire(out, width))
-    shown = names if shared else tuple(f"{ctx.name}#{k + 1}" for k in _positions(inp, names))
+    anonymous = anonymous_names(ctx.name, len(inp.frame.columns))
+    shown = names if shared else tuple(anonymous[k] for k in _positions(inp, names))
     ctx.send(active, PEARSON_SUMS, {"columns": list(shown), "sums": sums})
 
 

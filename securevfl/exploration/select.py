@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from securevfl.errors import ConfigError
@@ -56,17 +56,4 @@ def keep_mask(rules: Sequence[Rule], ivs: Sequence[float | None]) -> list[bool]:
     return out
 
 
-def selection_summary(kept: Mapping[str, Sequence[str]],
-                      dropped: Mapping[str, Sequence[str] | int]) -> dict[str, dict[str, object]]:
-    """The report's ``selection``: per party the columns kept and dropped (names, or only a count where not shared)."""
-    out: dict[str, dict[str, object]] = {}
-    for party in kept:
-        d = dropped.get(party, [])
-        out[party] = {"kept": len(kept[party]),
-                      "dropped": d if isinstance(d, int) else len(d)}
-        if not isinstance(d, int):
-            out[party]["dropped_columns"] = list(d)
-    return out
-
-
-__all__ = ["Rule", "keep_mask", "parse_select", "selection_summary"]
+__all__ = ["Rule", "keep_mask", "parse_select"]

@@ -14,6 +14,7 @@ says, per party, how many columns were kept and dropped, with the names of the a
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -47,42 +48,25 @@ def select_columns(scenario: Scenario, rule: str, *, positive: int = 1, seed: in
 
     if scenario.task != "classification":
         raise ConfigError("--select by iv needs a label of two classes (there is no IV for a regression target)")
-    from securevfl.exploration.inputs import explore_input
-    from securevfl.exploration.protocol import active_role, passive_role
-
-    options = ExploreOptions(correlation=False, share_stats="none", select=rule)
-    # every party explores its own training rows: the active party all of them, a passive party those it holds
-    held = {p: scenario.alignment.held(p, scenario.train) for p in scenario.passives} \
-        if scenario.alignment.partial else None
-    roles = {p: (active_role(explore_input(scenario, p, positive), options, held) if p == scenario.active
-                 else passive_role(explore_input(scenario, p, positive), options)) for p in scenario.parties}
+    choose = selection_role(rule, positive)  # the same choice as a deployed party's, each party in a greenlet
+    alignment = scenario.alignment
+    roles = {p: functools.partial(_choose_in_process, choose, scenario.tables[p], alignment.aligned[p],
+                                  scenario.train, alignment.present) for p in scenario.parties}
     result = runtime.run_parties(roles, active=scenario.active, passives=scenario.passives, seed=seed,
                                  recv_timeout=recv_timeout)
-    findings = result.results[scenario.active]
-    tables = dict(scenario.tables)
-    selection: dict[str, Any] = {"rule": rule, "parties": {}}
-    for party in scenario.parties:
-        if party == scenario.active:
-            names = findings.parties[party].columns
-            kept = [c for c, keep in zip(names, findings.kept[party], strict=True) if keep]
-        else:
-            kept = list(result.results[party].kept or ())
-            names = tuple(result.results[party].stats)
-        dropped = [c for c in names if c not in kept]
-        if not kept:
-            raise ConfigError(f"--select {rule!r} keeps none of {party}'s {len(names)} columns: loosen the rule "
-                              "(securevfl explore shows every column's IV)")
-        tables[party] = _dropping(tables[party], dropped)
-        entry: dict[str, Any] = {"kept": len(kept), "dropped": len(dropped)}
-        if party == scenario.active:
-            entry["dropped_columns"] = dropped
-        selection["parties"][party] = entry
+    tables = {p: result.results[p][0] for p in scenario.parties}
+    selection: dict[str, Any] = result.results[scenario.active][1]
     out = dataclasses.replace(scenario, tables=tables,
                               notes=(*scenario.notes, f"--select {rule}: " + ", ".join(
                                   f"{p} kept {e['kept']} of {e['kept'] + e['dropped']} columns"
                                   for p, e in selection["parties"].items())))
     snapshots = {n: m.snapshot() for n, m in result.meters.items()}
     return out, selection, snapshots
+
+
+def _choose_in_process(choose: Any, table: Any, rows: np.ndarray, train: np.ndarray, present: Any,
+                       ctx: Any) -> tuple[Any, Any]:
+    return choose(ctx, table, rows, train, present)  # type: ignore[no-any-return]
 
 
 def selection_role(rule: str, positive: int = 1) -> Any:
