@@ -89,12 +89,11 @@ def explore(dataset: str = "breast-cancer", *, report: str | Path | None = None,
     import dataclasses
 
     from securevfl.exploration.options import ExploreOptions
-    from securevfl.exploration.report import explore_paths
+    from securevfl.exploration.report import check_explore_paths
     from securevfl.pipeline.explore import run_explore
 
     if report is not None:
-        for path in explore_paths(report):
-            check_output_file(path, "report file")
+        check_explore_paths(report)
     names = {f.name for f in dataclasses.fields(ExploreOptions)}
     options = ExploreOptions(**{k: v for k, v in settings.items() if k in names})
     config = run_config(dataset=dataset, **{k: v for k, v in settings.items() if k not in names})

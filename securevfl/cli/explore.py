@@ -43,12 +43,10 @@ def explore(ctx: typer.Context, *, report: Path, top: int, **values: Any) -> Non
 
     The same inputs and PSI as `securevfl train`. Writes JSON, Markdown and an HTML page.
     """
-    from securevfl.checks import check_output_file
     from securevfl.exploration.options import ExploreOptions
+    from securevfl.exploration.report import check_explore_paths
 
-    json_path = report if report.suffix == ".json" else report.with_suffix(".json")
-    for path in (json_path, json_path.with_suffix(".md"), json_path.with_suffix(".html")):
-        check_output_file(path, "report file")
+    check_explore_paths(report)
     own = {s.name for s in _explore_settings()}
     run_names = cli_settings(EXPLORE_RUN_SETTINGS)
     settings = api_values(run_names, values, given_names(ctx, [s.name for s in run_names]))

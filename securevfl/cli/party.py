@@ -411,14 +411,11 @@ def _explore_party(fed: Any, as_: str, data: Path | None, report: Path | None, d
     """Explore as one party: the active party prints the IV ranking and writes the report (JSON, .md, .html)."""
     with heavy_imports():
         from securevfl.exploration.options import ExploreOptions
-        from securevfl.exploration.report import ExploreReport, explore_paths
+        from securevfl.exploration.report import ExploreReport, check_explore_paths, explore_paths
         from securevfl.pipeline.explore import run_deployed_explore
 
     if report is not None:
-        from securevfl.checks import check_output_file
-
-        for path in explore_paths(report):
-            check_output_file(path, "report file")
+        check_explore_paths(report)
     result = run_deployed_explore(fed, as_, data, ExploreOptions(**options), device=device, threads=threads,
                                   columns=columns if fed.party(as_).data else None, positive_class=positive_class)
     if isinstance(result, ExploreReport):

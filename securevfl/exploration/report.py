@@ -12,12 +12,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psi import atomic
-from securevfl.exploration.protocol import ExploreOptions, Findings, PartyFindings
 from securevfl.exploration.woe import iv_strength
-from securevfl.report.run_report import jsonable
+from securevfl.report.run_report import jsonable, report_paths
+
+if TYPE_CHECKING:  # the protocol loads Paillier and the runtime: the CLI checks report paths without them
+    from securevfl.exploration.options import ExploreOptions
+    from securevfl.exploration.protocol import Findings, PartyFindings
 
 #: |r| at or above which a cross-party pair of columns is listed as redundant.
 REDUNDANT_R = 0.8
@@ -107,9 +110,16 @@ class ExploreReport:
 
 def explore_paths(report: str | Path) -> tuple[Path, Path, Path]:
     """The JSON, Markdown and HTML files :meth:`ExploreReport.save` writes for ``report``."""
-    path = Path(report)
-    json_path = path if path.suffix == ".json" else path.with_suffix(".json")
-    return json_path, json_path.with_suffix(".md"), json_path.with_suffix(".html")
+    json_path, md_path = report_paths(report)
+    return json_path, md_path, json_path.with_suffix(".html")
+
+
+def check_explore_paths(report: str | Path) -> None:
+    """Refuse, before any work, a report path whose JSON, Markdown or HTML file could not be written."""
+    from securevfl.checks import check_output_file
+
+    for path in explore_paths(report):
+        check_output_file(path, "report file")
 
 
 def learned(findings: Findings, options: ExploreOptions) -> dict[str, str]:
@@ -191,4 +201,4 @@ def assemble_explore_report(findings: Findings, config: Any, options: ExploreOpt
                          learned=learned(findings, options), notes=notes, wall_s=wall_s)
 
 
-__all__ = ["REDUNDANT_R", "ExploreReport", "assemble_explore_report", "explore_paths"]
+__all__ = ["REDUNDANT_R", "ExploreReport", "assemble_explore_report", "check_explore_paths", "explore_paths"]
