@@ -97,15 +97,20 @@ class ExploreRun:
         return session.execute(roles, active=scenario.active, passives=scenario.passives,
                                seed=local.config.train.seed, recv_timeout=local.config.recv_timeout_s)
 
+    def _value_options(self, seed: int) -> Any:
+        """The value estimate's budget from this run's options (the trainings' seed: the run's)."""
+        from securevfl.pipeline.partner_value import ValueOptions
+
+        o = self.options
+        return ValueOptions(trees=o.value_trees, depth=o.value_depth, rows=o.value_rows, key_bits=o.key_bits,
+                            insecure_allow_small_key=o.insecure_allow_small_key, workers=o.workers, seed=seed)
+
     def _deployed_value(self, session: Deployed, local: _Exploring, scenario: Scenario) -> Any:
         """The value estimate over the links: the active party's choice (none, or rows and budget), then the runs."""
-        from securevfl.pipeline.partner_value import ValueOptions, deployed_estimate, deployed_value_role
+        from securevfl.pipeline.partner_value import deployed_estimate, deployed_value_role
 
         options = self.options
-        chosen = ValueOptions(trees=options.value_trees, depth=options.value_depth, rows=options.value_rows,
-                              key_bits=options.key_bits, insecure_allow_small_key=options.insecure_allow_small_key,
-                              workers=options.workers, seed=local.config.train.seed) \
-            if options.value and session.kind == "active" else None
+        chosen = self._value_options(local.config.train.seed) if options.value and session.kind == "active" else None
         role = deployed_value_role(scenario, chosen, options.insecure_allow_small_key)
         data = session.data_parties
         sample = session.execute({session.name: role}, seed=local.config.train.seed, check=False, costs=False,
@@ -127,13 +132,10 @@ class ExploreRun:
             if isinstance(session, Deployed):
                 report.value = local.extra.get("value") or {}
             else:
-                from securevfl.pipeline.partner_value import ValueOptions, estimate_value
+                from securevfl.pipeline.partner_value import estimate_value
 
-                options = self.options
-                report.value = estimate_value(scenario, ValueOptions(
-                    trees=options.value_trees, depth=options.value_depth, rows=options.value_rows,
-                    key_bits=options.key_bits, insecure_allow_small_key=options.insecure_allow_small_key,
-                    workers=options.workers, seed=local.config.train.seed), progress=self.progress)
+                report.value = estimate_value(scenario, self._value_options(local.config.train.seed),
+                                              progress=self.progress)
             report.learned["value"] = ("the value estimate trains SecureBoost: the active party learns what its "
                                        "training shows it (per-bin sums of gradients, which rows go left), a "
                                        "passive party the node of every sampled row (docs/secureboost.md)")
