@@ -13,7 +13,8 @@ from securevfl.errors import ConfigError
 HEADLINE = ("speedup_vs_plain_secureboost", "fraction_of_crypto_floor", "ratio_to_xgboost", "auc_gap_vs_xgboost")
 # a 1024-bit key (insecure, tests only), in-process workers, a few hundred rows and 8 bins: seconds
 TINY = SecureBoostBench(rows=300, trees=2, depth=2, workers=1, key_bits=1024, insecure_allow_small_key=True,
-                        plain_rows=100, features=4, max_bins=8, rate_scale=0.05)
+                        plain_rows=100, features=4, max_bins=8, rate_scale=0.05, small_rows=150, small_trees=2,
+                        small_depth=3)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,10 @@ def test_the_measurement_gives_the_four_headline_figures_finite(tiny):
 
 def test_each_run_is_split_and_the_floor_counts_its_operations(tiny):
     runs = tiny["runs"]
-    assert set(runs) == {"fast", "plaintext", "fast_at_plain_rows", "plain_secureboost"}
+    assert set(runs) == {"fast", "plaintext", "fast_at_plain_rows", "plain_secureboost", "fast_small_table"}
+    table = runs["fast_small_table"]
+    assert table["rows"] == 150 and table["trees"] == 2 and table["options"]["max_depth"] == 3
+    assert tiny["small_table_seconds_per_tree"] == table["seconds_per_tree"] > 0
     fast, plain, small = runs["fast"], runs["plain_secureboost"], runs["fast_at_plain_rows"]
     assert plain["rows"] == small["rows"] == 100 and fast["rows"] == 300
     assert plain["options"]["backend"] == "phe" and not plain["options"]["packing"]
@@ -66,6 +70,8 @@ def test_sizes_are_validated():
         SecureBoostBench(rows=10)
     with pytest.raises(ConfigError):
         SecureBoostBench(trees=0)
+    with pytest.raises(ConfigError):
+        SecureBoostBench(small_rows=10)
 
 
 def test_the_bench_command_has_a_secureboost_section(tmp_path):

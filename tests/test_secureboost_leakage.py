@@ -30,12 +30,23 @@ from securevfl.methods.engine.loop import score_side
 from securevfl.methods.secureboost import passive as sb_passive
 from securevfl.methods.secureboost import protocol as sb
 from securevfl.methods.secureboost.binning import fit_bins
-from securevfl.methods.secureboost.codec import DigitLayout, digit_bound, frac_bits_for, to_fixed, unpack_signed
+from securevfl.methods.secureboost.codec import (
+    DigitLayout,
+    digit_bound,
+    frac_bits_for,
+    node_slot_bits,
+    slots_per_ciphertext,
+    to_fixed,
+    unpack_pairs,
+    unpack_signed,
+)
 from securevfl.methods.secureboost.histogram import candidates_of
+from securevfl.methods.secureboost.options import SecureBoostOptions
 from securevfl.methods.secureboost.scoring import ANSWER, QUERY
 from securevfl.privacy.paillier import create_backend
 
 SMALL_KEY = {"key_bits": 1024, "insecure_allow_small_key": True}
+FRAC = SecureBoostOptions().frac_bits  # the fixed-point fraction bits of g and h
 WIDTH = 256  # bytes of one ciphertext mod n^2 at 1024 bits
 SEED = 0
 
@@ -153,7 +164,7 @@ def conversation(run: Run, passive: str) -> list[dict[str, Any]]:
         for tree in trees:
             tree["gh"] = decrypt_gradients(run, tree["tree"])
             for level in tree["levels"]:
-                level["sums"] = decrypt_histograms(run, tree["tree"], level["histograms"])
+                level["sums"] = decrypt_histograms(run, tree["tree"], level["histograms"], level["assign"])
     run.cache[passive] = trees
     return trees
 
@@ -173,16 +184,23 @@ def decrypt_gradients(run: Run, tree_message: dict[str, Any]) -> np.ndarray:
     return np.array([[r - n if r > n // 2 else r for r in comp] for comp in residues], dtype=np.int64).T
 
 
-def decrypt_histograms(run: Run, tree_message: dict[str, Any], histograms: dict[str, Any]) -> list[np.ndarray]:
+def node_slots(tree_message: dict[str, Any], assign: dict[str, Any]) -> list[int]:
+    """The compressed slot width of each computed node: from the party's rows of the tree and of the node."""
+    rows, node_of = tree_message["rows"], np.asarray(assign["node_of"])
+    return [node_slot_bits(tree_message["digit_bits"], len(rows), int((node_of[rows] == node).sum()))
+            for node in np.asarray(assign["compute"]).tolist()]
+
+
+def decrypt_histograms(run: Run, tree_message: dict[str, Any], histograms: dict[str, Any],
+                       assign: dict[str, Any]) -> list[np.ndarray]:
     """What the active party reads from one histograms message: per computed node, (candidates, 2) left sums."""
     backend, n = run.backend(), run.keypair[0].n
     count, out = histograms["count"], []
-    for blobs in histograms["sums"]:
+    for blobs, slot in zip(histograms["sums"], node_slots(tree_message, assign), strict=True):
         cts = [[int.from_bytes(b[i : i + WIDTH], "big") for i in range(0, len(b), WIDTH)] for b in blobs]
-        if len(blobs) == 1:  # packed: per_ciphertext candidates of two digits each
-            per_ct = tree_message["per_ciphertext"]
-            digits = unpack_signed(backend.decrypt_raw(cts[0]), 2 * per_ct, tree_message["digit_bits"], n)
-            out.append(digits.reshape(-1, 2)[:count])
+        if len(blobs) == 1:  # packed: per ciphertext as many (g, h) slots of the node's width as fit
+            per_ct = slots_per_ciphertext(n.bit_length(), slot)
+            out.append(unpack_pairs(backend.decrypt_raw(cts[0]), per_ct, tree_message["digit_bits"], slot, n)[:count])
         else:
             residues = [backend.decrypt_raw(c) for c in cts]
             out.append(np.array([[r - n if r > n // 2 else r for r in comp] for comp in residues], dtype=np.int64).T)
@@ -248,7 +266,7 @@ def test_the_passive_party_receives_the_gradients_only_as_paillier_ciphertexts(m
     # They are real encryptions of the packed fixed-point g + h 2^s of the first tree (p − y and p (1 − p)) ...
     g, h = trainer.objective.gradients(trainer.y[trainer.fit_rows],
                                        np.tile(trainer.objective.base_margin(trainer.y[trainer.fit_rows]), (455, 1)))
-    expected = np.column_stack([to_fixed(g[:, 0], 32), to_fixed(h[:, 0], 32)])
+    expected = np.column_stack([to_fixed(g[:, 0], FRAC), to_fixed(h[:, 0], FRAC)])
     np.testing.assert_array_equal(conversation(run, run.passives[0])[0]["gh"], expected)
     # ... and no plaintext: no ciphertext is its own packed plaintext, none of g or h is in the bytes.
     packed = [(int(a) + int(b) * 2 ** first["digit_bits"]) % n for a, b in expected]
@@ -493,11 +511,17 @@ def regression_run(keypair):
 def test_the_digit_width_is_public_for_classification_and_a_power_of_two_bound_for_regression(main_run,
                                                                                               regression_run):
     run = main_run
-    expected = DigitLayout.fitting(digit_bound(455, 1.0, 32), 1024)  # rows, |g| <= 1, h <= 1, the key: public
+    expected = DigitLayout.fitting(digit_bound(455, 1.0, FRAC), 1024)  # rows, |g| <= 1, h <= 1, the key: public
     for passive in run.passives:
         for tree in conversation(run, passive):
-            assert (tree["tree"]["digit_bits"], tree["tree"]["per_ciphertext"]) == (expected.digit_bits,
-                                                                                   expected.digits // 2)
+            assert tree["tree"]["digit_bits"] == expected.digit_bits
+            for level in tree["levels"]:  # each node's slot: the digit, and an h digit narrowed by its share of rows
+                rows = np.asarray(level["assign"]["node_of"])[tree["tree"]["rows"]]
+                for node, slot in zip(level["assign"]["compute"].tolist(), node_slots(tree["tree"], level["assign"]),
+                                      strict=True):
+                    share = 455 // int((rows == node).sum())
+                    assert slot == expected.digit_bits + max(8, expected.digit_bits - (share.bit_length() - 1))
+                    assert slot <= 2 * expected.digit_bits
     (passive,) = regression_run.passives
     widths = []
     for tree in conversation(regression_run, passive):
@@ -506,10 +530,10 @@ def test_the_digit_width_is_public_for_classification_and_a_power_of_two_bound_f
         assert (gh[:, 1] == 2**frac).all()
         rows = len(message["rows"])
         bound = max(1.0, 2.0 ** math.ceil(math.log2(float(np.abs(gh[:, 0]).max()) / 2**frac)))
-        assert frac == frac_bits_for(rows, bound, 32)
+        assert frac == frac_bits_for(rows, bound, FRAC)
         assert message["digit_bits"] == DigitLayout.fitting(digit_bound(rows, bound, frac), 1024).digit_bits
         widths.append(message["digit_bits"])
-    assert min(widths) > DigitLayout.fitting(digit_bound(353, 1.0, 32), 1024).digit_bits  # |g| > 1 shows
+    assert min(widths) > DigitLayout.fitting(digit_bound(353, 1.0, FRAC), 1024).digit_bits  # |g| > 1 shows
 
 
 def test_for_regression_the_active_party_reads_row_counts_of_every_candidate(regression_run):
@@ -599,9 +623,10 @@ def test_sizes_per_tree_and_level(main_run, unpacked_run):
                 for level in tree["levels"]:
                     hist = level["histograms"]
                     count = hist["count"]
-                    per_node = count if components == 2 else math.ceil(count / message["per_ciphertext"])
+                    per_node = [count if components == 2 else math.ceil(count / slots_per_ciphertext(1024, slot))
+                                for slot in node_slots(message, level["assign"])]
                     assert [[len(b) for b in blobs] for blobs in hist["sums"]] == \
-                        [[WIDTH * per_node] * components] * len(level["assign"]["compute"])
+                        [[WIDTH * per] * components for per in per_node]
             levels = sum(len(tree["levels"]) for tree in conversation(run, passive))
             # 4 messages per level: assign, histograms, split, left rows
             assert down.count(sb.ASSIGN) - down.count(sb.TREE) + 1 == levels == down.count(sb.SPLIT)
@@ -690,7 +715,7 @@ def test_a_deviating_active_party_reads_a_passive_partys_bins(keypair):
     n = public_key.n
     n_walk = len(data.X_train) + len(data.X_test)
     fitted = np.arange(len(data.X_train))
-    digit_bits, per_ct = 36, (1022 // 36) // 2
+    digit_bits = 36
     targets = 31
     g = np.zeros(len(fitted), dtype=np.int64)
     g[:targets] = 2 ** np.arange(targets)  # row i's bit in every sum
@@ -698,23 +723,24 @@ def test_a_deviating_active_party_reads_a_passive_partys_bins(keypair):
     seen: dict[str, Any] = {}
     candidates: list = []
 
-    def read(message, count):
+    def read(message, count, node_rows):
         out = []
+        slot = node_slot_bits(digit_bits, len(fitted), node_rows)
         for (blob,) in message["sums"]:
             cts = [int.from_bytes(blob[i : i + WIDTH], "big") for i in range(0, len(blob), WIDTH)]
-            out.append(unpack_signed(backend.decrypt_raw(cts), 2 * per_ct, digit_bits, n).reshape(-1, 2)[:count])
+            out.append(unpack_pairs(backend.decrypt_raw(cts), slots_per_ciphertext(n.bit_length(), slot), digit_bits,
+                                    slot, n)[:count])
         return out
 
     def deviating_active(ctx):
         ctx.send(passive, sb.PUBLIC_KEY, public_key.to_bytes())
         plain = [(int(a) + int(b) * 2**digit_bits) % n for a, b in zip(g, h, strict=True)]
         ctx.send(passive, sb.TREE, {"tree": 0, "rows": fitted.astype(np.int32), "digit_bits": digit_bits,
-                                    "per_ciphertext": per_ct,
                                     "gradients": [sb.to_wire(backend.encrypt_raw(plain), WIDTH)]})
         # level 1: every row at the root, crafted gradients
         ctx.send(passive, sb.ASSIGN, {"node_of": np.zeros(n_walk, np.int32), "compute": np.array([0], np.int32)})
         message = ctx.recv(passive, sb.HISTOGRAMS)
-        seen["root"] = read(message, message["count"])[0]
+        seen["root"] = read(message, message["count"], len(fitted))[0]
         ctx.send(passive, sb.SPLIT, {"nodes": np.zeros(0, np.int64), "candidates": np.zeros(0, np.int64)})
         ctx.recv(passive, sb.LEFT_ROWS)
         # level 2: rows 100..119 each in a node of its own (h = 1 alone then tells the side)
@@ -722,7 +748,7 @@ def test_a_deviating_active_party_reads_a_passive_partys_bins(keypair):
         node_of[100:120] = np.arange(1, 21)
         ctx.send(passive, sb.ASSIGN, {"node_of": node_of, "compute": np.arange(1, 21, dtype=np.int32)})
         message = ctx.recv(passive, sb.HISTOGRAMS)
-        seen["single"] = read(message, message["count"])
+        seen["single"] = read(message, message["count"], 1)
         # and a crafted split request: node 0 (every other row) at candidates 0..4, all at once
         ctx.send(passive, sb.SPLIT, {"nodes": np.zeros(5, np.int64), "candidates": np.arange(5, dtype=np.int64)})
         seen["left"] = ctx.recv(passive, sb.LEFT_ROWS)["left"]

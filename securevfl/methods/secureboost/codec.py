@@ -84,6 +84,57 @@ def unpack_signed(residues: Sequence[int], digits: int, digit_bits: int, n: int)
     return out
 
 
+def node_slot_bits(digit_bits: int, tree_rows: int, node_rows: int) -> int:
+    """Bits of one (g, h) sum of a node's ``node_rows`` rows in a compressed ciphertext (cipher compression).
+
+    The packed pair is ``g + h 2^s`` (``s = digit_bits``, sized for the tree's ``tree_rows`` rows). A node's
+    sums are bounded by its share of the tree's bound, ``|sum| < (node_rows / tree_rows) 2^(s-2)``, so its h
+    digit needs ``s - k`` bits, ``k = floor(log2(tree_rows / node_rows))``, and the pair ``2 s - k`` bits
+    (at least ``s + 8``): the smaller the node, the fewer squarings compress its sums and the more of them fit in a
+    ciphertext. Both parties compute it from the row counts both know (the passive party's rows of the tree and of
+    the node).
+    """
+    k = (max(tree_rows, 1) // max(node_rows, 1)).bit_length() - 1
+    return digit_bits + max(8, digit_bits - k)
+
+
+def slots_per_ciphertext(n_bits: int, slot_bits: int) -> int:
+    """How many ``slot_bits``-bit signed slots fit below n/2 of an ``n_bits``-bit modulus (at least one)."""
+    return max(1, (n_bits - 2) // slot_bits)
+
+
+def unpack_pairs(residues: Sequence[int], per_ciphertext: int, digit_bits: int, slot_bits: int,
+                 n: int) -> np.ndarray:
+    """The (g, h) sums of compressed residues, ``per_ciphertext`` pairs of ``slot_bits`` bits each: ``(len·per, 2)``.
+
+    Each slot is a balanced base-2^slot digit ``g + h 2^s``; g is its balanced low ``s`` bits. A pair or a
+    residue outside its range is an EncodingOverflowError, never a silently wrong sum.
+    """
+    half, slot_base, slot_mask, slot_top = n // 2, 1 << slot_bits, (1 << slot_bits) - 1, 1 << (slot_bits - 1)
+    base, mask, top = 1 << digit_bits, (1 << digit_bits) - 1, 1 << (digit_bits - 1)
+    h_limit = 1 << (slot_bits - digit_bits - 1)
+    out = np.empty((len(residues) * per_ciphertext, 2), dtype=np.int64)
+    for i, r in enumerate(residues):
+        value = int(r)
+        if value > half:
+            value -= n
+        for j in range(per_ciphertext):
+            pair = value & slot_mask
+            if pair >= slot_top:
+                pair -= slot_base
+            value = (value - pair) >> slot_bits
+            g = pair & mask
+            if g >= top:
+                g -= base
+            h = (pair - g) >> digit_bits
+            if not -h_limit < h < h_limit:
+                raise EncodingOverflowError("a packed sum left its digit range (the histogram cannot be decoded)")
+            out[i * per_ciphertext + j] = (g, h)
+        if value != 0:
+            raise EncodingOverflowError("a packed sum left its digit range (the histogram cannot be decoded)")
+    return out
+
+
 def digit_bound(rows: int, value_bound: float, frac_bits: int) -> int:
     """The largest |sum| of ``rows`` fixed-point values of magnitude <= ``value_bound``."""
     return int(math.ceil(rows * value_bound * 2**frac_bits)) + rows

@@ -52,7 +52,7 @@ class SecureBoostOptions:
     backend: str = setting("fast", help="Paillier implementation: fast (gmpy2) | phe (python-paillier).")
     key_bits: int = setting(2048, help="Paillier key size: 2048 | 3072 (smaller only with insecure_allow_small_key).")
     insecure_allow_small_key: bool = setting(False, help="Allow test-sized keys (even, >= 512 bits); tests only.")
-    frac_bits: int = setting(32, help="Fixed-point fraction bits of g and h, 8..40.")
+    frac_bits: int = setting(24, help="Fixed-point fraction bits of g and h, 8..40.")
     packing: bool = setting(
         True, help="SecureBoost+ packing: g and h in one plaintext, many split sums per ciphertext.")
     subtraction: bool = setting(

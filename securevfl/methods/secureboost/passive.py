@@ -20,6 +20,7 @@ from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import TrainConfig
 from securevfl.methods.engine.kept import Keep, KeptRole, kept_side
 from securevfl.methods.secureboost.binning import FeatureBins, fit_bins
+from securevfl.methods.secureboost.codec import node_slot_bits, slots_per_ciphertext
 from securevfl.methods.secureboost.histogram import (
     Candidate,
     EncryptedHistogrammer,
@@ -63,7 +64,6 @@ class _PassiveTree:
     rows: np.ndarray
     gradients: list[list[int]] | np.ndarray  # per component list of ciphertexts, or int64 (rows, 2)
     candidates: list[Candidate]
-    per_ciphertext: int
     digit_bits: int
     skip: np.ndarray | None = None  # per feature the bin derived from the node total (histogram.dominant_bins)
 
@@ -134,8 +134,8 @@ class PassiveTrainer:
                 or (len(rows) and (rows.min() < 0 or rows.max() >= self.n_walk))):
             raise ProtocolError(f"{ctx.active} sent the rows of tree {tree + 1} malformed or out of range")
         rows = rows.astype(np.int64)
-        digit_bits, per_ct = message.get("digit_bits"), message.get("per_ciphertext")
-        if not isinstance(digit_bits, int) or not isinstance(per_ct, int) or not 8 <= digit_bits <= 512 or per_ct < 1:
+        digit_bits = message.get("digit_bits")
+        if not isinstance(digit_bits, int) or not 8 <= digit_bits <= 512:
             raise ProtocolError(f"{ctx.active} sent a malformed packing layout for tree {tree + 1}")
         features = _feature_subset(self.bins.n_features, options.colsample, self.config.seed, ctx.name, tree)
         n_bins = [len(self.bins.cuts[f]) + 1 for f in range(self.bins.n_features)]
@@ -157,7 +157,7 @@ class PassiveTrainer:
             width = ciphertext_bytes(self.n)
             with ctx.meter.serialize():
                 gradients = [from_wire(part, width, len(rows), ctx.active, "gradients") for part in gh]
-        return _PassiveTree(tree, rows, gradients, candidates, per_ct, digit_bits)
+        return _PassiveTree(tree, rows, gradients, candidates, digit_bits)
 
     def _tree(self, tree: _PassiveTree) -> None:
         ctx = self.ctx
@@ -200,8 +200,10 @@ class PassiveTrainer:
                 per_node = self.hist.candidate_sums(flat, len(node_rows), sample_bins.shape[1], width, missing,
                                                     tree.candidates)
             if options.packing:
+                slots = [node_slot_bits(tree.digit_bits, len(tree.rows), len(rows)) for rows in node_rows]
                 with ctx.meter.crypto("secureboost.compress"):
-                    packed_nodes = self.hist.compress_many(per_node, tree.per_ciphertext, 2 * tree.digit_bits)
+                    packed_nodes = self.hist.compress_many(
+                        per_node, [slots_per_ciphertext(self.n.bit_length(), slot) for slot in slots], slots)
             else:
                 packed_nodes = [[1 if c is None else c for c in sums] for sums in per_node]
             with ctx.meter.crypto("paillier.rerandomize"):

@@ -48,9 +48,11 @@ from securevfl.methods.secureboost.codec import (
     DigitLayout,
     digit_bound,
     frac_bits_for,
+    node_slot_bits,
     pack_pairs,
+    slots_per_ciphertext,
     to_fixed,
-    unpack_signed,
+    unpack_pairs,
 )
 from securevfl.methods.secureboost.histogram import (
     Candidate,
@@ -364,7 +366,7 @@ class ActiveTrainer:
                 own = node_of if peer not in self.held else node_of[self.held[peer]]
                 ctx.send(peer, ASSIGN, {"node_of": (own - root).astype(np.int32),
                                          "compute": np.array(compute, dtype=np.int32) - root})
-            self._candidate_sums(nodes, compute, gh, sample_bins, own_candidates, passives, layout)
+            self._candidate_sums(nodes, compute, gh, sample_bins, own_candidates, passives, layout, held_fit)
             for node, (parent, sibling) in derive.items():
                 for party, sums in nodes[sibling].candidates.items():
                     nodes[node].candidates[party] = nodes[parent].candidates[party] - sums
@@ -427,7 +429,7 @@ class ActiveTrainer:
     def _send_gradients(self, tree: int, rows: np.ndarray, gh: np.ndarray, layout: DigitLayout, frac: int) -> None:
         """Each passive party gets the gradients of the fitted rows it holds (every one, where it holds every row)."""
         ctx, options = self.ctx, self.options
-        layout_info = {"tree": tree, "digit_bits": layout.digit_bits, "per_ciphertext": max(1, layout.digits // 2)}
+        layout_info = {"tree": tree, "digit_bits": layout.digit_bits}
         # the rows some passive party holds (a row none holds is never encrypted), as positions into ``rows``
         wanted = np.ones(len(rows), dtype=bool)
         if self.held and all(p in self.held for p in self.passives):
@@ -470,8 +472,12 @@ class ActiveTrainer:
             self.ahead.start(len(rows) * (1 if options.packing else 2))  # the next tree's factors, while waiting
 
     def _candidate_sums(self, nodes: dict[int, _Node], compute: list[int], gh: np.ndarray, sample_bins: np.ndarray,
-                        own_candidates: list[Candidate], passives: Sequence[str], layout: DigitLayout) -> None:
-        """Fill ``candidates`` of the computed nodes: the active party's own in the clear, the passives' decrypted."""
+                        own_candidates: list[Candidate], passives: Sequence[str], layout: DigitLayout,
+                        held_fit: dict[int, np.ndarray]) -> None:
+        """Fill ``candidates`` of the computed nodes: the active party's own in the clear, the passives' decrypted.
+
+        ``held_fit``: per passive party index that does not hold every fitted row, which of them it holds.
+        """
         if not compute:
             return
         ctx = self.ctx
@@ -489,13 +495,23 @@ class ActiveTrainer:
             started = time.perf_counter()
             message = ctx.recv(party, HISTOGRAMS)
             self.timing.waiting += time.perf_counter() - started
-            sums = self._decode_histograms(party, message, len(compute), layout)
+            held = held_fit.get(index)
+            rows_of = ([len(nodes[k].sample) for k in compute] if held is None
+                       else [int(held[nodes[k].sample].sum()) for k in compute])
+            sums = self._decode_histograms(party, message, rows_of, len(gh) if held is None else int(held.sum()),
+                                           layout)
             for k, node in enumerate(compute):
                 nodes[node].candidates[index] = sums[k]
 
-    def _decode_histograms(self, party: str, message: Any, n_nodes: int, layout: DigitLayout) -> list[np.ndarray]:
-        """The passive party's candidate sums per node, (count, 2) int64 each; a wrong shape is a ProtocolError."""
+    def _decode_histograms(self, party: str, message: Any, node_rows: list[int], tree_rows: int,
+                           layout: DigitLayout) -> list[np.ndarray]:
+        """The passive party's candidate sums per node, (count, 2) int64 each; a wrong shape is a ProtocolError.
+
+        ``node_rows``: per computed node, the rows of it the party summed; ``tree_rows``: its rows of the tree
+        (they size each node's compressed slots, :func:`node_slot_bits`).
+        """
         options = self.options
+        n_nodes = len(node_rows)
         if not isinstance(message, dict) or not isinstance(message.get("count"), int):
             raise ProtocolError(f"{party} sent a malformed {HISTOGRAMS} message")
         count = message["count"]
@@ -512,26 +528,28 @@ class ActiveTrainer:
                                 f"nodes; {n_nodes} were asked for")
         n = self.backend.public_key.n
         width = ciphertext_bytes(n)
-        per_ct = max(1, layout.digits // 2) if options.packing else 1
-        per_node = -(-count // per_ct) if options.packing else count
+        slots = [node_slot_bits(layout.digit_bits, tree_rows, rows) for rows in node_rows]
+        per_ct = [slots_per_ciphertext(n.bit_length(), slot) if options.packing else 1 for slot in slots]
+        per_node = [-(-count // per) if options.packing else count for per in per_ct]
         components = 1 if options.packing else 2
         received: list[list[list[int]]] = []  # per node, per component
-        for blobs in sums:
+        for blobs, expected in zip(sums, per_node, strict=True):
             if not isinstance(blobs, list) or len(blobs) != components:
                 raise ProtocolError(f"{party} sent a histogram with {len(blobs) if isinstance(blobs, list) else '?'} "
                                     f"parts; {components} were expected")
-            received.append([from_wire(b, width, per_node, party, "a histogram") for b in blobs])
+            received.append([from_wire(b, width, expected, party, "a histogram") for b in blobs])
         started = time.perf_counter()
         with self.ctx.meter.crypto("paillier.decrypt"):
             everything = [c for node in received for part in node for c in part]
             residues = self.backend.decrypt_raw(everything)  # one call: large enough for the worker pool
             self.counts["decryptions"] += len(everything)
             out = []
+            start = 0
             for k in range(len(received)):
-                node_residues = residues[k * components * per_node : (k + 1) * components * per_node]
+                node_residues = residues[start : start + components * per_node[k]]
+                start += components * per_node[k]
                 if options.packing:
-                    digits = unpack_signed(node_residues, 2 * per_ct, layout.digit_bits, n)
-                    values = digits.reshape(-1, 2)[:count]
+                    values = unpack_pairs(node_residues, per_ct[k], layout.digit_bits, slots[k], n)[:count]
                 else:
                     half = n // 2
                     signed = [r - n if r > half else r for r in node_residues]

@@ -7,7 +7,9 @@ the variant with a fixed n-th residue base and short random exponents):
 random part ``h_s^r`` is a fixed-base exponentiation served from a precomputed window table
 (8-bit windows: r_bits / 8 rows of 256 entries; 56 x 256 x 512 B ~ 7 MiB for r = 448 bits at
 2048-bit n), i.e. about r_bits / 8 modular multiplications per ciphertext instead of a
-2048-bit exponentiation.
+2048-bit exponentiation. The key holder, who encrypts every row of every round, uses 10-bit
+windows (45 rows of 1,024 entries mod p^2 and q^2, ~23 MiB, built in ~0.1 s): 45 multiplications
+per half instead of 56, about 30 % less time per encryption.
 
 Short exponent length. Semantic security rests on h_s^r with short r being indistinguishable
 from a random n-th residue (DJN's assumption). Generic attacks on a short exponent (Pollard's
@@ -48,6 +50,8 @@ from .keys import PaillierPrivateKey, PaillierPublicKey, RandBits
 from .tensor import PaillierBackend
 
 WINDOW_BITS = 8
+#: The key holder's windows (CRT tables mod p^2 and q^2): wider, since it encrypts every row of every round.
+CRT_WINDOW_BITS = 10
 
 
 def security_bits(n_bits: int) -> int:
@@ -85,13 +89,14 @@ class FastEngine:
         self.nsq = self.n * self.n
         self.hs = mpz(hs)
         self.r_bits = r_bits
-        self.r_bytes = -(-r_bits // 8)
         self.use_table = use_table
         self._table: list[list[mpz]] | None = None
         self._table_q: list[list[mpz]] = []
         self._psq_inv = mpz(0)
         self.has_private = p is not None
         self.crt_encrypt = crt_encrypt and p is not None and q is not None
+        self.window_bits = CRT_WINDOW_BITS if self.crt_encrypt else WINDOW_BITS
+        self.windows = -(-r_bits // self.window_bits)
         if p is not None and q is not None:
             p, q = sorted((mpz(p), mpz(q)))
             self.p, self.q = p, q
@@ -101,16 +106,15 @@ class FastEngine:
             self.hq = gmpy2.invert((gmpy2.powmod(g, q - 1, self.qsq) - 1) // q, q)
             self.p_inv = gmpy2.invert(p, q)
 
-    @staticmethod
-    def _build_table(base: mpz, modulus: mpz, rows: int) -> list[list[mpz]]:
-        """T[i][j] = base^(j * 2^(8 i)) mod modulus for i < rows, j < 256."""
+    def _build_table(self, base: mpz, modulus: mpz) -> list[list[mpz]]:
+        """T[i][j] = base^(j * 2^(w i)) mod modulus for i < windows, j < 2^w (w = ``window_bits``)."""
         table = []
-        for _ in range(rows):
+        for _ in range(self.windows):
             row = [mpz(1), base]
-            for _ in range(2, 1 << WINDOW_BITS):
+            for _ in range(2, 1 << self.window_bits):
                 row.append(row[-1] * base % modulus)
             table.append(row)
-            base = row[-1] * base % modulus  # base^(2^8)
+            base = row[-1] * base % modulus  # base^(2^w)
         return table
 
     @property
@@ -122,36 +126,40 @@ class FastEngine:
         """
         if self._table is None:
             if self.crt_encrypt:
-                self._table = self._build_table(self.hs % self.psq, self.psq, self.r_bytes)
-                self._table_q = self._build_table(self.hs % self.qsq, self.qsq, self.r_bytes)
+                self._table = self._build_table(self.hs % self.psq, self.psq)
+                self._table_q = self._build_table(self.hs % self.qsq, self.qsq)
                 self._psq_inv = gmpy2.invert(self.psq, self.qsq)
             else:
-                self._table = self._build_table(self.hs, self.nsq, self.r_bytes)
+                self._table = self._build_table(self.hs, self.nsq)
         return self._table
 
     def table_bytes(self) -> int:
         """Memory held by the window table's integers (bytes of magnitude)."""
-        return int(self.r_bytes * (1 << WINDOW_BITS) * ((self.nsq.bit_length() + 7) // 8))
+        return int(self.windows * (1 << self.window_bits) * ((self.nsq.bit_length() + 7) // 8))
 
     def hs_pow(self, r: int) -> mpz:
         """h_s^r mod n^2 by the fixed-base table (about r_bits / 8 multiplications)."""
         if not self.use_table:
             return gmpy2.powmod(self.hs, r, self.nsq)
         table = self.table
-        r_bytes = int(r).to_bytes(self.r_bytes, "little")
         if not self.crt_encrypt:
             nsq = self.nsq
             acc = mpz(1)
-            for row, byte in zip(table, r_bytes, strict=True):
+            for row, byte in zip(table, int(r).to_bytes(self.windows, "little"), strict=True):
                 if byte:
                     acc = acc * row[byte] % nsq
             return acc
         psq, qsq = self.psq, self.qsq
+        rest, width, mask = int(r), self.window_bits, (1 << self.window_bits) - 1
+        if rest >> (width * self.windows):
+            raise ValueError(f"a DJN exponent of more than {self.r_bits} bits")
         acc_p, acc_q = mpz(1), mpz(1)
-        for row_p, row_q, byte in zip(table, self._table_q, r_bytes, strict=True):
-            if byte:
-                acc_p = acc_p * row_p[byte] % psq
-                acc_q = acc_q * row_q[byte] % qsq
+        for row_p, row_q in zip(table, self._table_q, strict=True):
+            digit = rest & mask
+            rest >>= width
+            if digit:
+                acc_p = acc_p * row_p[digit] % psq
+                acc_q = acc_q * row_q[digit] % qsq
         return acc_p + psq * ((acc_q - acc_p) * self._psq_inv % qsq)
 
     def encrypt(self, plaintexts: Sequence[int], rs: Sequence[int]) -> list[mpz]:

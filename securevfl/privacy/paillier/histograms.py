@@ -182,13 +182,13 @@ def _shifts(group: Sequence[Any]) -> int:
     return count
 
 
-def _compress(task: tuple[int, list[list[Any]], int]) -> list[Any]:
-    """Worker: each group of sums as one ciphertext, Σ_j sum_j 2^(j · shift_bits) (empty sums are zero)."""
-    nsq_int, groups, shift_bits = task
+def _compress(task: tuple[int, list[tuple[int, list[Any]]]]) -> list[Any]:
+    """Worker: each (shift, group) of sums as one ciphertext, Σ_j sum_j 2^(j · shift) (empty sums are zero)."""
+    nsq_int, groups = task
     nsq = mpz(nsq_int)
-    power = mpz(1) << shift_bits
     out = []
-    for group in groups:
+    for shift_bits, group in groups:
+        power = mpz(1) << shift_bits
         acc = mpz(1)
         for c in reversed(group):
             if acc != 1:
@@ -401,22 +401,32 @@ class EncryptedHistogrammer:
         """Horner packing: ``per_ciphertext`` sums per ciphertext, the first in the lowest digits."""
         return self.compress_many([sums], per_ciphertext, shift_bits)[0]
 
-    def compress_many(self, lists: Sequence[Sequence[Any]], per_ciphertext: int, shift_bits: int) -> list[list[Any]]:
-        """:meth:`compress` of each list (a node's candidate sums), on the workers when there is enough work."""
-        groups = [(k, start, list(sums[start : start + per_ciphertext]))
-                  for k, sums in enumerate(lists) for start in range(0, len(sums), per_ciphertext)]
-        self.squarings += shift_bits * sum(_shifts(group) for _, _, group in groups)
+    def compress_many(self, lists: Sequence[Sequence[Any]], per_ciphertext: int | Sequence[int],
+                      shift_bits: int | Sequence[int]) -> list[list[Any]]:
+        """:meth:`compress` of each list (a node's candidate sums), on the workers when there is enough work.
+
+        Enough: ``parallel_min_items / 4`` squarings (about 15 ms; each sum costs its shift's squarings).
+        ``per_ciphertext`` and ``shift_bits``: one for every list, or one per list (a node's own slot width).
+        """
+        pers = [per_ciphertext] * len(lists) if isinstance(per_ciphertext, int) else list(per_ciphertext)
+        shifts = [shift_bits] * len(lists) if isinstance(shift_bits, int) else list(shift_bits)
+        if len(pers) != len(lists) or len(shifts) != len(lists):
+            raise ValueError("one per_ciphertext and one shift_bits per list")
+        groups = [(k, (shift, list(sums[start : start + per])))
+                  for k, (sums, per, shift) in enumerate(zip(lists, pers, shifts, strict=True))
+                  for start in range(0, len(sums), per)]
+        self.squarings += sum(shift * _shifts(group) for _, (shift, group) in groups)
         nsq = int(self.nsq)
-        work = sum(len(group) for _, _, group in groups)
-        pool = self._pool() if work * shift_bits >= self.parallel_min_items * 4 else None
+        work = sum(shift * len(group) for _, (shift, group) in groups)
+        pool = self._pool() if work >= self.parallel_min_items // 4 else None
         if pool is None:
-            packed = _compress((nsq, [g for _, _, g in groups], shift_bits))
+            packed = _compress((nsq, [g for _, g in groups]))
         else:
             step = max(1, -(-len(groups) // (pool.workers * 2)))
-            tasks = ((nsq, [g for _, _, g in groups[i : i + step]], shift_bits) for i in range(0, len(groups), step))
+            tasks = ((nsq, [g for _, g in groups[i : i + step]]) for i in range(0, len(groups), step))
             packed = [c for part in pool.map(_compress, tasks) for c in part]
         out: list[list[Any]] = [[] for _ in lists]
-        for (k, _, _), c in zip(groups, packed, strict=True):
+        for (k, _), c in zip(groups, packed, strict=True):
             out[k].append(c)
         return out
 
