@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from securevfl.cli.startup import heavy_imports
+from securevfl.errors import ConfigError
 
 
 def test_the_collector_is_paused_inside_and_back_after_without_a_freeze_in_a_callers_process():
@@ -58,8 +59,25 @@ def test_the_light_list_of_method_names_is_the_registry():
     assert list(METHOD_NAMES) == method_names()
 
 
+def test_the_light_lists_of_option_keys_are_each_methods_options():
+    import dataclasses
+
+    from securevfl.method_names import METHOD_OPTIONS, check_method_options
+    from securevfl.methods import method_names
+    from securevfl.methods.base import method_class
+
+    assert {n: tuple(f.name for f in dataclasses.fields(method_class(n).Options)) for n in method_names()} \
+        == METHOD_OPTIONS
+    check_method_options("easter", {"secagg": "dh", "secagg.key_bits": "3072"})
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) bogus, trés for splitnn; valid options: bottom"):
+        check_method_options("splitnn", {"bogus": "1", "top": "8", "trés": "2"})
+    with pytest.raises(ConfigError, match="valid options: none"):
+        check_method_options("local", {"x.y": 1})
+
+
 @pytest.mark.parametrize("args", [["train", "--model-dir", "{model}", "--quiet"],
                                   ["train", "--method", "nope", "--quiet"],
+                                  ["train", "--method", "secureboost", "--option", "tres=5", "--quiet"],
                                   ["train", "--select", "iv>>1", "--quiet"],
                                   ["explore", "--share-stats", "all"],
                                   ["party", "--federation", "{model}/missing.toml", "--as", "bank"]])

@@ -34,7 +34,7 @@ def train(ctx: typer.Context, *, report: Path, quiet: bool, **values: Any) -> No
     Every option but --report and --quiet is a setting of the run (securevfl.run_config): the same
     name as the Python API's keyword and the report's config key, with dashes.
     """
-    from securevfl.method_names import check_method_name
+    from securevfl.method_names import check_method_name, check_method_options
     from securevfl.model.store import check_model_dir
     from securevfl.report.run_report import report_paths
     from securevfl.run_config import run_config
@@ -43,6 +43,7 @@ def train(ctx: typer.Context, *, report: Path, quiet: bool, **values: Any) -> No
         check_output_file(path, "report file")
     settings = api_values(cli_settings(), values, given_names(ctx, values))  # the rest: the method's defaults
     check_method_name(settings.get("method", "splitnn"))
+    check_method_options(settings.get("method", "splitnn"), settings.get("options") or {})
     run_config(method_defaults=False, **settings)  # every value checked before the heavy imports (about 2 s)
     if settings.get("model_dir") is not None:
         check_model_dir(settings["model_dir"], bool(settings.get("overwrite_model")))
