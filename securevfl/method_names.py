@@ -7,6 +7,7 @@ the method's own options (they need its types and rules).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 from securevfl.errors import ConfigError
@@ -65,8 +66,10 @@ def check_method_options(name: str, options: Mapping[str, object]) -> None:
     valid = METHOD_OPTIONS.get(name, ())
     unknown = sorted(k for k in options if (f"{k.partition('.')[0]}_options" if "." in k else k) not in valid)
     if unknown:
+        close = difflib.get_close_matches(unknown[0].partition(".")[0], valid, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
         listed = ", ".join(valid) or "none"
-        raise ConfigError(f"unknown option(s) {', '.join(unknown)} for {name}; valid options: {listed} "
+        raise ConfigError(f"unknown option(s) {', '.join(unknown)} for {name}{hint}; valid options: {listed} "
                           f"(securevfl methods {name})")
 
 

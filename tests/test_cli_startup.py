@@ -71,6 +71,8 @@ def test_the_light_lists_of_option_keys_are_each_methods_options():
     check_method_options("easter", {"secagg": "dh", "secagg.key_bits": "3072"})
     with pytest.raises(ConfigError, match=r"unknown option\(s\) bogus, trés for splitnn; valid options: bottom"):
         check_method_options("splitnn", {"bogus": "1", "top": "8", "trés": "2"})
+    with pytest.raises(ConfigError, match=r"tres for secureboost \(did you mean trees\?\)"):
+        check_method_options("secureboost", {"tres": "5"})
     with pytest.raises(ConfigError, match="valid options: none"):
         check_method_options("local", {"x.y": 1})
 
