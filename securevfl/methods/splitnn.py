@@ -85,6 +85,9 @@ class SplitNN(SplitMethod[SplitNNOptions]):
     name = "splitnn"
     summary = "SplitNN / PyVertical: per-batch embedding and gradient exchange on aligned rows"
     Options = SplitNNOptions
+    #: Measured on adult and kdd04 (tools/defaults_study.py, README "Defaults"): early stopping with the best
+    #: weights restored gains AUC over 50 fixed epochs, and batches of 128 train ~10x faster at the same AUC.
+    run_defaults = {"early_stopping": 5, "batch_size": 128}
 
     def bottom(self, side: PartySide) -> nn.Module:
         hidden, out = self.options.bottom_widths(side.data.y_train is not None, self.config)
@@ -107,3 +110,4 @@ class PyVertical(SplitNN):
 
     name = "pyvertical"
     summary = "alias of splitnn, under the name EASTER's paper uses"
+    run_defaults = {}  # the paper's baseline: the run's own defaults (50 epochs, batches of 32)
