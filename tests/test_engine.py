@@ -160,7 +160,7 @@ def test_early_stopping_restores_the_best_weights():
 
 def test_a_minimum_improvement_stops_on_a_plateau_of_tiny_gains():
     """``min_improvement``: an epoch counts as better only if the validation loss falls by more than it."""
-    kw = dict(parties=2, seed=0, epochs=12, early_stopping=2, alignment="plaintext")
+    kw = dict(parties=2, seed=0, epochs=12, early_stopping=2, batch_size=32, alignment="plaintext")
     plain = securevfl.train("splitnn", **kw)
     val = [h["val_loss"] for h in plain.history]
     threshold = 0.02

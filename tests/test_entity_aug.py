@@ -178,7 +178,8 @@ def _run(dataset, spec, config, **data_opts):
 
 def test_one_guest_full_alignment_reduces_to_splitnn():
     # plaintext alignment: both runs must see the same agreed row order (PSI's order is random)
-    kw = dict(dataset="breast-cancer", parties=2, active_features=0, epochs=3, seed=3, alignment="plaintext")
+    kw = dict(dataset="breast-cancer", parties=2, active_features=0, epochs=3, seed=3, alignment="plaintext",
+              batch_size=32, early_stopping=0)  # the engine's defaults (splitnn's own would stop early, in 128s)
     ea = securevfl.train("entity-aug", options={"bottom": "mlp", "loss": "ce"}, **kw)  # SplitNN uses CE
     split = securevfl.train("splitnn", require_all_parties=True, **kw)
     for a, b in zip(ea.history, split.history):

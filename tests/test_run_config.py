@@ -14,6 +14,7 @@ from securevfl.cli.options import cli_settings
 from securevfl.data import ColumnSpec
 from securevfl.errors import ConfigError
 from securevfl.run_config import RUN_SETTINGS, RunConfig, run_config
+from securevfl.train_config import TrainConfig
 
 #: [job] keys that configure the deployed PSI, not the training run (no RunConfig field).
 
@@ -65,7 +66,11 @@ def test_cli_and_api_build_the_same_config(tmp_path):
 
 
 def test_run_config_defaults_are_the_dataclass_defaults():
-    assert run_config() == RunConfig()
+    from securevfl.methods import method_class
+
+    assert run_config(method="pyvertical") == RunConfig(method="pyvertical")  # a method with no defaults of its own
+    splitnn = method_class("splitnn").run_defaults  # the default method's own: early stopping, batches of 128
+    assert run_config() == dataclasses.replace(RunConfig(), train=dataclasses.replace(TrainConfig(), **splitnn))
 
 
 # -- a method's own defaults for the settings not given (Method.run_defaults) ----------------------------------
@@ -74,13 +79,13 @@ def test_a_methods_own_defaults_fill_only_the_settings_not_given():
     from securevfl.methods import method_class
 
     own = method_class("tabvfl").run_defaults
-    assert own and method_class("splitnn").run_defaults == {}
+    assert own and method_class("pyvertical").run_defaults == {}
     tab = run_config(method="tabvfl")
     assert {k: getattr(tab.train, k) for k in own} == own
     given = run_config(method="tabvfl", lr=1e-3, early_stopping=0)
     assert (given.train.lr, given.train.early_stopping) == (1e-3, 0)  # a given value always wins
     assert given.train.batch_size == own["batch_size"]
-    assert run_config(method="splitnn").train == run_config().train  # the run-wide defaults
+    assert run_config(method="pyvertical").train == RunConfig().train  # the run-wide defaults
     with pytest.raises(ConfigError, match="unknown method 'tabfvl'"):
         run_config(method="tabfvl")
 
@@ -114,8 +119,8 @@ def test_a_federation_file_silent_on_a_setting_trains_and_fingerprints_the_metho
     assert method_and_config(silent, "cpu")[1].train.lr == 0.02
     assert method_and_config(explicit, "cpu")[1].train.lr == 0.001
     assert job_fingerprint(silent)[0] != job_fingerprint(explicit)[0]  # the parties would train differently
-    splitnn = parse_federation(MINIMAL, base)
-    assert splitnn.job.effective() == splitnn.job.as_dict()  # no method defaults: the file's and the fields'
+    plain = parse_federation(MINIMAL.replace('method = "splitnn"', 'method = "pyvertical"'), base)
+    assert plain.job.effective() == plain.job.as_dict()  # no method defaults: the file's and the fields'
 
 
 
