@@ -103,10 +103,12 @@ def train(method: str, dataset: str, *, seed: int, epochs: int, options: dict, *
     setup = SETUPS[dataset]
     extra = {k: setup[k] for k in ("n_samples", "n_features", "preset") if k in setup}
     lr = scenario.pop("lr", setup["lr"])
-    # the paper's baseline: SplitNN on the aligned rows only (not on every row, securevfl's default)
+    # the paper's baseline: SplitNN on the aligned rows only (not on every row, securevfl's default), every epoch
+    # (splitnn's own default stops early on a validation split; the paper's baseline trains its epochs)
     return securevfl.train(method, dataset, parties=setup["parties"], active_features=0, epochs=epochs,
                            batch_size=setup["batch_size"], lr=lr, seed=seed, options=options,
-                           alignment="plaintext", require_all_parties=True, **extra, **scenario)
+                           alignment="plaintext", require_all_parties=True,
+                           **{"early_stopping": 0, **extra, **scenario})
 
 
 def curve_epochs(epochs: int, points: int) -> list[int]:

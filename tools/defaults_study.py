@@ -12,8 +12,9 @@ configuration sees the same training and test rows) and trains:
   with ``encrypt=false``: the same trees as the encrypted protocol (tested), minutes instead of hours.
 
 Each finished run is appended to ``--out`` as one JSON line (a study interrupted keeps what it ran);
-the summary table gives each configuration's mean and spread over the seeds, and its gap to the best
-plain model of the joined table (``--summary FILE`` prints it again from a finished file).
+the summary table gives each configuration's mean and spread over the seeds, its gap to the best
+plain model of the joined table, and for two classes the Brier score of its test probabilities (how
+well calibrated they are; lower is better) (``--summary FILE`` prints it again from a finished file).
 
     PYTHONPATH=. .venv/bin/python tools/defaults_study.py --dataset adult --parties 3 --seeds 0,1,2,3,4 \
         --out out/defaults_adult.jsonl
@@ -60,13 +61,15 @@ def _joined(sc: Any, parties: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, 
 
 
 def _score(task: str, y: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
-    from sklearn.metrics import r2_score, roc_auc_score
+    """The test metric (AUC, or R² for regression) and, for two classes, the Brier score of the probabilities."""
+    from sklearn.metrics import brier_score_loss, r2_score, roc_auc_score
 
     if task == "regression":
         return {"r2": float(r2_score(y, predictions))}
     if predictions.ndim == 2 and predictions.shape[1] > 2:
         return {"auc": float(roc_auc_score(y, predictions, multi_class="ovr"))}
-    return {"auc": float(roc_auc_score(y, predictions if predictions.ndim == 1 else predictions[:, 1]))}
+    positive = predictions if predictions.ndim == 1 else predictions[:, 1]
+    return {"auc": float(roc_auc_score(y, positive)), "brier": float(brier_score_loss(y, positive))}
 
 
 def plain_models(sc: Any, seed: int) -> list[dict[str, Any]]:
@@ -126,7 +129,11 @@ def candidate(sc: Any, name: str, seed: int) -> dict[str, Any]:
     metrics = report.metrics
     stopping = report.extra.get("early_stopping") or {}
     row = {"config": name, "seconds": time.perf_counter() - started, "epochs_run": len(report.history),
-           "best_epoch": stopping.get("best_epoch"), "trees_kept": report.extra.get("secureboost", {}).get("trees_built")}
+           "best_epoch": stopping.get("best_epoch"),
+           "trees_kept": report.extra.get("secureboost", {}).get("trees_built")}
+    scored = report.test_predictions or {}
+    if "scores" in scored and sc.task != "regression":
+        row.update(_score(sc.task, np.asarray(scored["y_true"]), np.asarray(scored["scores"])))
     for key in ("auc", "r2"):
         if key in metrics:
             row[key] = float(metrics[key])
@@ -134,6 +141,7 @@ def candidate(sc: Any, name: str, seed: int) -> dict[str, Any]:
 
 
 def study(args: argparse.Namespace) -> None:
+    """Every seed: the scenario, the plain models, then each candidate, each appended to ``--out`` as it ends."""
     from securevfl.pipeline.train import build_scenario
     from securevfl.run_config import run_config
 
@@ -167,19 +175,25 @@ def summary(path: Path) -> None:
         metric = "auc" if "auc" in of[0] else "r2"
         by: dict[str, list[float]] = {}
         seconds: dict[str, list[float]] = {}
+        brier: dict[str, list[float]] = {}
         for r in of:
             by.setdefault(r["config"], []).append(r[metric])
             seconds.setdefault(r["config"], []).append(r["seconds"])
+            if "brier" in r:
+                brier.setdefault(r["config"], []).append(r["brier"])
         best_plain = max((statistics.fmean(v), k) for k, v in by.items()
                          if k.startswith("plain:") and "active only" not in k)
         print(f"\n{dataset}: test {metric}, mean over seeds (best plain model of the joined table: {best_plain[1]})")
-        print(f"{'configuration':<42} {'seeds':>5} {'mean':>7} {'min':>7} {'max':>7} {'gap':>8} {'seconds':>8}")
+        print(f"{'configuration':<42} {'seeds':>5} {'mean':>7} {'min':>7} {'max':>7} {'gap':>8} {'seconds':>8} "
+              f"{'Brier':>7}")
         for k, v in by.items():
+            calibration = f"{statistics.fmean(brier[k]):>7.4f}" if k in brier else f"{'-':>7}"
             print(f"{k:<42} {len(v):>5} {statistics.fmean(v):>7.4f} {min(v):>7.4f} {max(v):>7.4f} "
-                  f"{statistics.fmean(v) - best_plain[0]:>+8.4f} {statistics.fmean(seconds[k]):>8.1f}")
+                  f"{statistics.fmean(v) - best_plain[0]:>+8.4f} {statistics.fmean(seconds[k]):>8.1f} {calibration}")
 
 
 def main() -> None:
+    """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="adult")
     parser.add_argument("--parties", type=int, default=3)
