@@ -214,7 +214,9 @@ def score_ways(train: dict[str, Path], test: dict[str, Path], epochs: int, seed:
     trained = [("every_row", method, False), ("all_parties", method, True), ("local", "local", False),
                ("laser_vfl", "laser-vfl", False)]
     for way, name, require_all in [t for t in trained if t[0] in ("all_parties", *ways_of(method))]:
-        extra: dict[str, Any] = {} if name in NO_EPOCHS else {"epochs": epochs, "batch_size": batch_size}
+        # every way trains its epochs (splitnn's and local's own default, early stopping, would hold out rows)
+        extra: dict[str, Any] = ({} if name in NO_EPOCHS
+                                 else {"epochs": epochs, "batch_size": batch_size, "early_stopping": 0})
         if name == method and options:
             extra["options"] = dict(options)
         if way == "every_row" and party_dropout is not None:

@@ -76,6 +76,7 @@ dir = "{pki}"
 method = "{method}"
 epochs = {epochs}
 batch_size = {batch}
+early_stopping = 0
 seed = 0
 id_column = "row_id"
 label_column = "label"
@@ -181,7 +182,7 @@ def run_inprocess(files: dict[str, Path], method: str, epochs: int, batch: int,
         started = time.perf_counter()
         report = securevfl.train(method, data_files={p: str(f) for p, f in files.items()}, id_column="row_id",
                                  label_column="label", epochs=epochs, batch_size=batch, seed=0, device="cpu",
-                                 options=options, progress=epoch_end)
+                                 early_stopping=0, options=options, progress=epoch_end)  # per-epoch cost alone
     finally:
         torch.set_num_threads(default)
     return {"epoch_s": per_epoch(marks), "epoch_gaps": gaps(marks), "epoch_cpu_gaps": gaps(cpu_marks),
