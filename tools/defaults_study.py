@@ -3,9 +3,9 @@
 For each dataset and seed the tool builds the run's scenario once (``alignment="plaintext"``, so every
 configuration sees the same training and test rows) and trains:
 
-* **plain models** on the joined table of the same rows: scikit-learn's ``LogisticRegression`` on every
-  party's columns and on the active party's own columns (category codes one-hot encoded), scikit-learn's
-  ``HistGradientBoosting`` (category codes as categorical features) and XGBoost (``hist``), all with
+* **plain models** on the joined table of the same rows: scikit-learn's ``LogisticRegression`` (or
+  ``LinearRegression`` for a regression target) on every party's columns and on the active party's own
+  columns (category codes one-hot encoded), scikit-learn's ``HistGradientBoosting`` (category codes as categorical features) and XGBoost (``hist``), all with
   their library defaults;
 * **candidates** (``--configs``): a method with a set of settings (``CANDIDATES`` below; ``@before``
   is the defaults before issue 46, pinned explicitly so the row keeps its meaning). SecureBoost runs
@@ -99,8 +99,9 @@ def plain_models(sc: Any, seed: int) -> list[dict[str, Any]]:
         out.append({"config": name, "seconds": time.perf_counter() - started,
                     **_score(task, y_test, np.asarray(predictions))})
 
-    linear(tuple(sc.parties), "plain:logistic-regression")
-    linear((sc.active,), "plain:logistic-regression(active only)")
+    name = "plain:linear-regression" if task == "regression" else "plain:logistic-regression"
+    linear(tuple(sc.parties), name)
+    linear((sc.active,), f"{name}(active only)")
     X_train, X_test, categorical = _joined(sc, tuple(sc.parties))
     hgb = HistGradientBoostingRegressor if task == "regression" else HistGradientBoostingClassifier
     fit(hgb(categorical_features=np.asarray(categorical) if any(categorical) else None, random_state=seed),
