@@ -5,8 +5,8 @@ configuration sees the same training and test rows) and trains:
 
 * **plain models** on the joined table of the same rows: scikit-learn's ``LogisticRegression`` (or
   ``LinearRegression`` for a regression target) on every party's columns and on the active party's own
-  columns (category codes one-hot encoded), scikit-learn's ``HistGradientBoosting`` (category codes as categorical features) and XGBoost (``hist``), all with
-  their library defaults;
+  columns (category codes one-hot encoded), scikit-learn's ``HistGradientBoosting`` (category codes as
+  categorical features) and XGBoost (``hist``), all with their library defaults;
 * **candidates** (``--configs``): a method with a set of settings (``CANDIDATES`` below; ``@before``
   is the defaults before issue 46, pinned explicitly so the row keeps its meaning). SecureBoost runs
   with ``encrypt=false``: the same trees as the encrypted protocol (tested), minutes instead of hours.
