@@ -464,6 +464,7 @@ def test_a_histogram_of_the_wrong_shape_is_a_protocol_error_naming_the_party(tam
                     max_depth=2)
     assert failure.value.party == sc.active and isinstance(failure.value.cause, ProtocolError)
     assert re.search(message, str(failure.value.cause))
+    assert "during round 1, tree 1, level 0:" in str(failure.value)  # where it was: the first level's histograms
 
 
 def _longer_mask(message):

@@ -162,7 +162,10 @@ class PassiveTrainer:
     def _tree(self, tree: _PassiveTree) -> None:
         ctx = self.ctx
         sample_bins = self.walk_bins[tree.rows]
+        level = 0
         while True:
+            ctx.stage = f"tree {tree.tree + 1}, level {level}"  # where a failure or a timeout says it was
+            level += 1
             message = ctx.recv(ctx.active, ASSIGN)
             if not isinstance(message, dict):
                 raise ProtocolError(f"{ctx.active} sent a malformed {ASSIGN}")

@@ -359,7 +359,10 @@ class ActiveTrainer:
         frontier = [root] if self._splittable(nodes[root]) else []
         compute = list(frontier)
         derive: dict[int, tuple[int, int]] = {}  # node -> (parent, computed sibling)
+        tree_stage, level = ctx.stage, 0
         while frontier:
+            ctx.stage = f"{tree_stage}, level {level}"  # where a failure or a timeout says it was
+            level += 1
             for peer in passives:
                 # node ids relative to the tree's root: nothing on the wire counts the nodes of earlier trees;
                 # a party that does not hold every row is told the nodes of its own rows only
