@@ -541,7 +541,7 @@ def test_subsample_and_colsample_change_the_model():
 
 
 @pytest.mark.parametrize("dataset, options", [
-    ("breast-cancer", {"max_depth": 3}),
+    ("breast-cancer", {"max_depth": 3, "learning_rate": 0.3}),
     ("digits", {"max_depth": 3, "max_bins": 8, "learning_rate": 1.0}),  # stops at round 29 of 40
 ], ids=["binary", "multiclass"])
 def test_early_stopping_keeps_the_best_round(dataset, options):

@@ -1,4 +1,4 @@
-"""SecureBoost's packing codec: node-sized compression slots decode exactly, and refuse what overflowed."""
+"""SecureBoost's codec: node-sized compression slots decode exactly and refuse what overflowed; its validation rows."""
 
 from __future__ import annotations
 
@@ -73,3 +73,20 @@ def test_a_sum_beyond_the_node_bound_is_an_overflow_not_a_wrong_sum():
     (residue,) = compress(np.array([[0, h_room], [1, 1]]), layout.digit_bits, slot, 2)  # spills into the next slot
     with pytest.raises(EncodingOverflowError):
         unpack_pairs([residue], 1, layout.digit_bits, slot, N)
+
+
+def test_the_validation_rows_are_the_same_ids_whatever_order_psi_agreed():
+    """secureboost's active party draws its early-stopping rows over its rows in ID order: a run whose PSI agreed
+    another order validates on the same customers."""
+    from securevfl.methods.engine.loop import split_rows_by_id
+    from securevfl.train_config import TrainConfig
+
+    ids = np.array([f"c{i:04d}" for i in range(200)])
+    order = np.random.default_rng(5).permutation(200)
+    config = TrainConfig(early_stopping=3, val_fraction=0.25, seed=2)
+    fit, val = split_rows_by_id(ids, config)
+    fit_shuffled, val_shuffled = split_rows_by_id(ids[order], config)
+    assert len(val) == 50 and set(ids[val]) == set(ids[order][val_shuffled])
+    assert set(ids[fit]) == set(ids[order][fit_shuffled]) and not set(ids[fit]) & set(ids[val])
+    fit_all, none = split_rows_by_id(ids, TrainConfig())
+    assert len(none) == 0 and (fit_all == np.arange(200)).all()

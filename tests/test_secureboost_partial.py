@@ -166,7 +166,7 @@ def test_the_training_rows_follow_xgboosts_sparsity_aware_splits():
     it is not told the direction)."""
     sc = scenario(0.7)
     assert sc.alignment.partial
-    outcome, roles = run(sc, encrypt=False, trees=10, max_depth=3, max_bins=32)
+    outcome, roles = run(sc, encrypt=False, trees=10, max_depth=3, max_bins=32, learning_rate=0.3)  # XGBoost's eta
     train, test = xgboost_margins(sc, trees=10, max_depth=3, max_bins=32)
     np.testing.assert_allclose(walk(sc, roles, "train")[:, 0], train, rtol=0, atol=1e-5)
     ours = walk(sc, roles, "test")

@@ -45,6 +45,16 @@ CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {
                                         "options": {"trees": 50, "learning_rate": 0.3, "max_depth": 5}}),
     "secureboost@lr0.1-es10": ("secureboost", {"early_stopping": 10,
                                                "options": {"trees": 200, "learning_rate": 0.1, "max_depth": 5}}),
+    "secureboost@lr0.1-t100-es10": ("secureboost", {"early_stopping": 10,
+                                                    "options": {"trees": 100, "learning_rate": 0.1, "max_depth": 5}}),
+    "secureboost@lr0.2-t100-es10": ("secureboost", {"early_stopping": 10,
+                                                    "options": {"trees": 100, "learning_rate": 0.2, "max_depth": 5}}),
+    "secureboost@lr0.1-t100": ("secureboost", {"early_stopping": 0,
+                                               "options": {"trees": 100, "learning_rate": 0.1, "max_depth": 5}}),
+    "secureboost@lr0.2-t100": ("secureboost", {"early_stopping": 0,
+                                               "options": {"trees": 100, "learning_rate": 0.2, "max_depth": 5}}),
+    "secureboost@lr0.3-es10": ("secureboost", {"early_stopping": 10,
+                                               "options": {"trees": 50, "learning_rate": 0.3, "max_depth": 5}}),
 }
 
 

@@ -378,6 +378,17 @@ def split_rows(n_rows: int, config: TrainConfig) -> tuple[np.ndarray, np.ndarray
     return validation_split(n_rows, config.val_fraction, config.seed)
 
 
+def split_rows_by_id(ids: np.ndarray, config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`split_rows` drawn over the rows in the order of their IDs: the same rows validate whatever order PSI
+    agreed (it differs from run to run), for a party that chooses the validation rows alone (secureboost's active).
+    """
+    fit, val = split_rows(len(ids), config)
+    if not len(val):
+        return fit, val
+    by_id = np.argsort(np.asarray(ids).astype(str), kind="stable")
+    return np.sort(by_id[fit]), np.sort(by_id[val])
+
+
 def validation_split(n_rows: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Training and validation rows of the aligned training set, the same at every party.
 

@@ -41,7 +41,7 @@ from securevfl.errors import DataError, ProtocolError
 from securevfl.federation.runtime import PartyContext
 from securevfl.methods.base import ActiveOutcome, TrainConfig
 from securevfl.methods.engine.kept import Keep, KeptRole, kept_side
-from securevfl.methods.engine.loop import split_rows
+from securevfl.methods.engine.loop import split_rows_by_id
 from securevfl.methods.engine.stopping import PhaseStopper
 from securevfl.methods.secureboost.binning import fit_bins
 from securevfl.methods.secureboost.codec import (
@@ -226,7 +226,7 @@ class ActiveTrainer:
         self.n_train = len(data.X_train)
         X_walk = _walk_rows(data)
         self.n_walk = len(X_walk)
-        self.fit_rows, self.val_rows = split_rows(self.n_train, config)
+        self.fit_rows, self.val_rows = split_rows_by_id(data.ids_train, config)  # PSI's order changes nothing
         #: per passive party that does not hold every row (partial coverage): which walked rows it holds
         self.held: dict[str, np.ndarray] = {}
         train_masks = data.peer_masks("train", np.arange(self.n_train))
