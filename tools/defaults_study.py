@@ -38,6 +38,8 @@ CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {
     "splitnn@default": ("splitnn", {}),
     "splitnn@es5": ("splitnn", {"epochs": 50, "batch_size": 32, "lr": 1e-3, "early_stopping": 5}),
     "splitnn@es5-b128": ("splitnn", {"epochs": 50, "batch_size": 128, "lr": 1e-3, "early_stopping": 5}),
+    "splitnn@es10-b128": ("splitnn", {"epochs": 50, "batch_size": 128, "lr": 1e-3, "early_stopping": 10}),
+    "splitnn@es10-b128-e100": ("splitnn", {"epochs": 100, "batch_size": 128, "lr": 1e-3, "early_stopping": 10}),
     "secureboost@before": ("secureboost", {"early_stopping": 0,
                                            "options": {"trees": 50, "learning_rate": 0.3, "max_depth": 5}}),
     "secureboost@default": ("secureboost", {}),
