@@ -180,9 +180,13 @@ def study(args: argparse.Namespace) -> None:
     summary(args.out)
 
 
-def summary(path: Path) -> None:
-    """Each configuration's mean, spread and gap to the best plain model of the joined table, per dataset."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def summary(*paths: Path, markdown: bool = False) -> None:
+    """Each configuration's mean, spread and gap to the best plain model of the joined table, per dataset.
+
+    ``paths``: result files read together (a study's plain models and later candidates in other files);
+    ``markdown``: a Markdown table (the README's) instead of text columns.
+    """
+    rows = [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
         of = [r for r in rows if r["dataset"] == dataset]
         metric = "auc" if "auc" in of[0] else "r2"
@@ -196,6 +200,17 @@ def summary(path: Path) -> None:
                 brier.setdefault(r["config"], []).append(r["brier"])
         best_plain = max((statistics.fmean(v), k) for k, v in by.items()
                          if k.startswith("plain:") and "active only" not in k)
+        if markdown:
+            print(f"\n{dataset}, test {metric} over {max(len(v) for v in by.values())} seeds (gap: to the best plain "
+                  f"model of the joined table, {best_plain[1].removeprefix('plain:')})\n")
+            print(f"| configuration | seeds | {metric} mean | min – max | gap | seconds | Brier |")
+            print("|---|---:|---:|---|---:|---:|---:|")
+            for k, v in by.items():
+                calibration = f"{statistics.fmean(brier[k]):.4f}" if k in brier else "-"
+                gap = statistics.fmean(v) - best_plain[0]
+                print(f"| {k} | {len(v)} | {statistics.fmean(v):.4f} | {min(v):.4f} – {max(v):.4f} | {gap:+.4f} | "
+                      f"{statistics.fmean(seconds[k]):.1f} | {calibration} |")
+            continue
         print(f"\n{dataset}: test {metric}, mean over seeds (best plain model of the joined table: {best_plain[1]})")
         print(f"{'configuration':<42} {'seeds':>5} {'mean':>7} {'min':>7} {'max':>7} {'gap':>8} {'seconds':>8} "
               f"{'Brier':>7}")
@@ -215,10 +230,12 @@ def main() -> None:
     parser.add_argument("--configs", default="splitnn@before,splitnn@es5,secureboost@before,secureboost@es5")
     parser.add_argument("--no-plain", action="store_true", help="Skip the plain models.")
     parser.add_argument("--out", type=Path, default=Path("out/defaults_study.jsonl"))
-    parser.add_argument("--summary", type=Path, default=None, help="Only print the summary of this file.")
+    parser.add_argument("--summary", type=Path, nargs="+", default=None,
+                        help="Only print the summary of these result files (read together).")
+    parser.add_argument("--markdown", action="store_true", help="The summary as Markdown tables.")
     args = parser.parse_args()
     if args.summary:
-        summary(args.summary)
+        summary(*args.summary, markdown=args.markdown)
         return
     study(args)
 
