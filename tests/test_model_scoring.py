@@ -333,6 +333,6 @@ def test_the_model_card_is_complete(tmp_path):
     card = (out / "active" / "MODEL.md").read_text()
     for heading in ("## Training settings", "## Columns selected before training (--select iv>=0.3)", "## Limits"):
         assert heading in card, heading
-    assert "- epochs: 1" in card and "- batch_size: 128" in card and "- early_stopping: 5" in card
+    assert "- epochs: 1" in card and "- batch_size: 128" in card and "- early_stopping: 10" in card
     assert not [line for line in card.splitlines() if line.rstrip().endswith(":")]  # no blank value
     assert "..." not in card.split("## Inputs of active", 1)[1].split("##", 1)[0]  # nothing cut

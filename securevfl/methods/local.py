@@ -90,7 +90,7 @@ class Local(Method[NoOptions]):
 
     name = "local"
     summary = "active party alone on its own features (baseline)"
-    run_defaults = {"early_stopping": 5, "batch_size": 128}  # splitnn's: the baseline trains as the model it is beside
+    run_defaults = {"epochs": 100, "early_stopping": 10, "batch_size": 128}  # splitnn's: trained as what it is beside
     uses_engine = True
     standalone = True
     partial_rows = True  # trains on every row of the active party (the others' files take no part)
