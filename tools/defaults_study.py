@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -203,8 +204,9 @@ def summary(*paths: Path, markdown: bool = False) -> None:
             seconds.setdefault(r["config"], []).append(r["seconds"])
             if "brier" in r:
                 brier.setdefault(r["config"], []).append(r["brier"])
-        best_plain = max((statistics.fmean(v), k) for k, v in by.items()
-                         if k.startswith("plain:") and "active only" not in k)
+        best_plain = max(((statistics.fmean(v), k) for k, v in by.items()
+                          if k.startswith("plain:") and "active only" not in k),
+                         default=(math.nan, "none (--no-plain)"))
         if markdown:
             print(f"\n{dataset}, test {metric} over {max(len(v) for v in by.values())} seeds (gap: to the best plain "
                   f"model of the joined table, {best_plain[1].removeprefix('plain:')})\n")
