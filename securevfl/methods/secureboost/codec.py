@@ -60,27 +60,35 @@ def pack_pairs(g: np.ndarray, h: np.ndarray, digit_bits: int, n: int) -> list[in
     return [(int(a) + int(b) * shift) % n for a, b in zip(g.tolist(), h.tolist(), strict=True)]
 
 
+def _signed(residue: int, n: int) -> int:
+    """A residue mod n read as signed: above n/2 it is negative."""
+    value = int(residue)
+    return value - n if value > n // 2 else value
+
+
+def _low_digit(value: int, bits: int) -> int:
+    """The balanced low base-2^bits digit of ``value``, in [-2^(bits-1), 2^(bits-1))."""
+    digit = value & ((1 << bits) - 1)
+    return digit - (1 << bits) if digit >> (bits - 1) else digit
+
+
+_OVERFLOW = "a packed sum left its digit range (the histogram cannot be decoded)"
+
+
 def unpack_signed(residues: Sequence[int], digits: int, digit_bits: int, n: int) -> np.ndarray:
     """Balanced base-2^s digits of each residue (read as signed): an int64 ``(len, digits)`` array.
 
     A residue whose value does not end after ``digits`` digits (a digit sum left its range) is an
     EncodingOverflowError: it never decodes silently wrong.
     """
-    half, base, mask = n // 2, 1 << digit_bits, (1 << digit_bits) - 1
-    top = 1 << (digit_bits - 1)
     out = np.empty((len(residues), digits), dtype=np.int64)
     for i, r in enumerate(residues):
-        value = int(r)
-        if value > half:
-            value -= n
+        value = _signed(r, n)
         for j in range(digits):
-            d = value & mask
-            if d >= top:
-                d -= base
-            out[i, j] = d
+            out[i, j] = d = _low_digit(value, digit_bits)
             value = (value - d) >> digit_bits
         if value != 0:
-            raise EncodingOverflowError("a packed sum left its digit range (the histogram cannot be decoded)")
+            raise EncodingOverflowError(_OVERFLOW)
     return out
 
 
@@ -110,28 +118,20 @@ def unpack_pairs(residues: Sequence[int], per_ciphertext: int, digit_bits: int, 
     Each slot is a balanced base-2^slot digit ``g + h 2^s``; g is its balanced low ``s`` bits. A pair or a
     residue outside its range is an EncodingOverflowError, never a silently wrong sum.
     """
-    half, slot_base, slot_mask, slot_top = n // 2, 1 << slot_bits, (1 << slot_bits) - 1, 1 << (slot_bits - 1)
-    base, mask, top = 1 << digit_bits, (1 << digit_bits) - 1, 1 << (digit_bits - 1)
     h_limit = 1 << (slot_bits - digit_bits - 1)
     out = np.empty((len(residues) * per_ciphertext, 2), dtype=np.int64)
     for i, r in enumerate(residues):
-        value = int(r)
-        if value > half:
-            value -= n
+        value = _signed(r, n)
         for j in range(per_ciphertext):
-            pair = value & slot_mask
-            if pair >= slot_top:
-                pair -= slot_base
+            pair = _low_digit(value, slot_bits)
             value = (value - pair) >> slot_bits
-            g = pair & mask
-            if g >= top:
-                g -= base
+            g = _low_digit(pair, digit_bits)
             h = (pair - g) >> digit_bits
             if not -h_limit < h < h_limit:
-                raise EncodingOverflowError("a packed sum left its digit range (the histogram cannot be decoded)")
+                raise EncodingOverflowError(_OVERFLOW)
             out[i * per_ciphertext + j] = (g, h)
         if value != 0:
-            raise EncodingOverflowError("a packed sum left its digit range (the histogram cannot be decoded)")
+            raise EncodingOverflowError(_OVERFLOW)
     return out
 
 
