@@ -379,8 +379,10 @@ def split_rows(n_rows: int, config: TrainConfig) -> tuple[np.ndarray, np.ndarray
 
 
 def split_rows_by_id(ids: np.ndarray, config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`split_rows` drawn over the rows in the order of their IDs: the same rows validate whatever order PSI
-    agreed (it differs from run to run), for a party that chooses the validation rows alone (secureboost's active).
+    """:func:`split_rows` drawn over the rows in the order of their IDs: the same rows whatever order PSI agreed.
+
+    PSI's order differs from run to run; a party that chooses the validation rows alone (secureboost's active
+    party) so validates on the same customers every time.
     """
     fit, val = split_rows(len(ids), config)
     if not len(val):
