@@ -16,12 +16,11 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 from deployed_threads import one_torch_thread
 from net_helpers import CuttingProxy, free_port
-from sklearn.datasets import load_breast_cancer
+from org_tables import organisation_frames, write_tables
 
 import securevfl
 from securevfl.deploy.certs import make_dev_pki
@@ -38,22 +37,9 @@ EPOCHS = 3
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     """Breast Cancer cut into three organisations' tables, each with ~10 % of its own customers missing."""
-    out = tmp_path_factory.mktemp("tables")
-    data = load_breast_cancer(as_frame=True)
-    ids = [f"c{i:04d}" for i in range(len(data.frame))]
-    columns = list(data.data.columns)
-    split = {"bank": columns[:5], "shop": columns[5:18], "clinic": columns[18:]}
-    rng = np.random.default_rng(7)
-    paths = {}
-    for name, cols in split.items():
-        frame = data.data[cols].copy()
-        frame.insert(0, "customer_id", ids)
-        if name == "bank":
-            frame["churn"] = np.where(data.target == 1, "yes", "no")
-        frame = frame[rng.random(len(frame)) < 0.9].sample(frac=1.0, random_state=3)
-        paths[name] = out / f"{name}.csv"
-        frame.to_csv(paths[name], index=False)
-    return paths
+    frames = organisation_frames(7, keep=0.9)
+    return write_tables({p: f.sample(frac=1.0, random_state=3) for p, f in frames.items()},
+                        tmp_path_factory.mktemp("tables"))
 
 
 HELPERS = {"hetero-lr": ("arbiter",), "vfedtrans": ("keygen", "server")}

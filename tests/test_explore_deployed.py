@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from deployed_threads import loopback_federation_file
-from sklearn.datasets import load_breast_cancer
+from org_tables import organisation_frames, write_tables
 
 import securevfl
 
@@ -21,23 +21,10 @@ PARTIES = ("bank", "shop", "clinic")
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """Breast Cancer cut into three organisations' tables, ~10 % of each one's customers missing, a category added."""
-    data = load_breast_cancer(as_frame=True)
-    ids = [f"c{i:04d}" for i in range(len(data.frame))]
-    columns = list(data.data.columns)
-    split = {"bank": columns[:4], "shop": columns[4:9], "clinic": columns[9:14]}
-    rng = np.random.default_rng(11)
-    paths = {}
-    for name, cols in split.items():
-        frame = data.data[cols].copy()
-        frame.insert(0, "customer_id", ids)
-        if name == "bank":
-            frame["churn"] = np.where(data.target == 1, "yes", "no")
-        if name == "clinic":
-            frame["ward"] = rng.choice(["a", "b", "c"], len(frame))
-        frame = frame[rng.random(len(frame)) < 0.9].sample(frac=1.0, random_state=5)
-        paths[name] = tmp_path_factory.getbasetemp() / f"{name}.csv"
-        frame.to_csv(paths[name], index=False)
-    return paths
+    split = {"bank": slice(0, 4), "shop": slice(4, 9), "clinic": slice(9, 14)}
+    frames = organisation_frames(11, split=split, categories={"clinic": "ward"})
+    return write_tables({p: f.sample(frac=1.0, random_state=5) for p, f in frames.items()},
+                        tmp_path_factory.mktemp("tables"))
 
 
 def test_three_party_processes_explore_as_one_process_does(tmp_path, files):
