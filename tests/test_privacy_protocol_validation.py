@@ -238,3 +238,12 @@ _readers = {
 def test_field_readers_return_or_raise_protocol_error(reader, value):
     with contextlib.suppress(ProtocolError):
         _readers[reader](value)
+
+
+@pytest.mark.parametrize("party", [np.array([0, 0, 0], dtype=np.uint64), None, 3, ["p1"]])
+def test_a_paillier_message_of_a_party_field_not_a_name_is_a_protocol_error(party):
+    """Found by the fuzzing above: an array in ``party`` made the check raise numpy's ValueError instead."""
+    from securevfl.privacy.aggregation import paillier_wire
+
+    with pytest.raises(ProtocolError, match="from p1"):
+        paillier_wire._party({paillier_wire.K_PARTY: party}, "p1", "commitment")

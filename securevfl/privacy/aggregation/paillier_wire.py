@@ -136,8 +136,9 @@ def _round(message: Mapping[str, Any], src: str, what: str, expected: int | None
 
 
 def _party(message: Mapping[str, Any], src: str, what: str) -> str:
-    if message.get(K_PARTY) != src:
-        raise ProtocolError(f"{what} from {src} is misattributed (party {message.get(K_PARTY)!r})")
+    party = _field(message, K_PARTY, str, src, what)  # a str: an array would compare element-wise
+    if party != src:
+        raise ProtocolError(f"{what} from {src} is misattributed (party {party!r})")
     return src
 
 
